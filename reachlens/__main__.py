@@ -1,0 +1,5 @@
+import sys
+
+from reachlens.cli.main import main
+
+sys.exit(main())

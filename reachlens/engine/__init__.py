@@ -1,0 +1,23 @@
+"""The engine: the one way reachlens runs a hooked model (prefill, decode, routes, scoring)."""
+
+from reachlens.engine.generate import Completion, Row, SamplingParams, generate, tokenize_prompts
+from reachlens.engine.kv_cache import SlotKVCache
+from reachlens.engine.rng import row_seed, sample_inverse_cdf, uniforms
+from reachlens.engine.stack import SUPPORTED_MODEL_TYPES, LayerStack, validate_route
+from reachlens.engine.stopping import StopChecker
+
+__all__ = [
+    "Completion",
+    "LayerStack",
+    "Row",
+    "SUPPORTED_MODEL_TYPES",
+    "SamplingParams",
+    "SlotKVCache",
+    "StopChecker",
+    "generate",
+    "row_seed",
+    "sample_inverse_cdf",
+    "tokenize_prompts",
+    "uniforms",
+    "validate_route",
+]

@@ -1,0 +1,126 @@
+"""The protocol: the frozen description of how every question of an audit is probed.
+
+O_K is protocol-bound: the reachable ceiling means something only for one set of questions, one
+prompt format, one temperature, one budget K, one grader and one decode length. Two audits are
+comparable only when their protocols are equal (the model aside); :meth:`Protocol.diff` names the
+fields that differ, and every comparison in reachlens refuses unmatched protocols with that list.
+
+Deployment is always greedy with the same prompt format, decode length and stop strings as the
+samples: ``realized`` is the default deployment, ``reachable`` the K-sample probe.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import math
+from dataclasses import dataclass
+from typing import Any
+
+__all__ = ["Protocol", "ProtocolMismatch"]
+
+
+class ProtocolMismatch(ValueError):
+    """Two results were made under different protocols (or models) and cannot be compared or merged."""
+
+    def __init__(self, differences: dict[str, tuple[Any, Any]], what: str = "protocols differ") -> None:
+        self.differences = differences
+        detail = "; ".join(f"{k}: {a!r} != {b!r}" for k, (a, b) in differences.items())
+        super().__init__(f"{what} in {', '.join(differences)} ({detail})")
+
+
+@dataclass(frozen=True)
+class Protocol:
+    """How a question is probed: the deployment (greedy) and the K-sample reachability probe."""
+
+    task: str
+    """Task name (``arith``, ``gsm8k``, ...): the question set is part of the protocol."""
+    split: str = "test"
+    """Which split of the task."""
+    k: int = 64
+    """Budget: samples per question for the reachability probe."""
+    temperature: float = 0.8
+    """Sampling temperature of the probe (deployment is greedy)."""
+    top_p: float = 1.0
+    """Nucleus mass of the probe; 1.0 keeps the whole distribution."""
+    max_new_tokens: int = 256
+    """Decode length for deployment and samples alike."""
+    prompt_format: str = "default"
+    """Name of the task's prompt format; ``default`` is the task's own default."""
+    seed: int = 0
+    """Seed of the sample stream: sample j of question q depends on (seed, q, j) only."""
+    stop: tuple[str, ...] | None = None
+    """Stop strings; None means the task's own (``("\\n",)`` for arith)."""
+    grader: str | None = None
+    """Grader name; None means the task's own."""
+
+    def __post_init__(self) -> None:
+        if isinstance(self.stop, list):
+            object.__setattr__(self, "stop", tuple(self.stop))
+        if not isinstance(self.k, int) or isinstance(self.k, bool) or self.k < 1:
+            raise ValueError(f"k={self.k!r} must be an integer >= 1 (the number of samples per question)")
+        if not isinstance(self.temperature, (int, float)) or not math.isfinite(self.temperature) or self.temperature < 0:
+            raise ValueError(f"temperature={self.temperature!r} must be a finite number >= 0")
+        if self.temperature == 0 and self.k > 1:
+            raise ValueError(
+                f"temperature=0 with k={self.k}: greedy samples are all identical; use temperature > 0 or k=1"
+            )
+        if not 0 < self.top_p <= 1:
+            raise ValueError(f"top_p={self.top_p!r} must lie in (0, 1]")
+        if not isinstance(self.max_new_tokens, int) or self.max_new_tokens < 1:
+            raise ValueError(f"max_new_tokens={self.max_new_tokens!r} must be an integer >= 1")
+        if self.stop is not None and any(not s for s in self.stop):
+            raise ValueError(f"stop={self.stop!r} contains an empty string")
+
+    # --- identity --------------------------------------------------------------------------------
+    def to_dict(self) -> dict[str, Any]:
+        d = dataclasses.asdict(self)
+        d["stop"] = None if self.stop is None else list(self.stop)
+        return d
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> Protocol:
+        known = {f.name for f in dataclasses.fields(cls)}
+        unknown = set(d) - known
+        if unknown:
+            raise ValueError(f"unknown protocol fields {sorted(unknown)}; known: {sorted(known)}")
+        d = dict(d)
+        if d.get("stop") is not None:
+            d["stop"] = tuple(d["stop"])
+        return cls(**d)
+
+    @property
+    def hash(self) -> str:
+        """A stable 16-hex-digit hash of every field (canonical JSON, SHA-256)."""
+        blob = json.dumps(self.to_dict(), sort_keys=True, separators=(",", ":"))
+        return hashlib.sha256(blob.encode()).hexdigest()[:16]
+
+    def diff(self, other: Protocol, ignore: tuple[str, ...] = ()) -> dict[str, tuple[Any, Any]]:
+        """Fields whose values differ, as ``{field: (self's, other's)}``."""
+        a, b = self.to_dict(), other.to_dict()
+        return {k: (a[k], b[k]) for k in a if k not in ignore and a[k] != b[k]}
+
+    def require_match(self, other: Protocol, ignore: tuple[str, ...] = ()) -> None:
+        """Raise :class:`ProtocolMismatch` naming every differing field."""
+        d = self.diff(other, ignore)
+        if d:
+            raise ProtocolMismatch(d)
+
+    def with_k(self, k: int) -> Protocol:
+        """The same protocol with budget ``k`` (the budget control's K vs 2K)."""
+        return dataclasses.replace(self, k=k)
+
+    # --- resolution against a task ---------------------------------------------------------------
+    def resolved(self, task) -> Protocol:
+        """Fill ``default`` / None fields from ``task`` so that the stored protocol is explicit."""
+        if task.name != self.task:
+            raise ValueError(f"protocol is for task {self.task!r} but the task given is {task.name!r}")
+        fmt = task.default_format if self.prompt_format == "default" else self.prompt_format
+        task.format(fmt)  # raises LookupError naming the known formats
+        return dataclasses.replace(
+            self,
+            prompt_format=fmt,
+            stop=tuple(task.stop) if self.stop is None else self.stop,
+            grader=task.grader if self.grader is None else self.grader,
+        )

@@ -1,0 +1,273 @@
+"""The audit: for each question, is the default deployment correct (realized) and does a K-sample
+probe reach a correct answer (reachable)?
+
+For question i with grader g_i: ``realized_i = g_i(greedy output)``, ``reachable_i = max_k g_i(c_k)``
+over K samples at the protocol's temperature. D is the mean of realized, O_K the mean of reachable,
+and ``gap = O_K - D`` is what the model could answer but does not emit. ``propensity`` is the share
+of a question's graded samples that are correct (the per-question hit rate).
+
+Samples the grader could not decide (``scored=False``: a math-verify timeout) are kept but excluded:
+they count neither as correct nor as wrong, and pass@k uses the number of graded samples as n.
+
+The audit asks :mod:`reachlens.engine` for every completion; it never decodes itself. Hooks the caller
+attached to the model (``with model.hooks(...)``) are live throughout, so an audit of an ablated model
+is this same function called inside the ablation's context.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from reachlens.engine import Completion, Row, SamplingParams, generate, row_seed
+from reachlens.grading import ChoiceGrader, Grader, get_grader
+from reachlens.models.loading import ModelIdentity
+from reachlens.protocol import Protocol
+from reachlens.store import AuditDir
+from reachlens.studies.metrics import budget_grid, pass_at_k_curve
+from reachlens.tasks.base import Question, Task
+
+__all__ = ["AuditResult", "audit", "grade_questions", "grader_for", "summarize", "QUESTION_COLUMNS", "SAMPLE_COLUMNS"]
+
+QUESTION_COLUMNS = [
+    "question_id", "realized", "reachable", "n_correct", "n_scored", "k", "propensity",
+    "deployed_answer", "deployed_text", "deployed_scored", "deployed_finish", "gold", "labels",
+]
+SAMPLE_COLUMNS = [
+    "question_id", "sample_idx", "text", "answer", "correct", "scored", "finish_reason", "n_tokens", "mean_logprob",
+]
+
+
+@dataclass(frozen=True)
+class AuditResult:
+    """Everything one audit produced. Tables keep raw text so a result can be re-scored."""
+
+    protocol: Protocol
+    model: dict[str, str]
+    questions: pd.DataFrame = field(repr=False)
+    samples: pd.DataFrame = field(repr=False)
+
+    @property
+    def n(self) -> int:
+        return len(self.questions)
+
+    @property
+    def k(self) -> int:
+        return self.protocol.k
+
+    @property
+    def D(self) -> float:
+        """Deployed accuracy: mean of realized over questions whose deployment was graded."""
+        q = self.questions[self.questions["deployed_scored"]]
+        return float(q["realized"].mean()) if len(q) else math.nan
+
+    @property
+    def O_K(self) -> float:
+        """Reachable ceiling at budget K: mean of reachable over questions."""
+        return float(self.questions["reachable"].mean()) if self.n else math.nan
+
+    @property
+    def gap(self) -> float:
+        return self.O_K - self.D
+
+    @property
+    def pass_at_k(self) -> pd.DataFrame:
+        """Unbiased pass@k averaged over questions, k = 1, 2, 4, ... up to K."""
+        return pass_at_k_curve(self.questions["n_scored"], self.questions["n_correct"], budget_grid(self.k))
+
+    def summary(self) -> dict[str, Any]:
+        return summarize(self)
+
+    def restrict_k(self, k: int) -> AuditResult:
+        """This audit as if it had been run with budget ``k`` <= K: the first k samples of each question.
+
+        Exact, because sample j depends on (seed, question, j) only: an audit at budget k would have
+        drawn these very samples.
+        """
+        if not 1 <= k <= self.k:
+            raise ValueError(f"k={k!r} must lie in 1..{self.k} (this audit's budget)")
+        samples = self.samples[self.samples["sample_idx"] < k].reset_index(drop=True)
+        q = _question_table_update(self.questions, samples, k)
+        return AuditResult(self.protocol.with_k(k), self.model, q, samples)
+
+    @classmethod
+    def load(cls, path: str | Path) -> AuditResult:
+        """Read a finished (or partial) audit directory."""
+        store = AuditDir(path)
+        header = store.read_header()
+        return cls(Protocol.from_dict(header["protocol"]), header["model"], store.questions(), store.samples())
+
+
+def summarize(result: AuditResult) -> dict[str, Any]:
+    return {
+        "D": result.D, "O_K": result.O_K, "gap": result.gap, "n": result.n, "k": result.k,
+        "protocol_hash": result.protocol.hash, "model": result.model.get("spec"),
+        "model_fingerprint": result.model.get("fingerprint"),
+        "n_unscored_samples": int((~result.samples["scored"]).sum()) if len(result.samples) else 0,
+        "pass_at_k": {int(r.k): r.pass_at_k for r in result.pass_at_k.itertuples()},
+    }
+
+
+def grader_for(name: str, labels: str | None) -> Grader:
+    """The grader ``name``; for ``choice`` with a question's own labels (``"1234"`` in some ARC rows)."""
+    if name == "choice" and labels:
+        return ChoiceGrader(labels=tuple(labels))
+    return get_grader(name)
+
+
+def _question_table_update(questions: pd.DataFrame, samples: pd.DataFrame, k: int) -> pd.DataFrame:
+    """Recompute the per-question columns that depend on the samples (after rescoring or restricting k)."""
+    agg = samples.groupby("question_id").agg(
+        n_correct=("correct", "sum"), n_scored=("scored", "sum")
+    )
+    q = questions.drop(columns=["n_correct", "n_scored"]).join(agg, on="question_id")
+    q["n_correct"] = q["n_correct"].fillna(0).astype(int)
+    q["n_scored"] = q["n_scored"].fillna(0).astype(int)
+    q["k"] = k
+    q["reachable"] = q["n_correct"] > 0
+    q["propensity"] = q["n_correct"] / q["n_scored"].where(q["n_scored"] > 0)
+    return q[QUESTION_COLUMNS]
+
+
+def grade_questions(
+    protocol: Protocol,
+    questions: Sequence[Question],
+    deployed: Sequence[Completion],
+    samples: Sequence[Sequence[Completion]],
+) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """Grade completions into the question and sample tables (no model needed)."""
+    q_rows, s_rows = [], []
+    for q, dep, outs in zip(questions, deployed, samples):
+        labels = "".join(q.labels) if q.labels is not None else None
+        grader = grader_for(str(protocol.grader), labels)
+        g_dep = grader.grade(dep.text, q.gold)
+        grades = [grader.grade(o.text, q.gold) for o in outs]
+        for j, (o, g) in enumerate(zip(outs, grades)):
+            s_rows.append({
+                "question_id": q.question_id, "sample_idx": j, "text": o.text, "answer": g.answer,
+                "correct": bool(g.correct and g.scored), "scored": bool(g.scored), "finish_reason": o.finish_reason,
+                "n_tokens": len(o.token_ids), "mean_logprob": o.mean_logprob,
+            })
+        n_scored = sum(g.scored for g in grades)
+        n_correct = sum(g.correct and g.scored for g in grades)
+        q_rows.append({
+            "question_id": q.question_id, "realized": bool(g_dep.correct and g_dep.scored),
+            "reachable": n_correct > 0, "n_correct": n_correct, "n_scored": n_scored, "k": protocol.k,
+            "propensity": n_correct / n_scored if n_scored else math.nan,
+            "deployed_answer": g_dep.answer, "deployed_text": dep.text, "deployed_scored": bool(g_dep.scored),
+            "deployed_finish": dep.finish_reason, "gold": q.gold, "labels": labels,
+        })
+    return pd.DataFrame(q_rows, columns=QUESTION_COLUMNS), pd.DataFrame(s_rows, columns=SAMPLE_COLUMNS)
+
+
+def _identity(model) -> dict[str, str]:
+    ident = getattr(model, "reachlens_identity", None)
+    if isinstance(ident, ModelIdentity):
+        return dataclasses.asdict(ident)
+    name = getattr(getattr(model, "cfg", None), "model_name", None) or type(model).__name__
+    return {"spec": str(name), "fingerprint": "unknown"}
+
+
+def audit(
+    model,
+    task: Task,
+    protocol: Protocol,
+    *,
+    out: str | Path | None = None,
+    max_batch_rows: int = 256,
+    sample_offset: int = 0,
+    progress: Callable[[int], None] | None = None,
+) -> AuditResult:
+    """Audit ``model`` on ``task`` under ``protocol``.
+
+    Args:
+        model: a TransformerBridge from :func:`reachlens.load_model` (hooks the caller attached stay live).
+        task: the questions; all of them are audited (use ``task.head(n)`` for fewer).
+        protocol: how each question is probed; ``default``/None fields are filled from the task.
+        out: an audit directory; finished questions are written as they finish and skipped on a re-run.
+        max_batch_rows: most completions decoded together (memory bound).
+        sample_offset: draw samples ``sample_offset .. sample_offset + K - 1`` of the seed stream
+            (used to extend an audit from K to 2K without redrawing the first K).
+        progress: called with the number of questions finished after each batch.
+
+    >>> result = audit(load_model("zoo:base"), load_task("arith", n=20), Protocol("arith", k=8))  # doctest: +SKIP
+    >>> result.D, result.O_K  # doctest: +SKIP
+    """
+    protocol = protocol.resolved(task)
+    model_id = _identity(model)
+    store = None
+    done: set[str] = set()
+    if out is not None:
+        store = AuditDir(out)
+        store.open(protocol, model_id, extra={"task_source": task.source, "n_questions": len(task)})
+        done = store.finished_ids()
+    params = SamplingParams(
+        max_new_tokens=protocol.max_new_tokens, temperature=protocol.temperature or 1.0,
+        top_p=protocol.top_p, stop=tuple(protocol.stop or ()),
+    )
+    fmt = task.format(protocol.prompt_format)
+    per_q = protocol.k + 1
+    group = max(1, max_batch_rows // per_q)
+    q_frames, s_frames = [], []
+    n_done = 0
+    for start in range(0, len(task), group):
+        batch = list(task.questions[start : start + group])
+        todo = [q for q in batch if q.question_id not in done]
+        if not todo:
+            n_done += len(batch)
+            if progress:
+                progress(n_done)
+            continue
+        # Batches are fixed slices of the task, so a resumed run decodes exactly the batches an
+        # uninterrupted run would have: same shapes, same numbers, bit for bit.
+        prompts = [fmt.render(q) for q in batch]
+        rows: list[Row] = []
+        for i, q in enumerate(batch):
+            rows.append(Row(i, None))
+            for j in range(protocol.k):
+                # temperature 0 (allowed with k=1 only) makes the one sample greedy too
+                seed = row_seed(protocol.seed, q.question_id, sample_offset + j) if protocol.temperature > 0 else None
+                rows.append(Row(i, seed))
+        outs = generate(model, prompts, rows, params, max_batch_rows=max(max_batch_rows, per_q))
+        deployed = [outs[i * per_q] for i in range(len(batch))]
+        samples = [outs[i * per_q + 1 : (i + 1) * per_q] for i in range(len(batch))]
+        q_df, s_df = grade_questions(protocol, batch, deployed, samples)
+        if sample_offset:
+            s_df["sample_idx"] += sample_offset
+        keep = q_df["question_id"].isin({q.question_id for q in todo})
+        q_df, s_df = q_df[keep], s_df[s_df["question_id"].isin(set(q_df[keep]["question_id"]))]
+        if store is not None:
+            store.append(q_df, s_df)
+        q_frames.append(q_df)
+        s_frames.append(s_df)
+        n_done += len(batch)
+        if progress:
+            progress(n_done)
+
+    if store is not None:
+        # A directory's result is every question it holds (a re-run with a larger n extends it).
+        questions, samples = store.questions(), store.samples()
+    else:
+        questions = pd.concat(q_frames, ignore_index=True) if q_frames else pd.DataFrame(columns=QUESTION_COLUMNS)
+        samples = pd.concat(s_frames, ignore_index=True) if s_frames else pd.DataFrame(columns=SAMPLE_COLUMNS)
+    questions, samples = _in_task_order(questions, samples, [q.question_id for q in task.questions])
+    result = AuditResult(protocol, model_id, questions, samples)
+    if store is not None:
+        store.consolidate(questions, samples, summarize(result))
+    return result
+
+
+def _in_task_order(questions: pd.DataFrame, samples: pd.DataFrame, ids: list[str]) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """Sort by the task's question order (ids it does not know go last), then by sample index."""
+    order = {qid: i for i, qid in enumerate(ids)}
+    rank = lambda s: s.map(lambda x: order.get(x, len(order)))  # noqa: E731
+    questions = questions.assign(_r=rank(questions["question_id"])).sort_values(["_r", "question_id"], kind="stable")
+    samples = samples.assign(_r=rank(samples["question_id"])).sort_values(["_r", "question_id", "sample_idx"], kind="stable")
+    return (questions.drop(columns="_r").reset_index(drop=True)[QUESTION_COLUMNS],
+            samples.drop(columns="_r").reset_index(drop=True)[SAMPLE_COLUMNS])

@@ -1,0 +1,66 @@
+"""Estimators shared by the studies: unbiased pass@k and its curve.
+
+pass@k for one question with n graded samples of which c are correct is the probability that k
+samples drawn without replacement from those n contain a correct one:
+``1 - C(n - c, k) / C(n, k)`` (Chen et al., 2021). It is undefined (NaN) when n < k, as in
+inspect_ai's ``pass_at``. Computed as ``1 - prod_{i=n-c+1}^{n} (1 - k / i)``, which is exact in
+floating point for the n of any audit (no huge binomials).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Sequence
+
+import numpy as np
+import pandas as pd
+
+__all__ = ["pass_at_k", "pass_at_k_curve", "budget_grid"]
+
+
+def pass_at_k(n: int, c: int, k: int) -> float:
+    """Unbiased pass@k for one question.
+
+    >>> pass_at_k(4, 1, 2)
+    0.5
+    >>> pass_at_k(2, 1, 4)
+    nan
+    """
+    if k < 1:
+        raise ValueError(f"k={k!r} must be >= 1")
+    if not 0 <= c <= n:
+        raise ValueError(f"c={c!r} correct out of n={n!r} samples is impossible")
+    if n < k:
+        return math.nan
+    if n - c < k:
+        return 1.0
+    return float(1.0 - np.prod(1.0 - k / np.arange(n - c + 1, n + 1)))
+
+
+def budget_grid(k_max: int) -> list[int]:
+    """1, 2, 4, ... up to ``k_max``, with ``k_max`` itself included.
+
+    >>> budget_grid(200)
+    [1, 2, 4, 8, 16, 32, 64, 128, 200]
+    """
+    ks, k = [], 1
+    while k < k_max:
+        ks.append(k)
+        k *= 2
+    ks.append(k_max)
+    return ks
+
+
+def pass_at_k_curve(n: Iterable[int], c: Iterable[int], ks: Sequence[int]) -> pd.DataFrame:
+    """Mean pass@k over questions for each k: columns ``k, pass_at_k, n_questions``.
+
+    Questions with fewer than k graded samples are undefined at that k and left out of the mean;
+    ``n_questions`` counts those that entered it.
+    """
+    rows = []
+    for k in ks:
+        vals = [pass_at_k(int(ni), int(ci), int(k)) for ni, ci in zip(n, c)]
+        defined = [v for v in vals if not math.isnan(v)]
+        rows.append({"k": int(k), "pass_at_k": float(np.mean(defined)) if defined else math.nan,
+                     "n_questions": len(defined)})
+    return pd.DataFrame(rows)

@@ -1,0 +1,39 @@
+"""Tasks: questions, prompt formats and loaders (``load_task``). Importing registers every built-in."""
+
+from reachlens.tasks import arith as _arith  # noqa: F401  (registers "arith")
+from reachlens.tasks._file_loaders import (
+    load_arc,
+    load_csv,
+    load_gsm8k,
+    load_jsonl,
+    load_logiqa,
+    load_math500,
+    load_piqa,
+    read_csv,
+    read_jsonl,
+)
+from reachlens.tasks.arith import ARITH_ALPHABET, ArithConfig, load_arith
+from reachlens.tasks.base import DataError, PromptFormat, Question, Task
+from reachlens.tasks.registry import TASKS, load_task, register_task
+
+__all__ = [
+    "ARITH_ALPHABET",
+    "ArithConfig",
+    "DataError",
+    "PromptFormat",
+    "Question",
+    "TASKS",
+    "Task",
+    "load_arc",
+    "load_arith",
+    "load_csv",
+    "load_gsm8k",
+    "load_jsonl",
+    "load_logiqa",
+    "load_math500",
+    "load_piqa",
+    "load_task",
+    "read_csv",
+    "read_jsonl",
+    "register_task",
+]

@@ -1,0 +1,135 @@
+"""Questions, prompt formats and tasks.
+
+A :class:`Task` is a tuple of :class:`Question` records, a set of named :class:`PromptFormat`
+templates and the name of its grader. Tasks are plain frozen data: loaders build them, studies read
+them, nothing mutates them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import Any
+
+__all__ = ["Question", "PromptFormat", "Task", "DataError"]
+
+
+class DataError(ValueError):
+    """A data file that cannot be read: names the file and the 1-based line number."""
+
+    def __init__(self, path: str, line: int | None, reason: str) -> None:
+        where = f"{path}:{line}" if line is not None else str(path)
+        super().__init__(f"{where}: {reason}")
+        self.path = str(path)
+        self.line = line
+        self.reason = reason
+
+
+@dataclass(frozen=True)
+class Question:
+    """One question of a task."""
+
+    question_id: str
+    """Stable id: the same question gets the same id on every load (used to join audits)."""
+    fields: Mapping[str, Any]
+    """The text fields a prompt template can use, e.g. ``{"question": ...}``."""
+    gold: str
+    """The gold final answer as a string (a number, a letter, a LaTeX expression)."""
+    choices: tuple[str, ...] | None = None
+    """Option texts of a multiple-choice question, in order (None for open-ended)."""
+    labels: tuple[str, ...] | None = None
+    """Option labels as they appear in the data (``A``-``D`` or ``1``-``4``), aligned with ``choices``."""
+    solution: str | None = None
+    """A worked gold solution, where the data set has one (GSM8K, MATH, arith)."""
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "fields", MappingProxyType(dict(self.fields)))
+        if self.choices is not None and self.labels is not None and len(self.choices) != len(self.labels):
+            raise ValueError(
+                f"question {self.question_id!r}: {len(self.choices)} choices but {len(self.labels)} labels"
+            )
+
+
+@dataclass(frozen=True)
+class PromptFormat:
+    """A named prompt template, rendered with ``str.format(**question.fields)``.
+
+    >>> PromptFormat("qa", "Q: {question}\\nA:").render(Question("q0", {"question": "1+1=?"}, "2"))
+    'Q: 1+1=?\\nA:'
+    """
+
+    name: str
+    template: str
+    description: str = ""
+
+    def render(self, question: Question) -> str:
+        fields = dict(question.fields)
+        if question.choices is not None:
+            labels = question.labels or tuple("ABCDEFGHIJ"[: len(question.choices)])
+            fields.setdefault(
+                "choices_block", "\n".join(f"{lab}. {txt}" for lab, txt in zip(labels, question.choices))
+            )
+        try:
+            return self.template.format(**fields)
+        except KeyError as err:
+            raise KeyError(
+                f"prompt format {self.name!r} needs field {err.args[0]!r}, but question "
+                f"{question.question_id!r} has only {sorted(fields)}"
+            ) from None
+
+
+@dataclass(frozen=True)
+class Task:
+    """Questions, named prompt formats, a grader name and default stop strings."""
+
+    name: str
+    questions: tuple[Question, ...]
+    prompt_formats: Mapping[str, PromptFormat]
+    default_format: str
+    grader: str
+    """Name of a registered grader (see :mod:`reachlens.grading`)."""
+    stop: tuple[str, ...] = ()
+    """Stop strings a completion of this task ends at, by default."""
+    source: str = ""
+    """Where the questions came from (a path, or the generator and its seed)."""
+    metadata: Mapping[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "prompt_formats", MappingProxyType(dict(self.prompt_formats)))
+        if self.default_format not in self.prompt_formats:
+            raise ValueError(
+                f"task {self.name!r}: default format {self.default_format!r} is not one of "
+                f"{sorted(self.prompt_formats)}"
+            )
+        ids = [q.question_id for q in self.questions]
+        if len(set(ids)) != len(ids):
+            dup = next(i for i in ids if ids.count(i) > 1)
+            raise ValueError(f"task {self.name!r}: question_id {dup!r} occurs more than once")
+
+    def format(self, name: str | None = None) -> PromptFormat:
+        """The prompt format called ``name`` (the task's default when None)."""
+        key = self.default_format if name is None else name
+        try:
+            return self.prompt_formats[key]
+        except KeyError:
+            raise LookupError(
+                f"task {self.name!r} has no prompt format {key!r}; known: {sorted(self.prompt_formats)}"
+            ) from None
+
+    def prompt(self, question: Question, format_name: str | None = None) -> str:
+        return self.format(format_name).render(question)
+
+    def head(self, n: int | None) -> Task:
+        """The first ``n`` questions (all when None)."""
+        if n is None:
+            return self
+        if n < 1:
+            raise ValueError(f"n={n!r} must be at least 1")
+        return Task(
+            self.name, self.questions[:n], self.prompt_formats, self.default_format, self.grader,
+            self.stop, self.source, self.metadata,
+        )
+
+    def __len__(self) -> int:
+        return len(self.questions)

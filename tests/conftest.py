@@ -1,0 +1,54 @@
+"""Shared fixtures: seeded RNGs, a tiny random Llama built from a config (nothing is downloaded)."""
+
+from __future__ import annotations
+
+import random
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+SHARED_DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
+
+
+@pytest.fixture(autouse=True)
+def _seed_everything():
+    random.seed(0)
+    np.random.seed(0)
+    torch.manual_seed(0)
+    yield
+
+
+@pytest.fixture(scope="session")
+def tiny_dir(tmp_path_factory) -> Path:
+    """A random 3-layer Llama (GQA, d=64) with the character tokenizer, saved as safetensors.
+
+    Its weights are drawn with a large init so that greedy outputs vary from token to token (a
+    near-uniform random model repeats one token, which would make equality tests weak)."""
+    from reachlens.models.testing import make_tiny_llama
+
+    return make_tiny_llama(tmp_path_factory.mktemp("models") / "tiny", init_std=0.3)
+
+
+@pytest.fixture(scope="session")
+def tiny_model(tiny_dir):
+    """The tiny model loaded as a TransformerBridge (shared: tests must not mutate it)."""
+    from reachlens.models import load_model
+
+    return load_model(str(tiny_dir))
+
+
+@pytest.fixture(scope="session")
+def tiny_hf(tiny_dir):
+    """The same weights as a plain HuggingFace model (the reference)."""
+    from transformers import AutoModelForCausalLM
+
+    return AutoModelForCausalLM.from_pretrained(str(tiny_dir), use_safetensors=True).eval()
+
+
+@pytest.fixture(scope="session")
+def shared_data() -> Path:
+    if not SHARED_DATA.is_dir():
+        pytest.fail(f"the shared data folder {SHARED_DATA} is missing: tests need ../shared/data beside the repo")
+    return SHARED_DATA

@@ -1,0 +1,48 @@
+import pytest
+import torch
+
+from reachlens.models import ModelLoadError, load_model, model_identity
+
+
+def test_loads_a_safetensors_folder_as_a_bridge(tiny_model, tiny_dir):
+    from transformer_lens.model_bridge import TransformerBridge
+
+    assert isinstance(tiny_model, TransformerBridge)
+    assert tiny_model.tokenizer is not None and tiny_model.tokenizer.padding_side == "left"
+    assert tiny_model.reachlens_identity.spec == str(tiny_dir)
+    assert tiny_model.reachlens_identity == model_identity(str(tiny_dir))
+
+
+def test_missing_folder(tmp_path):
+    with pytest.raises(ModelLoadError, match="does not exist"):
+        load_model(str(tmp_path / "nope"))
+
+
+def test_unknown_zoo_name_lists_known():
+    with pytest.raises(ModelLoadError, match="unknown zoo model 'no-such-model'; known:"):
+        load_model("zoo:no-such-model")
+
+
+def test_pickle_only_folder_is_refused(tmp_path, tiny_dir):
+    import shutil
+
+    folder = tmp_path / "pickled"
+    shutil.copytree(tiny_dir, folder)
+    for f in folder.glob("*.safetensors"):
+        f.unlink()
+    torch.save({"w": torch.zeros(1)}, folder / "pytorch_model.bin")
+    with pytest.raises(ModelLoadError, match="only pickle weights \\(pytorch_model.bin\\)"):
+        load_model(str(folder))
+
+
+def test_folder_without_config(tmp_path):
+    (tmp_path / "x").mkdir()
+    with pytest.raises(ModelLoadError, match="no config.json"):
+        load_model(str(tmp_path / "x"))
+
+
+def test_fingerprint_changes_with_the_weights(tmp_path, tiny_dir):
+    from reachlens.models.testing import make_tiny_llama
+
+    other = make_tiny_llama(tmp_path / "other", seed=1)
+    assert model_identity(str(other)).fingerprint != model_identity(str(tiny_dir)).fingerprint

@@ -1,0 +1,135 @@
+"""The audit end to end on a tiny random model: tables, resume, refusal, rescore, budget extension."""
+
+from __future__ import annotations
+
+import pandas as pd
+import pytest
+
+from reachlens import Protocol, ProtocolMismatch, audit, load_task, rescore
+from reachlens.engine import Completion
+from reachlens.studies import AuditResult, grade_questions
+from reachlens.tasks import Question
+
+PROTO = Protocol("arith", k=4, temperature=1.0, max_new_tokens=12)
+
+
+@pytest.fixture(scope="module")
+def task():
+    return load_task("arith", n=6)
+
+
+def test_audit_tables_and_summary(tiny_model, task):
+    r = audit(tiny_model, task, PROTO, max_batch_rows=10)
+    assert list(r.questions["question_id"]) == [q.question_id for q in task.questions]
+    assert len(r.samples) == 6 * 4
+    assert set(r.samples.groupby("question_id").size()) == {4}
+    assert (r.questions["k"] == 4).all()
+    q = r.questions.set_index("question_id")
+    counts = r.samples.groupby("question_id")["correct"].sum()
+    assert (q["n_correct"] == counts.reindex(q.index)).all()
+    assert (q["reachable"] == (q["n_correct"] > 0)).all()
+    assert r.protocol.stop == ("\n",) and r.protocol.prompt_format == "qa" and r.protocol.grader == "numeric"
+    assert 0 <= r.D <= 1 and r.D <= r.O_K or not r.questions["realized"].any()
+    assert list(r.pass_at_k["k"]) == [1, 2, 4]
+
+
+def test_grading_tables_from_hand_made_completions():
+    qs = [Question("a", {"expr": "1+1"}, "2"), Question("b", {"expr": "2+2"}, "4")]
+
+    def c(text):
+        return Completion(text, (1,), "stop", (-0.5,))
+
+    q, s = grade_questions(
+        PROTO.resolved(load_task("arith", n=1)),
+        qs,
+        [c(" 1+1=2 #### 2"), c(" 2+2=5 #### 5")],
+        [[c("#### 3"), c("#### 2"), c("x"), c("#### 2")], [c("#### 5")] * 4],
+    )
+    assert q["realized"].tolist() == [True, False]
+    assert q["reachable"].tolist() == [True, False]
+    assert q["n_correct"].tolist() == [2, 0]
+    assert q["propensity"].tolist() == [0.5, 0.0]
+    assert s["answer"].tolist()[:2] == ["3", "2"] and pd.isna(s["answer"][2])
+    r = AuditResult(PROTO, {"spec": "x", "fingerprint": "y"}, q, s)
+    assert r.D == 0.5 and r.O_K == 0.5 and r.gap == 0.0
+
+
+def test_resume_after_interruption_equals_uninterrupted_run(tiny_model, task, tmp_path):
+    whole = audit(tiny_model, task, PROTO, out=tmp_path / "whole", max_batch_rows=10)
+
+    class Stop(Exception):
+        pass
+
+    def interrupt(done):
+        if done >= 2:
+            raise Stop
+
+    with pytest.raises(Stop):
+        audit(tiny_model, task, PROTO, out=tmp_path / "cut", max_batch_rows=10, progress=interrupt)
+    partial = AuditResult.load(tmp_path / "cut")
+    assert 0 < len(partial.questions) < len(task)
+    resumed = audit(tiny_model, task, PROTO, out=tmp_path / "cut", max_batch_rows=10)
+    pd.testing.assert_frame_equal(resumed.questions, whole.questions)
+    pd.testing.assert_frame_equal(resumed.samples, whole.samples)
+    reloaded = AuditResult.load(tmp_path / "cut")
+    pd.testing.assert_frame_equal(reloaded.samples, whole.samples)
+    assert (tmp_path / "cut" / "summary.json").is_file() and not (tmp_path / "cut" / "parts").exists()
+
+
+def test_resume_skips_finished_questions(tiny_model, task, tmp_path):
+    audit(tiny_model, task, PROTO, out=tmp_path / "a", max_batch_rows=10)
+    import reachlens.studies.auditing as mod
+
+    calls = []
+    real = mod.generate
+    mod.generate = lambda *a, **k: calls.append(1) or real(*a, **k)
+    try:
+        seen = []
+        audit(tiny_model, task, PROTO, out=tmp_path / "a", max_batch_rows=10, progress=seen.append)
+        assert calls == [] and seen[-1] == len(task)
+        audit(tiny_model, load_task("arith", n=8), PROTO, out=tmp_path / "a", max_batch_rows=10)
+        assert len(calls) == 1  # only the batch holding the two new questions is decoded
+    finally:
+        mod.generate = real
+
+
+def test_protocol_mismatch_is_refused_naming_fields(tiny_model, task, tmp_path):
+    audit(tiny_model, task.head(2), PROTO, out=tmp_path / "d", max_batch_rows=10)
+    other = Protocol("arith", k=5, temperature=0.7, max_new_tokens=12)
+    with pytest.raises(ProtocolMismatch, match="k, temperature"):
+        audit(tiny_model, task.head(2), other, out=tmp_path / "d")
+
+
+def test_different_model_into_the_same_directory_is_refused(tiny_model, task, tmp_path, monkeypatch):
+    from reachlens.models import ModelIdentity
+
+    audit(tiny_model, task.head(2), PROTO, out=tmp_path / "d", max_batch_rows=10)
+    monkeypatch.setattr(tiny_model, "reachlens_identity", ModelIdentity("zoo:other", "abc"))
+    with pytest.raises(ProtocolMismatch, match="model.spec, model.fingerprint"):
+        audit(tiny_model, task.head(2), PROTO, out=tmp_path / "d")
+
+
+def test_rescore_reproduces_the_stored_grades(tiny_model, task, tmp_path):
+    r = audit(tiny_model, task, PROTO, out=tmp_path / "r", max_batch_rows=10)
+    again = rescore(tmp_path / "r")
+    pd.testing.assert_frame_equal(again.questions, r.questions)
+    pd.testing.assert_frame_equal(again.samples, r.samples)
+
+
+def test_rescore_applies_a_changed_grader(tiny_model, task, tmp_path):
+    audit(tiny_model, task.head(2), PROTO, out=tmp_path / "r", max_batch_rows=10)
+    r = rescore(tmp_path / "r", grader="math")
+    assert r.protocol.grader == "math"
+    assert AuditResult.load(tmp_path / "r").protocol.grader == "math"
+    with pytest.raises(LookupError, match="unknown grader 'nope'"):
+        rescore(tmp_path / "r", grader="nope")
+
+
+def test_budget_extension_reuses_the_first_k_samples(tiny_model, task):
+    small = audit(tiny_model, task, PROTO, max_batch_rows=10)
+    big = audit(tiny_model, task, PROTO.with_k(8), max_batch_rows=40)
+    restricted = big.restrict_k(4)
+    assert restricted.samples["text"].tolist() == small.samples["text"].tolist()
+    extra = audit(tiny_model, task, PROTO, max_batch_rows=10, sample_offset=4)
+    assert extra.samples["sample_idx"].min() == 4
+    assert extra.samples["text"].tolist() == big.samples[big.samples["sample_idx"] >= 4]["text"].tolist()
