@@ -1,0 +1,145 @@
+"""The training audit's join: two audits of one protocol, question by question.
+
+A benchmark delta conflates "can now" with "now does". Joining a base and a trained audit on
+``question_id`` separates them. Each question gets a *realized fate* (kept, gained, lost, never) and a
+*reach fate* (kept, entered, left, never the K-sample reachable set). The summary counts how many
+newly realized questions were already reachable by the base model: if all of them were, training
+moved probability mass onto answers the base could already reach (it now *emits* them) rather than
+teaching new ones. The base model's propensity (its per-question sample hit rate) on questions it
+could reach but did not realize, binned, against the rate of realization after training shows which
+questions training converts.
+
+Audits are comparable only under one protocol (the model aside). :func:`compare` refuses anything
+else, naming the differing fields; a control that deliberately differs in one field (the prompt
+format control) names it in ``allow``. Budgets may differ only when both are cut to a common ``k``,
+which is exact because sample j of a question depends on (seed, question, j) alone.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from reachlens.protocol import ProtocolMismatch
+from reachlens.studies.auditing import AuditResult
+
+__all__ = ["Comparison", "compare", "propensity_bins", "DEFAULT_BINS", "REALIZED_FATES", "REACH_FATES"]
+
+REALIZED_FATES = ("kept", "gained", "lost", "never")
+REACH_FATES = ("kept", "entered", "left", "never")
+DEFAULT_BINS = (0.0, 0.05, 0.15, 0.35, 1.0)
+
+
+def _fate(before: pd.Series, after: pd.Series, names: tuple[str, str, str, str]) -> pd.Series:
+    kept, gained, lost, never = names
+    out = np.where(before & after, kept, np.where(~before & after, gained, np.where(before & ~after, lost, never)))
+    return pd.Series(out, index=before.index, dtype="object")
+
+
+@dataclass(frozen=True)
+class Comparison:
+    """The per-question join of two audits and its summary."""
+
+    base: AuditResult = field(repr=False)
+    trained: AuditResult = field(repr=False)
+    questions: pd.DataFrame = field(repr=False)
+
+    @property
+    def summary(self) -> dict[str, Any]:
+        q = self.questions
+        gained = q["realized_fate"] == "gained"
+        return {
+            "base": self.base.model.get("spec"), "trained": self.trained.model.get("spec"),
+            "n": len(q), "k": self.base.k,
+            "D_base": float(q["base_realized"].mean()), "D_trained": float(q["trained_realized"].mean()),
+            "delta_D": float(q["trained_realized"].mean() - q["base_realized"].mean()),
+            "O_K_base": float(q["base_reachable"].mean()), "O_K_trained": float(q["trained_reachable"].mean()),
+            "delta_O_K": float(q["trained_reachable"].mean() - q["base_reachable"].mean()),
+            "gained": int(gained.sum()), "lost": int((q["realized_fate"] == "lost").sum()),
+            "net": int(gained.sum() - (q["realized_fate"] == "lost").sum()),
+            "gained_from_base_reachable": int((gained & q["base_reachable"]).sum()),
+            "gained_outside_base_reachable": int((gained & ~q["base_reachable"]).sum()),
+            "all_gains_base_reachable": bool((q.loc[gained, "base_reachable"]).all()),
+            "entered": int((q["reach_fate"] == "entered").sum()), "left": int((q["reach_fate"] == "left").sum()),
+            "protocol_hash": self.base.protocol.hash,
+        }
+
+    def propensity_bins(self, bins: tuple[float, ...] = DEFAULT_BINS) -> pd.DataFrame:
+        return propensity_bins(self.questions, bins)
+
+    def fate_counts(self) -> pd.DataFrame:
+        """Counts of every (realized fate, reach fate) pair."""
+        return self.questions.groupby(["realized_fate", "reach_fate"]).size().rename("n").reset_index()
+
+
+def _as_result(a: AuditResult | str | Path) -> AuditResult:
+    return a if isinstance(a, AuditResult) else AuditResult.load(a)
+
+
+def compare(
+    base: AuditResult | str | Path,
+    trained: AuditResult | str | Path,
+    *,
+    k: int | None = None,
+    allow: tuple[str, ...] = (),
+) -> Comparison:
+    """Join ``base`` and ``trained`` (audit results or directories) question by question.
+
+    Args:
+        k: cut both audits to their first ``k`` samples (required when their budgets differ).
+        allow: protocol fields allowed to differ (e.g. ``("prompt_format",)`` for the format control).
+
+    Raises:
+        ProtocolMismatch: the protocols differ in a field not in ``allow``, or the question sets differ.
+
+    >>> cmp = compare("runs/base", "runs/grpo")  # doctest: +SKIP
+    >>> cmp.summary["gained_from_base_reachable"]  # doctest: +SKIP
+    """
+    b, t = _as_result(base), _as_result(trained)
+    if k is not None:
+        b, t = b.restrict_k(k), t.restrict_k(k)
+    b.protocol.require_match(t.protocol, ignore=allow)
+    ids_b, ids_t = set(b.questions["question_id"]), set(t.questions["question_id"])
+    if ids_b != ids_t:
+        raise ProtocolMismatch(
+            {"questions": (f"{len(ids_b)} questions", f"{len(ids_t)} questions ({len(ids_b ^ ids_t)} not shared)")},
+            what="audits cover different question sets",
+        )
+    cols = ["question_id", "realized", "reachable", "propensity", "n_correct", "gold"]
+    j = b.questions[cols].merge(t.questions[cols[:-1]], on="question_id", suffixes=("_b", "_t"))
+    q = pd.DataFrame({
+        "question_id": j["question_id"],
+        "base_realized": j["realized_b"].astype(bool), "trained_realized": j["realized_t"].astype(bool),
+        "base_reachable": j["reachable_b"].astype(bool), "trained_reachable": j["reachable_t"].astype(bool),
+        "base_propensity": j["propensity_b"], "trained_propensity": j["propensity_t"],
+        "base_n_correct": j["n_correct_b"], "trained_n_correct": j["n_correct_t"], "gold": j["gold"],
+    })
+    q["realized_fate"] = _fate(q["base_realized"], q["trained_realized"], ("kept", "gained", "lost", "never"))
+    q["reach_fate"] = _fate(q["base_reachable"], q["trained_reachable"], ("kept", "entered", "left", "never"))
+    return Comparison(b, t, q)
+
+
+def propensity_bins(questions: pd.DataFrame, bins: tuple[float, ...] = DEFAULT_BINS) -> pd.DataFrame:
+    """Among base-reachable, base-unrealized questions: realization after training per propensity bin.
+
+    Columns: ``bin`` (e.g. ``[0.05, 0.15)``; the last bin is closed), ``n``, ``realized_after``
+    (count), ``rate`` (NaN for an empty bin).
+    """
+    if list(bins) != sorted(bins) or bins[0] != 0.0 or bins[-1] != 1.0:
+        raise ValueError(f"bins={bins!r} must increase from 0.0 to 1.0")
+    pool = questions[questions["base_reachable"] & ~questions["base_realized"]]
+    rows = []
+    for i, (lo, hi) in enumerate(zip(bins[:-1], bins[1:])):
+        last = i == len(bins) - 2
+        inside = (pool["base_propensity"] >= lo) & ((pool["base_propensity"] <= hi) if last else (pool["base_propensity"] < hi))
+        sel = pool[inside]
+        n = len(sel)
+        hit = int(sel["trained_realized"].sum())
+        rows.append({"bin": f"[{lo:.2f}, {hi:.2f}{']' if last else ')'}", "lo": lo, "hi": hi, "n": n,
+                     "realized_after": hit, "rate": hit / n if n else math.nan})
+    return pd.DataFrame(rows)
