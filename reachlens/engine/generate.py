@@ -137,6 +137,7 @@ def generate(
     route: Sequence[int] | None = None,
     max_batch_rows: int = 256,
     on_chunk: Callable[[list[int], list[Completion]], None] | None = None,
+    fused: bool = True,
 ) -> list[Completion]:
     """Generate one completion per row.
 
@@ -148,6 +149,8 @@ def generate(
         route: layer route to run (the full model when None).
         max_batch_rows: most rows decoded together.
         on_chunk: called with (row indices, their completions) as each chunk finishes.
+        fused: use the fused attention path where no attention-internal hook is attached
+            (:mod:`reachlens.engine.fast_attention`); False runs the bridge's eager attention.
 
     Returns:
         Completions aligned with ``rows``.
@@ -157,7 +160,7 @@ def generate(
     for i, r in enumerate(rows):
         if not 0 <= r.prompt < len(prompts):
             raise IndexError(f"rows[{i}].prompt={r.prompt} but there are {len(prompts)} prompts")
-    stack = LayerStack(model)
+    stack = LayerStack(model, fused=fused)
     steps = stack.route(route)
     tok = model.tokenizer
     ids = tokenize_prompts(tok, prompts)
@@ -235,7 +238,7 @@ def _generate_chunk(
 
     n = len(rows)
     fan = torch.tensor([local[r.prompt] for r in rows], device=device)
-    cache.select_rows(fan)
+    cache.share(fan)  # rows read their prompt's keys in place (no K-fold copy of the prompt cache)
     logits = logits.index_select(0, fan)
     key_valid = torch.ones((n, width + params.max_new_tokens), dtype=torch.bool, device=device)
     key_valid[:, :width] = valid.index_select(0, fan)

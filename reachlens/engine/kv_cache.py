@@ -1,33 +1,65 @@
-"""A preallocated KV cache with one slot per *route step*, not per layer index.
+"""A preallocated KV cache with one slot per *route step*, and a shared-prefix mode for K samples.
 
 HuggingFace's ``DynamicCache`` keys its tensors by ``layer_idx`` and grows them with ``torch.cat``
 on every decoding step (which re-copies the whole cache: about 16% of a batch-200 decode step on
 a 2-core CPU). :class:`SlotKVCache` instead
 
-* preallocates ``[batch, kv_heads, max_len, head_dim]`` per slot and writes each step in place,
-  returning a view of the filled part;
+* preallocates ``[batch, kv_heads, max_len, head_dim]`` per slot and writes each step in place;
 * keys its slots by the position of a layer in the *route* being executed. A route that repeats a
   layer (``0,1,1,2``) gets two independent slots for layer 1; a layer-indexed cache would make the
-  second pass overwrite the first's keys (the collision in PoLar's and Dr.LLM's caches).
+  second pass overwrite the first's keys (the collision in PoLar's and Dr.LLM's caches);
+* after a prompt is prefilled once, :meth:`SlotKVCache.share` fans it out to its rows (K samples
+  and the greedy row) *without copying it*: the prompt's keys are stored once per prompt and each
+  row stores only what it generated. At K=200 a copied prompt cache makes every decoding step
+  re-read 200 copies of the prompt's keys, which makes attention memory-bound; the shared layout
+  lets the fused attention path (:mod:`reachlens.engine.fast_attention`) score all rows of a prompt
+  against its keys in one matrix product ("cascade" attention).
 
-The attention modules of HuggingFace and of TransformerLens' bridge both call
-``cache.update(k, v, layer_idx)``. The executor announces the route step it is about to run with
-:meth:`SlotKVCache.enter`, and ``update`` checks that the calling layer is the one the route names
-at that step, so a cache can never be silently written by the wrong layer.
+The attention modules of HuggingFace and of TransformerLens' bridge call
+``cache.update(k, v, layer_idx)`` and receive every cached key. The executor announces the route
+step it is about to run with :meth:`SlotKVCache.enter`, and ``update`` checks that the calling layer
+is the one the route names at that step, so a cache is never silently written by the wrong layer.
+In shared mode ``update`` still returns the full per-row keys (gathered), so any attention
+implementation, hooked or not, stays correct; only the fused path reads the parts separately.
 
-Numerics: the stored keys are bit-identical to what the layer produced; reading a view of a
-preallocated buffer gives the same attention as reading a concatenated tensor.
+Numerics: stored keys are bit-identical to what the layer produced.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 import torch
-from jaxtyping import Bool, Int
+from jaxtyping import Float, Int
 from torch import Tensor
 
-__all__ = ["SlotKVCache"]
+__all__ = ["SlotKVCache", "SharedPrefix"]
+
+
+@dataclass
+class SharedPrefix:
+    """How rows map onto the prompts whose keys they share."""
+
+    group: Int[Tensor, "batch"]
+    """Prompt index of each row."""
+    length: int
+    """Positions in the shared prompt part (padded width)."""
+    n_groups: int
+    width: int
+    """Most rows of any one prompt (the padded group size used by grouped matrix products)."""
+    flat: Int[Tensor, "batch"]
+    """``group * width + rank within group``: where a row sits in the padded grouped layout."""
+
+    @classmethod
+    def build(cls, group: Tensor, length: int, n_groups: int) -> SharedPrefix:
+        counts = torch.bincount(group, minlength=n_groups)
+        width = int(counts.max()) if group.numel() else 1
+        order = torch.argsort(group, stable=True)
+        starts = torch.cumsum(counts, 0) - counts
+        rank = torch.empty_like(group)
+        rank[order] = torch.arange(group.numel(), device=group.device) - starts[group[order]]
+        return cls(group, length, n_groups, width, group * width + rank)
 
 
 class SlotKVCache:
@@ -47,29 +79,25 @@ class SlotKVCache:
         self.max_len = int(max_len)
         self.length = 0
         """Positions already committed (the next write lands at ``length``)."""
+        self.shared: SharedPrefix | None = None
         self._slot: int | None = None
         self._pending = 0
+        # per slot: full [batch, h, max_len, d] (plain mode) or the row-own part (shared mode)
         self._keys: list[Tensor | None] = [None] * len(self.route)
         self._values: list[Tensor | None] = [None] * len(self.route)
+        # shared mode: the prompts' part, [n_groups, h, prefix_len, d] per slot
+        self._prefix_keys: list[Tensor | None] = [None] * len(self.route)
+        self._prefix_values: list[Tensor | None] = [None] * len(self.route)
 
     @property
     def n_slots(self) -> int:
         return len(self.route)
 
-    @property
-    def batch_size(self) -> int | None:
-        k = self._keys[0]
-        return None if k is None else k.shape[0]
-
-    # --- the protocol the attention modules use -------------------------------------------------
     def enter(self, slot: int) -> None:
         """Announce that route step ``slot`` runs next."""
         self._slot = slot
 
-    def update(
-        self, key_states: Tensor, value_states: Tensor, layer_idx: int, cache_kwargs: object = None
-    ) -> tuple[Tensor, Tensor]:
-        """Write this step's keys and values for the current slot; return everything cached so far."""
+    def _check(self, layer_idx: int) -> int:
         slot = self._slot
         if slot is None:
             raise RuntimeError("SlotKVCache.update called outside a route step; call enter(slot) first")
@@ -78,20 +106,51 @@ class SlotKVCache:
                 f"route step {slot} should run layer {self.route[slot]}, but layer {layer_idx} wrote "
                 f"to the cache; the executor and the cache disagree about the route {self.route}"
             )
+        return slot
+
+    def append(self, key_states: Tensor, value_states: Tensor, layer_idx: int) -> int:
+        """Write this step's keys and values for the current slot; return the slot."""
+        slot = self._check(layer_idx)
         n_new = key_states.shape[-2]
-        end = self.length + n_new
-        if end > self.max_len:
-            raise RuntimeError(f"KV cache overflow: {end} positions > max_len={self.max_len}")
+        if self.length + n_new > self.max_len:
+            raise RuntimeError(f"KV cache overflow: {self.length + n_new} positions > max_len={self.max_len}")
+        own = self.max_len - (self.shared.length if self.shared else 0)
+        start = self.length - (self.shared.length if self.shared else 0)
         if self._keys[slot] is None:
             b, h, _, d = key_states.shape
-            self._keys[slot] = key_states.new_empty((b, h, self.max_len, d))
-            self._values[slot] = value_states.new_empty((b, value_states.shape[1], self.max_len, value_states.shape[-1]))
+            self._keys[slot] = key_states.new_empty((b, h, own, d))
+            self._values[slot] = value_states.new_empty((b, value_states.shape[1], own, value_states.shape[-1]))
         k_buf, v_buf = self._keys[slot], self._values[slot]
         assert k_buf is not None and v_buf is not None
-        k_buf[:, :, self.length : end] = key_states
-        v_buf[:, :, self.length : end] = value_states
+        k_buf[:, :, start : start + n_new] = key_states
+        v_buf[:, :, start : start + n_new] = value_states
         self._pending = n_new
-        return k_buf[:, :, :end], v_buf[:, :, :end]
+        return slot
+
+    def own(self, slot: int) -> tuple[Tensor, Tensor]:
+        """The row-own keys and values of ``slot`` up to the current write (all of them in plain mode)."""
+        end = self.length + self._pending - (self.shared.length if self.shared else 0)
+        k, v = self._keys[slot], self._values[slot]
+        assert k is not None and v is not None
+        return k[:, :, :end], v[:, :, :end]
+
+    def prefix(self, slot: int) -> tuple[Tensor, Tensor]:
+        """The shared prompt keys and values of ``slot``, ``[n_groups, h, prefix_len, d]``."""
+        k, v = self._prefix_keys[slot], self._prefix_values[slot]
+        assert k is not None and v is not None
+        return k, v
+
+    def update(
+        self, key_states: Tensor, value_states: Tensor, layer_idx: int, cache_kwargs: object = None
+    ) -> tuple[Tensor, Tensor]:
+        """HuggingFace's cache protocol: write, then return every cached key and value per row."""
+        slot = self.append(key_states, value_states, layer_idx)
+        k, v = self.own(slot)
+        if self.shared is None:
+            return k, v
+        pk, pv = self.prefix(slot)
+        g = self.shared.group
+        return torch.cat([pk.index_select(0, g), k], dim=2), torch.cat([pv.index_select(0, g), v], dim=2)
 
     def commit(self) -> None:
         """After a whole forward over the route: the new positions become part of the cache."""
@@ -99,25 +158,57 @@ class SlotKVCache:
         self._pending = 0
         self._slot = None
 
-    # --- what HuggingFace code may ask a cache ------------------------------------------------
     def get_seq_length(self, layer_idx: int = 0) -> int:
         return self.length
 
     # --- batch surgery ---------------------------------------------------------------------------
+    def share(self, group: Int[Tensor, "batch"]) -> None:
+        """Fan the prefilled prompts out to rows without copying: row ``i`` continues prompt ``group[i]``."""
+        if self.shared is not None:
+            raise RuntimeError("the cache is already shared")
+        n_groups = None
+        for s in range(self.n_slots):
+            k, v = self._keys[s], self._values[s]
+            if k is None or v is None:
+                continue
+            n_groups = k.shape[0]
+            self._prefix_keys[s] = k[:, :, : self.length].contiguous()
+            self._prefix_values[s] = v[:, :, : self.length].contiguous()
+            self._keys[s] = self._values[s] = None
+        self.shared = SharedPrefix.build(group, self.length, n_groups or int(group.max()) + 1)
+
     def select_rows(self, index: Int[Tensor, "new_batch"]) -> None:
         """Keep (and repeat) rows: row ``i`` of the result is old row ``index[i]``.
 
-        Used once after a shared prefill to fan a prompt's cache out to its samples, and to drop
-        finished rows mid-generation. Only the filled part of each buffer is copied.
+        In plain mode this copies the filled part of each buffer; in shared mode only the rows'
+        own generated part is copied and the prompts' keys stay where they are.
         """
+        filled = self.length - (self.shared.length if self.shared else 0)
         for store in (self._keys, self._values):
             for s, buf in enumerate(store):
                 if buf is None:
                     continue
                 new = buf.new_empty((index.shape[0], *buf.shape[1:]))
-                new[:, :, : self.length] = buf[:, :, : self.length].index_select(0, index)
+                new[:, :, :filled] = buf[:, :, :filled].index_select(0, index)
                 store[s] = new
+        if self.shared is not None:
+            self.shared = SharedPrefix.build(self.shared.group.index_select(0, index), self.shared.length,
+                                             self.shared.n_groups)
 
-    def key_padding(self, valid: Bool[Tensor, "batch pos"]) -> Bool[Tensor, "batch pos"]:
-        """Convenience: ``valid`` cut to the committed length (for building masks)."""
-        return valid[:, : self.length]
+
+def grouped_matmul(
+    x: Float[Tensor, "batch h m k"], mats: Float[Tensor, "groups h k n"], shared: SharedPrefix
+) -> Float[Tensor, "batch h m n"]:
+    """``x[b] @ mats[group[b]]`` for every row, as one batched product per group (no gather of ``mats``)."""
+    b, h, m, k = x.shape
+    if shared.n_groups == 1:
+        y = torch.matmul(x.permute(1, 0, 2, 3).reshape(h, b * m, k), mats[0])
+        return y.view(h, b, m, -1).permute(1, 0, 2, 3)
+    g, w = shared.n_groups, shared.width
+    padded = x.new_zeros((g * w, h, m, k))
+    padded[shared.flat] = x
+    padded = padded.view(g, w, h, m, k).permute(0, 2, 1, 3, 4).reshape(g, h, w * m, k)
+    y = torch.matmul(padded, mats)  # [g, h, w*m, n]
+    n = y.shape[-1]
+    y = y.view(g, h, w, m, n).permute(0, 2, 1, 3, 4).reshape(g * w, h, m, n)
+    return y.index_select(0, shared.flat)

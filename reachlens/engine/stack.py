@@ -8,8 +8,9 @@ prompt prefill and each decoding step alike. The sampler, the route executor, lo
 and every intervention go through :meth:`LayerStack.forward`; nothing in reachlens calls the HF
 ``forward`` or ``TransformerBridge.generate``.
 
-The identity route ``range(n_layers)`` reproduces the bridge's own forward exactly (tested to 0.0
-difference on Llama). A different route (skip, repeat, reorder) runs the same weights in another
+The identity route ``range(n_layers)`` reproduces the bridge's own forward: exactly with
+``fused=False``, and to float32 rounding with the default fused attention path (which steps aside
+whenever an attention-internal hook such as ``hook_pattern`` is attached). A different route (skip, repeat, reorder) runs the same weights in another
 order; hooks are named by the layer that runs, so a repeated layer fires its hooks twice.
 
 Supported architectures are the decoder-only families whose bridge blocks take rotary
@@ -19,12 +20,14 @@ refused by name rather than run subtly wrong.
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Sequence
 
 import torch
 from jaxtyping import Bool, Float, Int
 from torch import Tensor
 
+from reachlens.engine.fast_attention import fused_attention
 from reachlens.engine.kv_cache import SlotKVCache
 
 __all__ = ["LayerStack", "SUPPORTED_MODEL_TYPES", "validate_route"]
@@ -63,7 +66,7 @@ class LayerStack:
     >>> logits = stack.forward(ids)  # doctest: +SKIP
     """
 
-    def __init__(self, model: torch.nn.Module) -> None:
+    def __init__(self, model: torch.nn.Module, *, fused: bool = True) -> None:
         for part in ("embed", "blocks", "ln_final", "unembed", "rotary_emb"):
             if not hasattr(model, part):
                 raise TypeError(
@@ -79,6 +82,9 @@ class LayerStack:
             )
         self.model = model
         self.model_type = model_type
+        self.fused = fused
+        """Use the fused attention path where no attention-internal hook is attached (see
+        :mod:`reachlens.engine.fast_attention`); False runs the bridge's eager attention everywhere."""
         self.n_layers = len(model.blocks)
         self.identity = tuple(range(self.n_layers))
 
@@ -151,7 +157,8 @@ class LayerStack:
             position_ids = torch.arange(past, past + input_ids.shape[1], device=input_ids.device).expand(
                 input_ids.shape[0], -1
             )
-        resid = self.run_blocks(self.embed(input_ids), position_ids, attention_mask, steps, cache)
+        with fused_attention(self.model) if self.fused else contextlib.nullcontext():
+            resid = self.run_blocks(self.embed(input_ids), position_ids, attention_mask, steps, cache)
         if cache is not None:
             cache.commit()
         if last_only:

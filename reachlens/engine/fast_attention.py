@@ -1,0 +1,188 @@
+"""A fused attention path for the bridge's rotary attention, used only where it cannot change a hook.
+
+TransformerLens' ``PositionEmbeddingsAttentionBridge`` re-implements attention step by step so that
+``hook_rot_q``, ``hook_attn_scores`` and ``hook_pattern`` can fire: two batched matmuls, a causal mask
+built and applied on every call, a float32 softmax, a NaN scrub. At the batch sizes of a K-sample
+probe that eager path is about half of a decoding step. When none of those *internal* hook points
+has a hook attached, the same result comes from ``torch.nn.functional.scaled_dot_product_attention``
+in one fused call.
+
+:func:`fused_attention` swaps that path in for the duration of a reachlens forward. Each call checks
+the hook points it would skip and falls back to the bridge's own forward if any carries a hook, so a
+user who patches ``hook_pattern`` gets the bridge's exact semantics. Hook points that the fused path
+still runs keep firing: ``attn.hook_in``, ``hook_cos``/``hook_sin``, the q/k/v/o linear bridges (so
+``hook_q``, ``hook_k``, ``hook_v``, ``hook_z``) and ``attn.hook_out`` (``hook_attn_out``), and every
+block- and MLP-level hook.
+
+Only the plain configuration is fused (Llama, Mistral without a sliding window, Qwen2): no qk-norm,
+no split qkv inputs, no gated or per-head-result modes, no softcapping, sinks or sliding windows.
+Anything else always takes the bridge's path. Numerics: SDPA and the eager path agree to float32
+rounding (about 1e-6 relative); greedy decoding is tested token for token against HuggingFace,
+which itself uses SDPA.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+from types import MethodType
+
+import torch
+import torch.nn.functional as F
+from jaxtyping import Bool, Float
+from torch import Tensor
+from transformer_lens.hook_points import HookPoint
+
+from reachlens.engine.kv_cache import SharedPrefix, SlotKVCache, grouped_matmul
+
+__all__ = ["can_fuse", "cascade_attention", "fused_attention", "fusable_attentions"]
+
+_CONFIG_FLAGS = (
+    "use_split_qkv_input", "use_attn_in", "gated_q_proj", "rotary_interleaved_cos_sin",
+    "rotary_adjacent_pairs", "qk_norm_after_rope", "use_attn_result",
+)
+_HF_ATTRS = ("key_multiplier", "attn_logit_softcapping", "sinks", "sliding_window")
+
+
+def can_fuse(attn) -> bool:
+    """Whether ``attn`` has the plain configuration the fused path reproduces."""
+    from transformer_lens.model_bridge.generalized_components.position_embeddings_attention import (
+        PositionEmbeddingsAttentionBridge,
+    )
+
+    if type(attn) is not PositionEmbeddingsAttentionBridge:
+        return False
+    hf = attn.original_component
+    if hf is None or any(getattr(hf, a, None) is not None for a in _HF_ATTRS):
+        return False
+    cfg = attn.config
+    if any(bool(getattr(cfg, f, False)) for f in _CONFIG_FLAGS):
+        return False
+    if any(name in attn.submodules for name in ("q_norm", "k_norm", "gate")):
+        return False
+    hf_cfg = getattr(hf, "config", None)
+    if getattr(hf_cfg, "clip_qkv", None) is not None:
+        return False
+    rope = getattr(hf_cfg, "rope_parameters", None)
+    if isinstance(rope, dict) and rope.get("llama_4_scaling_beta") is not None:
+        return False
+    return all(hasattr(attn, n) for n in ("q", "k", "v", "o"))
+
+
+def cascade_attention(
+    q: Float[Tensor, "batch heads 1 d_head"],
+    prefix_k: Float[Tensor, "groups kv_heads prefix d_head"],
+    prefix_v: Float[Tensor, "groups kv_heads prefix d_head"],
+    own_k: Float[Tensor, "batch kv_heads own d_head"],
+    own_v: Float[Tensor, "batch kv_heads own d_head"],
+    shared: SharedPrefix,
+    attention_mask: Bool[Tensor, "batch 1 1 kv"] | None,
+    scale: float,
+) -> Float[Tensor, "batch heads 1 d_head"]:
+    """One decoding step of attention over a shared prompt part plus each row's own part.
+
+    Scores against the prompt's keys are one matrix product per prompt for all of its rows (GQA heads
+    folded into the rows); scores against a row's own keys are a small batched product. One softmax
+    runs over both parts, so the result equals attention over the concatenated keys.
+    """
+    b, h, _, d = q.shape
+    hk = prefix_k.shape[1]
+    qg = q.reshape(b, hk, h // hk, d)
+    s_prefix = grouped_matmul(qg, prefix_k.transpose(-1, -2), shared)
+    s_own = torch.matmul(qg, own_k.transpose(-1, -2))
+    scores = torch.cat([s_prefix, s_own], dim=-1).float() * scale
+    if attention_mask is not None:
+        scores = scores.masked_fill(~attention_mask[:, :, -1:, : scores.shape[-1]], torch.finfo(scores.dtype).min)
+    probs = torch.softmax(scores, dim=-1).to(q.dtype)
+    n_prefix = prefix_k.shape[2]
+    out = grouped_matmul(probs[..., :n_prefix], prefix_v, shared) + torch.matmul(probs[..., n_prefix:], own_v)
+    return out.reshape(b, h, 1, d)
+
+
+def _skipped_hook_points(attn) -> list[HookPoint]:
+    """Hook points inside ``attn`` that the fused path does not run."""
+    kept = {id(getattr(attn, n)) for n in ("hook_in", "hook_out", "hook_cos", "hook_sin")}
+    for proj in ("q", "k", "v", "o"):
+        kept |= {id(m) for m in getattr(attn, proj).modules()}
+    return [m for m in attn.modules() if isinstance(m, HookPoint) and id(m) not in kept]
+
+
+def _hooked(points: list[HookPoint]) -> bool:
+    return any(p._forward_hooks or p._forward_pre_hooks or p._backward_hooks for p in points)
+
+
+def _fused_forward(self, *args, **kwargs):
+    if _hooked(self._reachlens_skipped) or self.training:
+        return self._reachlens_bridge_forward(*args, **kwargs)
+    hidden = kwargs.pop("hidden_states") if "hidden_states" in kwargs else args[0]
+    position_embeddings = kwargs.pop("position_embeddings")
+    attention_mask = kwargs.pop("attention_mask", None)
+    hf = self.original_component
+    head_dim = hf.head_dim
+    hidden = self.hook_in(hidden)
+    b, q_len = hidden.shape[:2]
+    q = self.q(hidden).view(b, q_len, -1, head_dim).transpose(1, 2)
+    k = self.k(hidden).view(b, q_len, -1, head_dim).transpose(1, 2)
+    v = self.v(hidden).view(b, q_len, -1, head_dim).transpose(1, 2)
+    cos, sin = self._apply_position_embedding_hooks(position_embeddings)
+    from transformers.models.llama.modeling_llama import apply_rotary_pos_emb
+
+    q, k = apply_rotary_pos_emb(q, k, cos, sin)
+    scale = getattr(hf, "scaling", head_dim**-0.5)
+    cache = kwargs.get("past_key_values")
+    if isinstance(cache, SlotKVCache) and cache.shared is not None and q_len == 1:
+        slot = cache.append(k, v, self._layer_idx)
+        out = cascade_attention(q, *cache.prefix(slot), *cache.own(slot), cache.shared, attention_mask, scale)
+        return self.hook_out(self.o(out.transpose(1, 2).reshape(b, q_len, -1))), None
+    k, v = self._update_kv_cache(k, v, **kwargs)
+    kv_len = k.shape[-2]
+    causal = False
+    mask = None
+    if attention_mask is not None:
+        mask = attention_mask[..., -q_len:, :kv_len]
+        if mask.dtype != torch.bool:
+            mask = mask.to(q.dtype)
+    elif q_len > 1:
+        if kv_len == q_len:
+            causal = True
+        else:
+            mask = torch.ones(q_len, kv_len, dtype=torch.bool, device=q.device).tril_(kv_len - q_len)
+    out = F.scaled_dot_product_attention(
+        q, k, v, attn_mask=mask, is_causal=causal, scale=scale,
+        enable_gqa=k.shape[1] != q.shape[1],
+    )
+    out = out.transpose(1, 2).reshape(b, q_len, -1)
+    out = self.hook_out(self.o(out))
+    return out, None
+
+
+def fusable_attentions(model) -> list:
+    """The attention bridges of ``model`` the fused path can stand in for (computed once per model)."""
+    found = model.__dict__.get("_reachlens_fusable")
+    if found is None:
+        found = []
+        for block in model.blocks:
+            attn = getattr(block, "attn", None)
+            if attn is not None and can_fuse(attn):
+                attn._reachlens_skipped = _skipped_hook_points(attn)
+                found.append(attn)
+        object.__setattr__(model, "_reachlens_fusable", found)
+    return found
+
+
+@contextlib.contextmanager
+def fused_attention(model) -> Iterator[int]:
+    """Within the block, eligible attention bridges of ``model`` use the fused path; yields how many."""
+    patched = []
+    for attn in fusable_attentions(model):
+        if "forward" in attn.__dict__:  # already patched by an enclosing call
+            continue
+        attn._reachlens_bridge_forward = attn.forward
+        # object.__setattr__: the bridge forwards unknown attribute writes to the wrapped HF module
+        object.__setattr__(attn, "forward", MethodType(_fused_forward, attn))
+        patched.append(attn)
+    try:
+        yield len(patched)
+    finally:
+        for attn in patched:
+            object.__delattr__(attn, "forward")

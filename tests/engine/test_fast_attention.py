@@ -1,0 +1,59 @@
+"""The fused and cascade attention paths equal the bridge's eager attention."""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+from reachlens.engine import Row, SamplingParams, generate, row_seed
+from reachlens.engine.fast_attention import cascade_attention, fusable_attentions, fused_attention
+from reachlens.engine.kv_cache import SharedPrefix
+
+PROMPTS = ["Q: 12+34=?\nA:", "Q: 5-3+2-9=?\nA:", "hello"]
+
+
+def test_cascade_attention_equals_sdpa_over_concatenated_keys():
+    torch.manual_seed(0)
+    b, h, hk, d, lp, t = 7, 4, 2, 8, 5, 3
+    group = torch.tensor([0, 0, 1, 1, 1, 2, 0])
+    shared = SharedPrefix.build(group, lp, 3)
+    q = torch.randn(b, h, 1, d)
+    pk, pv = torch.randn(3, hk, lp, d), torch.randn(3, hk, lp, d)
+    ok, ov = torch.randn(b, hk, t, d), torch.randn(b, hk, t, d)
+    mask = torch.ones(b, 1, 1, lp + t, dtype=torch.bool)
+    mask[2, ..., :2] = False  # left padding of prompt 1 seen by row 2
+    out = cascade_attention(q, pk, pv, ok, ov, shared, mask, d**-0.5)
+    k = torch.cat([pk[group], ok], 2).repeat_interleave(h // hk, 1)
+    v = torch.cat([pv[group], ov], 2).repeat_interleave(h // hk, 1)
+    ref = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+    torch.testing.assert_close(out, ref, rtol=1e-5, atol=1e-6)
+
+
+def test_fused_and_eager_paths_agree_on_greedy_and_samples(tiny_model):
+    assert len(fusable_attentions(tiny_model)) == 3
+    rows = [Row(p) for p in range(3)] + [Row(p, row_seed(0, str(p), j)) for p in range(3) for j in range(4)]
+    params = SamplingParams(16, temperature=1.0, stop_at_eos=False)
+    fast = generate(tiny_model, PROMPTS, rows, params, max_batch_rows=64)
+    eager = generate(tiny_model, PROMPTS, rows, params, max_batch_rows=64, fused=False)
+    assert [o.token_ids for o in fast] == [o.token_ids for o in eager]
+    for a, b in zip(fast, eager):
+        assert max(abs(x - y) for x, y in zip(a.logprobs, b.logprobs)) < 1e-4
+
+
+def test_an_attention_internal_hook_takes_the_bridge_path(tiny_model):
+    seen = []
+
+    def look(pattern, hook):
+        seen.append(pattern.shape)
+
+    params = SamplingParams(5, stop_at_eos=False)
+    with tiny_model.hooks(fwd_hooks=[("blocks.2.attn.hook_pattern", look)]):
+        hooked = generate(tiny_model, [PROMPTS[0]], [Row(0)], params)[0]
+    assert len(seen) == 5 and seen[1][-2:] == (1, seen[0][-1] + 1)  # prefill, then one query per step
+    assert hooked.token_ids == generate(tiny_model, [PROMPTS[0]], [Row(0)], params)[0].token_ids
+
+
+def test_fused_path_is_removed_after_a_forward(tiny_model):
+    with fused_attention(tiny_model) as n:
+        assert n == 3 and all("forward" in a.__dict__ for a in fusable_attentions(tiny_model))
+    assert not any("forward" in a.__dict__ for a in fusable_attentions(tiny_model))
