@@ -1,0 +1,74 @@
+"""Argument types and the user-error convention shared by every ``reachlens`` subcommand."""
+
+from __future__ import annotations
+
+import argparse
+
+__all__ = [
+    "CLIError", "add_model_args", "add_protocol_args", "add_task_args", "nonneg_float", "positive_int",
+    "protocol_from_args",
+]
+
+
+class CLIError(Exception):
+    """A user error: printed as one line, exit status 2."""
+
+
+def positive_int(name: str):
+    def parse(s: str) -> int:
+        try:
+            v = int(s)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{name} must be an integer, got {s!r}") from None
+        if v < 1:
+            raise argparse.ArgumentTypeError(f"{name} must be >= 1, got {v}")
+        return v
+
+    return parse
+
+
+def nonneg_float(name: str):
+    def parse(s: str) -> float:
+        try:
+            v = float(s)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{name} must be a number, got {s!r}") from None
+        if not v >= 0:
+            raise argparse.ArgumentTypeError(f"{name} must be >= 0, got {v}")
+        return v
+
+    return parse
+
+
+def add_task_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--task", required=True, help="task name (arith, gsm8k, arc, math500, piqa, logiqa, jsonl, csv)")
+    p.add_argument("--data", default=None, help="data file for file-based tasks")
+    p.add_argument("--split", default="test")
+    p.add_argument("--n", type=positive_int("--n"), default=None, help="use the first N questions")
+
+
+def add_protocol_args(p: argparse.ArgumentParser, *, k_default: int = 64) -> None:
+    """The probe's flags: budget, temperature, top-p, decode length, prompt format, seed, stops."""
+    p.add_argument("--k", type=positive_int("--k"), default=k_default, help="samples per question (budget K)")
+    p.add_argument("--temperature", type=nonneg_float("--temperature"), default=0.8)
+    p.add_argument("--top-p", type=float, default=1.0)
+    p.add_argument("--max-new-tokens", type=positive_int("--max-new-tokens"), default=256)
+    p.add_argument("--prompt-format", default="default")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--stop", action="append", default=None, help="stop string (repeatable; default: the task's)")
+
+
+def add_model_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("model", help="zoo:NAME, a local HuggingFace folder, or a hub name")
+    p.add_argument("--device", default="cpu")
+    p.add_argument("--trust-remote-code", action="store_true", help="allow the model's own code to run")
+
+
+def protocol_from_args(args: argparse.Namespace, task):
+    from reachlens.protocol import Protocol
+
+    return Protocol(
+        task=args.task, split=args.split, k=args.k, temperature=args.temperature, top_p=args.top_p,
+        max_new_tokens=args.max_new_tokens, prompt_format=args.prompt_format, seed=args.seed,
+        stop=tuple(args.stop) if args.stop else None,
+    ).resolved(task)

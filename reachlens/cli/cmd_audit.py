@@ -1,0 +1,40 @@
+"""``reachlens audit MODEL --task T ... --out DIR``: realized vs reachable for one model."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from reachlens.cli._common import add_model_args, add_protocol_args, add_task_args, positive_int, protocol_from_args
+
+NAME = "audit"
+HELP = "audit one model: realized (greedy) vs reachable (K samples)"
+
+
+def register(sub) -> argparse.ArgumentParser:
+    p = sub.add_parser(NAME, help=HELP)
+    add_model_args(p)
+    add_task_args(p)
+    add_protocol_args(p)
+    p.add_argument("--max-batch-rows", type=positive_int("--max-batch-rows"), default=256)
+    p.add_argument("--out", required=True, help="audit directory (re-running resumes it)")
+    return p
+
+
+def run(args: argparse.Namespace) -> int:
+    from tqdm import tqdm
+
+    from reachlens.models import load_model
+    from reachlens.studies import audit
+    from reachlens.tasks import load_task
+
+    task = load_task(args.task, args.data, split=args.split, n=args.n)
+    protocol = protocol_from_args(args, task)
+    model = load_model(args.model, device=args.device, trust_remote_code=args.trust_remote_code)
+    bar = tqdm(total=len(task), unit="q", desc=f"audit {args.model}", file=sys.stderr)
+    result = audit(model, task, protocol, out=args.out, max_batch_rows=args.max_batch_rows,
+                   progress=lambda done: bar.update(done - bar.n))
+    bar.close()
+    print(f"{args.model} on {args.task} (n={result.n}, K={result.k}, T={protocol.temperature}): "
+          f"D={result.D:.3f}  O_{result.k}={result.O_K:.3f}  gap={result.gap:+.3f}   -> {args.out}")
+    return 0
