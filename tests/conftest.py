@@ -52,3 +52,26 @@ def shared_data() -> Path:
     if not SHARED_DATA.is_dir():
         pytest.fail(f"the shared data folder {SHARED_DATA} is missing: tests need ../shared/data beside the repo")
     return SHARED_DATA
+
+
+def fake_audit(realized, n_correct, k=4, spec="m", protocol=None):
+    """An audit result made by hand: realized flags and correct-sample counts per question."""
+    import pandas as pd
+
+    from reachlens import Protocol
+    from reachlens.studies import AuditResult
+    from reachlens.tasks import load_task
+
+    protocol = protocol or Protocol("arith", k=4, temperature=1.0, max_new_tokens=12)
+    qids = [f"q{i}" for i in range(len(realized))]
+    q = pd.DataFrame({
+        "question_id": qids, "realized": realized, "reachable": [c > 0 for c in n_correct],
+        "n_correct": n_correct, "n_scored": [k] * len(qids), "k": k,
+        "propensity": [c / k for c in n_correct], "deployed_answer": "1", "deployed_text": "x",
+        "deployed_scored": True, "deployed_finish": "stop", "gold": "1", "labels": None,
+    })
+    rows = [{"question_id": qid, "sample_idx": j, "text": "t", "answer": "1", "correct": j < c, "scored": True,
+             "finish_reason": "stop", "n_tokens": 1, "mean_logprob": -1.0}
+            for qid, c in zip(qids, n_correct) for j in range(k)]
+    return AuditResult(protocol.resolved(load_task("arith", n=1)), {"spec": spec, "fingerprint": spec}, q,
+                       pd.DataFrame(rows))

@@ -4,28 +4,12 @@ from __future__ import annotations
 
 import pandas as pd
 import pytest
+from conftest import fake_audit as fake
 
 from reachlens import Protocol, ProtocolMismatch, audit, load_task
 from reachlens.studies import AuditResult, compare, extend_budget, propensity_bins
 
 PROTO = Protocol("arith", k=4, temperature=1.0, max_new_tokens=12)
-
-
-def fake(realized, n_correct, k=4, spec="m", protocol=PROTO):
-    """An audit result made by hand: realized flags and correct-sample counts per question."""
-    qids = [f"q{i}" for i in range(len(realized))]
-    q = pd.DataFrame({
-        "question_id": qids, "realized": realized, "reachable": [c > 0 for c in n_correct],
-        "n_correct": n_correct, "n_scored": [k] * len(qids), "k": k,
-        "propensity": [c / k for c in n_correct], "deployed_answer": "1", "deployed_text": "x",
-        "deployed_scored": True, "deployed_finish": "stop", "gold": "1", "labels": None,
-    })
-    rows = []
-    for qid, c in zip(qids, n_correct):
-        for j in range(k):
-            rows.append({"question_id": qid, "sample_idx": j, "text": "t", "answer": "1", "correct": j < c,
-                         "scored": True, "finish_reason": "stop", "n_tokens": 1, "mean_logprob": -1.0})
-    return AuditResult(protocol.resolved(load_task("arith", n=1)), {"spec": spec, "fingerprint": spec}, q, pd.DataFrame(rows))
 
 
 BASE = fake([True, True, False, False, False, False, False], [4, 3, 2, 1, 0, 0, 3])

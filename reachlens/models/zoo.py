@@ -1,0 +1,72 @@
+"""The model zoo: tiny HuggingFace checkpoints the project trains and ships in ``assets/zoo/NAME``.
+
+Each entry is a real HF folder (``config.json``, ``model.safetensors``, tokenizer files) plus
+``training.json`` (the recipe, command, seed, parent, wall time, parameter count) and
+``MODEL_CARD.md``. ``card.json`` holds the measured audit (D and O_64 on the arith test split) and
+the exact command that reproduces it. ``load_model("zoo:NAME")`` loads an entry through the same
+code path as any HuggingFace model.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from reachlens.models.loading import _zoo_root
+
+__all__ = ["ZooEntry", "zoo_entries", "zoo_table", "zoo_root"]
+
+
+def zoo_root() -> Path:
+    """The folder holding the zoo (``assets/zoo``, or ``$REACHLENS_ZOO``)."""
+    return _zoo_root()
+
+
+@dataclass(frozen=True)
+class ZooEntry:
+    """One shipped checkpoint and what is known about it."""
+
+    name: str
+    path: Path
+    training: dict[str, Any]
+    card: dict[str, Any]
+
+    @property
+    def spec(self) -> str:
+        return f"zoo:{self.name}"
+
+    @property
+    def size_bytes(self) -> int:
+        return sum(f.stat().st_size for f in self.path.iterdir() if f.is_file())
+
+
+def _read(path: Path) -> dict[str, Any]:
+    return json.loads(path.read_text()) if path.is_file() else {}
+
+
+def zoo_entries(root: Path | None = None) -> list[ZooEntry]:
+    """Every checkpoint folder under the zoo root, by name."""
+    root = zoo_root() if root is None else root
+    if not root.is_dir():
+        return []
+    return [
+        ZooEntry(p.name, p, _read(p / "training.json"), _read(p / "card.json"))
+        for p in sorted(root.iterdir()) if (p / "config.json").is_file()
+    ]
+
+
+def zoo_table(root: Path | None = None) -> pd.DataFrame:
+    """One row per entry: name, recipe, parent, parameters, wall time, measured D and O_64, size."""
+    rows = []
+    for e in zoo_entries(root):
+        audit = e.card.get("audit", {})
+        rows.append({
+            "name": e.name, "recipe": e.training.get("recipe", "?"), "parent": e.training.get("parent", ""),
+            "parameters": e.training.get("parameters"), "train_s": e.training.get("wall_seconds"),
+            "D": audit.get("D"), "O_64": audit.get("O_K"), "MB": round(e.size_bytes / 2**20, 2),
+        })
+    return pd.DataFrame(rows, columns=["name", "recipe", "parent", "parameters", "train_s", "D", "O_64", "MB"])

@@ -1,0 +1,211 @@
+"""The training audit as one study: audits of several checkpoints, their pairwise joins and controls.
+
+A study directory holds one audit directory per checkpoint (``audits/NAME``), the budget control's
+extended audits (``audits/NAME-k{2K}``), the prompt-format control's audits
+(``audits/NAME-fmt-{FORMAT}``) and ``study.json``, which names the pairs. Everything in it can be
+re-read without a model, and :mod:`reachlens.report` renders it.
+
+Controls:
+
+* **budget**: O_K and O_2K for both checkpoints of each pair. If training only concentrates mass, a
+  larger budget shows the base reaching what training "gained" (base O_2K >= trained O_K).
+* **prompt format**: the trained model audited under the base model's prompt (``shared``) and under
+  its own (``native``); the share of the realization gain retained under the shared prompt is
+  ``(D_trained,shared - D_base) / (D_trained,native - D_base)`` (undefined when the native gain is 0).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from reachlens.protocol import Protocol
+from reachlens.store import write_json
+from reachlens.studies.auditing import AuditResult, audit
+from reachlens.studies.budget import extend_budget
+from reachlens.studies.compare import Comparison, compare
+
+__all__ = ["StudyPlan", "TrainingAudit", "load_training_audit", "pairs_from_dirs", "run_training_audit"]
+
+
+@dataclass(frozen=True)
+class StudyPlan:
+    """What a training audit runs."""
+
+    models: dict[str, str]
+    """Checkpoint name -> model spec (``zoo:base``, a folder, a hub name)."""
+    pairs: tuple[tuple[str, str], ...]
+    """(parent, descendant) names to compare."""
+    protocol: Protocol
+    """The shared protocol (budget K); the budget control extends it to ``budget_k``."""
+    n: int | None = None
+    """First n questions of the task (all when None)."""
+    data: str | None = None
+    """Data file for file-based tasks."""
+    budget_k: int | None = None
+    """Budget of the budget control (typically 2K); None skips it."""
+    native_formats: dict[str, str] = field(default_factory=dict)
+    """Descendant name -> its native prompt format, for the prompt-format control (skipped when empty)."""
+
+    def __post_init__(self) -> None:
+        for a, b in self.pairs:
+            for name in (a, b):
+                if name not in self.models:
+                    raise ValueError(f"pair ({a!r}, {b!r}) names {name!r}, which is not among the models "
+                                     f"{sorted(self.models)}")
+        if self.budget_k is not None and self.budget_k <= self.protocol.k:
+            raise ValueError(f"budget_k={self.budget_k!r} must exceed the protocol's k={self.protocol.k}")
+
+    def to_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["protocol"] = self.protocol.to_dict()
+        d["pairs"] = [list(p) for p in self.pairs]
+        return d
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> StudyPlan:
+        d = dict(d)
+        d["protocol"] = Protocol.from_dict(d["protocol"])
+        d["pairs"] = tuple(tuple(p) for p in d["pairs"])
+        return cls(**d)
+
+
+@dataclass(frozen=True)
+class TrainingAudit:
+    """A finished (or partial) study, read back from its directory."""
+
+    plan: StudyPlan
+    path: Path
+    audits: dict[str, AuditResult]
+    extended: dict[str, AuditResult]
+    formats: dict[str, AuditResult]
+    wall_seconds: dict[str, float]
+
+    def comparisons(self) -> dict[tuple[str, str], Comparison]:
+        return {(a, b): compare(self.audits[a], self.audits[b]) for a, b in self.plan.pairs
+                if a in self.audits and b in self.audits}
+
+    def headline(self) -> pd.DataFrame:
+        """Per pair: D and O_K on both sides, gained, lost, gained from base-reachable."""
+        rows = []
+        for (a, b), c in self.comparisons().items():
+            s = c.summary
+            rows.append({"pair": f"{a} -> {b}", "D_base": s["D_base"], "D_trained": s["D_trained"],
+                         "O_K_base": s["O_K_base"], "O_K_trained": s["O_K_trained"], "gained": s["gained"],
+                         "lost": s["lost"], "gained_from_base_reachable": s["gained_from_base_reachable"],
+                         "entered": s["entered"], "left": s["left"]})
+        return pd.DataFrame(rows)
+
+    def budget_control(self) -> pd.DataFrame:
+        """O_K and O_2K per checkpoint (from the same seed stream)."""
+        rows = []
+        for name, r in self.audits.items():
+            e = self.extended.get(name)
+            rows.append({"model": name, "K": r.k, "O_K": r.O_K, "K2": e.k if e else None,
+                         "O_2K": e.O_K if e else math.nan, "D": r.D})
+        return pd.DataFrame(rows)
+
+    def format_control(self) -> pd.DataFrame:
+        """Per pair with a native format: D under the shared and the native prompt, gain retained."""
+        rows = []
+        for a, b in self.plan.pairs:
+            fmt = self.plan.native_formats.get(b)
+            if fmt is None or a not in self.audits or b not in self.audits:
+                continue
+            native = self.formats.get(b) if fmt != self.audits[b].protocol.prompt_format else self.audits[b]
+            if native is None:
+                continue
+            d_base, d_shared, d_native = self.audits[a].D, self.audits[b].D, native.D
+            gain_native = d_native - d_base
+            rows.append({"pair": f"{a} -> {b}", "shared_format": self.audits[b].protocol.prompt_format,
+                         "native_format": fmt, "D_base": d_base, "D_trained_shared": d_shared,
+                         "D_trained_native": d_native,
+                         "gain_retained": (d_shared - d_base) / gain_native if gain_native else math.nan})
+        return pd.DataFrame(rows)
+
+
+def run_training_audit(
+    plan: StudyPlan,
+    out: str | Path,
+    *,
+    load: Callable[[str], Any] | None = None,
+    max_batch_rows: int = 256,
+    log: Callable[[str], None] = print,
+) -> TrainingAudit:
+    """Run (or resume) every audit the plan needs into ``out``; return the study.
+
+    Args:
+        load: model loader (default :func:`reachlens.load_model`).
+    """
+    from reachlens.models import load_model
+    from reachlens.tasks import load_task
+
+    load = load or load_model
+    root = Path(out)
+    (root / "audits").mkdir(parents=True, exist_ok=True)
+    study_file = root / "study.json"
+    if study_file.is_file():
+        old = StudyPlan.from_dict(json.loads(study_file.read_text())["plan"])
+        if old != plan:
+            raise ValueError(f"study directory {str(root)!r} holds another plan; use a new --out or delete it")
+    write_json(study_file, {"plan": plan.to_dict()})
+    task = load_task(plan.protocol.task, plan.data, split=plan.protocol.split, n=plan.n)
+    walls: dict[str, float] = {}
+    for name in plan.models:
+        t0 = time.perf_counter()
+        model = load(plan.models[name])
+        r = audit(model, task, plan.protocol, out=root / "audits" / name, max_batch_rows=max_batch_rows)
+        log(f"{name:>10s}: D={r.D:.3f}  O_{r.k}={r.O_K:.3f}")
+        if plan.budget_k:
+            ext_dir = root / "audits" / f"{name}-k{plan.budget_k}"
+            if not (ext_dir / "summary.json").is_file():
+                e = extend_budget(model, task, r, plan.budget_k, out=ext_dir, max_batch_rows=max_batch_rows)
+                log(f"{name:>10s}: O_{plan.budget_k}={e.O_K:.3f}")
+        fmt = plan.native_formats.get(name)
+        if fmt and fmt != r.protocol.prompt_format:
+            import dataclasses
+
+            f = audit(model, task, dataclasses.replace(plan.protocol, prompt_format=fmt),
+                      out=root / "audits" / f"{name}-fmt-{fmt}", max_batch_rows=max_batch_rows)
+            log(f"{name:>10s}: D under its native prompt {fmt!r} = {f.D:.3f}")
+        walls[name] = time.perf_counter() - t0
+    old_walls = json.loads(study_file.read_text()).get("wall_seconds", {})
+    write_json(study_file, {"plan": plan.to_dict(), "wall_seconds": {**old_walls, **walls}})
+    return load_training_audit(root)
+
+
+def load_training_audit(path: str | Path) -> TrainingAudit:
+    """Read a study directory written by :func:`run_training_audit`."""
+    root = Path(path)
+    meta = json.loads((root / "study.json").read_text())
+    plan = StudyPlan.from_dict(meta["plan"])
+    audits, extended, formats = {}, {}, {}
+    for name in plan.models:
+        d = root / "audits" / name
+        if (d / "summary.json").is_file():
+            audits[name] = AuditResult.load(d)
+        if plan.budget_k and (root / "audits" / f"{name}-k{plan.budget_k}" / "summary.json").is_file():
+            extended[name] = AuditResult.load(root / "audits" / f"{name}-k{plan.budget_k}")
+        fmt = plan.native_formats.get(name)
+        if fmt and (root / "audits" / f"{name}-fmt-{fmt}" / "summary.json").is_file():
+            formats[name] = AuditResult.load(root / "audits" / f"{name}-fmt-{fmt}")
+    return TrainingAudit(plan, root, audits, extended, formats, meta.get("wall_seconds", {}))
+
+
+def pairs_from_dirs(dirs: Sequence[str | Path]) -> TrainingAudit:
+    """A study view over plain audit directories: the first is the base, each other one a descendant."""
+    if len(dirs) < 2:
+        raise ValueError(f"need at least two audit directories (a base and a descendant), got {len(dirs)}")
+    results = {Path(d).name: AuditResult.load(d) for d in dirs}
+    names = list(results)
+    first = results[names[0]]
+    plan = StudyPlan({n: r.model.get("spec", n) for n, r in results.items()},
+                     tuple((names[0], n) for n in names[1:]), first.protocol)
+    return TrainingAudit(plan, Path(dirs[0]).parent, results, {}, {}, {})
