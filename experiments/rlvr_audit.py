@@ -1,0 +1,108 @@
+"""The training audit for any list of (base, trained) pairs on any task: audits, joins, controls, report.
+
+    python experiments/rlvr_audit.py --config zoo --out runs/rlvr-zoo
+    python experiments/rlvr_audit.py --config qwen-math-simplerl-gsm8k --data ../shared/data/gsm8k/test.jsonl --out runs/qwen
+
+Each configuration below is a set of checkpoints, the pairs to compare, a task and a protocol. The
+literature's pairs need their weights in the local HuggingFace cache and, realistically, a GPU
+(``--device cuda``); the ``zoo`` configuration runs on the shipped checkpoints on a CPU. Every run
+is resumable: re-running the same command skips finished audits and finished questions.
+"""
+
+from __future__ import annotations
+
+import argparse
+from dataclasses import dataclass, field
+
+from reachlens import Protocol
+
+
+@dataclass(frozen=True)
+class Config:
+    models: dict[str, str]
+    pairs: tuple[tuple[str, str], ...]
+    task: str
+    protocol_kwargs: dict = field(default_factory=dict)
+    n: int | None = None
+    budget_k: int | None = None
+    native_formats: dict[str, str] = field(default_factory=dict)
+
+
+CONFIGS = {
+    # The shipped zoo: base, RLVR (GRPO and DAPO losses), SFT and SFT-then-RL, on arith (CPU, minutes).
+    "zoo": Config(
+        models={"base": "zoo:base", "grpo": "zoo:grpo", "dapo": "zoo:dapo", "sft": "zoo:sft", "sft-grpo": "zoo:sft-grpo"},
+        pairs=(("base", "grpo"), ("base", "dapo"), ("base", "sft"), ("sft", "sft-grpo")),
+        task="arith", protocol_kwargs=dict(k=200, temperature=0.8, max_new_tokens=96), n=300, budget_k=400,
+    ),
+    # DAPO (Yu et al., 2025): Qwen2.5-32B base vs its DAPO-trained descendant, on MATH-500.
+    # Needs ~65 GB of bf16 weights per model and a large GPU.
+    "qwen32b-dapo-math500": Config(
+        models={"base": "Qwen/Qwen2.5-32B", "dapo": "BytedTsinghua-SIA/DAPO-Qwen-32B"},
+        pairs=(("base", "dapo"),), task="math500",
+        protocol_kwargs=dict(k=256, temperature=0.6, top_p=0.95, max_new_tokens=4096, prompt_format="boxed"),
+        budget_k=512,
+    ),
+    # SimpleRL-Zoo (Zeng et al., 2025): Qwen2.5-Math-7B vs SimpleRL-Zero, on GSM8K and MATH-500.
+    # Hub ids are as the authors published them; check them against the hub before a run.
+    "qwen-math-simplerl-gsm8k": Config(
+        models={"base": "Qwen/Qwen2.5-Math-7B", "simplerl": "hkust-nlp/Qwen-2.5-Math-7B-SimpleRL-Zero"},
+        pairs=(("base", "simplerl"),), task="gsm8k",
+        protocol_kwargs=dict(k=256, temperature=0.6, top_p=0.95, max_new_tokens=1024),
+        budget_k=512, native_formats={"simplerl": "gsm8k_cot"},
+    ),
+    "qwen-math-simplerl-math500": Config(
+        models={"base": "Qwen/Qwen2.5-Math-7B", "simplerl": "hkust-nlp/Qwen-2.5-Math-7B-SimpleRL-Zero"},
+        pairs=(("base", "simplerl"),), task="math500",
+        protocol_kwargs=dict(k=256, temperature=0.6, top_p=0.95, max_new_tokens=3000, prompt_format="boxed"),
+        budget_k=512,
+    ),
+}
+
+
+def main(argv=None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--config", choices=sorted(CONFIGS), default="zoo")
+    ap.add_argument("--pair", action="append", default=None, metavar="BASE=SPEC,TRAINED=SPEC",
+                    help="ad-hoc pair instead of a configuration, e.g. base=zoo:base,rl=zoo:grpo")
+    ap.add_argument("--task", default=None, help="override the configuration's task")
+    ap.add_argument("--data", default=None, help="data file for file-based tasks")
+    ap.add_argument("--n", type=int, default=None)
+    ap.add_argument("--k", type=int, default=None)
+    ap.add_argument("--budget-k", type=int, default=None)
+    ap.add_argument("--device", default="cpu")
+    ap.add_argument("--max-batch-rows", type=int, default=256)
+    ap.add_argument("--out", required=True)
+    args = ap.parse_args(argv)
+
+    from reachlens.models import load_model
+    from reachlens.report import write_report
+    from reachlens.studies.training_audit import StudyPlan, run_training_audit
+
+    cfg = CONFIGS[args.config]
+    models, pairs = dict(cfg.models), cfg.pairs
+    if args.pair:
+        models, pairs = {}, []
+        for spec in args.pair:
+            try:
+                (a, sa), (b, sb) = (part.split("=", 1) for part in spec.split(","))
+            except ValueError:
+                ap.error(f"--pair {spec!r}: expected BASE=SPEC,TRAINED=SPEC")
+            models.update({a: sa, b: sb})
+            pairs.append((a, b))
+        pairs = tuple(pairs)
+    kwargs = dict(cfg.protocol_kwargs)
+    if args.k:
+        kwargs["k"] = args.k
+    task = args.task or cfg.task
+    plan = StudyPlan(models, pairs, Protocol(task, **kwargs), n=args.n or cfg.n, data=args.data,
+                     budget_k=args.budget_k or cfg.budget_k, native_formats=cfg.native_formats)
+    study = run_training_audit(plan, args.out, load=lambda spec: load_model(spec, device=args.device),
+                               max_batch_rows=args.max_batch_rows)
+    html_path, md_path = write_report(study, args.out)
+    print(study.headline().to_string(index=False, float_format=lambda x: f"{x:.3f}"))
+    print(f"report: {html_path}\nsummary: {md_path}")
+
+
+if __name__ == "__main__":
+    main()
