@@ -4,7 +4,7 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: test demo bench clean-venv
+.PHONY: test demo zoo bench clean-venv
 
 $(STAMP): pyproject.toml
 	@command -v $(PYTHON) >/dev/null 2>&1 || { echo "need $(PYTHON) (set PYTHON=...)"; exit 1; }
@@ -18,10 +18,16 @@ test: $(STAMP)
 	$(PY) -m pytest -q
 
 demo: $(STAMP)
-	$(PY) -m reachlens audit zoo:base --task arith --n 300 --k 64 --temperature 0.8 --max-new-tokens 96 --out runs/demo/base
+	$(PY) -m reachlens demo --out runs/demo
+
+# Retrain every zoo checkpoint from scratch with fixed seeds, then re-measure each model card.
+ZOO := assets/zoo
+zoo: $(STAMP)
+	$(PY) experiments/zoo/build_zoo.py --zoo $(ZOO)
 
 bench: $(STAMP)
 	$(PY) benchmarks/bench_sampling.py
+	$(PY) benchmarks/bench_demo.py
 
 clean-venv:
 	rm -rf $(VENV)

@@ -9,11 +9,16 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import torch
+from transformers import TrainerCallback
 
 from reachlens.models.char_tokenizer import build_char_tokenizer
 from reachlens.tasks.arith import ARITH_ALPHABET
 
-__all__ = ["ZooModelConfig", "arith_tokenizer", "encode_batch", "save_checkpoint", "set_seed"]
+__all__ = [
+    "ZooModelConfig", "arith_tokenizer", "encode_batch", "save_checkpoint", "set_seed",
+    "PrintLogs", "check_out_dir", "hf_trainer_args", "library_versions", "load_parent", "parent_summary",
+    "save_finetuned",
+]
 
 
 @dataclass(frozen=True)
@@ -36,17 +41,27 @@ def arith_tokenizer():
     return build_char_tokenizer(ARITH_ALPHABET)
 
 
-def encode_batch(tok, texts: list[str], prompt_lens: list[int] | None = None) -> tuple[torch.Tensor, torch.Tensor]:
-    """Right-padded ``BOS + text + EOS`` ids and labels (-100 on padding and, if given, on the prompt)."""
-    seqs = [tok(t, add_special_tokens=True)["input_ids"] + [tok.eos_token_id] for t in texts]
+def encode_batch(tok, prompts: list[str], completions: list[str]) -> tuple[torch.Tensor, torch.Tensor]:
+    """Right-padded ``prompt + completion + EOS`` ids, and labels with -100 on padding and on the prompt.
+
+    The prompt is encoded the way every consumer encodes it (the tokenizer's own special tokens:
+    none for the zoo's character tokenizer), and exactly its tokens are masked, so the first
+    completion token (the space after ``A:``) is trained.
+    """
+    seqs, n_prompt = [], []
+    for p, c in zip(prompts, completions, strict=True):
+        p_ids = tok(p, add_special_tokens=True)["input_ids"]
+        full = tok(p + c, add_special_tokens=True)["input_ids"]
+        if full[: len(p_ids)] != p_ids:
+            raise ValueError(f"prompt {p!r} does not tokenize to a prefix of prompt + completion")
+        seqs.append(full + [tok.eos_token_id])
+        n_prompt.append(len(p_ids))
     width = max(len(s) for s in seqs)
     ids = torch.full((len(seqs), width), tok.pad_token_id, dtype=torch.long)
     labels = torch.full((len(seqs), width), -100, dtype=torch.long)
     for i, s in enumerate(seqs):
         ids[i, : len(s)] = torch.tensor(s)
-        labels[i, : len(s)] = torch.tensor(s)
-        if prompt_lens is not None:
-            labels[i, : prompt_lens[i] + 1] = -100  # BOS + prompt
+        labels[i, n_prompt[i] : len(s)] = torch.tensor(s[n_prompt[i] :])
     return ids, labels
 
 
@@ -63,3 +78,102 @@ def now() -> float:
 
 def config_dict(cfg) -> dict:
     return asdict(cfg)
+
+
+# --- Shared by the fine-tuning scripts (rl_grpo.py, sft.py) -----------------------------------------
+
+def check_out_dir(out: Path) -> Path:
+    """``out`` as a Path, refusing a folder that already holds files (a finished run is never overwritten)."""
+    out = Path(out)
+    if out.exists() and (not out.is_dir() or any(out.iterdir())):
+        raise SystemExit(f"--out {str(out)!r} already exists and is not an empty folder; remove it or pick another")
+    return out
+
+
+def load_parent(init: str | Path):
+    """``(model, tokenizer)`` of a parent checkpoint folder: float32 safetensors, left padding, a pad token."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    folder = Path(init)
+    if not (folder / "config.json").is_file() or not any(folder.glob("*.safetensors")):
+        raise SystemExit(f"--init {str(init)!r} is not a checkpoint folder (needs config.json and *.safetensors)")
+    tok = AutoTokenizer.from_pretrained(folder)
+    tok.padding_side = "left"  # not kept by save_pretrained; TRL's generation needs left padding
+    if tok.pad_token is None or tok.eos_token is None:
+        raise SystemExit(f"the tokenizer of {str(init)!r} lacks a pad or EOS token "
+                         f"(pad={tok.pad_token!r}, eos={tok.eos_token!r})")
+    model = AutoModelForCausalLM.from_pretrained(folder, use_safetensors=True, dtype=torch.float32)
+    return model, tok
+
+
+def parent_summary(init: str | Path) -> dict:
+    """The parent's card fields worth copying into a child's card (empty if it has no training.json)."""
+    card = Path(init) / "training.json"
+    if not card.is_file():
+        return {}
+    parent = json.loads(card.read_text())
+    return {k: parent[k] for k in ("recipe", "seed", "steps", "parent") if k in parent}
+
+
+def library_versions() -> dict:
+    """Versions of the libraries a fine-tuning run depends on (for the card)."""
+    import transformers
+    import trl
+
+    return {"torch": torch.__version__, "transformers": transformers.__version__, "trl": trl.__version__}
+
+
+def hf_trainer_args(*, output_dir: str, steps: int, lr: float, seed: int, log_every: int,
+                    scheduler: str, warmup_steps: int) -> dict:
+    """TrainingArguments shared by the zoo's TRL runs: CPU, fp32, no checkpointing of any kind, no reporting.
+
+    TRL's configs default to ``gradient_checkpointing=True`` and ``bf16=True``; both are switched off here
+    (``activation_checkpointing`` is transformers 5's name for the former).
+    """
+    return dict(
+        output_dir=output_dir, max_steps=steps, learning_rate=lr, lr_scheduler_type=scheduler,
+        warmup_steps=warmup_steps, seed=seed, data_seed=seed, use_cpu=True, bf16=False, fp16=False,
+        activation_checkpointing=False, gradient_checkpointing=False, report_to="none", save_strategy="no",
+        eval_strategy="no", logging_steps=log_every, disable_tqdm=True, log_level="warning", dataloader_num_workers=0,
+        gradient_accumulation_steps=1, max_grad_norm=1.0,
+    )
+
+
+class PrintLogs(TrainerCallback):
+    """Prints one line per logging step: the chosen ``{log key: short name}`` metrics and seconds per step.
+
+    Every line is also kept in ``history`` (for the card's summary).
+    """
+
+    def __init__(self, keys: dict[str, str]):
+        self.keys = keys
+        self.t0 = self.t_last = time.perf_counter()
+        self.step_last = 0
+        self.history: list[dict] = []
+
+    def on_log(self, args, state, control, logs=None, **kwargs):
+        if not logs or "train_runtime" in logs:
+            return
+        t = time.perf_counter()
+        rate = (t - self.t_last) / max(1, state.global_step - self.step_last)
+        self.t_last, self.step_last = t, state.global_step
+        metrics = {name: logs[key] for key, name in self.keys.items() if key in logs}
+        self.history.append({"step": state.global_step, **metrics, "s_per_step": round(rate, 3)})
+        parts = "  ".join(f"{name} {value:.4g}" for name, value in metrics.items())
+        print(f"step {state.global_step:5d}  {parts}  {rate:.2f}s/step  {t - self.t0:7.1f}s", flush=True)
+
+
+def save_finetuned(model, tok, init: str | Path, out: Path, card: dict) -> None:
+    """Save a fine-tuned model with the parent's generation config (undoing any stop-token change) and a card.
+
+    The folder ends up holding only the config, generation config, safetensors weights, tokenizer files and
+    ``training.json``: no optimizer state, no trainer checkpoints.
+    """
+    from transformers import GenerationConfig
+
+    parent_gen = Path(init) / "generation_config.json"
+    model.generation_config = (GenerationConfig.from_pretrained(init) if parent_gen.is_file()
+                               else GenerationConfig.from_model_config(model.config))
+    model.config.use_cache = True
+    model.eval()
+    save_checkpoint(model, tok, Path(out), card)

@@ -39,9 +39,16 @@ def main(argv=None) -> None:
     summary = json.loads((out / "summary.json").read_text())
     training = json.loads((folder / "training.json").read_text())
     command = "reachlens " + " ".join(cmd)
+    import pandas as pd
+
+    q = pd.read_parquet(out / "questions.parquet")
     card = {"audit": {"D": summary["D"], "O_K": summary["O_K"], "k": summary["k"], "n": summary["n"],
                       "pass_at_k": summary["pass_at_k"], "protocol_hash": summary["protocol_hash"],
-                      "command": command, "wall_seconds": round(audit_s, 1)}}
+                      "command": command, "wall_seconds": round(audit_s, 1),
+                      # per question, so a test can re-audit a prefix and check it sample for sample
+                      "questions": {"question_id": q["question_id"].tolist(),
+                                    "realized": [bool(x) for x in q["realized"]],
+                                    "n_correct": [int(x) for x in q["n_correct"]]}}}
     (folder / "card.json").write_text(json.dumps(card, indent=2, sort_keys=True) + "\n")
     hyper = {k: v for k, v in sorted(training.items()) if k not in ("command", "model", "recipe", "parent")}
     lines = [

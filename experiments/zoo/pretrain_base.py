@@ -70,8 +70,8 @@ def main(argv=None) -> None:
     model.train()
     for step in range(args.steps):
         batch = texts[step * args.batch : (step + 1) * args.batch]
-        plens = [len(t.split("\nA:")[0]) + 3 for t in batch]  # "Q: ...=?\nA:" characters = tokens
-        ids, labels = encode_batch(tok, batch, plens)
+        prompts = [t[: t.index("\nA:") + 3] for t in batch]  # "Q: ...=?\nA:"
+        ids, labels = encode_batch(tok, prompts, [t[len(p) :] for t, p in zip(batch, prompts)])
         for g in opt.param_groups:
             g["lr"] = lr_at(step)
         loss = model(input_ids=ids, attention_mask=(ids != tok.pad_token_id).long(), labels=labels).loss

@@ -5,6 +5,7 @@ from reachlens.engine.kv_cache import SlotKVCache
 from reachlens.engine.rng import row_seed, sample_inverse_cdf, uniforms
 from reachlens.engine.stack import SUPPORTED_MODEL_TYPES, LayerStack, validate_route
 from reachlens.engine.stopping import StopChecker
+from reachlens.engine.tokens import encode, tokenizer_of
 
 __all__ = [
     "Completion",
@@ -14,10 +15,12 @@ __all__ = [
     "SamplingParams",
     "SlotKVCache",
     "StopChecker",
+    "encode",
     "generate",
     "row_seed",
     "sample_inverse_cdf",
     "tokenize_prompts",
+    "tokenizer_of",
     "uniforms",
     "validate_route",
 ]

@@ -27,6 +27,7 @@ from torch import Tensor
 from reachlens.engine.rng import sample_inverse_cdf
 from reachlens.engine.stack import LayerStack
 from reachlens.engine.stopping import StopChecker
+from reachlens.engine.tokens import tokenizer_of
 
 __all__ = ["SamplingParams", "Row", "Completion", "generate", "tokenize_prompts"]
 
@@ -91,7 +92,7 @@ def tokenize_prompts(tokenizer, prompts: Sequence[str]) -> list[list[int]]:
 
 def _eos_ids(model) -> set[int]:
     ids: set[int] = set()
-    tok = model.tokenizer
+    tok = tokenizer_of(model)
     if getattr(tok, "eos_token_id", None) is not None:
         ids.add(int(tok.eos_token_id))
     gen_cfg = getattr(getattr(model, "original_model", None), "generation_config", None)
@@ -162,7 +163,7 @@ def generate(
             raise IndexError(f"rows[{i}].prompt={r.prompt} but there are {len(prompts)} prompts")
     stack = LayerStack(model, fused=fused)
     steps = stack.route(route)
-    tok = model.tokenizer
+    tok = tokenizer_of(model)
     ids = tokenize_prompts(tok, prompts)
     for i, p in enumerate(ids):
         if not p:
@@ -225,7 +226,7 @@ def _generate_chunk(
     device = stack.device
     prompt_order = sorted({r.prompt for r in rows})
     local = {p: i for i, p in enumerate(prompt_order)}
-    pad_id = stack.model.tokenizer.pad_token_id
+    pad_id = tokenizer_of(stack.model).pad_token_id
     pad_id = 0 if pad_id is None else int(pad_id)
     ids, valid, positions = _prefill_inputs([all_ids[p] for p in prompt_order], pad_id, device)
     width = ids.shape[1]
@@ -280,7 +281,7 @@ def _generate_chunk(
             cache=cache, route=steps, last_only=True,
         )[:, -1]
         next_pos = next_pos + 1
-    tok = stack.model.tokenizer
+    tok = tokenizer_of(stack.model)
     token_lists = [tokens[r, : int(lengths[r])].tolist() for r in range(n)]
     texts = tok.batch_decode(
         [t[:-1] if reasons[r] == "eos" else t for r, t in enumerate(token_lists)], skip_special_tokens=False

@@ -136,6 +136,9 @@ def load_model(
         trust_remote_code=trust_remote_code,
     )
     model.eval()
+    # the bridge swapped in a BOS-prepending copy as model.tokenizer; prompts are encoded with the
+    # model's own tokenizer as it ships (see reachlens.engine.tokens)
+    object.__setattr__(model, "reachlens_tokenizer", tokenizer)
     model.reachlens_identity = model_identity(spec)
     return model
 

@@ -114,6 +114,18 @@ def summarize(result: AuditResult) -> dict[str, Any]:
     }
 
 
+_TEXT_COLUMNS = ("text", "answer", "finish_reason", "deployed_answer", "deployed_text", "deployed_finish", "gold", "labels")
+
+
+def canonical(df: pd.DataFrame) -> pd.DataFrame:
+    """Text columns as pandas' string dtype (missing = NaN), so tables compare equal however they were made."""
+    df = df.copy()
+    for col in _TEXT_COLUMNS:
+        if col in df.columns:
+            df[col] = df[col].astype("str")
+    return df
+
+
 def grader_for(name: str, labels: str | None) -> Grader:
     """The grader ``name``; for ``choice`` with a question's own labels (``"1234"`` in some ARC rows)."""
     if name == "choice" and labels:
@@ -132,7 +144,7 @@ def _question_table_update(questions: pd.DataFrame, samples: pd.DataFrame, k: in
     q["k"] = k
     q["reachable"] = q["n_correct"] > 0
     q["propensity"] = q["n_correct"] / q["n_scored"].where(q["n_scored"] > 0)
-    return q[QUESTION_COLUMNS]
+    return canonical(q[QUESTION_COLUMNS])
 
 
 def grade_questions(
@@ -163,7 +175,7 @@ def grade_questions(
             "deployed_answer": g_dep.answer, "deployed_text": dep.text, "deployed_scored": bool(g_dep.scored),
             "deployed_finish": dep.finish_reason, "gold": q.gold, "labels": labels,
         })
-    return pd.DataFrame(q_rows, columns=QUESTION_COLUMNS), pd.DataFrame(s_rows, columns=SAMPLE_COLUMNS)
+    return canonical(pd.DataFrame(q_rows, columns=QUESTION_COLUMNS)), canonical(pd.DataFrame(s_rows, columns=SAMPLE_COLUMNS))
 
 
 def _identity(model) -> dict[str, str]:
@@ -269,5 +281,5 @@ def _in_task_order(questions: pd.DataFrame, samples: pd.DataFrame, ids: list[str
     rank = lambda s: s.map(lambda x: order.get(x, len(order)))  # noqa: E731
     questions = questions.assign(_r=rank(questions["question_id"])).sort_values(["_r", "question_id"], kind="stable")
     samples = samples.assign(_r=rank(samples["question_id"])).sort_values(["_r", "question_id", "sample_idx"], kind="stable")
-    return (questions.drop(columns="_r").reset_index(drop=True)[QUESTION_COLUMNS],
-            samples.drop(columns="_r").reset_index(drop=True)[SAMPLE_COLUMNS])
+    return (canonical(questions.drop(columns="_r").reset_index(drop=True)[QUESTION_COLUMNS]),
+            canonical(samples.drop(columns="_r").reset_index(drop=True)[SAMPLE_COLUMNS]))

@@ -7,7 +7,7 @@ from pathlib import Path
 
 from reachlens.grading import get_grader
 from reachlens.store import AuditDir, write_json
-from reachlens.studies.auditing import AuditResult, _question_table_update, grader_for, summarize
+from reachlens.studies.auditing import AuditResult, _question_table_update, canonical, grader_for, summarize
 
 __all__ = ["rescore"]
 
@@ -28,7 +28,7 @@ def rescore(path: str | Path, grader: str | None = None) -> AuditResult:
     name = grader or str(old.protocol.grader)
     get_grader(name)  # unknown names fail here, before anything is rewritten
     q = old.questions.copy()
-    graders = {qid: grader_for(name, lab) for qid, lab in zip(q["question_id"], q["labels"])}
+    graders = {qid: grader_for(name, lab if isinstance(lab, str) else None) for qid, lab in zip(q["question_id"], q["labels"])}
     golds = dict(zip(q["question_id"], q["gold"]))
 
     s = old.samples.copy()
@@ -48,6 +48,6 @@ def rescore(path: str | Path, grader: str | None = None) -> AuditResult:
         header = store.read_header()
         header["protocol"], header["protocol_hash"] = protocol.to_dict(), protocol.hash
         write_json(store.header_path, header)
-    result = AuditResult(protocol, old.model, q, s)
-    store.consolidate(q, s, summarize(result))
+    result = AuditResult(protocol, old.model, q, canonical(s))
+    store.consolidate(q, result.samples, summarize(result))
     return result

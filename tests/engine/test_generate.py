@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
+from reachlens.engine import tokenizer_of
 from reachlens.engine import Row, SamplingParams, generate, row_seed
 from reachlens.engine.rng import sample_inverse_cdf
 
@@ -19,7 +20,7 @@ def hf_greedy(hf, tok, prompt: str, n: int) -> list[int]:
 
 
 def test_greedy_equals_hf_generate_token_for_token(tiny_model, tiny_hf):
-    tok = tiny_model.tokenizer
+    tok = tokenizer_of(tiny_model)
     params = SamplingParams(24, stop_at_eos=False)
     for p in PROMPTS:
         ours = generate(tiny_model, [p], [Row(0)], params)[0]
@@ -30,7 +31,7 @@ def test_greedy_equals_hf_generate_token_for_token(tiny_model, tiny_hf):
 
 def test_greedy_in_a_padded_batch_equals_hf(tiny_model, tiny_hf):
     """Prompts of different lengths decoded together (left padding, per-row positions)."""
-    tok = tiny_model.tokenizer
+    tok = tokenizer_of(tiny_model)
     outs = generate(tiny_model, PROMPTS, [Row(i) for i in range(len(PROMPTS))], SamplingParams(16, stop_at_eos=False),
                     max_batch_rows=2 * len(PROMPTS))
     for p, o in zip(PROMPTS, outs):
@@ -43,7 +44,7 @@ def test_padded_chunk_is_exercised(tiny_model, tiny_hf):
     from reachlens.engine.stopping import StopChecker
 
     stack = LayerStack(tiny_model)
-    tok = tiny_model.tokenizer
+    tok = tokenizer_of(tiny_model)
     ids = tokenize_prompts(tok, PROMPTS[1:3])
     assert len(ids[0]) != len(ids[1])
     outs = _generate_chunk(stack, stack.identity, ids, [Row(0), Row(1)], SamplingParams(12, stop_at_eos=False),
@@ -60,7 +61,7 @@ def test_hooks_fire_on_prompt_and_every_decoding_step(tiny_model):
 
     with tiny_model.hooks(fwd_hooks=[("blocks.1.hook_mlp_out", record)]):
         generate(tiny_model, [PROMPTS[0]], [Row(0)], SamplingParams(10, stop_at_eos=False))
-    n_prompt = len(tiny_model.tokenizer(PROMPTS[0])["input_ids"])
+    n_prompt = len(tokenizer_of(tiny_model)(PROMPTS[0])["input_ids"])
     assert calls == [n_prompt] + [1] * 9  # prefill, then one call per new token after the first
 
 
@@ -87,7 +88,7 @@ def test_same_seed_same_samples_whatever_the_batch(tiny_model):
 def test_stop_string_cuts_text_and_finishes_row(tiny_model):
     # find a character the greedy output contains, then use it as a stop string
     free = generate(tiny_model, [PROMPTS[0]], [Row(0)], SamplingParams(20, stop_at_eos=False))[0]
-    text = tiny_model.tokenizer.decode(list(free.token_ids))
+    text = tokenizer_of(tiny_model).decode(list(free.token_ids))
     stop_char = text[5]
     cut = generate(tiny_model, [PROMPTS[0]], [Row(0)], SamplingParams(20, stop=(stop_char,), stop_at_eos=False))[0]
     assert cut.finish_reason == "stop"
@@ -97,7 +98,7 @@ def test_stop_string_cuts_text_and_finishes_row(tiny_model):
 
 def test_multi_character_stop_string_across_tokens(tiny_model):
     free = generate(tiny_model, [PROMPTS[2]], [Row(0)], SamplingParams(20, stop_at_eos=False))[0]
-    text = tiny_model.tokenizer.decode(list(free.token_ids))
+    text = tokenizer_of(tiny_model).decode(list(free.token_ids))
     stop = text[6:9]
     cut = generate(tiny_model, [PROMPTS[2]], [Row(0)], SamplingParams(20, stop=(stop,), stop_at_eos=False))[0]
     assert cut.finish_reason == "stop"
@@ -105,7 +106,7 @@ def test_multi_character_stop_string_across_tokens(tiny_model):
 
 
 def test_eos_finishes_a_row_and_is_not_in_the_text(tiny_model, tiny_hf):
-    tok = tiny_model.tokenizer
+    tok = tokenizer_of(tiny_model)
     free = generate(tiny_model, [PROMPTS[0]], [Row(0)], SamplingParams(20, stop_at_eos=False))[0]
     # make the 4th greedy token the EOS id by telling the model that token is EOS
     fake_eos = free.token_ids[3]

@@ -5,11 +5,12 @@ from __future__ import annotations
 import pytest
 import torch
 
+from reachlens.engine import tokenizer_of
 from reachlens.engine import LayerStack, SlotKVCache, validate_route
 
 
 def test_identity_route_equals_bridge_and_hf_forward(tiny_model, tiny_hf):
-    ids = torch.tensor([tiny_model.tokenizer("Q: 12+34=?\nA: 12+34=46")["input_ids"]])
+    ids = torch.tensor([tokenizer_of(tiny_model)("Q: 12+34=?\nA: 12+34=46")["input_ids"]])
     stack = LayerStack(tiny_model)
     with torch.no_grad():
         ours = stack.forward(ids)
@@ -20,7 +21,7 @@ def test_identity_route_equals_bridge_and_hf_forward(tiny_model, tiny_hf):
 
 
 def test_cached_decode_equals_full_forward(tiny_model):
-    ids = torch.tensor([tiny_model.tokenizer("Q: 12+34=?\nA: 12+34=46")["input_ids"]])
+    ids = torch.tensor([tokenizer_of(tiny_model)("Q: 12+34=?\nA: 12+34=46")["input_ids"]])
     stack = LayerStack(tiny_model)
     with torch.no_grad():
         full = stack.forward(ids)

@@ -1,6 +1,7 @@
 import pytest
 import torch
 
+from reachlens.engine import tokenizer_of
 from reachlens.models import ModelLoadError, load_model, model_identity
 
 
@@ -8,7 +9,7 @@ def test_loads_a_safetensors_folder_as_a_bridge(tiny_model, tiny_dir):
     from transformer_lens.model_bridge import TransformerBridge
 
     assert isinstance(tiny_model, TransformerBridge)
-    assert tiny_model.tokenizer is not None and tiny_model.tokenizer.padding_side == "left"
+    assert tokenizer_of(tiny_model) is not None and tokenizer_of(tiny_model).padding_side == "left"
     assert tiny_model.reachlens_identity.spec == str(tiny_dir)
     assert tiny_model.reachlens_identity == model_identity(str(tiny_dir))
 
@@ -46,3 +47,14 @@ def test_fingerprint_changes_with_the_weights(tmp_path, tiny_dir):
 
     other = make_tiny_llama(tmp_path / "other", seed=1)
     assert model_identity(str(other)).fingerprint != model_identity(str(tiny_dir)).fingerprint
+
+
+def test_prompts_are_encoded_with_the_model_s_own_tokenizer(tiny_model, tiny_dir):
+    """The bridge swaps in a BOS-prepending tokenizer; reachlens encodes as AutoTokenizer does."""
+    from transformers import AutoTokenizer
+
+    from reachlens.engine import encode
+
+    own = AutoTokenizer.from_pretrained(str(tiny_dir))
+    assert encode(tiny_model, ["Q: 1+2=?"]) == [own("Q: 1+2=?")["input_ids"]]
+    assert tiny_model.tokenizer("Q: 1+2=?")["input_ids"][0] == own.bos_token_id  # TransformerLens' convention
