@@ -1,0 +1,36 @@
+"""``reachlens units MODEL --sets DIR --layer L --out DIR``: silence the top-k MLP units along v."""
+
+from __future__ import annotations
+
+import argparse
+
+from reachlens.cli.cmd_silence import add_study_args, comma_list
+
+NAME = "units"
+HELP = "rank a block's MLP units by their contribution along v; silence the top k; recovery of the block's repair"
+
+
+def register(sub) -> argparse.ArgumentParser:
+    p = sub.add_parser(NAME, help=HELP)
+    add_study_args(p)
+    p.add_argument("--layer", type=int, required=True)
+    p.add_argument("--k", type=comma_list("--k", int), default=[32], help="units to silence, e.g. 8,16,32,64")
+    p.add_argument("--direction", default=None, help="a .npy or .json d_model vector (default: mean difference)")
+    p.add_argument("--control-seed", type=int, default=0, help="seed of the random-units control")
+    p.add_argument("--no-control", action="store_true", help="skip the random-units control")
+    return p
+
+
+def run(args: argparse.Namespace) -> int:
+    from reachlens.cli.cmd_silence import open_study
+    from reachlens.cli.cmd_steer import read_vector
+    from reachlens.studies.causal import markdown_table, units_sweep
+
+    model, task, sets = open_study(args)
+    direction = read_vector(args.direction) if args.direction else None
+    result = units_sweep(model, task, sets, args.layer, ks=args.k, direction=direction,
+                         control_seed=None if args.no_control else args.control_seed, allow_other_model=True)
+    result.save(args.out)
+    print(markdown_table(result.table))
+    print(f"top units of block {args.layer}: {result.meta['top_units'][:10]} ...   -> {args.out}")
+    return 0

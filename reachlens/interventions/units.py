@@ -1,0 +1,99 @@
+"""Unit masks: silence chosen hidden units of one MLP block, and rank units by their contribution.
+
+The hidden units of an MLP are the activations at ``blocks.L.mlp.hook_post`` (for the gated MLP of
+Llama/Qwen: ``act(gate(x)) * up(x)``, the input of the down projection ``W_out``). The block's output
+is ``W_out @ post`` (no bias in the supported families), a sum of one term per unit, so a unit's
+share of a direction ``v`` in the output is exact:
+
+    out . v = sum_i post_i * (W_out[:, i] . v)
+
+:func:`unit_contributions` ranks units by their share of the *difference* between two sets
+(failure minus healthy mean activation, times ``W_out[:, i] . v``); the contributions sum to
+``(mean_out_failure - mean_out_healthy) . v``, which is the raw mean-difference norm when ``v`` is
+the normalized mean difference. :func:`unit_ablation` zeroes the chosen units on every forward:
+zeroing all of them equals zeroing the block's MLP output.
+
+>>> top = top_units(unit_contributions(delta, mlp_out_weight(model, 3), v), k=32)  # doctest: +SKIP
+>>> with model.hooks(fwd_hooks=unit_ablation(model, 3, top)):  # doctest: +SKIP
+...     outs = generate(model, prompts, rows, params)
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+from jaxtyping import Float, Int
+from torch import Tensor
+
+from reachlens.interventions._hooks import INTERVENTIONS, FwdHook, check_layer, resolve_hook_name
+
+__all__ = ["mlp_hidden_hook_name", "mlp_out_weight", "top_units", "unit_ablation", "unit_contributions", "unit_mask_hook"]
+
+
+def mlp_hidden_hook_name(model, layer: int) -> str:
+    """``blocks.{layer}.mlp.hook_post``, resolved (the MLP's hidden units before ``W_out``)."""
+    check_layer(model, layer)
+    return resolve_hook_name(model, f"blocks.{layer}.mlp.hook_post")
+
+
+def mlp_out_weight(model, layer: int) -> Float[Tensor, "d_model d_mlp"]:
+    """The down-projection weight ``W_out`` of block ``layer`` (``[d_model, d_mlp]``, a detached view)."""
+    check_layer(model, layer)
+    mlp = model.blocks[layer].mlp
+    out = getattr(mlp, "out", None)
+    weight = getattr(out, "weight", None)
+    if not isinstance(weight, Tensor):
+        raise TypeError(f"block {layer}'s MLP ({type(mlp).__name__}) has no 'out' projection weight")
+    return weight.detach()
+
+
+def unit_contributions(
+    delta_post: Float[Tensor, "d_mlp"], w_out: Float[Tensor, "d_model d_mlp"], direction: Float[Tensor, "d_model"]
+) -> Float[Tensor, "d_mlp"]:
+    """Per unit, ``delta_post[i] * (W_out[:, i] . direction)``: its share of the output difference along v."""
+    return delta_post.float() * (direction.float() @ w_out.float())
+
+
+def top_units(contributions: Float[Tensor, "d_mlp"], k: int) -> list[int]:
+    """The ``k`` units with the largest contribution (ties: the lower index first)."""
+    n = contributions.shape[0]
+    if not 1 <= k <= n:
+        raise ValueError(f"k={k!r} must lie in 1..{n} (the block's hidden units)")
+    order = sorted(range(n), key=lambda i: (-float(contributions[i]), i))
+    return order[:k]
+
+
+def unit_mask_hook(units: Int[Tensor, "k"]):
+    """A hook function that zeroes the given hidden units (the last dimension) at every position."""
+    idx = units.detach().clone().long()
+    placed: dict[torch.device, Tensor] = {}
+
+    def hook(tensor: Float[Tensor, "batch pos d_mlp"], *, hook) -> Float[Tensor, "batch pos d_mlp"]:
+        if tensor.device not in placed:
+            placed[tensor.device] = idx.to(tensor.device)
+        out = tensor.clone()
+        out[..., placed[tensor.device]] = 0
+        return out
+
+    return hook
+
+
+@INTERVENTIONS.decorator("units")
+def unit_ablation(model, layer: int, units: Sequence[int]) -> list[FwdHook]:
+    """``fwd_hooks`` that zero ``units`` of block ``layer``'s MLP hidden layer on every forward.
+
+    Raises:
+        ValueError: no units, a repeated unit, or a unit outside ``0..d_mlp-1``.
+    """
+    name = mlp_hidden_hook_name(model, layer)
+    d_mlp = int(model.cfg.d_mlp)
+    units = [int(u) for u in units]
+    if not units:
+        raise ValueError("unit_ablation needs at least one unit")
+    bad = [u for u in units if not 0 <= u < d_mlp]
+    if bad:
+        raise ValueError(f"units {bad!r} are out of range for block {layer}'s MLP (valid: 0-{d_mlp - 1})")
+    if len(set(units)) != len(units):
+        raise ValueError(f"units {units!r} repeat an index")
+    return [(name, unit_mask_hook(torch.tensor(units, dtype=torch.long)))]

@@ -1,0 +1,377 @@
+"""Causal tests of a recognition-vs-generation failure: silence a block, steer along its direction,
+silence its top units.
+
+Every measurement runs greedy generation of the failure set and the healthy panel
+(:class:`~reachlens.studies.recognition.EvalSets`) with interventions attached as hooks
+(:mod:`reachlens.interventions`), through :func:`~reachlens.studies.recognition.generate_and_grade`:
+
+* **repair rate**: share of the failure set (recognized, generated wrong) now generated correctly;
+* **break rate**: share of the healthy panel (right both ways) now generated wrong.
+
+:func:`silence_sweep` zero-ablates the MLP, the attention, or both (``layer``) of each block and
+includes an unhooked ``none`` row, which should read repair 0 and break 0: greedy decoding is
+deterministic, and the engine batches prompts of equal length without padding, so a non-zero
+baseline would flag a numerical near-tie. :func:`best_layer` picks the block whose MLP ablation
+repairs most net of breaks.
+
+:func:`steer_sweep` adds ``-alpha v`` (rescue, measured on the failure set) and ``+alpha v``
+(induction, measured on the healthy panel) to a block's output at every position, over an alpha
+grid. The default ``v`` (:func:`mean_difference_direction`) is the unit vector along mean(block
+output | failure) - mean(block output | healthy) at the answer position, the last prompt token
+(where the first answer token is predicted); alphas are in the units of the residual stream, and
+:func:`default_alphas` spaces them as multiples of the raw difference's norm.
+
+:func:`units_sweep` ranks the MLP's hidden units by their share of that difference along ``v``
+(:func:`~reachlens.interventions.units.unit_contributions`), silences the top ``k`` and reports
+the fraction of the whole-MLP repair they recover, beside ``k`` units drawn at random as a control.
+
+Caveat: repair and break rates are counts over small sets; with 20 failures one question is 5
+points. The tables carry the counts (``n_repaired``, ``n_broken``) beside the rates.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import random
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+import torch
+from jaxtyping import Float
+from torch import Tensor
+
+from reachlens.engine import LayerStack, tokenize_prompts, tokenizer_of
+from reachlens.interventions import (
+    COMPONENT_HOOKS,
+    FwdHook,
+    check_layer,
+    mlp_hidden_hook_name,
+    mlp_out_weight,
+    steer_hook_name,
+    steering,
+    top_units,
+    unit_ablation,
+    unit_contributions,
+    zero_ablation,
+)
+from reachlens.studies.recognition import EvalSets, _right_padded, generate_and_grade
+from reachlens.tasks.base import Task
+
+__all__ = [
+    "CausalResult", "Direction", "answer_activations", "best_alpha", "best_layer", "default_alphas", "evaluate_hooks",
+    "markdown_table", "mean_difference_direction", "outcome", "silence_sweep", "steer_sweep", "unit_ranking",
+    "units_sweep",
+]
+
+PER_QUESTION_COLUMNS = ["condition", "question_id", "set", "gen_correct", "gen_answer", "gen_text"]
+
+
+@dataclass(frozen=True)
+class CausalResult:
+    """A sweep's table (one row per condition), its per-question outcomes, and what made it."""
+
+    kind: str
+    table: pd.DataFrame = field(repr=False)
+    per_question: pd.DataFrame = field(repr=False)
+    meta: dict[str, Any] = field(default_factory=dict)
+    extra: dict[str, pd.DataFrame] = field(default_factory=dict, repr=False)
+    """Further tables by name (the unit ranking of a units sweep)."""
+
+    def save(self, out: str | Path) -> Path:
+        """Write ``{kind}.csv``, ``{kind}.md``, ``{kind}_per_question.parquet``, ``{kind}.json`` and
+        ``{kind}_{name}.csv`` for each extra table."""
+        out = Path(out)
+        out.mkdir(parents=True, exist_ok=True)
+        self.table.to_csv(out / f"{self.kind}.csv", index=False)
+        for name, df in self.extra.items():
+            df.to_csv(out / f"{self.kind}_{name}.csv", index=False)
+        (out / f"{self.kind}.md").write_text(markdown_table(self.table) + "\n")
+        self.per_question.to_parquet(out / f"{self.kind}_per_question.parquet", index=False)
+        (out / f"{self.kind}.json").write_text(json.dumps(self.meta, indent=2, default=str) + "\n")
+        return out
+
+
+def markdown_table(df: pd.DataFrame, digits: int = 3) -> str:
+    """``df`` as a GitHub Markdown table; floats rounded to ``digits``, NaN shown as ``-``."""
+
+    def cell(v: Any) -> str:
+        if isinstance(v, float):
+            return "-" if math.isnan(v) else f"{v:.{digits}f}"
+        return str(v)
+
+    head = "| " + " | ".join(map(str, df.columns)) + " |"
+    rule = "|" + "|".join("---" for _ in df.columns) + "|"
+    body = ["| " + " | ".join(cell(v) for v in row) + " |" for row in df.itertuples(index=False)]
+    return "\n".join([head, rule, *body])
+
+
+# --- one measurement -----------------------------------------------------------------------------
+def evaluate_hooks(
+    model, task: Task, sets: EvalSets, hooks: Sequence[FwdHook] = (), condition: str = "none",
+    *, which: str = "both",
+) -> pd.DataFrame:
+    """Greedy generation of the failure set and/or healthy panel with ``hooks`` live; ``PER_QUESTION_COLUMNS``."""
+    if which not in ("both", "failure", "healthy"):
+        raise ValueError(f"which={which!r} must be 'both', 'failure' or 'healthy'")
+    ids = (list(sets.failure) if which != "healthy" else []) + (list(sets.healthy) if which != "failure" else [])
+    if not ids:
+        return pd.DataFrame(columns=PER_QUESTION_COLUMNS)
+    with model.hooks(fwd_hooks=list(hooks)):
+        gen = generate_and_grade(model, task, sets.config, ids)
+    failure = set(sets.failure)
+    gen["set"] = ["failure" if q in failure else "healthy" for q in gen["question_id"]]
+    gen["condition"] = condition
+    return gen[PER_QUESTION_COLUMNS]
+
+
+def outcome(per_question: pd.DataFrame) -> dict[str, Any]:
+    """Repair and break rates (with counts) of one condition's per-question outcomes."""
+    fail = per_question[per_question["set"] == "failure"]
+    healthy = per_question[per_question["set"] == "healthy"]
+    n_rep, n_brk = int(fail["gen_correct"].sum()), int((~healthy["gen_correct"].astype(bool)).sum())
+    return {
+        "repair": n_rep / len(fail) if len(fail) else math.nan, "break": n_brk / len(healthy) if len(healthy) else math.nan,
+        "n_repaired": n_rep, "n_failure": len(fail), "n_broken": n_brk, "n_healthy": len(healthy),
+    }
+
+
+def _check_sets(model, sets: EvalSets, allow_other_model: bool) -> None:
+    if not allow_other_model:
+        sets.check_model(model)
+    if not sets.failure:
+        raise ValueError("the failure set is empty: nothing to repair")
+
+
+# --- zero-ablation sweep -------------------------------------------------------------------------
+def silence_sweep(
+    model, task: Task, sets: EvalSets, *, layers: Sequence[int] | None = None,
+    components: Sequence[str] = ("mlp", "attn", "layer"), allow_other_model: bool = False,
+) -> CausalResult:
+    """Zero-ablate each ``component`` of each layer; repair and break rates per (layer, component).
+
+    >>> sweep = silence_sweep(model, task, sets)  # doctest: +SKIP
+    >>> best_layer(sweep.table)  # doctest: +SKIP
+    """
+    _check_sets(model, sets, allow_other_model)
+    layers = list(range(len(model.blocks))) if layers is None else [check_layer(model, int(x)) for x in layers]
+    bad = [c for c in components if c not in COMPONENT_HOOKS]
+    if bad:
+        raise LookupError(f"unknown component(s) {bad!r}; known: {', '.join(COMPONENT_HOOKS)}")
+    plan = [(None, "none", [])] + [(L, c, zero_ablation(model, L, c)) for L in layers for c in components]
+    rows, per_q = [], []
+    for layer, comp, hooks in plan:
+        cond = "none" if layer is None else f"zero L{layer} {comp}"
+        pq = evaluate_hooks(model, task, sets, hooks, cond)
+        per_q.append(pq)
+        rows.append({"condition": cond, "layer": -1 if layer is None else layer, "component": comp, **outcome(pq)})
+    meta = {"kind": "silence", "layers": layers, "components": list(components), "sets": sets.counts,
+            "model": sets.model, "rule": sets.rule.describe()}
+    return CausalResult("silence", pd.DataFrame(rows), pd.concat(per_q, ignore_index=True), meta)
+
+
+def best_layer(table: pd.DataFrame, component: str = "mlp") -> int:
+    """The layer whose ``component`` ablation has the largest repair minus break (ties: the lowest layer)."""
+    t = table[(table["component"] == component) & (table["layer"] >= 0)]
+    if t.empty:
+        raise ValueError(f"the sweep has no rows for component {component!r}")
+    net = t["repair"] - t["break"].fillna(0.0)
+    best = max(zip(net, t["layer"]), key=lambda x: (x[0], -x[1]))
+    return int(best[1])
+
+
+# --- directions ----------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Direction:
+    """A steering direction for one hook: a unit vector and where it came from."""
+
+    vector: Tensor = field(repr=False)
+    """Unit-norm ``[d]`` vector."""
+    norm: float
+    """Norm of the raw vector before normalization (the mean difference's size for the default)."""
+    hook_name: str
+    source: str
+    """``mean_difference`` or ``user``."""
+
+    @classmethod
+    def from_vector(cls, vector: Tensor, hook_name: str, source: str = "user") -> Direction:
+        v = vector.detach().float().flatten()
+        n = float(v.norm())
+        if not math.isfinite(n) or n == 0.0:
+            raise ValueError(f"a direction needs a finite, non-zero vector (norm {n!r})")
+        return cls(v / n, n, hook_name, source)
+
+
+@torch.inference_mode()
+def answer_activations(
+    model, prompts: Sequence[str], hook_name: str, *, batch_size: int = 32
+) -> Float[Tensor, "n d"]:
+    """The activation at ``hook_name`` at each prompt's last token (the answer position), unhooked otherwise.
+
+    Prompts are batched right-padded, so the last real token never sees padding.
+    """
+    if hook_name not in model.hook_dict:
+        raise LookupError(f"model has no hook point {hook_name!r}")
+    tok = tokenizer_of(model)
+    ids = tokenize_prompts(tok, prompts)
+    stack = LayerStack(model)
+    pad = tok.pad_token_id or 0
+    out: list[Tensor] = []
+    for start in range(0, len(ids), batch_size):
+        chunk = ids[start : start + batch_size]
+        seen: list[Tensor] = []
+
+        def grab(x: Tensor, *, hook) -> None:
+            seen.append(x.detach())
+
+        with model.hooks(fwd_hooks=[(hook_name, grab)]):
+            stack.forward(_right_padded(chunk, int(pad)).to(stack.device))
+        if len(seen) != 1:
+            raise RuntimeError(f"hook {hook_name!r} fired {len(seen)} times in one forward; expected once")
+        last = torch.tensor([len(s) - 1 for s in chunk], device=seen[0].device)
+        out.append(seen[0][torch.arange(len(chunk), device=last.device), last].float().cpu())
+    return torch.cat(out).reshape(len(ids), -1)
+
+
+def _prompts(task: Task, sets: EvalSets, ids: Sequence[str]) -> list[str]:
+    by_id = {q.question_id: q for q in task.questions}
+    fmt = task.format(sets.config.resolved(task).generation_format)
+    return [fmt.render(by_id[i]) for i in ids]
+
+
+def mean_difference_direction(model, task: Task, sets: EvalSets, layer: int, component: str = "mlp") -> Direction:
+    """Unit vector along mean(output | failure) - mean(output | healthy) at the answer position."""
+    if not sets.failure or not sets.healthy:
+        raise ValueError("a mean-difference direction needs a non-empty failure set and healthy panel; "
+                         "pass a direction vector instead")
+    name = steer_hook_name(model, layer, component)
+    fail = answer_activations(model, _prompts(task, sets, sets.failure), name)
+    healthy = answer_activations(model, _prompts(task, sets, sets.healthy), name)
+    return Direction.from_vector(fail.mean(0) - healthy.mean(0), name, "mean_difference")
+
+
+def default_alphas(direction: Direction, multiples: Sequence[float] = (0.0, 0.5, 1.0, 2.0, 4.0, 8.0)) -> list[float]:
+    """Alphas as multiples of the direction's raw norm (for a user vector of norm 1: the multiples)."""
+    return [m * direction.norm for m in multiples]
+
+
+# --- steering sweep ------------------------------------------------------------------------------
+def steer_sweep(
+    model, task: Task, sets: EvalSets, layer: int, *, alphas: Sequence[float] | None = None,
+    direction: Direction | Tensor | None = None, component: str = "mlp", control_seed: int | None = None,
+    allow_other_model: bool = False,
+) -> CausalResult:
+    """Rescue (``-alpha v`` on the failure set) and induction (``+alpha v`` on the healthy panel) per alpha.
+
+    Each alpha runs both sets under ``-alpha v`` and under ``+alpha v``; the table also carries the
+    side effects (``rescue_break``: healthy broken by the rescue; ``induction_repair``). With
+    ``control_seed``, a random unit vector (seeded) is run at the same alphas as a control.
+    """
+    _check_sets(model, sets, allow_other_model)
+    name = steer_hook_name(model, layer, component)
+    if direction is None:
+        direction = mean_difference_direction(model, task, sets, layer, component)
+    elif isinstance(direction, Tensor):
+        direction = Direction.from_vector(direction, name)
+    alphas = default_alphas(direction) if alphas is None else [float(a) for a in alphas]
+    if any(a < 0 or not math.isfinite(a) for a in alphas):
+        raise ValueError(f"alphas {alphas!r} must be finite and >= 0 (the sign is the rescue/induction side)")
+    vectors = [("direction", direction.vector)]
+    if control_seed is not None:
+        g = torch.Generator().manual_seed(control_seed)
+        r = torch.randn(direction.vector.shape[0], generator=g)
+        vectors.append(("random", r / r.norm()))
+    rows, per_q = [], []
+    for label, vec in vectors:
+        for alpha in alphas:
+            minus = evaluate_hooks(model, task, sets, steering(model, layer, vec, -alpha, component),
+                                   f"{label} -{alpha:g}")
+            plus = evaluate_hooks(model, task, sets, steering(model, layer, vec, alpha, component),
+                                  f"{label} +{alpha:g}")
+            m, p = outcome(minus), outcome(plus)
+            rows.append({"vector": label, "alpha": alpha, "alpha_rel": alpha / direction.norm,
+                         "rescue": m["repair"], "rescue_break": m["break"], "induction": p["break"],
+                         "induction_repair": p["repair"], "n_rescued": m["n_repaired"], "n_induced": p["n_broken"],
+                         "n_failure": m["n_failure"], "n_healthy": m["n_healthy"]})
+            per_q += [minus, plus]
+    meta = {"kind": "steer", "layer": layer, "component": component, "hook": name, "direction_source": direction.source,
+            "direction_norm": direction.norm, "control_seed": control_seed, "sets": sets.counts, "model": sets.model,
+            "positions": "every position, prompt and generated"}
+    return CausalResult("steer", pd.DataFrame(rows), pd.concat(per_q, ignore_index=True), meta)
+
+
+def best_alpha(table: pd.DataFrame) -> float:
+    """The alpha of the ``direction`` rows with the largest rescue minus rescue_break (ties: smallest alpha)."""
+    t = table[table["vector"] == "direction"]
+    net = t["rescue"] - t["rescue_break"].fillna(0.0)
+    return float(max(zip(net, t["alpha"]), key=lambda x: (x[0], -x[1]))[1])
+
+
+# --- top-k units ---------------------------------------------------------------------------------
+def unit_ranking(model, task: Task, sets: EvalSets, layer: int, direction: Direction | Tensor | None = None) -> pd.DataFrame:
+    """The MLP's hidden units ranked by their share of the failure-minus-healthy output along ``v``.
+
+    Columns: ``rank, unit, contribution, delta_post, w_dot_v``; ``contribution`` sums over units to
+    the mean output difference projected on ``v``.
+    """
+    if not sets.failure or not sets.healthy:
+        raise ValueError("ranking units needs a non-empty failure set and healthy panel")
+    mlp_name = steer_hook_name(model, layer, "mlp")
+    if direction is None:
+        direction = mean_difference_direction(model, task, sets, layer, "mlp")
+    elif isinstance(direction, Tensor):
+        direction = Direction.from_vector(direction, mlp_name)
+    post = mlp_hidden_hook_name(model, layer)
+    delta = (answer_activations(model, _prompts(task, sets, sets.failure), post).mean(0)
+             - answer_activations(model, _prompts(task, sets, sets.healthy), post).mean(0))
+    w = mlp_out_weight(model, layer).float().cpu()
+    contrib = unit_contributions(delta, w, direction.vector)
+    order = top_units(contrib, contrib.shape[0])
+    wv = direction.vector @ w
+    return pd.DataFrame({"rank": range(len(order)), "unit": order, "contribution": contrib[order].tolist(),
+                         "delta_post": delta[order].tolist(), "w_dot_v": wv[order].tolist()})
+
+
+def units_sweep(
+    model, task: Task, sets: EvalSets, layer: int, *, ks: Sequence[int] = (32,),
+    direction: Direction | Tensor | None = None, block_repair: float | None = None, control_seed: int | None = 0,
+    allow_other_model: bool = False,
+) -> CausalResult:
+    """Silence the top ``k`` units (per ``k``) and report repair, break and the recovered share of the
+    whole-MLP repair (``recovery = repair_k / repair_block``); ``random_*`` columns silence ``k``
+    units drawn with ``control_seed`` (None: no control)."""
+    _check_sets(model, sets, allow_other_model)
+    ranking = unit_ranking(model, task, sets, layer, direction)
+    d_mlp = len(ranking)
+    for k in ks:
+        if not 1 <= int(k) <= d_mlp:
+            raise ValueError(f"k={k!r} must lie in 1..{d_mlp} (block {layer}'s hidden units)")
+    per_q = []
+    if block_repair is None:
+        pq = evaluate_hooks(model, task, sets, zero_ablation(model, layer, "mlp"), f"zero L{layer} mlp", which="failure")
+        per_q.append(pq)
+        block_repair = outcome(pq)["repair"]
+    rows = []
+    for k in ks:
+        k = int(k)
+        top = ranking["unit"].tolist()[:k]
+        pq = evaluate_hooks(model, task, sets, unit_ablation(model, layer, top), f"top{k}")
+        per_q.append(pq)
+        o = outcome(pq)
+        row = {"k": k, "repair": o["repair"], "break": o["break"], "n_repaired": o["n_repaired"],
+               "block_repair": block_repair, "recovery": o["repair"] / block_repair if block_repair else math.nan}
+        if control_seed is not None:
+            rand = sorted(random.Random(f"units/{control_seed}/{layer}/{k}").sample(range(d_mlp), k))
+            rq = evaluate_hooks(model, task, sets, unit_ablation(model, layer, rand), f"random{k}")
+            per_q.append(rq)
+            ro = outcome(rq)
+            row.update(random_repair=ro["repair"], random_break=ro["break"],
+                       random_recovery=ro["repair"] / block_repair if block_repair else math.nan)
+        rows.append(row)
+    meta = {"kind": "units", "layer": layer, "ks": [int(k) for k in ks], "d_mlp": d_mlp, "control_seed": control_seed,
+            "top_units": ranking["unit"].tolist()[: max(int(k) for k in ks)], "sets": sets.counts, "model": sets.model,
+            "ranking": "contribution_i = (mean_failure(post_i) - mean_healthy(post_i)) * (W_out[:, i] . v)"}
+    return CausalResult("units", pd.DataFrame(rows), pd.concat(per_q, ignore_index=True), meta, {"ranking": ranking})
