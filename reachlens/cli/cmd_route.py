@@ -1,0 +1,62 @@
+"""``reachlens route MODEL --task T --space SPACE --search STRATEGY --budget K --out DIR``: one routing cell."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from reachlens.cli._common import CLIError, add_model_args, add_task_args, positive_int
+
+NAME = "route"
+HELP = "search layer routes at a matched budget; oracle@K vs answer-blind selection"
+
+
+def register(sub) -> argparse.ArgumentParser:
+    p = sub.add_parser(NAME, help=HELP)
+    add_model_args(p)
+    add_task_args(p)
+    p.add_argument("--space", required=True, help="route space: skip, native or reorder")
+    p.add_argument("--search", required=True, help="strategy: random, hill_climb, genetic or mcts")
+    p.add_argument("--budget", type=positive_int("--budget"), required=True,
+                   help="K: route evaluations per question (duplicates count; the identity route is the first)")
+    p.add_argument("--objective", default="confidence", help="answer-blind objective: confidence or lowest_window")
+    p.add_argument("--oracle", action="store_true", help="search for correct answers instead (reads the gold answer)")
+    p.add_argument("--max-skip", type=int, default=None, help="skip/native: most layers left out (default 2)")
+    p.add_argument("--max-repeat", type=int, default=None, help="native: most layers run twice (default 1)")
+    p.add_argument("--window", type=int, default=None,
+                   help="reorder: a layer moves at most WINDOW-1 places (default 2)")
+    p.add_argument("--max-new-tokens", type=positive_int("--max-new-tokens"), default=96)
+    p.add_argument("--prompt-format", default=None)
+    p.add_argument("--verification", default="rescore", help="self-verification prompt: rescore or yes_no")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--out", required=True, help="result directory")
+    return p
+
+
+def run(args: argparse.Namespace) -> int:
+    from tqdm import tqdm
+
+    from reachlens.models import load_model
+    from reachlens.routing import STRATEGIES, RoutingConfig, format_recovery, make_space, run_routing
+    from reachlens.tasks import load_task
+
+    if args.search not in STRATEGIES:
+        raise CLIError(f"unknown --search {args.search!r}; known: {', '.join(STRATEGIES.names())}")
+    task = load_task(args.task, args.data, split=args.split, n=args.n)
+    config = RoutingConfig(budget=args.budget, objective=args.objective, oracle=args.oracle, seed=args.seed,
+                           max_new_tokens=args.max_new_tokens, prompt_format=args.prompt_format,
+                           verification=args.verification)
+    model = load_model(args.model, device=args.device, trust_remote_code=args.trust_remote_code)
+    options = {"max_skip": args.max_skip, "max_repeat": args.max_repeat, "window": args.window}
+    given = {k: v for k, v in options.items() if v is not None}
+    space = make_space(args.space, len(model.blocks), **given)
+    bar = tqdm(total=len(task) * args.budget, unit="eval", desc=f"route {args.search} {space}", file=sys.stderr)
+    result = run_routing(model, task, space, args.search, config=config, out=args.out,
+                         progress=lambda done: bar.update(done - bar.n))
+    bar.close()
+    s = result.summary()
+    print(f"{args.model} on {args.task} (n={s['n']}, {space}, {args.search}, K={args.budget}): "
+          f"greedy={s['greedy']:.3f}  oracle@{args.budget}={s['oracle']:.3f}   -> {args.out}")
+    for name in result.selectors:
+        print(f"  {name:<14} {s[name]:.3f}   gap recovery {format_recovery(s[f'recovery_{name}'])}")
+    return 0

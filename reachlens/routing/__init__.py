@@ -1,0 +1,94 @@
+"""Layer routing: run a model along any route of its layers, search routes at a matched budget, and
+score oracle reachability against answer-blind selection.
+
+>>> from reachlens.routing import run_routing
+>>> result = run_routing(load_model("zoo:base"), load_task("arith", n=50), "native", "mcts", budget=32)  # doctest: +SKIP
+>>> result.summary()["oracle"], result.summary()["majority"]  # doctest: +SKIP
+
+Modules: :mod:`~reachlens.routing.routes` (routes, spaces, validation), :mod:`~reachlens.routing.executor`
+(prefix-trie scoring, generation along routes), :mod:`~reachlens.routing.evaluation` (the evaluation
+unit), :mod:`~reachlens.routing.search` (the budgeted driver), :mod:`~reachlens.routing.strategies`,
+:mod:`~reachlens.routing.selectors`, :mod:`~reachlens.routing.verification`,
+:mod:`~reachlens.routing.scoring` (gap recovery), :mod:`~reachlens.routing.study` (one cell, stored).
+"""
+
+from reachlens.routing.evaluation import Evaluation, RouteEvaluator, lowest_window_mean
+from reachlens.routing.executor import RouteRequest, RouteTrie, generate_along_routes, route_logits, route_loglik
+from reachlens.routing.routes import (
+    SPACES,
+    NativeSpace,
+    ReorderSpace,
+    Route,
+    RouteSpace,
+    SkipSpace,
+    format_route,
+    identity_route,
+    make_space,
+    parse_route,
+    space_from_spec,
+)
+from reachlens.routing.scoring import (
+    DEFAULT_SELECTORS,
+    audit_selector_table,
+    cell_summary,
+    format_recovery,
+    gap_recovery,
+    median_recovery,
+    question_table,
+    reach_curve,
+)
+from reachlens.routing.search import CANDIDATE_COLUMNS, OBJECTIVES, SearchConfig, objective_value, run_search
+from reachlens.routing.selectors import SELECTORS, Selection, Selector, oracle, select
+from reachlens.routing.strategies import STRATEGIES, Strategy, make_strategy, register_strategy
+from reachlens.routing.study import RoutingConfig, RoutingResult, run_routing
+from reachlens.routing.verification import VERIFICATION_PROMPTS, VerificationPrompt, verification_scores
+
+__all__ = [
+    "CANDIDATE_COLUMNS",
+    "DEFAULT_SELECTORS",
+    "Evaluation",
+    "NativeSpace",
+    "OBJECTIVES",
+    "ReorderSpace",
+    "Route",
+    "RouteEvaluator",
+    "RouteRequest",
+    "RouteSpace",
+    "RouteTrie",
+    "RoutingConfig",
+    "RoutingResult",
+    "SELECTORS",
+    "SPACES",
+    "STRATEGIES",
+    "SearchConfig",
+    "Selection",
+    "Selector",
+    "SkipSpace",
+    "Strategy",
+    "VERIFICATION_PROMPTS",
+    "VerificationPrompt",
+    "audit_selector_table",
+    "cell_summary",
+    "format_recovery",
+    "format_route",
+    "gap_recovery",
+    "generate_along_routes",
+    "identity_route",
+    "lowest_window_mean",
+    "make_space",
+    "make_strategy",
+    "median_recovery",
+    "objective_value",
+    "oracle",
+    "parse_route",
+    "question_table",
+    "reach_curve",
+    "register_strategy",
+    "route_logits",
+    "route_loglik",
+    "run_routing",
+    "run_search",
+    "select",
+    "space_from_spec",
+    "verification_scores",
+]

@@ -1,0 +1,235 @@
+"""Run a model along many routes: a prefix trie for scoring, grouped generation for answers.
+
+**Scoring** (:func:`route_logits`, :func:`route_loglik`). Routes that share a prefix share the hidden
+state after it: ``0,1,2,3`` and ``0,1,2,2,3`` both run ``embed -> 0 -> 1 -> 2`` on the same input.
+The routes are put in a trie (:class:`RouteTrie`, one node per distinct prefix) and the trie is run
+breadth first: at each depth the nodes are grouped by the layer they run, and each group is *one*
+call of :meth:`LayerStack.run_blocks <reachlens.engine.stack.LayerStack.run_blocks>` on the stacked
+parent states. A layer therefore runs once per trie node instead of once per route, and each depth
+costs one call per distinct layer instead of one per route. Duplicate routes share their leaf.
+
+**Generation** (:func:`generate_along_routes`). Candidate answers need decoding along each route.
+The engine's :func:`~reachlens.engine.generate` runs one route per call with a route-aware KV cache
+(one slot per route step, so a repeated layer has its own keys); requests are grouped by route, so
+one call decodes every question that asked for that route, batched.
+
+Hooks: everything runs through the bridge's own blocks, so TransformerLens hooks fire, named by the
+layer that runs. In the trie a hook on ``blocks.2.hook_mlp_out`` fires once per trie node that runs
+layer 2, on the stacked rows of the routes that share it (its batch dimension is ``nodes * batch``).
+
+Numerics: a trie node's rows go through the same ops as a one-route forward, only stacked with other
+rows; logits agree with :meth:`LayerStack.forward` per route to float32 rounding (about 1e-6).
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections import defaultdict
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import torch
+from jaxtyping import Float, Int
+from torch import Tensor
+
+from reachlens.engine import Completion, LayerStack, Row, SamplingParams, generate
+from reachlens.engine.fast_attention import fused_attention
+from reachlens.routing.routes import Route
+
+__all__ = ["RouteTrie", "RouteRequest", "route_logits", "route_loglik", "generate_along_routes"]
+
+
+@dataclass(frozen=True)
+class RouteTrie:
+    """The prefix trie of a list of routes. Node 0 is the root (the embedding, no layer run).
+
+    >>> trie = RouteTrie.build([(0, 1, 2), (0, 1, 1, 2), (0, 2), (0, 1, 2)])
+    >>> trie.n_layer_calls, trie.naive_layer_calls
+    (6, 12)
+    """
+
+    parent: tuple[int, ...]
+    """Parent node of each node (-1 for the root)."""
+    layer: tuple[int, ...]
+    """Layer each node runs (-1 for the root)."""
+    depth: tuple[int, ...]
+    """Route step of each node, 1-based (0 for the root)."""
+    leaf: tuple[int, ...]
+    """Node where each route ends, aligned with the routes given to :meth:`build`."""
+    naive_layer_calls: int
+    """Sum of the route lengths: what one forward per route runs."""
+
+    @classmethod
+    def build(cls, routes: Sequence[Route]) -> RouteTrie:
+        parent, layer, depth = [-1], [-1], [0]
+        children: dict[tuple[int, int], int] = {}
+        leaf = []
+        for route in routes:
+            node = 0
+            for step in route:
+                key = (node, int(step))
+                if key not in children:
+                    children[key] = len(parent)
+                    parent.append(node)
+                    layer.append(int(step))
+                    depth.append(depth[node] + 1)
+                node = children[key]
+            leaf.append(node)
+        return cls(tuple(parent), tuple(layer), tuple(depth), tuple(leaf), sum(len(r) for r in routes))
+
+    @property
+    def n_layer_calls(self) -> int:
+        """Layer computations the trie runs: one per node except the root."""
+        return len(self.parent) - 1
+
+    @property
+    def saved(self) -> float:
+        """Fraction of the naive layer computations the trie does not run."""
+        return 1.0 - self.n_layer_calls / self.naive_layer_calls if self.naive_layer_calls else 0.0
+
+    def levels(self) -> list[dict[int, list[int]]]:
+        """Per depth 1, 2, ...: the nodes at that depth grouped by the layer they run."""
+        out: list[dict[int, list[int]]] = []
+        for node in range(1, len(self.parent)):
+            d = self.depth[node]
+            while len(out) < d:
+                out.append(defaultdict(list))
+            out[d - 1][self.layer[node]].append(node)
+        return [dict(sorted(level.items())) for level in out]
+
+    @property
+    def n_group_calls(self) -> int:
+        """Batched block calls the trie needs: one per (depth, layer) pair."""
+        return sum(len(level) for level in self.levels())
+
+
+@torch.inference_mode()
+def route_logits(
+    model,
+    input_ids: Int[Tensor, "batch pos"],
+    routes: Sequence[Sequence[int]],
+    *,
+    last_only: bool = True,
+    fused: bool = True,
+) -> Float[Tensor, "route batch out_pos vocab"]:
+    """Logits of ``input_ids`` along each route, computed once per trie node.
+
+    Args:
+        model: a TransformerBridge (see :func:`reachlens.load_model`).
+        input_ids: unpadded token ids; every row runs every route.
+        routes: layer routes (validated against the model's depth); duplicates are free.
+        last_only: unembed only the last position (the next-token distribution).
+        fused: use the fused attention path where no attention-internal hook is attached.
+
+    Returns:
+        ``[len(routes), batch, 1 or pos, vocab]``; entry ``r`` equals
+        ``LayerStack(model).forward(input_ids, route=routes[r])`` to float32 rounding.
+
+    >>> logits = route_logits(model, ids, [(0, 1, 2), (0, 2), (0, 1, 1, 2)])  # doctest: +SKIP
+    """
+    stack = LayerStack(model, fused=fused)
+    steps = [stack.route(r) for r in routes]
+    if not steps:
+        raise ValueError("route_logits needs at least one route")
+    trie = RouteTrie.build(steps)
+    b, pos = input_ids.shape
+    positions = torch.arange(pos, device=input_ids.device).expand(b, -1)
+    # how many children still need each node's state (freed as soon as none does)
+    pending = [0] * len(trie.parent)
+    for node in range(1, len(trie.parent)):
+        pending[trie.parent[node]] += 1
+    leaves = set(trie.leaf)
+    states: dict[int, Tensor] = {}
+    with fused_attention(model) if fused else contextlib.nullcontext():
+        states[0] = stack.embed(input_ids)
+        for level in trie.levels():
+            for layer, nodes in level.items():
+                resid = torch.cat([states[trie.parent[n]] for n in nodes]) if len(nodes) > 1 else states[
+                    trie.parent[nodes[0]]]
+                out = stack.run_blocks(resid, positions.repeat(len(nodes), 1), None, (layer,))
+                for i, n in enumerate(nodes):
+                    states[n] = out[i * b : (i + 1) * b]
+                for n in nodes:
+                    p = trie.parent[n]
+                    pending[p] -= 1
+                    if pending[p] == 0 and p not in leaves:
+                        del states[p]
+    unique = sorted(set(trie.leaf))
+    final = torch.stack([states[n] for n in unique])  # [leaves, batch, pos, d]
+    if last_only:
+        final = final[:, :, -1:]
+    logits = stack.unembed(final.flatten(0, 1)).unflatten(0, (len(unique), b))
+    where = {n: i for i, n in enumerate(unique)}
+    return logits.index_select(0, torch.tensor([where[n] for n in trie.leaf], device=logits.device))
+
+
+@torch.inference_mode()
+def route_loglik(
+    model,
+    prompt_ids: Sequence[int],
+    continuation_ids: Sequence[int],
+    routes: Sequence[Sequence[int]],
+    *,
+    fused: bool = True,
+) -> Float[Tensor, "route n_tokens"]:
+    """Per-token log-probabilities of ``continuation_ids`` after ``prompt_ids`` along each route.
+
+    >>> lp = route_loglik(model, prompt, answer, [(0, 1, 2), (0, 2)])  # doctest: +SKIP
+    >>> lp.sum(-1)  # the continuation's log-likelihood along each route  # doctest: +SKIP
+    """
+    if not prompt_ids or not continuation_ids:
+        raise ValueError("route_loglik needs a non-empty prompt and continuation")
+    device = next(model.parameters()).device
+    ids = torch.tensor([list(prompt_ids) + list(continuation_ids)], device=device)
+    logits = route_logits(model, ids[:, :-1], routes, last_only=False, fused=fused)[:, 0]
+    n = len(continuation_ids)
+    logp = torch.log_softmax(logits[:, -n:].float(), dim=-1)
+    target = ids[0, -n:].expand(logp.shape[0], -1)
+    return logp.gather(-1, target[..., None]).squeeze(-1)
+
+
+@dataclass(frozen=True)
+class RouteRequest:
+    """One completion to generate: which prompt, along which route, with which sampling seed."""
+
+    prompt: int
+    """Index into the prompts given with the request."""
+    route: Route
+    """Layer route to decode along."""
+    seed: int | None = None
+    """None: greedy; an integer: one temperature sample (see :mod:`reachlens.engine.rng`)."""
+
+
+def generate_along_routes(
+    model,
+    prompts: Sequence[str],
+    requests: Sequence[RouteRequest],
+    params: SamplingParams,
+    *,
+    max_batch_rows: int = 256,
+    fused: bool = True,
+) -> list[Completion]:
+    """One completion per request, batched per distinct route (one engine call per route).
+
+    Identical requests are decoded once and their completion is shared.
+
+    >>> reqs = [RouteRequest(0, (0, 1, 1, 2)), RouteRequest(1, (0, 2), seed=7)]
+    >>> outs = generate_along_routes(model, prompts, reqs, SamplingParams(32))  # doctest: +SKIP
+    """
+    by_route: dict[Route, dict[tuple[int, int | None], list[int]]] = {}
+    for i, req in enumerate(requests):
+        if not 0 <= req.prompt < len(prompts):
+            raise IndexError(f"requests[{i}].prompt={req.prompt} but there are {len(prompts)} prompts")
+        by_route.setdefault(tuple(req.route), {}).setdefault((req.prompt, req.seed), []).append(i)
+    out: list[Completion | None] = [None] * len(requests)
+    for route, wanted in by_route.items():
+        keys = list(wanted)
+        used = sorted({p for p, _ in keys})
+        local = {p: j for j, p in enumerate(used)}
+        rows = [Row(local[p], seed) for p, seed in keys]
+        comps = generate(model, [prompts[p] for p in used], rows, params, route=route,
+                         max_batch_rows=max_batch_rows, fused=fused)
+        for key, comp in zip(keys, comps):
+            for i in wanted[key]:
+                out[i] = comp
+    return [c for c in out if c is not None]

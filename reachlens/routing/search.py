@@ -1,0 +1,182 @@
+"""The route-search driver: any strategy, one budget, one record per evaluation.
+
+**Budget.** K route evaluations per question (one evaluation = one route decoded greedily on the
+question, see :mod:`reachlens.routing.evaluation`), counted the same way for every strategy: the
+driver asks the strategy for at most the remaining budget, charges every proposed route, duplicates
+included, and stops at exactly K. With ``seed_identity`` (the default) the first evaluation of every
+strategy is the identity route, so every pool contains the deployed model's own answer and the
+strategies differ only in the other K - 1 routes.
+
+**Objective.** What a strategy maximizes is answer-blind unless the oracle mode is chosen
+explicitly (``oracle=True``). The answer-blind objectives lie in [0, 1]:
+
+* ``confidence``: ``exp(mean token log-prob)`` of the route's completion (the geometric-mean token
+  probability);
+* ``lowest_window``: ``exp`` of the DeepConf-style lowest sliding-window mean;
+
+and a completion with no extractable answer scores 0. The oracle objective is 1 for a correct
+answer and 0 otherwise; it reads the gold answer and exists to measure what a search *could* find.
+
+**Lockstep.** All questions are searched together, round by round: the driver collects every
+question's next proposals and evaluates them in one batch (decoded per distinct route across
+questions), so adaptive strategies are batched as well as random search.
+
+Every candidate keeps its route, raw text, answer, grade and scores (:data:`CANDIDATE_COLUMNS`).
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import pandas as pd
+
+from reachlens._registry import Registry
+from reachlens.routing.evaluation import Evaluation, RouteEvaluator
+from reachlens.routing.routes import Route, RouteSpace, format_route
+from reachlens.routing.strategies import make_strategy
+
+__all__ = ["SearchConfig", "OBJECTIVES", "CANDIDATE_COLUMNS", "run_search", "objective_value"]
+
+CANDIDATE_COLUMNS = [
+    "question_id", "eval_idx", "route", "route_len", "duplicate", "text", "answer", "correct", "scored",
+    "finish_reason", "n_tokens", "mean_logprob", "lowest_window_logprob", "objective",
+]
+
+OBJECTIVES: Registry[Callable[[Evaluation], float]] = Registry("search objective")
+
+
+def _exp_or_zero(ev: Evaluation, value: float) -> float:
+    return math.exp(value) if ev.answer is not None and not math.isnan(value) else 0.0
+
+
+OBJECTIVES.register("confidence", lambda ev: _exp_or_zero(ev, ev.mean_logprob))
+OBJECTIVES.register("lowest_window", lambda ev: _exp_or_zero(ev, ev.lowest_window_logprob))
+OBJECTIVES.register("oracle", lambda ev: 1.0 if ev.correct else 0.0)
+
+
+def objective_value(ev: Evaluation, name: str) -> float:
+    """The objective ``name`` of one evaluation.
+
+    >>> ev = Evaluation((0,), " 1+1=2 #### 2", "2", True, True, "stop", 9, math.log(0.5), math.log(0.25))
+    >>> objective_value(ev, "confidence"), objective_value(ev, "oracle")
+    (0.5, 1.0)
+    """
+    return float(OBJECTIVES[name](ev))
+
+
+@dataclass(frozen=True)
+class SearchConfig:
+    """How one search is run on every question."""
+
+    budget: int
+    """K: route evaluations per question, duplicates included."""
+    objective: str = "confidence"
+    """Answer-blind objective the strategy maximizes (``confidence`` or ``lowest_window``)."""
+    oracle: bool = False
+    """Maximize correctness instead (reads the gold answer): the explicit oracle mode."""
+    seed: int = 0
+    """Seed of the strategies' random streams (one stream per question)."""
+    seed_identity: bool = True
+    """Evaluate the identity route first (it counts against the budget)."""
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.budget, int) or isinstance(self.budget, bool) or self.budget < 1:
+            raise ValueError(f"budget={self.budget!r} must be an integer >= 1 (route evaluations per question)")
+        if self.objective == "oracle" and not self.oracle:
+            raise ValueError("objective 'oracle' reads the gold answer; choose it explicitly with oracle=True")
+        if self.objective != "oracle":
+            OBJECTIVES[self.objective]  # noqa: B018 (raises LookupError naming the known objectives)
+
+    @property
+    def objective_name(self) -> str:
+        """The objective actually maximized (``oracle`` in oracle mode)."""
+        return "oracle" if self.oracle else self.objective
+
+
+def _rng(config: SearchConfig, strategy: str, space: RouteSpace, question_id: str) -> random.Random:
+    # string seeds are hashed with SHA-512 by CPython: stable across processes and machines
+    return random.Random(f"route-search/{config.seed}/{strategy}/{space}/{question_id}")
+
+
+def run_search(
+    evaluator: RouteEvaluator,
+    space: RouteSpace,
+    strategy: str,
+    config: SearchConfig,
+    *,
+    questions: Sequence[int] | None = None,
+    options: Mapping[str, Any] | None = None,
+    progress: Callable[[int], None] | None = None,
+) -> pd.DataFrame:
+    """Search routes for every question; return one row per evaluation (:data:`CANDIDATE_COLUMNS`).
+
+    Args:
+        evaluator: evaluates (question, route) pairs on one model and task.
+        space: the route space searched (its depth must match the model's).
+        strategy: a registered strategy name (``random``, ``hill_climb``, ``genetic``, ``mcts``).
+        config: budget, objective, seed.
+        questions: indices into the evaluator's task (all when None).
+        options: keyword options of the strategy (``batch=8``, ``population=12``, ...).
+        progress: called with the evaluations spent so far, summed over questions, after each round.
+
+    >>> cands = run_search(RouteEvaluator(model, task), NativeSpace(6), "mcts", SearchConfig(32))  # doctest: +SKIP
+    """
+    if space.n_layers != evaluator.n_layers:
+        raise ValueError(f"the space is built for {space.n_layers} layers but the model has {evaluator.n_layers}")
+    idx = list(range(len(evaluator.prompts))) if questions is None else list(questions)
+    objective = config.objective_name
+    opts = dict(options or {})
+    strategies = {
+        qi: make_strategy(strategy, space, _rng(config, strategy, space, evaluator.question_id(qi)), **opts)
+        for qi in idx
+    }
+    pools: dict[int, list[tuple[Evaluation, float, bool]]] = {qi: [] for qi in idx}
+    seen: dict[int, set[Route]] = {qi: set() for qi in idx}
+
+    def charge(proposals: dict[int, list[Route]]) -> None:
+        pairs = [(qi, r) for qi, routes in proposals.items() for r in routes]
+        evals = iter(evaluator.evaluate(pairs))
+        for qi, routes in proposals.items():
+            scores = []
+            for r in routes:
+                ev = next(evals)
+                s = objective_value(ev, objective)
+                pools[qi].append((ev, s, r in seen[qi]))
+                seen[qi].add(r)
+                scores.append(s)
+            strategies[qi].observe(routes, scores)
+
+    if config.seed_identity:
+        charge({qi: [space.identity] for qi in idx})
+    while True:
+        proposals: dict[int, list[Route]] = {}
+        for qi in idx:
+            left = config.budget - len(pools[qi])
+            if left <= 0:
+                continue
+            routes = strategies[qi].propose(left)
+            if not 1 <= len(routes) <= left:
+                raise RuntimeError(f"strategy {strategy!r} proposed {len(routes)} routes with {left} left of the "
+                                   f"budget; a strategy must propose between 1 and {left}")
+            proposals[qi] = [space.validate(r) for r in routes]
+        if not proposals:
+            break
+        charge(proposals)
+        if progress is not None:
+            progress(sum(len(p) for p in pools.values()))
+
+    rows = []
+    for qi in idx:
+        qid = evaluator.question_id(qi)
+        for j, (ev, s, dup) in enumerate(pools[qi]):
+            rows.append({
+                "question_id": qid, "eval_idx": j, "route": format_route(ev.route), "route_len": len(ev.route),
+                "duplicate": dup, "text": ev.text, "answer": ev.answer, "correct": ev.correct, "scored": ev.scored,
+                "finish_reason": ev.finish_reason, "n_tokens": ev.n_tokens, "mean_logprob": ev.mean_logprob,
+                "lowest_window_logprob": ev.lowest_window_logprob, "objective": s,
+            })
+    return pd.DataFrame(rows, columns=CANDIDATE_COLUMNS)

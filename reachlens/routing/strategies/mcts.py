@@ -1,0 +1,110 @@
+"""Monte Carlo tree search over the decisions that build a route (the PoLar/CoLa search).
+
+A route is built one decision per layer position (skip / run / repeat for the ``skip`` and ``native``
+spaces, which layer comes next for ``reorder``; see :mod:`reachlens.routing.routes`). Each tree node
+is a decision prefix. One iteration selects down the tree by UCB1 (``mean + c * sqrt(ln N / n)``),
+expands one untried action, completes the route with uniformly random legal actions (the rollout),
+and backs the route's objective up the path. Rewards are objective values in ``[0, 1]``.
+
+Up to ``batch`` iterations are proposed per round so that the driver can batch their evaluation; the
+visit counts of a proposed path are raised at once and its reward added when it is observed (a
+"virtual loss" that steers the round's other iterations elsewhere). A route the driver evaluated by
+itself (the identity route) is backed up along its own decision path.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+
+from reachlens.routing.routes import Route, RouteSpace
+from reachlens.routing.strategies.base import Strategy, register_strategy
+
+__all__ = ["MCTS"]
+
+
+class _Node:
+    __slots__ = ("visits", "total", "children", "untried")
+
+    def __init__(self, untried: list[int]) -> None:
+        self.visits = 0
+        self.total = 0.0
+        self.children: dict[int, _Node] = {}
+        self.untried = untried
+
+
+@register_strategy("mcts")
+class MCTS(Strategy):
+    """UCT over route decisions.
+
+    Args:
+        c: exploration constant of UCB1 (rewards lie in [0, 1]).
+        batch: iterations proposed per round.
+    """
+
+    def __init__(self, space: RouteSpace, rng: random.Random, *, c: float = 0.5, batch: int = 4) -> None:
+        super().__init__(space, rng)
+        if batch < 1:
+            raise ValueError(f"batch={batch!r} must be >= 1")
+        if c < 0:
+            raise ValueError(f"c={c!r} must be >= 0")
+        self.c = c
+        self.batch = batch
+        self.root = _Node(list(space.actions(())))
+        self._pending: list[tuple[Route, list[_Node]]] = []
+
+    def _ucb(self, parent: _Node, child: _Node) -> float:
+        return child.total / child.visits + self.c * math.sqrt(math.log(parent.visits) / child.visits)
+
+    def _child(self, node: _Node, decisions: tuple[int, ...], action: int) -> _Node:
+        child = node.children.get(action)
+        if child is None:
+            child = _Node(list(self.space.actions(decisions + (action,))))
+            node.children[action] = child
+            if action in node.untried:
+                node.untried.remove(action)
+        return child
+
+    def _iteration(self) -> tuple[Route, list[_Node]]:
+        node, d, path = self.root, (), [self.root]
+        while True:
+            if node.untried:
+                a = node.untried[self.rng.randrange(len(node.untried))]
+                node = self._child(node, d, a)
+                d, path = d + (a,), path + [node]
+                break
+            if not node.children:  # a complete route
+                break
+            parent = node
+            a, node = max(parent.children.items(), key=lambda kv: self._ucb(parent, kv[1]))
+            d, path = d + (a,), path + [node]
+        for n in path:
+            n.visits += 1
+        return self.space.decode(self.space.complete(d, self.rng)), path
+
+    def propose(self, n: int) -> list[Route]:
+        out = []
+        for _ in range(min(self.batch, n)):
+            route, path = self._iteration()
+            self._pending.append((route, path))
+            out.append(route)
+        return out
+
+    def _path_of(self, route: Route) -> list[_Node]:
+        d = self.space.encode(route)
+        node, path = self.root, [self.root]
+        for i, a in enumerate(d):
+            node = self._child(node, d[:i], a)
+            path.append(node)
+        for n in path:
+            n.visits += 1
+        return path
+
+    def observe(self, routes, scores) -> None:
+        for r, s in zip(routes, scores):
+            if self._pending and self._pending[0][0] == r:
+                path = self._pending.pop(0)[1]
+            else:
+                path = self._path_of(r)
+            for n in path:
+                n.total += s

@@ -1,0 +1,151 @@
+"""Selectors and gap recovery on hand-made pools with hand-computed answers."""
+
+from __future__ import annotations
+
+import math
+
+import pandas as pd
+import pytest
+
+from reachlens import Protocol, load_task
+from reachlens.engine import Completion
+from reachlens.routing import (
+    cell_summary,
+    format_recovery,
+    gap_recovery,
+    lowest_window_mean,
+    median_recovery,
+    oracle,
+    question_table,
+    reach_curve,
+    select,
+)
+from reachlens.routing.scoring import audit_selector_table
+from reachlens.studies import AuditResult, grade_questions
+from reachlens.tasks import Question
+
+SELECTORS = ("majority", "confidence", "lowest_window", "self_verify", "search")
+
+
+def pool(rows):
+    cols = ["answer", "correct", "mean_logprob", "lowest_window_logprob", "verify_logprob", "objective"]
+    df = pd.DataFrame(rows, columns=cols)
+    df["scored"] = True
+    return df
+
+
+# answer, correct, mean lp, lowest-window lp, verify lp, objective
+POOL = pool([
+    ["7", False, -0.10, -0.90, -2.0, 0.30],  # most confident on average, one bad window
+    ["5", True, -0.30, -0.40, -0.5, 0.20],   # best lowest window, best verification
+    ["7", False, -0.50, -0.60, -3.0, 0.90],  # the search's favourite
+    [None, False, -0.01, -0.01, -0.1, 1.00],  # no answer: never selected
+    ["5", True, -0.40, -0.50, -1.0, 0.10],
+    ["9", False, -0.20, -0.30, -0.7, 0.50],
+])
+
+
+def test_selectors_on_a_hand_made_pool():
+    got = {name: select(POOL, name) for name in SELECTORS}
+    # majority: "7" and "5" both have 2 votes; "7" appeared first
+    assert (got["majority"].position, got["majority"].answer, got["majority"].correct) == (0, "7", 0.0)
+    assert (got["confidence"].position, got["confidence"].correct) == (0, 0.0)
+    assert (got["lowest_window"].position, got["lowest_window"].answer) == (5, "9")
+    assert (got["self_verify"].position, got["self_verify"].correct) == (1, 1.0)
+    assert (got["search"].position, got["search"].answer) == (2, "7")
+    assert oracle(POOL) == 1.0
+
+
+def test_majority_breaks_ties_by_first_appearance_and_counts_votes():
+    p = pool([["3", True, -1, -1, -1, 0], ["4", False, -1, -1, -1, 0], ["4", False, -1, -1, -1, 0]])
+    assert select(p, "majority").answer == "4"
+    p = pool([["3", True, -1, -1, -1, 0], ["4", False, -1, -1, -1, 0]])
+    assert select(p, "majority").answer == "3"
+
+
+def test_no_answer_is_wrong_and_unscored_is_undefined():
+    empty = pool([[None, False, -0.1, -0.1, -0.1, 0.0]] * 3)
+    s = select(empty, "majority")
+    assert s.position is None and s.correct == 0.0
+    unscored = POOL.assign(scored=[True, False, True, True, True, True])
+    assert math.isnan(select(unscored, "self_verify").correct)
+    assert oracle(POOL.assign(correct=False)) == 0.0
+    assert math.isnan(oracle(POOL.assign(correct=False, scored=False)))
+
+
+def test_a_selector_refuses_a_pool_without_its_column():
+    with pytest.raises(ValueError, match="selector 'self_verify' needs column\\(s\\) \\['verify_logprob'\\]"):
+        select(POOL.drop(columns="verify_logprob"), "self_verify")
+    with pytest.raises(LookupError, match="unknown selector 'best'"):
+        select(POOL, "best")
+
+
+def test_gap_recovery_by_hand():
+    assert gap_recovery(0.6, 0.5, 0.9) == pytest.approx(0.25)
+    assert gap_recovery(0.4, 0.5, 0.9) == pytest.approx(-0.25)
+    assert math.isnan(gap_recovery(0.5, 0.5, 0.5))
+    assert format_recovery(gap_recovery(0.5, 0.5, 0.5)) == "undefined"
+    assert format_recovery(0.25) == "+0.25"
+
+
+def test_question_table_and_cell_summary_by_hand():
+    cands = pd.concat([POOL.assign(question_id="a"), POOL.assign(question_id="b", correct=False)], ignore_index=True)
+    cands["route"] = [f"r{i}" for i in range(len(cands))]
+    greedy = pd.DataFrame({"question_id": ["a", "b"], "greedy_correct": [0.0, 0.0], "greedy_answer": ["7", "7"]})
+    q = question_table(cands, greedy, SELECTORS)
+    assert q["oracle"].tolist() == [1.0, 0.0]
+    assert q["self_verify"].tolist() == [1.0, 0.0] and q["majority"].tolist() == [0.0, 0.0]
+    s = cell_summary(q, SELECTORS).iloc[0]
+    assert (s["greedy"], s["oracle"], s["self_verify"]) == (0.0, 0.5, 0.5)
+    assert s["recovery_self_verify"] == 1.0 and s["recovery_majority"] == 0.0
+
+
+def test_recovery_is_undefined_when_the_oracle_equals_greedy():
+    cands = POOL.assign(question_id="a", route="r")
+    greedy = pd.DataFrame({"question_id": ["a"], "greedy_correct": [1.0], "greedy_answer": ["5"]})
+    s = cell_summary(question_table(cands, greedy, SELECTORS), SELECTORS, by=())
+    assert s.loc[0, "oracle"] == s.loc[0, "greedy"] == 1.0
+    assert all(math.isnan(s.loc[0, f"recovery_{n}"]) for n in SELECTORS)
+    assert format_recovery(s.loc[0, "recovery_majority"]) == "undefined"
+    med = median_recovery(s, SELECTORS)
+    assert med["cells_undefined"].tolist() == [1] * 5 and med["median_recovery"].isna().all()
+
+
+def test_median_recovery_over_cells():
+    summary = pd.DataFrame({"recovery_majority": [0.1, 0.5, math.nan, 0.3]})
+    med = median_recovery(summary, ["majority"]).iloc[0]
+    assert (med["median_recovery"], med["cells_defined"], med["cells_undefined"]) == (0.3, 3, 1)
+
+
+def test_reach_curve_counts_the_first_k_evaluations():
+    cands = pd.DataFrame({
+        "question_id": ["a"] * 4 + ["b"] * 4, "eval_idx": [0, 1, 2, 3] * 2,
+        "correct": [False, False, True, False, False, False, False, False], "scored": True,
+    })
+    curve = reach_curve(cands)
+    assert curve.set_index("k")["oracle_at_k"].to_dict() == {1: 0.0, 2: 0.0, 4: 0.5}
+
+
+def test_lowest_window_mean():
+    assert lowest_window_mean([-1.0, -3.0, -1.0, -1.0], 2) == pytest.approx(-2.0)
+    assert lowest_window_mean([-1.0, -2.0], 8) == pytest.approx(-1.5)
+    assert math.isnan(lowest_window_mean([], 8))
+
+
+def test_selectors_on_audit_temperature_samples():
+    """majority@K vs oracle@K on an audit's own samples (no routes involved)."""
+    proto = Protocol("arith", k=4, temperature=1.0, max_new_tokens=12).resolved(load_task("arith", n=1))
+    qs = [Question("a", {"expr": "1+1"}, "2"), Question("b", {"expr": "2+2"}, "4")]
+
+    def c(text, lp=-0.5):
+        return Completion(text, (1,), "stop", (lp,))
+
+    q, s = grade_questions(
+        proto, qs, [c(" #### 3"), c(" #### 4")],
+        [[c("#### 3"), c("#### 2", -0.1), c("#### 2"), c("#### 5")], [c("#### 5")] * 3 + [c("#### 4")]],
+    )
+    table, summary = audit_selector_table(AuditResult(proto, {"spec": "x", "fingerprint": "y"}, q, s))
+    assert table["majority"].tolist() == [1.0, 0.0] and table["confidence"].tolist() == [1.0, 0.0]
+    row = summary.iloc[0]
+    assert (row["greedy"], row["oracle"], row["majority"]) == (0.5, 1.0, 0.5)
+    assert row["recovery_majority"] == 0.0

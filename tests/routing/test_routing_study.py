@@ -1,0 +1,82 @@
+"""One routing cell end to end on the tiny model: tables, storage, refusal, and the CLI."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from reachlens.cli.main import main
+from reachlens.protocol import ProtocolMismatch
+from reachlens.routing import RouteEvaluator, RoutingConfig, RoutingResult, run_routing
+from reachlens.tasks import load_task
+
+CONFIG = RoutingConfig(budget=5, max_new_tokens=8)
+
+
+@pytest.fixture(scope="module")
+def task():
+    return load_task("arith", n=3)
+
+
+def test_run_routing_tables_and_summary(tiny_model, task, tmp_path):
+    r = run_routing(tiny_model, task, "native", "genetic", config=CONFIG, out=tmp_path / "cell")
+    assert len(r.candidates) == 15 and set(r.candidates["question_id"]) == {q.question_id for q in task.questions}
+    assert {"verify_logprob", "objective", "text", "route"} <= set(r.candidates.columns)
+    assert list(r.questions["question_id"]) == [q.question_id for q in task.questions]
+    s = r.summary()
+    assert s["evaluations"] == 15 and s["budget"] == 5 and s["strategy"] == "genetic" and s["space_name"] == "native"
+    assert 0 <= s["greedy"] <= s["oracle"] <= 1  # the identity route is in every pool
+    loaded = RoutingResult.load(tmp_path / "cell")
+    assert loaded.header == r.header and len(loaded.candidates) == 15
+    stored = json.loads((tmp_path / "cell" / "summary.json").read_text())
+    assert stored["evaluations"] == 15
+    with pytest.raises(ProtocolMismatch, match="another configuration"):
+        run_routing(tiny_model, task, "skip", "genetic", config=CONFIG, out=tmp_path / "cell")
+
+
+def test_a_shared_evaluator_decodes_each_pair_once(tiny_model, task):
+    ev = RouteEvaluator(tiny_model, task, max_new_tokens=8)
+    a = run_routing(tiny_model, task, "skip", "random", config=CONFIG, evaluator=ev)
+    spent = ev.n_decoded
+    b = run_routing(tiny_model, task, "skip", "random", config=CONFIG, evaluator=ev)
+    assert ev.n_decoded == spent  # same seed, same routes: nothing new to decode
+    assert a.candidates.equals(b.candidates)
+    with pytest.raises(ValueError, match="the evaluator decodes with"):
+        run_routing(tiny_model, task, "skip", "random", config=RoutingConfig(budget=5, max_new_tokens=9), evaluator=ev)
+
+
+def test_cli_route(tiny_dir, tmp_path, capsys):
+    out = tmp_path / "run"
+    rc = main([
+        "route", str(tiny_dir), "--task", "arith", "--n", "2", "--space", "reorder", "--search", "mcts",
+        "--budget", "4", "--max-new-tokens", "6", "--out", str(out),
+    ])
+    assert rc == 0
+    printed = capsys.readouterr().out
+    assert "oracle@4=" in printed and "majority" in printed and "gap recovery" in printed
+    assert (out / "candidates.parquet").is_file() and (out / "summary.json").is_file()
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--space", "loop", "--search", "mcts"], "unknown route space 'loop'; known: native, reorder, skip"),
+    (["--space", "skip", "--search", "beam"], "unknown --search 'beam'; known: genetic, hill_climb, mcts, random"),
+    (["--space", "skip", "--search", "mcts", "--window", "3"], "the skip space has no option(s) ['window']"),
+])
+def test_cli_route_bad_arguments_exit_2(tiny_dir, tmp_path, capsys, args, message):
+    rc = main(["route", str(tiny_dir), "--task", "arith", "--n", "2", "--budget", "4", "--out", str(tmp_path / "x"),
+               *args])
+    assert rc == 2
+    assert message in capsys.readouterr().err
+
+
+def test_prefetch_covers_a_whole_space(tiny_model, task):
+    from reachlens.routing import SkipSpace
+
+    ev = RouteEvaluator(tiny_model, task, max_new_tokens=8)
+    space = SkipSpace(3, max_skip=1)
+    ev.prefetch(list(space.enumerate()))
+    assert ev.n_decoded == len(task) * space.size()
+    r = run_routing(tiny_model, task, space, "hill_climb", config=CONFIG, evaluator=ev)
+    assert ev.n_decoded == len(task) * space.size()  # every evaluation was already decoded
+    assert len(r.candidates) == 15  # but each was still charged against the budget
