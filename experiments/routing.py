@@ -22,6 +22,9 @@ maximizing the answer-blind confidence objective. Per cell the script reports
 * for reference, the same selectors on ordinary temperature samples from an audit (majority@K vs
   oracle@K at the same K).
 
+``--report-only`` rebuilds every table and figure from what a run stored in --out (an interrupted run
+keeps its finished cells; ceilings and audits are kept as they finish).
+
 Outputs in --out: ``table.md`` (every table), ``cells.csv``, ``reach_curve.csv``, ``report.html``
 (tables and figures), ``reach_vs_k.html``, ``gap_recovery.html``, ``oracle_difference.html`` (plotly),
 and one stored routing result per cell and strategy under ``cells/``.
@@ -52,10 +55,10 @@ def bootstrap_ci(diff: np.ndarray, n_boot: int = 2000, seed: int = 0) -> tuple[f
     return float(np.quantile(means, 0.025)), float(np.quantile(means, 0.975))
 
 
-def md_table(df: pd.DataFrame, floatfmt: str = "{:.3f}") -> str:
+def md_table(df: pd.DataFrame, floatfmt: str = "{:.3f}", nan: str = "undefined") -> str:
     def cell(v):
         if isinstance(v, float):
-            return "undefined" if math.isnan(v) else floatfmt.format(v)
+            return nan if math.isnan(v) else floatfmt.format(v)
         return str(v)
 
     head = "| " + " | ".join(df.columns) + " |"
@@ -117,6 +120,7 @@ def run(args: argparse.Namespace) -> None:
                         for qi in range(len(task))]
                 ceiling = float(np.mean(hits))
             ceilings.append({"model": spec, "space": str(space), "routes": space.size(), "space_ceiling": ceiling})
+            pd.DataFrame(ceilings).to_csv(out / "ceilings.csv", index=False)  # kept for --report-only
             runs = [(s, s, config) for s in args.strategies]
             if args.oracle_search:
                 runs += [(s, f"{s}+oracle", dataclasses.replace(config, oracle=True))
@@ -127,10 +131,7 @@ def run(args: argparse.Namespace) -> None:
                                 out=out / "cells" / slug(spec) / space.name / label.replace("+", "_"))
                 s = r.summary()
                 keys = {"model": spec, "space": str(space), "strategy": label}
-                cells.append({**keys, **{k: s[k] for k in ("n", "greedy", "oracle", *SELECTORS)},
-                              **{f"recovery_{k}": s[f"recovery_{k}"] for k in SELECTORS},
-                              "unique_routes_per_q": s["unique_routes"] / s["n"], "space_ceiling": ceiling,
-                              "_oracle_q": r.questions.set_index("question_id")["oracle"]})
+                cells.append(cell_row(r, spec, str(space), label, ceiling))
                 curve = reach_curve(r.candidates)
                 curves.append(curve.assign(**keys))
                 print(f"[{spec}] {space} {label}: greedy={s['greedy']:.3f} oracle@{args.budget}="
@@ -144,11 +145,45 @@ def run(args: argparse.Namespace) -> None:
             _, summ = audit_selector_table(res, ("majority", "confidence"))
             row = summ.iloc[0].to_dict()
             audits.append({"model": spec, "K": args.audit_k, "T": args.temperature, **row, "n": int(row["n"])})
+            pd.DataFrame(audits).to_csv(out / "audits.csv", index=False)
             print(f"[{spec}] audit K={args.audit_k}: greedy={row['greedy']:.3f} oracle={row['oracle']:.3f} "
                   f"majority={row['majority']:.3f} ({time.time() - t:.0f}s)", file=sys.stderr, flush=True)
         log.append(f"{spec}: {evaluator.n_decoded} (question, route) pairs decoded in {time.time() - t_model:.0f}s")
 
     write_report(args, out, cells, curves, audits, ceilings, log, time.time() - t_start, format_recovery)
+
+
+def cell_row(r, spec: str, space: str, label: str, ceiling: float) -> dict:
+    """One cell's row of the accuracy table (with its per-question oracle, for the paired difference)."""
+    s = r.summary()
+    return {"model": spec, "space": space, "strategy": label, **{k: s[k] for k in ("n", "greedy", "oracle", *SELECTORS)},
+            **{f"recovery_{k}": s[f"recovery_{k}"] for k in SELECTORS},
+            "unique_routes_per_q": s["unique_routes"] / s["n"], "space_ceiling": ceiling,
+            "_oracle_q": r.questions.set_index("question_id")["oracle"]}
+
+
+def report_only(args: argparse.Namespace) -> None:
+    """Rebuild every table and figure from what a (possibly interrupted) run stored in --out."""
+    from reachlens.routing import RoutingResult, format_recovery, reach_curve, space_from_spec
+
+    out = Path(args.out)
+    ceil = pd.read_csv(out / "ceilings.csv") if (out / "ceilings.csv").is_file() else pd.DataFrame(
+        columns=["model", "space", "routes", "space_ceiling"])
+    audits = pd.read_csv(out / "audits.csv").to_dict("records") if (out / "audits.csv").is_file() else []
+    lookup = {(r.model, r.space): r.space_ceiling for r in ceil.itertuples()}
+    cells, curves, order = [], [], {s: i for i, s in enumerate(args.strategies)}
+    for cfg in sorted((out / "cells").glob("*/*/*/config.json")):
+        r = RoutingResult.load(cfg.parent)
+        spec, space = r.header["model_spec"], str(space_from_spec(r.header["space"]))
+        label = r.header["strategy"] + ("+oracle" if r.header["config"]["oracle"] else "")
+        cells.append(cell_row(r, spec, space, label, lookup.get((spec, space), math.nan)))
+        curves.append(reach_curve(r.candidates).assign(model=spec, space=space, strategy=label))
+    rank = {name: i for i, name in enumerate(args.spaces)}
+    key = lambda c: (c["model"], rank.get(c["space"].split("(")[0], 9), c["strategy"].endswith("+oracle"),  # noqa: E731
+                     order.get(c["strategy"].replace("+oracle", ""), 9))
+    cells.sort(key=key)
+    write_report(args, out, cells, curves, audits, ceil.to_dict("records"),
+                 [f"rebuilt from {len(cells)} stored cells (--report-only)"], math.nan, format_recovery)
 
 
 def write_report(args, out, cells, curves, audits, ceilings, log, wall, format_recovery) -> None:
@@ -195,11 +230,11 @@ def write_report(args, out, cells, curves, audits, ceilings, log, wall, format_r
 
     sections = [
         f"# Layer routing: {args.task}, n={args.n}, K={args.budget}, objective={args.objective}\n",
-        f"Command: `python experiments/routing.py {' '.join(sys.argv[1:])}`  \n"
-        f"Wall time {wall / 60:.1f} min; " + "; ".join(log) + ".\n",
+        f"Command: `python experiments/routing.py {' '.join(sys.argv[1:])}`  \n" +
+        ("" if math.isnan(wall) else f"Wall time {wall / 60:.1f} min; ") + "; ".join(log) + ".\n",
         "## Accuracy per cell and strategy\n\ngreedy = the full model (identity route); oracle@K = any of the "
         "K candidates correct; selector columns = accuracy of the answer-blind pick; space_ceiling = oracle "
-        "over every route of the space.\n\n" + md_table(acc),
+        "over every route of the space (n/a: not recorded).\n\n" + md_table(acc, nan="n/a"),
         "## Oracle difference at matched K (random - structured)\n\nPositive: random routes reach more "
         "questions than the structured search at the same budget. 95% CI: paired bootstrap over questions. "
         "`+oracle` rows searched with the grader's verdict as objective (not answer-blind)."
@@ -207,7 +242,7 @@ def write_report(args, out, cells, curves, audits, ceilings, log, wall, format_r
         "## Gap recovery (S - G) / (O - G) per cell\n\n" + md_table(rec),
         "## Median gap recovery over cells\n\nOver the answer-blind searches (the `+oracle` pools are left "
         "out).\n\n" + md_table(med_df),
-        "## Route spaces\n\n" + md_table(ceil_df),
+        "## Route spaces\n\n" + md_table(ceil_df, nan="n/a"),
         "## Reach vs K (oracle@k)\n\n" + (md_table(curve_df.pivot_table(
             index=["model", "space", "strategy"], columns="k", values="oracle_at_k").reset_index()
             .rename(columns=lambda c: f"k={c}" if isinstance(c, (int, np.integer)) else c))
@@ -288,12 +323,14 @@ def main() -> None:
     ap.add_argument("--no-oracle-search", dest="oracle_search", action="store_false",
                     help="skip the oracle-mode runs of the structured searches (objective = correctness)")
     ap.add_argument("--no-figures", action="store_true")
+    ap.add_argument("--report-only", action="store_true",
+                    help="rebuild the tables and figures from the cells stored in --out (e.g. after an interruption)")
     ap.add_argument("--out", default="runs/routing")
     args = ap.parse_args()
     if args.audit_k is None:
         args.audit_k = args.budget
     torch.set_num_threads(args.threads)
-    run(args)
+    report_only(args) if args.report_only else run(args)
 
 
 if __name__ == "__main__":
