@@ -7,15 +7,15 @@ cells = [
         "# The training audit on the zoo\n\n"
         "A benchmark gain conflates *can now* with *now does*. This notebook audits the zoo's base model and its "
         "GRPO descendant under one protocol, joins them question by question, and looks at which questions "
-        "training converted. It uses a small protocol (50 questions, K=32) so that it runs in about a minute on a CPU; "
+        "training converted. It uses a small protocol (20 questions, K=16) so that it runs in about a minute on a CPU; "
         "`make demo` runs the full study (n=300, K=200, budget control at 400)."),
     nbf.v4.new_code_cell(
         "import reachlens\n"
         "from reachlens import Protocol\n"
         "from reachlens.studies import compare\n"
         "from reachlens.report import accuracy_bars, fate_bars, pass_at_k_figure, propensity_figure\n\n"
-        "task = reachlens.load_task('arith', split='test', n=50)\n"
-        "protocol = Protocol('arith', k=32, temperature=0.8, max_new_tokens=96)\n"
+        "task = reachlens.load_task('arith', split='test', n=20)\n"
+        "protocol = Protocol('arith', k=16, temperature=0.8, max_new_tokens=96)\n"
         "audits = {name: reachlens.audit(reachlens.load_model(f'zoo:{name}'), task, protocol) for name in ['base', 'grpo']}\n"
         "{name: (round(r.D, 3), round(r.O_K, 3)) for name, r in audits.items()}"),
     nbf.v4.new_markdown_cell("Each audit keeps every raw sample, so it can be re-scored without sampling:"),
@@ -42,8 +42,8 @@ cells = [
         "without redrawing its first K samples."),
     nbf.v4.new_code_cell(
         "from reachlens.studies import extend_budget\n"
-        "bigger = {n: extend_budget(reachlens.load_model(f'zoo:{n}'), task, audits[n], 64) for n in audits}\n"
-        "assert bigger['base'].restrict_k(32).samples['text'].tolist() == audits['base'].samples['text'].tolist()\n"
+        "bigger = {n: extend_budget(reachlens.load_model(f'zoo:{n}'), task, audits[n], 32) for n in audits}\n"
+        "assert bigger['base'].restrict_k(16).samples['text'].tolist() == audits['base'].samples['text'].tolist()\n"
         "{n: (round(audits[n].O_K, 3), round(bigger[n].O_K, 3)) for n in audits}"),
 ]
 nb = nbf.v4.new_notebook(cells=cells, metadata={"kernelspec": {"name": "python3", "display_name": "Python 3", "language": "python"}})
