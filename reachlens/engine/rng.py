@@ -16,8 +16,6 @@ Numerical caveat: a sample can flip when two runs' probabilities differ at the b
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Sequence
-
 import torch
 from jaxtyping import Float, Int
 from torch import Tensor
@@ -86,6 +84,3 @@ def sample_inverse_cdf(
     pick = torch.searchsorted(cdf, (u * cdf[:, -1]).unsqueeze(-1), right=True).clamp_(max=cdf.shape[-1] - 1)
     return pick.squeeze(-1)
 
-
-def seeds_tensor(seeds: Sequence[int]) -> Tensor:
-    return torch.tensor(list(seeds), dtype=torch.int64)

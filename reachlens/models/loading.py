@@ -15,7 +15,6 @@ the caller passes ``trust_remote_code=True``.
 from __future__ import annotations
 
 import hashlib
-import json
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -142,9 +141,3 @@ def load_model(
     model.reachlens_identity = model_identity(spec)
     return model
 
-
-def read_config(spec: str) -> dict:
-    target, local = resolve_spec(spec)
-    if not local:
-        raise ModelLoadError(f"{spec!r} is not a local folder")
-    return json.loads((Path(target) / "config.json").read_text())
