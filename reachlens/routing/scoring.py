@@ -64,7 +64,9 @@ def question_table(
 
     Args:
         candidates: the pool, one row per candidate, ordered within a question (``question_id``,
-            ``answer``, ``correct``, ``scored`` and the columns the selectors read).
+            ``answer``, ``correct``, ``scored`` and the columns the selectors read). With a ``route``
+            column the selectors see each route once (its first evaluation): a route's greedy
+            candidate is deterministic, so evaluating it again is budget spent, not another vote.
         greedy: ``question_id``, ``greedy_correct`` (1/0/NaN) and ``greedy_answer`` per question.
         selectors: registered selector names.
     """
@@ -79,8 +81,9 @@ def question_table(
             "n_unique": int(pool["route"].nunique()) if "route" in pool else len(pool),
             "n_answers": int(pool["answer"].nunique()),
         }
+        distinct = pool.drop_duplicates("route").reset_index(drop=True) if "route" in pool else pool
         for name in selectors:
-            s = select(pool, name)
+            s = select(distinct, name)
             row[name] = s.correct
             row[f"{name}_answer"] = s.answer
         rows.append(row)

@@ -144,3 +144,18 @@ def test_search_on_a_real_model_records_every_candidate(tiny_model):
     first = cands.iloc[0]
     assert first["route"] == format_route(greedy.route) and first["text"] == greedy.text
     assert cands["text"].map(len).gt(0).any() and cands["mean_logprob"].lt(0).all()
+
+
+@pytest.mark.parametrize("space", [SkipSpace(4, max_skip=1), NativeSpace(3), ReorderSpace(4)], ids=str)
+def test_mcts_tries_every_route_before_repeating_one(space):
+    # Greedy evaluations are deterministic: MCTS must not spend budget on a route it already tried
+    # while untried routes remain (its in-tree leaves are marked exhausted).
+    size = space.size()
+    ev = FakeEvaluator(space.n_layers, 2, tuple(range(space.n_layers)), space=space)
+    cands = run_search(ev, space, "mcts", SearchConfig(size + 3))
+    for _, pool in cands.groupby("question_id"):
+        routes = pool["route"].tolist()
+        assert len(routes) == size + 3
+        # the rollout can land on a route tried before, but the tree never selects one: every route
+        # is tried by the end of the first `size` + a few evaluations
+        assert len(set(routes)) == size

@@ -149,3 +149,15 @@ def test_selectors_on_audit_temperature_samples():
     row = summary.iloc[0]
     assert (row["greedy"], row["oracle"], row["majority"]) == (0.5, 1.0, 0.5)
     assert row["recovery_majority"] == 0.0
+
+
+def test_a_route_evaluated_twice_is_one_vote():
+    # Route r1 was proposed three times (budget spent), r2 and r3 once each: by route, "5" has two
+    # votes and "9" one; counting evaluations would have made "9" the majority.
+    cands = pd.DataFrame({
+        "question_id": ["a"] * 5, "route": ["r1", "r1", "r1", "r2", "r3"],
+        "answer": ["9", "9", "9", "5", "5"], "correct": [False, False, False, True, True], "scored": [True] * 5,
+    })
+    greedy = pd.DataFrame({"question_id": ["a"], "greedy_correct": [0.0], "greedy_answer": ["9"]})
+    q = question_table(cands, greedy, ["majority"]).iloc[0]
+    assert (q["majority_answer"], q["majority"], q["n_candidates"], q["n_unique"]) == ("5", 1.0, 5, 3)

@@ -24,13 +24,14 @@ __all__ = ["MCTS"]
 
 
 class _Node:
-    __slots__ = ("visits", "total", "children", "untried")
+    __slots__ = ("visits", "total", "children", "untried", "exhausted")
 
     def __init__(self, untried: list[int]) -> None:
         self.visits = 0
         self.total = 0.0
         self.children: dict[int, _Node] = {}
         self.untried = untried
+        self.exhausted = False
 
 
 @register_strategy("mcts")
@@ -52,8 +53,13 @@ class MCTS(Strategy):
         self.batch = batch
         self.root = _Node(list(space.actions(())))
         self._pending: list[tuple[Route, list[_Node]]] = []
+        self._seen: set[Route] = set()
+
+    _MAX_RETRIES = 32
 
     def _ucb(self, parent: _Node, child: _Node) -> float:
+        if child.visits == 0:  # a leaf found already tried by a rollout, never selected itself
+            return math.inf
         return child.total / child.visits + self.c * math.sqrt(math.log(parent.visits) / child.visits)
 
     def _child(self, node: _Node, decisions: tuple[int, ...], action: int) -> _Node:
@@ -65,22 +71,50 @@ class MCTS(Strategy):
                 node.untried.remove(action)
         return child
 
-    def _iteration(self) -> tuple[Route, list[_Node]]:
+    def _descend(self) -> tuple[tuple[int, ...], list[_Node]]:
+        """Select by UCB1 (skipping exhausted children) and expand one untried action."""
         node, d, path = self.root, (), [self.root]
+        fresh_only = not self.root.exhausted  # once everything was tried, re-propose by UCB1
         while True:
             if node.untried:
                 a = node.untried[self.rng.randrange(len(node.untried))]
                 node = self._child(node, d, a)
-                d, path = d + (a,), path + [node]
-                break
+                return d + (a,), path + [node]
             if not node.children:  # a complete route
-                break
+                return d, path
             parent = node
-            a, node = max(parent.children.items(), key=lambda kv: self._ucb(parent, kv[1]))
+            options = [kv for kv in parent.children.items() if not (fresh_only and kv[1].exhausted)]
+            a, node = max(options, key=lambda kv: self._ucb(parent, kv[1]))
             d, path = d + (a,), path + [node]
+
+    def _iteration(self) -> tuple[Route, list[_Node]]:
+        for _ in range(self._MAX_RETRIES):
+            d, path = self._descend()
+            if not path[-1].untried and not path[-1].children:  # the tree reached a complete route
+                self._mark_exhausted(path)
+                route = self.space.decode(d)
+                if route in self._seen and not self.root.exhausted:
+                    continue  # an earlier rollout tried it: select again, elsewhere
+                break
+            # the rollout: random completions, avoiding routes already tried where it can
+            for _ in range(self._MAX_RETRIES):
+                route = self.space.decode(self.space.complete(d, self.rng))
+                if route not in self._seen:
+                    break
+            break
         for n in path:
             n.visits += 1
-        return self.space.decode(self.space.complete(d, self.rng)), path
+        self._seen.add(route)
+        return route, path
+
+    @staticmethod
+    def _mark_exhausted(path: list[_Node]) -> None:
+        """``path`` ends at a complete route: mark it, then every ancestor whose subtree is all tried."""
+        path[-1].exhausted = True
+        for node in reversed(path[:-1]):
+            if node.untried or not all(c.exhausted for c in node.children.values()):
+                break
+            node.exhausted = True
 
     def propose(self, n: int) -> list[Route]:
         out = []
@@ -98,6 +132,8 @@ class MCTS(Strategy):
             path.append(node)
         for n in path:
             n.visits += 1
+        self._mark_exhausted(path)
+        self._seen.add(tuple(route))
         return path
 
     def observe(self, routes, scores) -> None:
