@@ -16,7 +16,8 @@ def register(sub) -> argparse.ArgumentParser:
     add_model_args(p)
     add_task_args(p)
     add_protocol_args(p)
-    p.add_argument("--max-batch-rows", type=positive_int("--max-batch-rows"), default=256)
+    p.add_argument("--max-batch-rows", type=positive_int("--max-batch-rows"), default=1024,
+                   help="most completions decoded together (memory bound; rows sharing a prefix share compute)")
     p.add_argument("--out", required=True, help="audit directory (re-running resumes it)")
     return p
 

@@ -26,6 +26,8 @@ def register(sub) -> argparse.ArgumentParser:
     p.add_argument("--k", type=positive_int("--k"), default=200)
     p.add_argument("--budget-k", type=positive_int("--budget-k"), default=400)
     p.add_argument("--max-new-tokens", type=positive_int("--max-new-tokens"), default=96)
+    p.add_argument("--max-batch-rows", type=positive_int("--max-batch-rows"), default=4096,
+                   help="most completions decoded together (the zoo's models are tiny)")
     return p
 
 
@@ -44,7 +46,7 @@ def run(args: argparse.Namespace) -> int:
                                                        max_new_tokens=args.max_new_tokens),
                      n=args.n, budget_k=args.budget_k)
     t0 = time.perf_counter()
-    study = run_training_audit(plan, args.out)
+    study = run_training_audit(plan, args.out, max_batch_rows=args.max_batch_rows)
     html_path, _ = write_report(study, args.out)
     print(f"\nreport: {html_path}  ({time.perf_counter() - t0:.0f} s)\n")
     print(study.headline().to_string(index=False, float_format=lambda x: f"{x:.3f}"))

@@ -3,15 +3,25 @@
 One call decodes many *rows*. A row is (prompt, seed): ``seed=None`` is the greedy deployment, an
 integer seed is one temperature sample (see :mod:`reachlens.engine.rng`). Rows that share a prompt
 share its prefill: each distinct prompt of a chunk is prefilled once (left-padded with the other
-prompts of the chunk), then its cache is fanned out to its rows. Decoding runs every active row
-one token per step through :class:`~reachlens.engine.stack.LayerStack`, so the caller's
-TransformerLens hooks fire on the prefill and on every decoding step. Finished rows (EOS or a stop
-string) are dropped from the batch once a quarter of it has finished.
+prompts of the chunk), then its cache is fanned out to its rows.
+
+Decoding runs one token per step through :class:`~reachlens.engine.stack.LayerStack`, so the
+caller's TransformerLens hooks fire on the prefill and on every decoding step. Rows whose tokens so
+far are identical have identical next-token distributions, so by default (``share_prefixes``) the
+decoder runs one batch entry per *distinct prefix* (a node of the sample tree), not per row: every
+row still draws its own token from its node's distribution with its own counter-based uniform, and
+a node whose rows draw different tokens forks (its cache row is copied into a free or new slot).
+K samples of a confident model mostly agree on long stretches, so this computes each shared stretch
+once (on the zoo's arith models, 5-10x fewer row-steps at K=64). Finished nodes (EOS or a stop
+string) leave free slots that forks reuse; the batch is compacted when a quarter of it is free.
+A hook therefore sees one batch row per distinct prefix; pass ``share_prefixes=False`` for hooks
+that treat rows differently (every row then keeps its own batch entry).
 
 Exactness: greedy rows take ``argmax`` of float32 logits, as HuggingFace ``generate(do_sample=False)``
 does, and the cached decode equals a full re-forward (tested token for token). Left padding changes
-matmul shapes, so a padded batch can differ from an unpadded run in the last bits of a logit; a
-near-tie can then flip a token. Audits group prompts by length to keep padding rare.
+matmul shapes, so a padded batch can differ from an unpadded run in the last bits of a logit (as
+can any change of batch composition); a near-tie can then flip a token. Chunks sort prompts by
+length to keep padding short.
 """
 
 from __future__ import annotations
@@ -106,23 +116,21 @@ def _eos_ids(model) -> set[int]:
 
 def _chunks(rows: Sequence[Row], prompt_lens: Sequence[int], max_rows: int) -> list[list[int]]:
     """Group row indices into chunks of at most ``max_rows``, rows of one prompt kept together and
-    prompts of equal length placed next to each other so that little padding is needed."""
+    prompts sorted by length, so that a chunk's prompts need little left padding."""
     by_prompt: dict[int, list[int]] = {}
     for i, r in enumerate(rows):
         by_prompt.setdefault(r.prompt, []).append(i)
     order = sorted(by_prompt, key=lambda p: (prompt_lens[p], p))
     chunks: list[list[int]] = []
     cur: list[int] = []
-    cur_len: int | None = None
     for p in order:
         members = by_prompt[p]
         for start in range(0, len(members), max_rows):
             part = members[start : start + max_rows]
-            if cur and (len(cur) + len(part) > max_rows or cur_len != prompt_lens[p]):
+            if cur and len(cur) + len(part) > max_rows:
                 chunks.append(cur)
                 cur = []
             cur.extend(part)
-            cur_len = prompt_lens[p]
     if cur:
         chunks.append(cur)
     return chunks
@@ -139,6 +147,7 @@ def generate(
     max_batch_rows: int = 256,
     on_chunk: Callable[[list[int], list[Completion]], None] | None = None,
     fused: bool = True,
+    share_prefixes: bool = True,
 ) -> list[Completion]:
     """Generate one completion per row.
 
@@ -152,6 +161,8 @@ def generate(
         on_chunk: called with (row indices, their completions) as each chunk finishes.
         fused: use the fused attention path where no attention-internal hook is attached
             (:mod:`reachlens.engine.fast_attention`); False runs the bridge's eager attention.
+        share_prefixes: decode one batch entry per distinct token prefix instead of one per row
+            (same tokens, far less compute for K samples); False gives every row its own entry.
 
     Returns:
         Completions aligned with ``rows``.
@@ -171,7 +182,7 @@ def generate(
     stopper = StopChecker(tok, params.stop, _eos_ids(model) if params.stop_at_eos else set())
     results: list[Completion | None] = [None] * len(rows)
     for chunk in _chunks(rows, [len(p) for p in ids], max_batch_rows):
-        outs = _generate_chunk(stack, steps, ids, [rows[i] for i in chunk], params, stopper)
+        outs = _generate_chunk(stack, steps, ids, [rows[i] for i in chunk], params, stopper, share_prefixes)
         for i, c in zip(chunk, outs):
             results[i] = c
         if on_chunk is not None:
@@ -201,18 +212,23 @@ def _prefill_mask(valid: Bool[Tensor, "batch pos"]) -> Bool[Tensor, "batch 1 pos
 
 
 def _choose(
-    logits: Float[Tensor, "batch vocab"],
-    seeds: Int[Tensor, "batch"],
-    greedy: Bool[Tensor, "batch"],
+    logits: Float[Tensor, "nodes vocab"],
+    node: Int[Tensor, "rows"],
+    seeds: Int[Tensor, "rows"],
+    greedy: Bool[Tensor, "rows"],
     step: int,
     params: SamplingParams,
-) -> Int[Tensor, "batch"]:
+) -> tuple[Int[Tensor, "rows"], Float[Tensor, "rows"]]:
+    """Each row's token from its node's logits, and the token's untempered log-probability."""
+    top = logits.argmax(-1).index_select(0, node)
     if bool(greedy.all()):
-        return logits.argmax(-1)
-    sampled = sample_inverse_cdf(logits, seeds, step, params.temperature, params.top_p)
-    if bool(greedy.any()):
-        return torch.where(greedy, logits.argmax(-1), sampled)
-    return sampled
+        chosen = top
+    else:
+        chosen = sample_inverse_cdf(logits, seeds, step, params.temperature, params.top_p, group=node)
+        if bool(greedy.any()):
+            chosen = torch.where(greedy, top, chosen)
+    logp = torch.log_softmax(logits.float(), -1)
+    return chosen, logp[node, chosen]
 
 
 def _generate_chunk(
@@ -222,6 +238,7 @@ def _generate_chunk(
     rows: list[Row],
     params: SamplingParams,
     stopper: StopChecker,
+    share_prefixes: bool = True,
 ) -> list[Completion]:
     device = stack.device
     prompt_order = sorted({r.prompt for r in rows})
@@ -238,12 +255,16 @@ def _generate_chunk(
     )[:, -1]
 
     n = len(rows)
-    fan = torch.tensor([local[r.prompt] for r in rows], device=device)
-    cache.share(fan)  # rows read their prompt's keys in place (no K-fold copy of the prompt cache)
-    logits = logits.index_select(0, fan)
-    key_valid = torch.ones((n, width + params.max_new_tokens), dtype=torch.bool, device=device)
-    key_valid[:, :width] = valid.index_select(0, fan)
-    next_pos = positions[:, -1].index_select(0, fan) + 1
+    row_prompt = torch.tensor([local[r.prompt] for r in rows], device=device)
+    # batch entries ("nodes"): one per prompt, or one per row without prefix sharing
+    entry_prompt = torch.arange(len(prompt_order), device=device) if share_prefixes else row_prompt
+    cache.share(entry_prompt)  # entries read their prompt's keys in place (no K-fold copy of the prompt)
+    if not share_prefixes:
+        logits = logits.index_select(0, row_prompt)
+    row_node = (row_prompt if share_prefixes else torch.arange(n, device=device)).cpu()
+    key_valid = torch.ones((entry_prompt.shape[0], width + params.max_new_tokens), dtype=torch.bool, device=device)
+    key_valid[:, :width] = valid.index_select(0, entry_prompt)
+    next_pos = positions[:, -1].index_select(0, entry_prompt) + 1
     seeds = torch.tensor([0 if r.seed is None else r.seed for r in rows], dtype=torch.int64, device=device)
     greedy = torch.tensor([r.seed is None for r in rows], device=device)
 
@@ -251,33 +272,69 @@ def _generate_chunk(
     logps = torch.zeros((n, params.max_new_tokens), dtype=torch.float32)
     lengths = torch.zeros(n, dtype=torch.long)
     reasons: list[FinishReason] = ["length"] * n
-    row_done = torch.zeros(n, dtype=torch.bool)
-    alive = torch.arange(n)  # the original row of each batch row
+    live = torch.arange(n)  # rows still decoding
+    vocab = logits.shape[-1]
 
     for step in range(params.max_new_tokens):
-        chosen = _choose(logits, seeds, greedy, step, params)
-        lp = torch.log_softmax(logits.float(), -1).gather(-1, chosen[:, None]).squeeze(-1).cpu()
-        live = ~row_done[alive]
-        rows_now = alive[live]
-        tokens[rows_now, step] = chosen.cpu()[live]
-        logps[rows_now, step] = lp[live]
-        lengths[rows_now] = step + 1
-        eos, stop = stopper.check(chosen, tokens, alive, step)
-        for b in ((eos | stop) & live).nonzero().flatten().tolist():
-            r = int(alive[b])
-            row_done[r] = True
-            reasons[r] = "eos" if bool(eos[b]) else "stop"
-        if step + 1 == params.max_new_tokens or bool(row_done.all()):
+        node = row_node[live].to(device)
+        chosen, lp = _choose(logits, node, seeds[live.to(device)], greedy[live.to(device)], step, params)
+        chosen_cpu = chosen.cpu()
+        tokens[live, step] = chosen_cpu
+        logps[live, step] = lp.cpu()
+        lengths[live] = step + 1
+        # the children: one per distinct (node, token); sorted, so a node's children are adjacent
+        child_key, child_of_row = torch.unique(row_node[live] * vocab + chosen_cpu, return_inverse=True)
+        parent, child_token = child_key // vocab, child_key % vocab
+        rep = torch.full((child_key.shape[0],), n, dtype=torch.long).scatter_reduce_(
+            0, child_of_row, live, reduce="amin")  # one row per child, for the stop check
+        eos, stop = stopper.check(child_token, tokens, rep, step)
+        finished = eos | stop
+        if bool(finished.any()):
+            row_finished = finished[child_of_row]
+            for r, e in zip(live[row_finished].tolist(), eos[child_of_row[row_finished]].tolist()):
+                reasons[r] = "eos" if e else "stop"
+            live, child_of_row = live[~row_finished], child_of_row[~row_finished]
+        if step + 1 == params.max_new_tokens or live.numel() == 0:
             break
-        if int(row_done[alive].sum()) * 4 >= alive.shape[0]:
-            keep = ~row_done[alive]
-            idx = keep.nonzero().flatten().to(device)
-            cache.select_rows(idx)
-            alive, chosen, seeds, greedy = alive[keep], chosen[idx], seeds[idx], greedy[idx]
-            next_pos, key_valid = next_pos[idx], key_valid[idx]
+        # place the unfinished children: a node's first child continues in its slot, the others are
+        # forks copied into slots left free (finished or childless nodes) or appended
+        kept = (~finished).nonzero().flatten()
+        k_parent = parent[kept]
+        first = torch.ones_like(k_parent, dtype=torch.bool)
+        first[1:] = k_parent[1:] != k_parent[:-1]
+        slot = torch.full((child_key.shape[0],), -1, dtype=torch.long)
+        slot[kept[first]] = k_parent[first]
+        n_entries = int(cache.batch)
+        occupied = torch.zeros(n_entries, dtype=torch.bool)
+        occupied[k_parent[first]] = True
+        free = (~occupied).nonzero().flatten()
+        forks = kept[~first]
+        if forks.numel():
+            extra = max(0, forks.numel() - free.numel())
+            dst = torch.cat([free[: forks.numel()], torch.arange(n_entries, n_entries + extra)])
+            src = parent[forks]
+            slot[forks] = dst
+            src_d, dst_d = src.to(device), dst.to(device)
+            cache.copy_rows(src_d, dst_d)
+            if extra:
+                key_valid = torch.cat([key_valid, key_valid.new_ones((extra, key_valid.shape[1]))])
+                next_pos = torch.cat([next_pos, next_pos.new_zeros(extra)])
+            key_valid[dst_d] = key_valid[src_d]
+            next_pos[dst_d] = next_pos[src_d]
+            n_entries += extra
+        if (n_entries - kept.numel()) * 4 > n_entries:  # compact: drop the free slots
+            order = slot[kept]
+            cache.select_rows(order.to(device))
+            key_valid, next_pos = key_valid[order.to(device)], next_pos[order.to(device)]
+            slot[kept] = torch.arange(kept.numel())
+            n_entries = kept.numel()
+        row_node = torch.full((n,), -1, dtype=torch.long)
+        row_node[live] = slot[child_of_row]
+        inputs = torch.full((n_entries,), pad_id, dtype=torch.long)
+        inputs[slot[kept]] = child_token[kept]
         mask = key_valid[:, None, None, : cache.length + 1] if padded else None
         logits = stack.forward(
-            chosen[:, None], position_ids=next_pos[:, None], attention_mask=mask,
+            inputs.to(device)[:, None], position_ids=next_pos[:, None], attention_mask=mask,
             cache=cache, route=steps, last_only=True,
         )[:, -1]
         next_pos = next_pos + 1

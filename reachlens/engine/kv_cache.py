@@ -13,7 +13,11 @@ a 2-core CPU). :class:`SlotKVCache` instead
   row stores only what it generated. At K=200 a copied prompt cache makes every decoding step
   re-read 200 copies of the prompt's keys, which makes attention memory-bound; the shared layout
   lets the fused attention path (:mod:`reachlens.engine.fast_attention`) score all rows of a prompt
-  against its keys in one matrix product ("cascade" attention).
+  against its keys in one matrix product ("cascade" attention);
+* lets a decoder branch rows in place: :meth:`SlotKVCache.copy_rows` copies the generated part of
+  some rows into others (free slots, or new ones beyond the current batch, the buffers keeping spare
+  capacity), which is how the sampler forks a shared sample prefix when its rows draw different
+  tokens without re-copying every other row.
 
 The attention modules of HuggingFace and of TransformerLens' bridge call
 ``cache.update(k, v, layer_idx)`` and receive every cached key. The executor announces the route
@@ -80,6 +84,8 @@ class SlotKVCache:
         self.length = 0
         """Positions already committed (the next write lands at ``length``)."""
         self.shared: SharedPrefix | None = None
+        self.batch: int | None = None
+        """Rows in use (the buffers may hold more, see :meth:`copy_rows`); None until the first write."""
         self._slot: int | None = None
         self._pending = 0
         # per slot: full [batch, h, max_len, d] (plain mode) or the row-own part (shared mode)
@@ -116,14 +122,19 @@ class SlotKVCache:
             raise RuntimeError(f"KV cache overflow: {self.length + n_new} positions > max_len={self.max_len}")
         own = self.max_len - (self.shared.length if self.shared else 0)
         start = self.length - (self.shared.length if self.shared else 0)
+        b = key_states.shape[0]
+        if self.batch is None:
+            self.batch = b
+        if b != self.batch:
+            raise RuntimeError(f"a forward over {b} rows wrote to a cache of {self.batch} rows")
         if self._keys[slot] is None:
-            b, h, _, d = key_states.shape
+            _, h, _, d = key_states.shape
             self._keys[slot] = key_states.new_empty((b, h, own, d))
             self._values[slot] = value_states.new_empty((b, value_states.shape[1], own, value_states.shape[-1]))
         k_buf, v_buf = self._keys[slot], self._values[slot]
         assert k_buf is not None and v_buf is not None
-        k_buf[:, :, start : start + n_new] = key_states
-        v_buf[:, :, start : start + n_new] = value_states
+        k_buf[:b, :, start : start + n_new] = key_states
+        v_buf[:b, :, start : start + n_new] = value_states
         self._pending = n_new
         return slot
 
@@ -132,7 +143,7 @@ class SlotKVCache:
         end = self.length + self._pending - (self.shared.length if self.shared else 0)
         k, v = self._keys[slot], self._values[slot]
         assert k is not None and v is not None
-        return k[:, :, :end], v[:, :, :end]
+        return k[: self.batch, :, :end], v[: self.batch, :, :end]
 
     def prefix(self, slot: int) -> tuple[Tensor, Tensor]:
         """The shared prompt keys and values of ``slot``, ``[n_groups, h, prefix_len, d]``."""
@@ -176,6 +187,7 @@ class SlotKVCache:
             self._prefix_values[s] = v[:, :, : self.length].contiguous()
             self._keys[s] = self._values[s] = None
         self.shared = SharedPrefix.build(group, self.length, n_groups or int(group.max()) + 1)
+        self.batch = int(group.shape[0])
 
     def select_rows(self, index: Int[Tensor, "new_batch"]) -> None:
         """Keep (and repeat) rows: row ``i`` of the result is old row ``index[i]``.
@@ -194,6 +206,38 @@ class SlotKVCache:
         if self.shared is not None:
             self.shared = SharedPrefix.build(self.shared.group.index_select(0, index), self.shared.length,
                                              self.shared.n_groups)
+        self.batch = int(index.shape[0])
+
+    def copy_rows(self, src: Int[Tensor, "n"], dst: Int[Tensor, "n"]) -> None:
+        """Row ``dst[i]`` becomes a copy of row ``src[i]`` (generated part; in shared mode the prompt
+        stays shared). A ``dst`` at or beyond :attr:`batch` grows the batch to ``max(dst) + 1``; the
+        buffers grow by doubling, so forking a few rows never re-copies the others. ``src`` and ``dst``
+        must not overlap."""
+        if src.shape != dst.shape:
+            raise ValueError(f"src {tuple(src.shape)} and dst {tuple(dst.shape)} differ in shape")
+        if dst.numel() == 0:
+            return
+        if self.batch is None:
+            raise RuntimeError("copy_rows on an empty cache")
+        new_batch = max(self.batch, int(dst.max()) + 1)
+        filled = self.length - (self.shared.length if self.shared else 0)
+        for store in (self._keys, self._values):
+            for s, buf in enumerate(store):
+                if buf is None:
+                    continue
+                if buf.shape[0] < new_batch:
+                    grown = buf.new_empty((max(new_batch, 2 * buf.shape[0]), *buf.shape[1:]))
+                    grown[: self.batch, :, :filled] = buf[: self.batch, :, :filled]
+                    store[s] = buf = grown
+                buf[dst, :, :filled] = buf[src, :, :filled]
+        if self.shared is not None:
+            group = self.shared.group
+            if new_batch > group.shape[0]:
+                group = torch.cat([group, group.new_zeros(new_batch - group.shape[0])])
+            group = group.clone()
+            group[dst] = group[src]
+            self.shared = SharedPrefix.build(group, self.shared.length, self.shared.n_groups)
+        self.batch = new_batch
 
 
 def grouped_matmul(

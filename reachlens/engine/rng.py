@@ -58,29 +58,43 @@ def uniforms(seeds: Int[Tensor, "batch"], step: int) -> Float[Tensor, "batch"]:
 
 def sample_inverse_cdf(
     logits: Float[Tensor, "batch vocab"],
-    seeds: Int[Tensor, "batch"],
+    seeds: Int[Tensor, "rows"],
     step: int,
     temperature: float,
     top_p: float = 1.0,
-) -> Int[Tensor, "batch"]:
+    group: Int[Tensor, "rows"] | None = None,
+) -> Int[Tensor, "rows"]:
     """Draw one token per row from ``softmax(logits / temperature)``, optionally nucleus-truncated.
 
     Top-p keeps the smallest set of most probable tokens whose mass reaches ``top_p`` (the token that
     crosses the threshold is kept, as in HuggingFace's ``TopPLogitsWarper``).
+
+    ``group[r]`` names the logits row that row ``r`` samples from (default: row ``r``), so rows that
+    share a distribution share one softmax and one cumulative sum; each still draws its own uniform.
     """
     if temperature <= 0:
         raise ValueError(f"temperature={temperature!r}: sampling needs temperature > 0 (use argmax for greedy)")
+    n_dist = logits.shape[0]
+    if group is None:
+        group = torch.arange(n_dist, device=logits.device)
+    elif group.shape != seeds.shape:
+        raise ValueError(f"group {tuple(group.shape)} must have one entry per seed {tuple(seeds.shape)}")
     probs = torch.softmax(logits.to(torch.float64) / temperature, dim=-1)
     u = uniforms(seeds, step).to(probs.device)
+    order = None
     if top_p < 1.0:
         sorted_p, order = probs.sort(dim=-1, descending=True)
         cum = sorted_p.cumsum(-1)
         drop = (cum - sorted_p) >= top_p
-        sorted_p = sorted_p.masked_fill(drop, 0.0)
-        cdf = sorted_p.cumsum(-1)
-        pick = torch.searchsorted(cdf, (u * cdf[:, -1]).unsqueeze(-1), right=True).clamp_(max=cdf.shape[-1] - 1)
-        return order.gather(-1, pick).squeeze(-1)
+        probs = sorted_p.masked_fill(drop, 0.0)
     cdf = probs.cumsum(-1)
-    pick = torch.searchsorted(cdf, (u * cdf[:, -1]).unsqueeze(-1), right=True).clamp_(max=cdf.shape[-1] - 1)
-    return pick.squeeze(-1)
-
+    # the rows of one distribution, side by side: queries [n_dist, most rows of one distribution]
+    counts = torch.bincount(group, minlength=n_dist)
+    rank = torch.empty_like(group)
+    by_group = torch.argsort(group, stable=True)
+    starts = torch.cumsum(counts, 0) - counts
+    rank[by_group] = torch.arange(group.numel(), device=group.device) - starts[group[by_group]]
+    queries = torch.zeros((n_dist, int(counts.max()) if group.numel() else 1), dtype=cdf.dtype, device=cdf.device)
+    queries[group, rank] = u * cdf[group, -1]
+    pick = torch.searchsorted(cdf, queries, right=True).clamp_(max=cdf.shape[-1] - 1)[group, rank]
+    return pick if order is None else order[group, pick]

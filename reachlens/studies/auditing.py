@@ -192,7 +192,7 @@ def audit(
     protocol: Protocol,
     *,
     out: str | Path | None = None,
-    max_batch_rows: int = 256,
+    max_batch_rows: int = 1024,
     sample_offset: int = 0,
     progress: Callable[[int], None] | None = None,
 ) -> AuditResult:

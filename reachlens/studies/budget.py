@@ -21,7 +21,7 @@ __all__ = ["extend_budget"]
 
 def extend_budget(
     model, task: Task, source: AuditResult | str | Path, k: int, *, out: str | Path | None = None,
-    max_batch_rows: int = 256,
+    max_batch_rows: int = 1024,
 ) -> AuditResult:
     """The audit ``source`` extended to budget ``k`` (> its K); written to ``out`` when given.
 

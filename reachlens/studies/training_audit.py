@@ -136,7 +136,7 @@ def run_training_audit(
     out: str | Path,
     *,
     load: Callable[[str], Any] | None = None,
-    max_batch_rows: int = 256,
+    max_batch_rows: int = 1024,
     log: Callable[[str], None] = print,
 ) -> TrainingAudit:
     """Run (or resume) every audit the plan needs into ``out``; return the study.

@@ -153,3 +153,42 @@ def test_sampling_params_validation(bad):
 def test_row_pointing_at_missing_prompt_is_refused(tiny_model):
     with pytest.raises(IndexError, match="rows\\[0\\].prompt=3"):
         generate(tiny_model, ["a"], [Row(3)], SamplingParams(2))
+
+
+@pytest.mark.parametrize("temperature,top_p", [(0.7, 1.0), (1.5, 0.9)])
+def test_shared_prefix_decoding_equals_one_entry_per_row(tiny_model, temperature, top_p):
+    """Rows that share a token prefix are decoded once and fork when their draws differ; every row's
+    tokens and log-probabilities are those of decoding it on its own batch entry."""
+    tok = tokenizer_of(tiny_model)
+    eos = tok.convert_tokens_to_ids("5")  # a common digit as "EOS", so rows finish at different steps
+    params = SamplingParams(20, temperature=temperature, top_p=top_p, stop=("=",))
+    rows = [Row(p) for p in range(len(PROMPTS))]
+    rows += [Row(p, row_seed(1, f"q{p}", j)) for p in range(len(PROMPTS)) for j in range(40)]
+    from reachlens.engine.generate import _generate_chunk, tokenize_prompts
+    from reachlens.engine.stack import LayerStack
+    from reachlens.engine.stopping import StopChecker
+
+    stack = LayerStack(tiny_model)
+    ids = tokenize_prompts(tok, PROMPTS)
+    outs = {}
+    for share in (True, False):
+        outs[share] = _generate_chunk(stack, stack.identity, ids, rows, params, StopChecker(tok, ("=",), {eos}), share)
+    shared, alone = outs[True], outs[False]
+    assert [o.token_ids for o in shared] == [o.token_ids for o in alone]
+    assert [o.finish_reason for o in shared] == [o.finish_reason for o in alone]
+    assert [o.text for o in shared] == [o.text for o in alone]
+    for a, b in zip(shared, alone):
+        assert a.logprobs == pytest.approx(b.logprobs, abs=1e-5)
+    # the case must exercise forks, merges of greedy with samples, and every way to finish
+    assert len({o.token_ids for o in shared}) > 20
+    assert {o.finish_reason for o in shared} == {"eos", "stop", "length"}
+
+
+def test_sampler_with_groups_equals_gathered_logits():
+    logits = torch.randn(5, 11, dtype=torch.float64)
+    group = torch.tensor([3, 0, 3, 3, 1, 4, 0, 3])
+    seeds = torch.arange(8, dtype=torch.int64) * 7919
+    for top_p in (1.0, 0.6):
+        grouped = sample_inverse_cdf(logits, seeds, 2, 0.9, top_p, group=group)
+        gathered = sample_inverse_cdf(logits[group], seeds, 2, 0.9, top_p)
+        assert grouped.tolist() == gathered.tolist()
