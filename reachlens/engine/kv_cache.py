@@ -54,6 +54,10 @@ class SharedPrefix:
     """Most rows of any one prompt (the padded group size used by grouped matrix products)."""
     flat: Int[Tensor, "batch"]
     """``group * width + rank within group``: where a row sits in the padded grouped layout."""
+    order: Int[Tensor, "batch"]
+    """Rows sorted by group (stable)."""
+    counts: tuple[int, ...]
+    """Rows per group."""
 
     @classmethod
     def build(cls, group: Tensor, length: int, n_groups: int) -> SharedPrefix:
@@ -63,7 +67,12 @@ class SharedPrefix:
         starts = torch.cumsum(counts, 0) - counts
         rank = torch.empty_like(group)
         rank[order] = torch.arange(group.numel(), device=group.device) - starts[group[order]]
-        return cls(group, length, n_groups, width, group * width + rank)
+        return cls(group, length, n_groups, width, group * width + rank, order, tuple(counts.tolist()))
+
+    @property
+    def padding_ratio(self) -> float:
+        """Rows of the padded grouped layout per real row (1.0: groups of equal size)."""
+        return self.n_groups * self.width / max(1, int(self.group.shape[0]))
 
 
 class SlotKVCache:
@@ -243,11 +252,27 @@ class SlotKVCache:
 def grouped_matmul(
     x: Float[Tensor, "batch h m k"], mats: Float[Tensor, "groups h k n"], shared: SharedPrefix
 ) -> Float[Tensor, "batch h m n"]:
-    """``x[b] @ mats[group[b]]`` for every row, as one batched product per group (no gather of ``mats``)."""
+    """``x[b] @ mats[group[b]]`` for every row, as one batched product per group (no gather of ``mats``).
+
+    Groups of similar size are padded to one batched product; very unequal groups (a confident
+    prompt with one live prefix beside a diverse one with hundreds) run one product per group over
+    its rows only, so the padding never multiplies the work.
+    """
     b, h, m, k = x.shape
     if shared.n_groups == 1:
         y = torch.matmul(x.permute(1, 0, 2, 3).reshape(h, b * m, k), mats[0])
         return y.view(h, b, m, -1).permute(1, 0, 2, 3)
+    if shared.padding_ratio > 1.5:
+        xs = x.index_select(0, shared.order).permute(1, 0, 2, 3)  # [h, b, m, k], rows by group
+        parts = []
+        for g, part in enumerate(torch.split(xs, shared.counts, dim=1)):
+            if part.shape[1]:
+                hp, bp = part.shape[:2]
+                parts.append(torch.matmul(part.reshape(hp, bp * m, k), mats[g]).view(hp, bp, m, -1))
+        y = torch.cat(parts, dim=1).permute(1, 0, 2, 3)
+        out = torch.empty_like(y)
+        out[shared.order] = y
+        return out
     g, w = shared.n_groups, shared.width
     padded = x.new_zeros((g * w, h, m, k))
     padded[shared.flat] = x

@@ -57,3 +57,19 @@ def test_fused_path_is_removed_after_a_forward(tiny_model):
     with fused_attention(tiny_model) as n:
         assert n == 3 and all("forward" in a.__dict__ for a in fusable_attentions(tiny_model))
     assert not any("forward" in a.__dict__ for a in fusable_attentions(tiny_model))
+
+
+def test_grouped_matmul_per_group_path_equals_padded_path():
+    from reachlens.engine.kv_cache import grouped_matmul
+
+    torch.manual_seed(1)
+    group = torch.tensor([2, 0, 2, 2, 2, 2, 2, 1, 2])  # one large group: padding ratio 3 > 1.5
+    shared = SharedPrefix.build(group, 4, 3)
+    assert shared.padding_ratio > 1.5
+    x, mats = torch.randn(9, 2, 1, 5), torch.randn(3, 2, 5, 4)
+    ref = torch.stack([x[i] @ mats[g] for i, g in enumerate(group.tolist())])
+    torch.testing.assert_close(grouped_matmul(x, mats, shared), ref)
+    even = SharedPrefix.build(torch.tensor([0, 1, 1, 0]), 4, 2)  # ratio 1: the padded path
+    assert even.padding_ratio == 1.0
+    torch.testing.assert_close(grouped_matmul(x[:4], mats[:2], even),
+                               torch.stack([x[i] @ mats[g] for i, g in enumerate([0, 1, 1, 0])]))
