@@ -37,7 +37,7 @@ def commands(zoo: Path) -> list[list[tuple[str, list[str]]]]:
     sft = py + [str(HERE / "sft.py"), "--init", str(zoo / "base"), "--out", str(zoo / "sft"), "--steps",
                 str(SFT["steps"]), "--lr", SFT["lr"], "--seed", str(SFT["seed"])]
     return [
-        [("base", py + [str(HERE / "pretrain_base.py"), "--out", str(zoo / "base"), "--steps", "2000", "--seed", "0"])],
+        [("base", py + [str(HERE / "pretrain_base.py"), "--out", str(zoo / "base"), "--steps", "1200", "--seed", "0"])],
         [("grpo", rl("base", "grpo", "grpo")), ("sft", sft)],
         [("dapo", rl("base", "dapo", "dapo")), ("sft-grpo", rl("sft", "sft-grpo", "grpo"))],
     ]

@@ -1,6 +1,6 @@
 """Pretrain the zoo's base model on arith worked solutions, a quarter of them with a plausible slip.
 
-    python experiments/zoo/pretrain_base.py --out assets/zoo/base --steps 2400 --seed 0
+    python experiments/zoo/pretrain_base.py --out assets/zoo/base --steps 1200 --seed 0
 
 The slips (off by one or ten, a dropped carry, swapped digits, carried forward consistently) give the
 base model a realistic answer distribution: it samples the right answer at varied rates, so its
@@ -39,7 +39,7 @@ def build_model(tok, cfg: ZooModelConfig):
 def main(argv=None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--out", required=True)
-    ap.add_argument("--steps", type=int, default=2400)
+    ap.add_argument("--steps", type=int, default=1200)
     ap.add_argument("--batch", type=int, default=64)
     ap.add_argument("--lr", type=float, default=1e-3)
     ap.add_argument("--warmup", type=int, default=100)
