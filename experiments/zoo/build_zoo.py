@@ -4,11 +4,12 @@
 
 The lineage is the paper's four-variant control plus a second RL loss:
 
-    base                  pretrained on arith worked solutions, 25% with a plausible slip
+    base                  pretrained on arith worked solutions ("qa" prompts), 25% with a plausible slip
     base -> grpo          RLVR, TRL GRPOTrainer, loss_type="grpo", reward = reachlens' numeric grader
     base -> dapo          the same with DAPO's loss (loss_type="dapo")
-    base -> sft           TRL SFTTrainer on clean worked solutions (the external traces SFT injects)
-    base -> sft -> sft-grpo   RLVR on top of SFT
+    base -> sft           TRL SFTTrainer on clean worked solutions in their own prompt format ("verbose":
+                          the external traces SFT injects, with the format they come in)
+    base -> sft -> sft-grpo   RLVR on top of SFT, in the SFT model's native ("verbose") format
 
 Independent runs go two at a time, one torch thread each (two threads in one process were erratic on
 this 2-core machine). Each step's command is the one recorded in its checkpoint's training.json.
@@ -31,15 +32,15 @@ SFT = dict(steps=300, lr="3e-4", seed=0)
 def commands(zoo: Path) -> list[list[tuple[str, list[str]]]]:
     """Stages of (name, argv); the runs of one stage are independent of each other."""
     py = [sys.executable]
-    rl = lambda init, out, loss: py + [str(HERE / "rl_grpo.py"), "--init", str(zoo / init), "--out", str(zoo / out),  # noqa: E731
-                                       "--loss-type", loss, "--steps", str(RL["steps"]), "--lr", RL["lr"],
-                                       "--seed", str(RL["seed"])]
+    rl = lambda init, out, loss, fmt: py + [  # noqa: E731
+        str(HERE / "rl_grpo.py"), "--init", str(zoo / init), "--out", str(zoo / out), "--loss-type", loss,
+        "--steps", str(RL["steps"]), "--lr", RL["lr"], "--seed", str(RL["seed"]), "--prompt-format", fmt]
     sft = py + [str(HERE / "sft.py"), "--init", str(zoo / "base"), "--out", str(zoo / "sft"), "--steps",
-                str(SFT["steps"]), "--lr", SFT["lr"], "--seed", str(SFT["seed"])]
+                str(SFT["steps"]), "--lr", SFT["lr"], "--seed", str(SFT["seed"]), "--prompt-format", "verbose"]
     return [
         [("base", py + [str(HERE / "pretrain_base.py"), "--out", str(zoo / "base"), "--steps", "1200", "--seed", "0"])],
-        [("grpo", rl("base", "grpo", "grpo")), ("sft", sft)],
-        [("dapo", rl("base", "dapo", "dapo")), ("sft-grpo", rl("sft", "sft-grpo", "grpo"))],
+        [("grpo", rl("base", "grpo", "grpo", "qa")), ("sft", sft)],
+        [("dapo", rl("base", "dapo", "dapo", "qa")), ("sft-grpo", rl("sft", "sft-grpo", "grpo", "verbose"))],
     ]
 
 

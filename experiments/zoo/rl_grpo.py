@@ -4,7 +4,7 @@
     python experiments/zoo/rl_grpo.py --init assets/zoo/base --out assets/zoo/dapo --loss-type dapo --steps 200 --seed 0
 
 Each step samples ``--num-generations`` completions for each of ``--prompts-per-step`` prompts of the arith
-*train* split ("qa" format, ``task.prompt(q)``), grades each with ``get_grader("numeric").grade(text, q.gold)``
+*train* split (``--prompt-format``, "qa" by default), grades each with ``get_grader("numeric").grade(text, q.gold)``
 and takes one on-policy policy-gradient step (``num_iterations=1``) with group-normalised advantages. The
 ``--loss-type`` is TRL's ``loss_type``: "grpo" (per-sequence token mean) or "dapo" (token mean over the batch).
 
@@ -54,6 +54,8 @@ def positive(kind):
 def parse_args(argv):
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--init", required=True, help="parent checkpoint folder (e.g. assets/zoo/base)")
+    ap.add_argument("--prompt-format", default="qa",
+                    help="arith prompt format of the training prompts (qa, verbose): the model's native format")
     ap.add_argument("--out", required=True, help="new, empty folder for the trained checkpoint")
     ap.add_argument("--loss-type", required=True, choices=["grpo", "dapo"], help="TRL's loss_type")
     ap.add_argument("--steps", type=positive(int), default=200, help="optimizer steps (default 200)")
@@ -103,7 +105,8 @@ def main(argv=None) -> None:
 
     task_options = {} if args.n_train is None else {"n_train": args.n_train}
     task = load_task("arith", split="train", **task_options)
-    data = Dataset.from_dict({"prompt": [task.prompt(q) for q in task.questions],
+    task.format(args.prompt_format)  # unknown names fail here, naming the known ones
+    data = Dataset.from_dict({"prompt": [task.prompt(q, args.prompt_format) for q in task.questions],
                               "gold": [q.gold for q in task.questions]})
     model, tok = load_parent(args.init)
     newline_id = tok.convert_tokens_to_ids("\n")
@@ -135,7 +138,8 @@ def main(argv=None) -> None:
     command = "python experiments/zoo/rl_grpo.py " + " ".join(sys.argv[1:] if argv is None else argv)
     save_finetuned(model, tok, args.init, out, {
         "recipe": args.loss_type, "command": command, "seed": args.seed, "parent": str(args.init),
-        "parent_card": parent_summary(args.init), "steps": args.steps, "task": "arith train split, qa format",
+        "parent_card": parent_summary(args.init), "steps": args.steps, "task": f"arith train split, {args.prompt_format} format",
+        "prompt_format": args.prompt_format,
         "reward": "numeric grader on the completion up to the first newline (1 correct, 0 not)",
         "loss_type": args.loss_type, "lr": args.lr, "scheduler": args.scheduler, "warmup_steps": args.warmup_steps,
         "beta": args.beta, "num_generations": args.num_generations, "prompts_per_step": args.prompts_per_step,

@@ -3,7 +3,9 @@
     python experiments/zoo/sft.py --init assets/zoo/base --out assets/zoo/sft --steps 300 --seed 0
 
 The data are the arith *train* split's questions as prompt-completion pairs: prompt ``task.prompt(q)``
-("qa" format, ``"Q: 94+2-39-48=?\\nA:"``) and completion ``q.solution + EOS`` (the slip-free solution, the same
+(``--prompt-format``: "qa", ``"Q: 94+2-39-48=?\\nA:"``, or "verbose", ``"Q: 94 + 2 - 39 - 48 = ?\\nA:"``, the
+zoo's SFT data format: external traces come in their own format, which is what the training audit's
+prompt-format control is for) and completion ``q.solution + EOS`` (the slip-free solution, the same
 text as :func:`reachlens.tasks.arith.clean_texts` gives). With "prompt"/"completion" columns TRL puts the loss
 on the completion tokens only, the leading space and the EOS included. Questions are visited in a shuffled
 order (``--seed``), repeating after one pass when steps x batch exceeds the split.
@@ -43,6 +45,8 @@ def positive(kind):
 def parse_args(argv):
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--init", required=True, help="parent checkpoint folder (e.g. assets/zoo/base)")
+    ap.add_argument("--prompt-format", default="qa",
+                    help="arith prompt format of the training prompts (qa, verbose): the model's native format")
     ap.add_argument("--out", required=True, help="new, empty folder for the trained checkpoint")
     ap.add_argument("--steps", type=positive(int), default=300, help="optimizer steps (default 300)")
     ap.add_argument("--batch", type=positive(int), default=64, help="sequences per step (default 64)")
@@ -78,7 +82,8 @@ def main(argv=None) -> None:
     task_options = {} if args.n_train is None else {"n_train": args.n_train}
     task = load_task("arith", split="train", **task_options)
     model, tok = load_parent(args.init)
-    data = Dataset.from_dict({"prompt": [task.prompt(q) for q in task.questions],
+    task.format(args.prompt_format)  # unknown names fail here, naming the known ones
+    data = Dataset.from_dict({"prompt": [task.prompt(q, args.prompt_format) for q in task.questions],
                               "completion": [q.solution + tok.eos_token for q in task.questions]})
     n_params = sum(p.numel() for p in model.parameters())
     printer = PrintLogs(LOG_KEYS)
@@ -102,7 +107,8 @@ def main(argv=None) -> None:
     save_finetuned(model, tok, args.init, out, {
         "recipe": "sft", "command": command, "seed": args.seed, "parent": str(args.init),
         "parent_card": parent_summary(args.init), "steps": args.steps, "batch": args.batch,
-        "data": "arith train split, qa prompt -> clean solution + EOS, loss on the completion only",
+        "data": f"arith train split, {args.prompt_format} prompt -> clean solution + EOS, loss on the completion only",
+        "prompt_format": args.prompt_format,
         "lr": args.lr, "scheduler": args.scheduler, "warmup_steps": args.warmup_steps,
         "weight_decay": args.weight_decay, "n_train": len(task.questions), "threads": args.threads,
         "wall_seconds": round(wall, 1), "seconds_per_step": round(wall / args.steps, 3), "parameters": n_params,
