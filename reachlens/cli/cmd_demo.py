@@ -1,8 +1,9 @@
 """``reachlens demo --out DIR``: the main job. The training audit of the shipped zoo, with report.
 
 Audits base, GRPO, DAPO, SFT and SFT-then-GRPO on the arith test split with the paper's protocol
-shape (n=300, T=0.8, K=200, budget control at 400), compares each descendant with its parent, writes
-the report, and prints where it is and the headline table.
+shape (n=300, T=0.8, K=200, budget control at 400), with the prompt-format control for the models
+trained in their own format (SFT and SFT-then-GRPO), compares each descendant with its parent,
+writes the report, and prints where it is and the headline table.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ HELP = "the main job: training audit of the shipped zoo with its report"
 
 DEMO_MODELS = {"base": "zoo:base", "grpo": "zoo:grpo", "dapo": "zoo:dapo", "sft": "zoo:sft", "sft-grpo": "zoo:sft-grpo"}
 DEMO_PAIRS = (("base", "grpo"), ("base", "dapo"), ("base", "sft"), ("sft", "sft-grpo"))
+
 
 
 def register(sub) -> argparse.ArgumentParser:
@@ -38,16 +40,25 @@ def run(args: argparse.Namespace) -> int:
     from reachlens.report import write_report
     from reachlens.studies.training_audit import StudyPlan, run_training_audit
 
-    have = {e.name for e in zoo_entries()}
+    entries = {e.name: e for e in zoo_entries()}
+    have = set(entries)
     missing = sorted(set(DEMO_MODELS) - have)
     if missing:
         raise CLIError(f"zoo models {missing} are missing; build them with `make zoo`")
+    # each checkpoint's native prompt format, as its training recorded it; the audits share "qa"
+    native = {name: entries[spec.removeprefix("zoo:")].training.get("prompt_format", "qa")
+              for name, spec in DEMO_MODELS.items()}
     plan = StudyPlan(DEMO_MODELS, DEMO_PAIRS, Protocol("arith", k=args.k, temperature=0.8,
                                                        max_new_tokens=args.max_new_tokens),
-                     n=args.n, budget_k=args.budget_k)
+                     n=args.n, budget_k=args.budget_k, native_formats={n: f for n, f in native.items() if f != "qa"})
     t0 = time.perf_counter()
     study = run_training_audit(plan, args.out, max_batch_rows=args.max_batch_rows)
     html_path, _ = write_report(study, args.out)
     print(f"\nreport: {html_path}  ({time.perf_counter() - t0:.0f} s)\n")
-    print(study.headline().to_string(index=False, float_format=lambda x: f"{x:.3f}"))
+    fmt = lambda x: f"{x:.3f}"  # noqa: E731
+    print(study.headline().to_string(index=False, float_format=fmt))
+    print("\nbudget control:\n" + study.budget_control().to_string(index=False, float_format=fmt))
+    formats = study.format_control()
+    if len(formats):
+        print("\nprompt-format control:\n" + formats.to_string(index=False, float_format=fmt))
     return 0

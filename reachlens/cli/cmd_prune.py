@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from reachlens.cli.cmd_silence import comma_list
+from reachlens.cli._common import comma_list
 
 NAME = "prune"
 HELP = "unstructured magnitude pruning of chosen layers, saved as a loadable HuggingFace folder"

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from reachlens.cli.cmd_silence import add_study_args, comma_list
+from reachlens.cli._common import add_study_args, comma_list
 
 NAME = "steer"
 HELP = "steer a block's output along v: rescue on the failure set (-alpha v), induction on the healthy panel"
@@ -46,7 +46,7 @@ def read_vector(path: str):
 
 
 def run(args: argparse.Namespace) -> int:
-    from reachlens.cli.cmd_silence import open_study
+    from reachlens.cli._common import open_study
     from reachlens.studies.causal import markdown_table, steer_sweep
 
     model, task, sets = open_study(args)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from reachlens.cli.cmd_silence import add_study_args, comma_list
+from reachlens.cli._common import add_study_args, comma_list
 
 NAME = "units"
 HELP = "rank a block's MLP units by their contribution along v; silence the top k; recovery of the block's repair"
@@ -22,7 +22,7 @@ def register(sub) -> argparse.ArgumentParser:
 
 
 def run(args: argparse.Namespace) -> int:
-    from reachlens.cli.cmd_silence import open_study
+    from reachlens.cli._common import open_study
     from reachlens.cli.cmd_steer import read_vector
     from reachlens.studies.causal import markdown_table, units_sweep
 

@@ -60,13 +60,15 @@ def zoo_entries(root: Path | None = None) -> list[ZooEntry]:
 
 
 def zoo_table(root: Path | None = None) -> pd.DataFrame:
-    """One row per entry: name, recipe, parent, parameters, wall time, measured D and O_64, size."""
+    """One row per entry: name, recipe, parent, native prompt format, parameters, wall time, measured
+    D and O_64 (the card protocol: arith test split, "qa" prompts), size."""
     rows = []
     for e in zoo_entries(root):
         audit = e.card.get("audit", {})
         rows.append({
             "name": e.name, "recipe": e.training.get("recipe", "?"), "parent": e.training.get("parent", ""),
+            "format": e.training.get("prompt_format", "qa"),
             "parameters": e.training.get("parameters"), "train_s": e.training.get("wall_seconds"),
             "D": audit.get("D"), "O_64": audit.get("O_K"), "MB": round(e.size_bytes / 2**20, 2),
         })
-    return pd.DataFrame(rows, columns=["name", "recipe", "parent", "parameters", "train_s", "D", "O_64", "MB"])
+    return pd.DataFrame(rows, columns=["name", "recipe", "parent", "format", "parameters", "train_s", "D", "O_64", "MB"])

@@ -93,12 +93,14 @@ def test_rl_reward_is_the_numeric_grader_up_to_the_first_newline():
     assert reward(["Q: 1+2=?\nA:"] * 5, texts, ["3"] * 5) == [1.0, 0.0, 0.0, 1.0, 0.0]
 
 
-def test_sft_trains_on_completions_and_saves_a_clean_checkpoint(parent, tmp_path, capsys):
+@pytest.mark.parametrize("fmt", ["qa", "verbose"])
+def test_sft_trains_on_completions_and_saves_a_clean_checkpoint(parent, tmp_path, capsys, fmt):
     out = tmp_path / "sft"
     sft.main(["--init", str(parent), "--out", str(out), "--steps", "2", "--batch", "4", "--warmup-steps", "0",
-              "--n-train", "50", "--log-every", "1", "--seed", "1"])
+              "--n-train", "50", "--log-every", "1", "--seed", "1", "--prompt-format", fmt])
     card = assert_trained_child(out, parent, "sft")
     assert card["batch"] == 4 and len(card["loss_log"]) == 2
+    assert card["prompt_format"] == fmt and fmt in card["data"]
     assert "loss" in capsys.readouterr().out
 
 
@@ -113,3 +115,5 @@ def test_scripts_refuse_bad_values(parent, tmp_path):
         argv = ["--init", str(parent), "--out", str(tmp_path / "o"), "--loss-type", "grpo", *bad]
         with pytest.raises(SystemExit):
             rl_grpo.parse_args(argv)
+    with pytest.raises(LookupError, match="no prompt format 'chat'; known: \\['qa', 'verbose'\\]"):
+        sft.main(["--init", str(parent), "--out", str(tmp_path / "o2"), "--prompt-format", "chat", "--n-train", "50"])
