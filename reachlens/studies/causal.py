@@ -58,7 +58,8 @@ from reachlens.interventions import (
     unit_contributions,
     zero_ablation,
 )
-from reachlens.studies.recognition import EvalSets, _right_padded, generate_and_grade
+from reachlens.engine.scoring import right_padded
+from reachlens.studies.recognition import EvalSets, generate_and_grade
 from reachlens.tasks.base import Task
 
 __all__ = [
@@ -228,7 +229,7 @@ def answer_activations(
             seen.append(x.detach())
 
         with model.hooks(fwd_hooks=[(hook_name, grab)]):
-            stack.forward(_right_padded(chunk, int(pad)).to(stack.device))
+            stack.forward(right_padded(chunk, int(pad)).to(stack.device))
         if len(seen) != 1:
             raise RuntimeError(f"hook {hook_name!r} fired {len(seen)} times in one forward; expected once")
         last = torch.tensor([len(s) - 1 for s in chunk], device=seen[0].device)

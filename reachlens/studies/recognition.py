@@ -16,8 +16,9 @@ numbers are comparable with its ``acc`` and ``acc_norm``:
   gold, ``acc_norm`` = argmax of the sums divided by ``len(option text)`` in characters; ties go to
   the first option.
 
-Rows are batched right-padded through :class:`~reachlens.engine.LayerStack` (causal attention
-never lets a real token see the padding, as in lm-eval), so hooks the caller attached are live.
+The scoring lives in the engine (:mod:`reachlens.engine.scoring`): rows are batched right-padded
+through :class:`~reachlens.engine.LayerStack` (causal attention never lets a real token see the
+padding, as in lm-eval), so hooks the caller attached are live.
 Numerics: batching changes matmul shapes, so a score can differ from a one-row forward in the last
 float32 bits (about 1e-6 relative); an exact tie can then break either way.
 
@@ -41,11 +42,9 @@ from pathlib import Path
 from typing import Any
 
 import pandas as pd
-import torch
-from jaxtyping import Float, Int
-from torch import Tensor
 
-from reachlens.engine import LayerStack, Row, SamplingParams, generate, tokenizer_of
+from reachlens.engine import Row, SamplingParams, generate, tokenizer_of
+from reachlens.engine.scoring import LoglikResult, encode_pair, loglikelihoods
 from reachlens.studies.auditing import _identity, grader_for
 from reachlens.tasks.base import Question, Task
 
@@ -60,108 +59,6 @@ QUESTION_COLUMNS = [
     "question_id", "gold", "gold_index", "rec_choice", "rec_correct", "rec_choice_norm", "rec_correct_norm",
     "rec_margin", "gen_text", "gen_answer", "gen_correct", "gen_scored", "gen_finish",
 ]
-
-
-# --- log-likelihood scoring (lm-eval rules) ------------------------------------------------------
-@dataclass(frozen=True)
-class LoglikResult:
-    """The score of one (context, continuation) request."""
-
-    logprob: float
-    """Summed float32 log-probability of the continuation tokens."""
-    is_greedy: bool
-    """Whether every continuation token is the argmax of its position (lm-eval's ``is_greedy``)."""
-    n_tokens: int
-    """Number of continuation tokens scored."""
-
-
-def encode_pair(tokenizer, context: str, continuation: str) -> tuple[list[int], list[int]]:
-    """Context and continuation token ids by lm-eval's rule (whitespace moved, whole-string encoding).
-
-    >>> encode_pair(tok, "Q: 1+1=?\\nA:", " 2")  # doctest: +SKIP
-    ([...], [4, 9])
-    """
-    n_spaces = len(context) - len(context.rstrip())
-    if n_spaces:
-        continuation, context = context[-n_spaces:] + continuation, context[:-n_spaces]
-    if context == "":
-        prefix = tokenizer.eos_token_id
-        if prefix is None:
-            raise ValueError("an empty context needs a prefix token, and the tokenizer has no EOS token")
-        return [int(prefix)], list(tokenizer(continuation, add_special_tokens=False)["input_ids"])
-    whole = list(tokenizer(context + continuation, add_special_tokens=True)["input_ids"])
-    ctx = list(tokenizer(context, add_special_tokens=True)["input_ids"])
-    return ctx, whole[len(ctx):]
-
-
-def _max_length(model) -> int:
-    cfg = model.original_model.config
-    for attr in ("n_positions", "max_position_embeddings", "n_ctx"):
-        value = getattr(cfg, attr, None)
-        if isinstance(value, int) and value > 0:
-            return value
-    return 2048  # lm-eval's default when the config names none
-
-
-def _right_padded(seqs: Sequence[Sequence[int]], pad_id: int) -> Int[Tensor, "batch pos"]:
-    width = max(len(s) for s in seqs)
-    ids = torch.full((len(seqs), width), pad_id, dtype=torch.long)
-    for i, s in enumerate(seqs):
-        ids[i, : len(s)] = torch.tensor(list(s), dtype=torch.long)
-    return ids
-
-
-def _score_rows(
-    logits: Float[Tensor, "batch pos d_vocab"], inputs: Sequence[Sequence[int]], conts: Sequence[Sequence[int]]
-) -> list[LoglikResult]:
-    out = []
-    for row, (inp, cont) in enumerate(zip(inputs, conts)):
-        n = len(cont)
-        logp = torch.log_softmax(logits[row, len(inp) - n : len(inp)].float(), dim=-1)
-        target = torch.tensor(cont, device=logp.device)
-        out.append(LoglikResult(
-            float(logp.gather(-1, target[:, None]).sum()), bool((logp.argmax(-1) == target).all()), n,
-        ))
-    return out
-
-
-@torch.inference_mode()
-def loglikelihoods(
-    model, requests: Sequence[tuple[str, str]], *, batch_size: int = 32, max_length: int | None = None
-) -> list[LoglikResult]:
-    """lm-eval ``loglikelihood`` of each ``(context, continuation)`` request, in request order.
-
-    Args:
-        model: a TransformerBridge (hooks the caller attached are live).
-        requests: ``(context, continuation)`` strings; the continuation includes its delimiter.
-        batch_size: rows per forward (longest first, right-padded).
-        max_length: the model's window (the config's when None); longer inputs lose their left end.
-
-    >>> loglikelihoods(model, [("Question: Why?\\nAnswer:", " Because.")])[0].logprob  # doctest: +SKIP
-    -12.3
-    """
-    if batch_size < 1:
-        raise ValueError(f"batch_size={batch_size!r} must be at least 1")
-    tok = tokenizer_of(model)
-    window = _max_length(model) if max_length is None else max_length
-    pairs = [encode_pair(tok, c, x) for c, x in requests]
-    for i, (_, cont) in enumerate(pairs):
-        if not cont:
-            raise ValueError(f"request {i}: continuation {requests[i][1]!r} encodes to no tokens")
-        if len(cont) > window:
-            raise ValueError(f"request {i}: continuation has {len(cont)} tokens, more than the window {window}")
-    inputs = [(ctx + cont)[-(window + 1):][:-1] for ctx, cont in pairs]
-    order = sorted(range(len(pairs)), key=lambda i: (-len(inputs[i]), i))
-    stack = LayerStack(model)
-    pad_id = tok.pad_token_id if tok.pad_token_id is not None else 0
-    results: list[LoglikResult | None] = [None] * len(pairs)
-    for start in range(0, len(order), batch_size):
-        chunk = order[start : start + batch_size]
-        ids = _right_padded([inputs[i] for i in chunk], int(pad_id)).to(stack.device)
-        logits = stack.forward(ids)
-        for i, r in zip(chunk, _score_rows(logits, [inputs[i] for i in chunk], [pairs[i][1] for i in chunk])):
-            results[i] = r
-    return [r for r in results if r is not None]
 
 
 # --- configuration -------------------------------------------------------------------------------
