@@ -7,7 +7,12 @@ everywhere so every method emits exactly 200 x 32 tokens, on one model in one pr
 
 * (a) HuggingFace ``generate(do_sample=True, num_return_sequences=200)`` on the plain HF model;
 * (b) ``TransformerBridge.generate`` with the prompt repeated 200 times (KV cache on);
-* reachlens ``generate``: prefill once, fan the cache out, in-place KV cache, hooks live.
+* reachlens ``generate``: prefill once, fan the cache out, in-place KV cache, hooks live, and one
+  batch entry per distinct sample prefix (samples that agree so far are computed once);
+* reachlens with ``share_prefixes=False`` (one batch entry per sample), to show what prefix sharing adds.
+
+On the default random model the samples diverge at once, so prefix sharing has nothing to share;
+on a trained model (``--model assets/zoo/base --prompt "Q: 48*8-42+27+17=?\\nA:"``) it does.
 
 Methods run round-robin (each warmed up once, then one run per method per round) so a slow phase of
 the shared host hits all alike; the script prints median tokens/s and the ratio to (a) measured in
@@ -34,6 +39,7 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--model", default=None, help="HF folder (default: a random 6-layer d=128 Llama)")
     ap.add_argument("--threads", type=int, default=None)
+    ap.add_argument("--prompt", default=PROMPT, help="the prompt (escape sequences such as \\n are decoded)")
     ap.add_argument("--json", default=None)
     args = ap.parse_args()
     if args.threads:
@@ -50,15 +56,18 @@ def main() -> None:
     )
     bridge = load_model(folder)
     hf = AutoModelForCausalLM.from_pretrained(folder, use_safetensors=True).eval()
-    tok = bridge.tokenizer
-    ids = tok(PROMPT, return_tensors="pt").input_ids
+    from reachlens.engine import tokenizer_of
+
+    tok = tokenizer_of(bridge)
+    prompt = args.prompt.encode().decode("unicode_escape")
+    ids = tok(prompt, return_tensors="pt").input_ids
     n_params = sum(p.numel() for p in hf.parameters())
     print(f"model {folder}: {n_params:,} parameters, prompt {ids.shape[1]} tokens, K={K}, {NEW} new tokens, "
           f"threads={torch.get_num_threads()}")
 
     # exactness first
     ref = hf.generate(ids, do_sample=False, max_new_tokens=NEW, eos_token_id=None, pad_token_id=tok.pad_token_id)
-    ours = generate(bridge, [PROMPT], [Row(0)], SamplingParams(NEW, stop_at_eos=False))[0]
+    ours = generate(bridge, [prompt], [Row(0)], SamplingParams(NEW, stop_at_eos=False))[0]
     exact = list(ours.token_ids) == ref[0, ids.shape[1]:].tolist()
     print(f"greedy equal to HF generate(do_sample=False): {exact}")
 
@@ -77,11 +86,15 @@ def main() -> None:
     rows = [Row(0, seed=s) for s in range(K)]
     params = SamplingParams(NEW, TEMP, stop_at_eos=False)
 
-    def reachlens_generate():
-        outs = generate(bridge, [PROMPT], rows, params)
+    def reachlens_generate(share: bool = True):
+        outs = generate(bridge, [prompt], rows, params, share_prefixes=share)
         assert all(len(o.token_ids) == NEW for o in outs)
+        return len({o.token_ids for o in outs})
 
-    methods = {"(a) HF generate": hf_generate, "(b) Bridge generate": bridge_generate, "reachlens": reachlens_generate}
+    distinct = reachlens_generate()
+    print(f"distinct samples: {distinct} of {K}")
+    methods = {"(a) HF generate": hf_generate, "(b) Bridge generate": bridge_generate,
+               "reachlens": reachlens_generate, "reachlens, no sharing": lambda: reachlens_generate(False)}
     times: dict[str, list[float]] = {m: [] for m in methods}
     for fn in methods.values():
         fn()  # warm-up
@@ -91,7 +104,7 @@ def main() -> None:
             fn()
             times[name].append(time.perf_counter() - t0)
     base = statistics.median(times["(a) HF generate"])
-    result = {"exact_greedy": exact, "params": n_params, "methods": {}}
+    result = {"exact_greedy": exact, "params": n_params, "distinct_samples": distinct, "methods": {}}
     print(f"{'method':22s} {'median s':>9s} {'tokens/s':>10s} {'ratio to (a)':>13s}")
     for name, ts in times.items():
         med = statistics.median(ts)
