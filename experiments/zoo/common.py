@@ -17,7 +17,7 @@ from reachlens.tasks.arith import ARITH_ALPHABET
 __all__ = [
     "ZooModelConfig", "arith_tokenizer", "encode_batch", "save_checkpoint", "set_seed",
     "PrintLogs", "check_out_dir", "hf_trainer_args", "library_versions", "load_parent", "parent_summary",
-    "save_finetuned",
+    "save_finetuned", "start_run",
 ]
 
 
@@ -88,6 +88,18 @@ def check_out_dir(out: Path) -> Path:
     if out.exists() and (not out.is_dir() or any(out.iterdir())):
         raise SystemExit(f"--out {str(out)!r} already exists and is not an empty folder; remove it or pick another")
     return out
+
+
+def start_run(args):
+    """The start every fine-tuning script shares: torch threads, a fresh output folder, and the arith
+    train split (``--n-train``) with ``--prompt-format`` checked. Returns (output folder, task)."""
+    torch.set_num_threads(args.threads)
+    out = check_out_dir(Path(args.out))
+    from reachlens.tasks import load_task
+
+    task = load_task("arith", split="train", **({} if args.n_train is None else {"n_train": args.n_train}))
+    task.format(args.prompt_format)  # unknown names fail here, naming the known ones
+    return out, task
 
 
 def load_parent(init: str | Path):

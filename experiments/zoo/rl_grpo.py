@@ -34,7 +34,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import (  # noqa: E402
-    PrintLogs, check_out_dir, hf_trainer_args, library_versions, load_parent, parent_summary, save_finetuned,
+    PrintLogs, hf_trainer_args, library_versions, load_parent, parent_summary, save_finetuned, start_run,
 )
 
 LOG_KEYS = {"reward": "reward", "reward_std": "reward_std", "frac_reward_zero_std": "zero_std_groups",
@@ -93,19 +93,14 @@ def make_reward(grader):
 
 def main(argv=None) -> None:
     args = parse_args(argv)
-    torch.set_num_threads(args.threads)
-    out = check_out_dir(Path(args.out))
+    out, task = start_run(args)
 
     from datasets import Dataset
     from transformers import PrinterCallback
     from trl import GRPOConfig, GRPOTrainer
 
     from reachlens.grading import get_grader
-    from reachlens.tasks import load_task
 
-    task_options = {} if args.n_train is None else {"n_train": args.n_train}
-    task = load_task("arith", split="train", **task_options)
-    task.format(args.prompt_format)  # unknown names fail here, naming the known ones
     data = Dataset.from_dict({"prompt": [task.prompt(q, args.prompt_format) for q in task.questions],
                               "gold": [q.gold for q in task.questions]})
     model, tok = load_parent(args.init)

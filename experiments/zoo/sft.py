@@ -27,7 +27,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import (  # noqa: E402
-    PrintLogs, check_out_dir, hf_trainer_args, library_versions, load_parent, parent_summary, save_finetuned,
+    PrintLogs, hf_trainer_args, library_versions, load_parent, parent_summary, save_finetuned, start_run,
 )
 
 LOG_KEYS = {"loss": "loss", "mean_token_accuracy": "token_acc", "learning_rate": "lr", "grad_norm": "grad_norm"}
@@ -70,19 +70,13 @@ def parse_args(argv):
 
 def main(argv=None) -> None:
     args = parse_args(argv)
-    torch.set_num_threads(args.threads)
-    out = check_out_dir(Path(args.out))
+    out, task = start_run(args)
 
     from datasets import Dataset
     from transformers import PrinterCallback
     from trl import SFTConfig, SFTTrainer
 
-    from reachlens.tasks import load_task
-
-    task_options = {} if args.n_train is None else {"n_train": args.n_train}
-    task = load_task("arith", split="train", **task_options)
     model, tok = load_parent(args.init)
-    task.format(args.prompt_format)  # unknown names fail here, naming the known ones
     data = Dataset.from_dict({"prompt": [task.prompt(q, args.prompt_format) for q in task.questions],
                               "completion": [q.solution + tok.eos_token for q in task.questions]})
     n_params = sum(p.numel() for p in model.parameters())
