@@ -159,3 +159,21 @@ def test_mcts_tries_every_route_before_repeating_one(space):
         # the rollout can land on a route tried before, but the tree never selects one: every route
         # is tried by the end of the first `size` + a few evaluations
         assert len(set(routes)) == size
+
+
+def test_mcts_identity_rollouts_stay_near_the_model():
+    # With the identity rollout every evaluation is the tree's edits on top of the model's own route,
+    # so MCTS's early routes are few edits away; uniformly random rollouts pile edits on.
+    space = NativeSpace(6)
+    ident = space.encode(tuple(range(6)))
+
+    def mean_edits(rollout):
+        ev = FakeEvaluator(6, 4, tuple(range(6)), space=space)
+        cands = run_search(ev, space, "mcts", SearchConfig(16), options={"rollout": rollout})
+        return sum(sum(a != b for a, b in zip(space.encode(tuple(map(int, r.split(",")))), ident))
+                   for r in cands["route"]) / len(cands)
+
+    near, far = mean_edits("identity"), mean_edits("random")
+    assert near + 0.8 < far, (near, far)
+    with pytest.raises(ValueError, match="rollout='greedy'; known: identity, random"):
+        run_search(FakeEvaluator(6, 1, tuple(range(6))), space, "mcts", SearchConfig(4), options={"rollout": "greedy"})

@@ -3,8 +3,15 @@
 A route is built one decision per layer position (skip / run / repeat for the ``skip`` and ``native``
 spaces, which layer comes next for ``reorder``; see :mod:`reachlens.routing.routes`). Each tree node
 is a decision prefix. One iteration selects down the tree by UCB1 (``mean + c * sqrt(ln N / n)``),
-expands one untried action, completes the route with uniformly random legal actions (the rollout),
-and backs the route's objective up the path. Rewards are objective values in ``[0, 1]``.
+expands one untried action, completes the route (the rollout) and backs the route's objective up
+the path. Rewards are objective values in ``[0, 1]``.
+
+The rollout policy (``rollout``): ``"identity"`` (default) completes a prefix with the actions that
+keep the route closest to the model's own (run each remaining layer once), so every evaluation is
+the tree's edits and nothing else, as in the layer-path searches that start from the original model;
+``"random"`` completes with uniformly random legal actions, which in the skip/repeat spaces piles
+edits onto most routes (about two of every three positions) and lands far from the identity, where
+the zoo's useful routes are not.
 
 Up to ``batch`` iterations are proposed per round so that the driver can batch their evaluation; the
 visit counts of a proposed path are raised at once and its reward added when it is observed (a
@@ -41,14 +48,21 @@ class MCTS(Strategy):
     Args:
         c: exploration constant of UCB1 (rewards lie in [0, 1]).
         batch: iterations proposed per round.
+        rollout: ``"identity"`` or ``"random"`` (see the module docstring).
     """
 
-    def __init__(self, space: RouteSpace, rng: random.Random, *, c: float = 0.5, batch: int = 4) -> None:
+    ROLLOUTS = ("identity", "random")
+
+    def __init__(self, space: RouteSpace, rng: random.Random, *, c: float = 0.5, batch: int = 4,
+                 rollout: str = "identity") -> None:
         super().__init__(space, rng)
         if batch < 1:
             raise ValueError(f"batch={batch!r} must be >= 1")
         if c < 0:
             raise ValueError(f"c={c!r} must be >= 0")
+        if rollout not in self.ROLLOUTS:
+            raise ValueError(f"rollout={rollout!r}; known: {', '.join(self.ROLLOUTS)}")
+        self.rollout = rollout
         self.c = c
         self.batch = batch
         self.root = _Node(list(space.actions(())))
@@ -96,16 +110,39 @@ class MCTS(Strategy):
                 if route in self._seen and not self.root.exhausted:
                     continue  # an earlier rollout tried it: select again, elsewhere
                 break
-            # the rollout: random completions, avoiding routes already tried where it can
+            # the rollout, avoiding routes already tried where it can: under the identity policy the
+            # identity completion, else one more edit after the prefix; then random completions
+            route = None
+            if self.rollout == "identity":
+                route = self.space.decode(self._identity_completion(d))
+                for _ in range(self._MAX_RETRIES):
+                    if route not in self._seen:
+                        break
+                    route = self.space.decode(self._one_edit_completion(d))
             for _ in range(self._MAX_RETRIES):
-                route = self.space.decode(self.space.complete(d, self.rng))
-                if route not in self._seen:
+                if route is not None and route not in self._seen:
                     break
+                route = self.space.decode(self.space.complete(d, self.rng))
             break
         for n in path:
             n.visits += 1
         self._seen.add(route)
         return route, path
+
+    def _identity_completion(self, decisions: tuple[int, ...]) -> tuple[int, ...]:
+        d = tuple(decisions)
+        while acts := self.space.actions(d):
+            d = d + (acts[0],)
+        return d
+
+    def _one_edit_completion(self, decisions: tuple[int, ...]) -> tuple[int, ...]:
+        """The identity completion with one non-identity action at a random later position."""
+        full = self._identity_completion(decisions)
+        j = self.rng.randrange(len(decisions), len(full)) if len(full) > len(decisions) else len(full)
+        acts = self.space.actions(full[:j])
+        if len(acts) < 2:
+            return full
+        return self._identity_completion(full[:j] + (self.rng.choice(acts[1:]),))
 
     @staticmethod
     def _mark_exhausted(path: list[_Node]) -> None:
