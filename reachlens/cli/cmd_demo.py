@@ -30,6 +30,8 @@ def register(sub) -> argparse.ArgumentParser:
     p.add_argument("--max-new-tokens", type=positive_int("--max-new-tokens"), default=96)
     p.add_argument("--max-batch-rows", type=positive_int("--max-batch-rows"), default=4096,
                    help="most completions decoded together (the zoo's models are tiny)")
+    p.add_argument("--workers", type=positive_int("--workers"), default=2,
+                   help="checkpoints audited side by side, one process and one torch thread each")
     return p
 
 
@@ -52,7 +54,7 @@ def run(args: argparse.Namespace) -> int:
                                                        max_new_tokens=args.max_new_tokens),
                      n=args.n, budget_k=args.budget_k, native_formats={n: f for n, f in native.items() if f != "qa"})
     t0 = time.perf_counter()
-    study = run_training_audit(plan, args.out, max_batch_rows=args.max_batch_rows)
+    study = run_training_audit(plan, args.out, max_batch_rows=args.max_batch_rows, workers=args.workers)
     html_path, _ = write_report(study, args.out)
     print(f"\nreport: {html_path}  ({time.perf_counter() - t0:.0f} s)\n")
     fmt = lambda x: f"{x:.3f}"  # noqa: E731

@@ -137,17 +137,23 @@ def run_training_audit(
     *,
     load: Callable[[str], Any] | None = None,
     max_batch_rows: int = 1024,
+    workers: int = 1,
     log: Callable[[str], None] = print,
 ) -> TrainingAudit:
     """Run (or resume) every audit the plan needs into ``out``; return the study.
 
     Args:
         load: model loader (default :func:`reachlens.load_model`).
+        max_batch_rows: most completions decoded together.
+        workers: checkpoints audited side by side, each in its own process with one torch thread
+            (on a small CPU two single-thread processes outrun one two-thread process); 1 runs them
+            here, in order. Needs the default loader.
     """
-    from reachlens.models import load_model
-    from reachlens.tasks import load_task
-
-    load = load or load_model
+    if workers < 1:
+        raise ValueError(f"workers={workers!r} must be at least 1")
+    if workers > 1 and load is not None:
+        raise ValueError("workers > 1 audits in separate processes with reachlens.load_model; "
+                         "pass load=None, or workers=1 to use a custom loader")
     root = Path(out)
     (root / "audits").mkdir(parents=True, exist_ok=True)
     study_file = root / "study.json"
@@ -156,29 +162,62 @@ def run_training_audit(
         if old != plan:
             raise ValueError(f"study directory {str(root)!r} holds another plan; use a new --out or delete it")
     write_json(study_file, {"plan": plan.to_dict()})
-    task = load_task(plan.protocol.task, plan.data, split=plan.protocol.split, n=plan.n)
     walls: dict[str, float] = {}
-    for name in plan.models:
-        t0 = time.perf_counter()
-        model = load(plan.models[name])
-        r = audit(model, task, plan.protocol, out=root / "audits" / name, max_batch_rows=max_batch_rows)
-        log(f"{name:>10s}: D={r.D:.3f}  O_{r.k}={r.O_K:.3f}")
-        if plan.budget_k:
-            ext_dir = root / "audits" / f"{name}-k{plan.budget_k}"
-            if not (ext_dir / "summary.json").is_file():
-                e = extend_budget(model, task, r, plan.budget_k, out=ext_dir, max_batch_rows=max_batch_rows)
-                log(f"{name:>10s}: O_{plan.budget_k}={e.O_K:.3f}")
-        fmt = plan.native_formats.get(name)
-        if fmt and fmt != r.protocol.prompt_format:
-            import dataclasses
+    if workers == 1:
+        for name in plan.models:
+            walls[name] = _audit_checkpoint(plan, name, root, max_batch_rows, load, log)
+    else:
+        import concurrent.futures
+        import multiprocessing
 
-            f = audit(model, task, dataclasses.replace(plan.protocol, prompt_format=fmt),
-                      out=root / "audits" / f"{name}-fmt-{fmt}", max_batch_rows=max_batch_rows)
-            log(f"{name:>10s}: D under its native prompt {fmt!r} = {f.D:.3f}")
-        walls[name] = time.perf_counter() - t0
+        # by expected cost, largest first, so the last worker to finish is not the one with the most
+        order = sorted(plan.models, key=lambda n: -(1 + bool(plan.budget_k) + bool(plan.native_formats.get(n))))
+        ctx = multiprocessing.get_context("spawn")
+        with concurrent.futures.ProcessPoolExecutor(workers, mp_context=ctx, initializer=_one_thread) as pool:
+            futures = {pool.submit(_audit_checkpoint, plan, name, root, max_batch_rows): name for name in order}
+            for fut in concurrent.futures.as_completed(futures):
+                walls[futures[fut]] = fut.result()
     old_walls = json.loads(study_file.read_text()).get("wall_seconds", {})
     write_json(study_file, {"plan": plan.to_dict(), "wall_seconds": {**old_walls, **walls}})
     return load_training_audit(root)
+
+
+def _one_thread() -> None:
+    import torch
+
+    torch.set_num_threads(1)
+
+
+def _audit_checkpoint(
+    plan: StudyPlan,
+    name: str,
+    root: Path,
+    max_batch_rows: int,
+    load: Callable[[str], Any] | None = None,
+    log: Callable[[str], None] = print,
+) -> float:
+    """Every audit of one checkpoint (the plan's, the budget control's, the format control's), resumable."""
+    import dataclasses
+
+    from reachlens.models import load_model
+    from reachlens.tasks import load_task
+
+    t0 = time.perf_counter()
+    task = load_task(plan.protocol.task, plan.data, split=plan.protocol.split, n=plan.n)
+    model = (load or load_model)(plan.models[name])
+    r = audit(model, task, plan.protocol, out=root / "audits" / name, max_batch_rows=max_batch_rows)
+    log(f"{name:>10s}: D={r.D:.3f}  O_{r.k}={r.O_K:.3f}")
+    if plan.budget_k:
+        ext_dir = root / "audits" / f"{name}-k{plan.budget_k}"
+        if not (ext_dir / "summary.json").is_file():
+            e = extend_budget(model, task, r, plan.budget_k, out=ext_dir, max_batch_rows=max_batch_rows)
+            log(f"{name:>10s}: O_{plan.budget_k}={e.O_K:.3f}")
+    fmt = plan.native_formats.get(name)
+    if fmt and fmt != r.protocol.prompt_format:
+        f = audit(model, task, dataclasses.replace(plan.protocol, prompt_format=fmt),
+                  out=root / "audits" / f"{name}-fmt-{fmt}", max_batch_rows=max_batch_rows)
+        log(f"{name:>10s}: D under its native prompt {fmt!r} = {f.D:.3f}")
+    return time.perf_counter() - t0
 
 
 def load_training_audit(path: str | Path) -> TrainingAudit:
