@@ -50,7 +50,9 @@ def main(argv=None) -> None:
                                     "realized": [bool(x) for x in q["realized"]],
                                     "n_correct": [int(x) for x in q["n_correct"]]}}}
     (folder / "card.json").write_text(json.dumps(card, indent=2, sort_keys=True) + "\n")
-    hyper = {k: v for k, v in sorted(training.items()) if k not in ("command", "model", "recipe", "parent")}
+    # per-step logs stay in training.json; the card lists the settings
+    hyper = {k: v for k, v in sorted(training.items())
+             if k not in ("command", "model", "recipe", "parent") and not k.endswith("_log")}
     lines = [
         f"# zoo:{name}", "",
         f"A {training.get('parameters', 0):,}-parameter Llama-style causal LM ({training.get('model', {}).get('n_layers', '?')} layers), "
@@ -60,7 +62,10 @@ def main(argv=None) -> None:
         f"- seed: {training.get('seed')}", f"- wall time on the 2-core CPU: {training.get('wall_seconds')} s",
         f"- parameters: {training.get('parameters'):,}",
         *[f"- {k}: {v}" for k, v in hyper.items() if k not in ("seed", "wall_seconds", "parameters")], "",
-        "## Measured (arith test split, n=300, greedy deployment, K=64 at T=0.8)", "",
+        "## Measured (arith test split, n=300, \"qa\" prompts, greedy deployment, K=64 at T=0.8)", "",
+        *([f"Its native prompt format is `{training['prompt_format']}`; the card measures every model under the "
+           f"shared `qa` prompt (the training audit's prompt-format control measures both).", ""]
+          if training.get("prompt_format", "qa") != "qa" else []),
         "| D (realized) | O_64 (reachable) | gap | pass@1 |", "|---|---|---|---|",
         f"| {summary['D']:.3f} | {summary['O_K']:.3f} | {summary['O_K'] - summary['D']:+.3f} | "
         f"{summary['pass_at_k']['1']:.3f} |", "",
