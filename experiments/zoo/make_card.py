@@ -30,6 +30,12 @@ def main(argv=None) -> None:
     out = Path(args.runs) / name
     from reachlens.cli.main import main as cli
 
+    # the card measures this checkpoint: an audit directory left by an earlier build of the same name
+    # would be refused (another model fingerprint), so the card's audit always starts fresh
+    if out.exists():
+        import shutil
+
+        shutil.rmtree(out)
     cmd = ["audit", f"zoo:{name}", *CARD_ARGS, "--out", str(out)]
     t0 = time.perf_counter()
     code = cli(cmd)
