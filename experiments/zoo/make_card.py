@@ -57,12 +57,13 @@ def main(argv=None) -> None:
                                     "n_correct": [int(x) for x in q["n_correct"]]}}}
     (folder / "card.json").write_text(json.dumps(card, indent=2, sort_keys=True) + "\n")
     # per-step logs stay in training.json; the card lists the settings
+    n_layers = json.loads((folder / "config.json").read_text()).get("num_hidden_layers", "?")
     hyper = {k: v for k, v in sorted(training.items())
              if k not in ("command", "model", "recipe", "parent") and not k.endswith("_log")}
     lines = [
         f"# zoo:{name}", "",
-        f"A {training.get('parameters', 0):,}-parameter Llama-style causal LM ({training.get('model', {}).get('n_layers', '?')} layers), "
-        f"recipe **{training.get('recipe')}**" + (f" from `zoo:{training['parent']}`" if training.get("parent") else "")
+        f"A {training.get('parameters', 0):,}-parameter Llama-style causal LM ({n_layers} layers), "
+        f"recipe **{training.get('recipe')}**" + (f" from `zoo:{Path(training['parent']).name}`" if training.get("parent") else "")
         + ", trained by reachlens on the synthetic `arith` task. Character-level tokenizer; safetensors weights.", "",
         "## How it was made", "", "```bash", training.get("command", "?"), "```", "",
         f"- seed: {training.get('seed')}", f"- wall time on the 2-core CPU: {training.get('wall_seconds')} s",

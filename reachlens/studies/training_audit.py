@@ -113,7 +113,12 @@ class TrainingAudit:
         return pd.DataFrame(rows)
 
     def format_control(self) -> pd.DataFrame:
-        """Per pair with a native format: D under the shared and the native prompt, gain retained."""
+        """Per pair with a native format: D under the shared and the native prompt, gain retained.
+
+        ``D_base_in_native`` is the parent under the descendant's native format when the study audited
+        it so (a parent trained in that format itself), else NaN: for such a pair the like-for-like
+        comparison is ``D_base_in_native`` against ``D_trained_native``.
+        """
         rows = []
         for a, b in self.plan.pairs:
             fmt = self.plan.native_formats.get(b)
@@ -124,10 +129,13 @@ class TrainingAudit:
                 continue
             d_base, d_shared, d_native = self.audits[a].D, self.audits[b].D, native.D
             gain_native = d_native - d_base
+            parent_native = self.formats.get(a)
             rows.append({"pair": f"{a} -> {b}", "shared_format": self.audits[b].protocol.prompt_format,
                          "native_format": fmt, "D_base": d_base, "D_trained_shared": d_shared,
                          "D_trained_native": d_native,
-                         "gain_retained": (d_shared - d_base) / gain_native if gain_native else math.nan})
+                         "gain_retained": (d_shared - d_base) / gain_native if gain_native else math.nan,
+                         "D_base_in_native": parent_native.D if parent_native is not None
+                         and parent_native.protocol.prompt_format == fmt else math.nan})
         return pd.DataFrame(rows)
 
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import pandas as pd
 import pytest
 
@@ -28,6 +30,7 @@ def test_runner_writes_every_audit_and_two_workers_agree(tiny_dir, tmp_path):
     assert one.extended["base"].k == 6 and len(one.extended["base"].samples) == 4 * 6
     row = one.format_control().iloc[0]
     assert (row["shared_format"], row["native_format"]) == ("qa", "verbose")
+    assert math.isnan(row["D_base_in_native"])  # the parent has no audit in the native format
     two = run_training_audit(plan, tmp_path / "two", workers=2)
     assert set(two.wall_seconds) == {"base", "tuned"}
     a, b = frames(one), frames(two)
@@ -51,3 +54,13 @@ def test_runner_refuses_bad_values(tiny_dir, tmp_path):
     other = StudyPlan(plan.models, plan.pairs, plan.protocol.with_k(2), n=4)
     with pytest.raises(ValueError, match="holds another plan"):
         run_training_audit(other, tmp_path / "y")
+
+
+def test_format_control_shows_the_parent_in_its_own_format_when_it_has_one(tiny_dir, tmp_path):
+    plan = StudyPlan({"sft": str(tiny_dir), "rl": str(tiny_dir)}, (("sft", "rl"),),
+                     Protocol("arith", k=1, temperature=1.0, max_new_tokens=8), n=2,
+                     native_formats={"sft": "verbose", "rl": "verbose"})
+    study = run_training_audit(plan, tmp_path / "s", log=lambda s: None)
+    row = study.format_control().iloc[0]
+    assert row["D_base_in_native"] == study.formats["sft"].D
+    assert row["D_trained_native"] == study.formats["rl"].D and row["D_base"] == study.audits["sft"].D
