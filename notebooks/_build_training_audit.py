@@ -45,6 +45,25 @@ cells = [
         "bigger = {n: extend_budget(reachlens.load_model(f'zoo:{n}'), task, audits[n], 32) for n in audits}\n"
         "assert bigger['base'].restrict_k(16).samples['text'].tolist() == audits['base'].samples['text'].tolist()\n"
         "{n: (round(audits[n].O_K, 3), round(bigger[n].O_K, 3)) for n in audits}"),
+    nbf.v4.new_markdown_cell(
+        "## Prompt-format control\n\nThe zoo's SFT model learned from traces that come in their own prompt format "
+        "(`verbose`: spaces around every symbol). Under the base's prompt it looks destroyed; under its own it is not. "
+        "Both audits are of the same model; only the prompt differs."),
+    nbf.v4.new_code_cell(
+        "import dataclasses\n"
+        "sft = reachlens.load_model('zoo:sft')\n"
+        "sft_shared = reachlens.audit(sft, task, protocol)\n"
+        "sft_native = reachlens.audit(sft, task, dataclasses.replace(protocol, prompt_format='verbose'))\n"
+        "{'base, qa': audits['base'].D, 'sft, qa (shared)': sft_shared.D, 'sft, verbose (native)': sft_native.D}"),
+    nbf.v4.new_markdown_cell(
+        "A question-by-question join across the two prompts would compare different probes, so `compare` refuses it "
+        "and names the field:"),
+    nbf.v4.new_code_cell(
+        "from reachlens import ProtocolMismatch\n"
+        "try:\n"
+        "    compare(audits['base'], sft_native)\n"
+        "except ProtocolMismatch as err:\n"
+        "    print(err)"),
 ]
 nb = nbf.v4.new_notebook(cells=cells, metadata={"kernelspec": {"name": "python3", "display_name": "Python 3", "language": "python"}})
 nbf.write(nb, "notebooks/training_audit.ipynb")
