@@ -195,6 +195,7 @@ def audit(
     max_batch_rows: int = 1024,
     sample_offset: int = 0,
     progress: Callable[[int], None] | None = None,
+    share_prefixes: bool = True,
 ) -> AuditResult:
     """Audit ``model`` on ``task`` under ``protocol``.
 
@@ -207,6 +208,8 @@ def audit(
         sample_offset: draw samples ``sample_offset .. sample_offset + K - 1`` of the seed stream
             (used to extend an audit from K to 2K without redrawing the first K).
         progress: called with the number of questions finished after each batch.
+        share_prefixes: decode samples that agree so far as one batch row (the same tokens; see
+            :func:`reachlens.engine.generate`); False for hooks that must see every sample's own row.
 
     >>> result = audit(load_model("zoo:base"), load_task("arith", n=20), Protocol("arith", k=8))  # doctest: +SKIP
     >>> result.D, result.O_K  # doctest: +SKIP
@@ -246,7 +249,8 @@ def audit(
                 # temperature 0 (allowed with k=1 only) makes the one sample greedy too
                 seed = row_seed(protocol.seed, q.question_id, sample_offset + j) if protocol.temperature > 0 else None
                 rows.append(Row(i, seed))
-        outs = generate(model, prompts, rows, params, max_batch_rows=max(max_batch_rows, per_q))
+        outs = generate(model, prompts, rows, params, max_batch_rows=max(max_batch_rows, per_q),
+                        share_prefixes=share_prefixes)
         deployed = [outs[i * per_q] for i in range(len(batch))]
         samples = [outs[i * per_q + 1 : (i + 1) * per_q] for i in range(len(batch))]
         q_df, s_df = grade_questions(protocol, batch, deployed, samples)

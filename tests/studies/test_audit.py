@@ -133,3 +133,12 @@ def test_budget_extension_reuses_the_first_k_samples(tiny_model, task):
     extra = audit(tiny_model, task, PROTO, max_batch_rows=10, sample_offset=4)
     assert extra.samples["sample_idx"].min() == 4
     assert extra.samples["text"].tolist() == big.samples[big.samples["sample_idx"] >= 4]["text"].tolist()
+
+
+def test_audit_without_prefix_sharing_gives_the_same_samples(tiny_model, task):
+    proto = Protocol("arith", k=8, temperature=0.7, max_new_tokens=12)
+    shared = audit(tiny_model, task, proto)
+    alone = audit(tiny_model, task, proto, share_prefixes=False)
+    pd.testing.assert_frame_equal(shared.samples.drop(columns="mean_logprob"), alone.samples.drop(columns="mean_logprob"))
+    assert (shared.samples["mean_logprob"] - alone.samples["mean_logprob"]).abs().max() < 1e-5
+    assert shared.samples.groupby("question_id")["text"].nunique().min() < 8, "some samples must agree to share"
