@@ -24,10 +24,10 @@ __all__ = ["Protocol", "ProtocolMismatch"]
 class ProtocolMismatch(ValueError):
     """Two results were made under different protocols (or models) and cannot be compared or merged."""
 
-    def __init__(self, differences: dict[str, tuple[Any, Any]], what: str = "protocols differ") -> None:
+    def __init__(self, differences: dict[str, tuple[Any, Any]], what: str = "protocols differ", fix: str = "") -> None:
         self.differences = differences
         detail = "; ".join(f"{k}: {a!r} != {b!r}" for k, (a, b) in differences.items())
-        super().__init__(f"{what} in {', '.join(differences)} ({detail})")
+        super().__init__(f"{what} in {', '.join(differences)} ({detail})" + (f"; {fix}" if fix else ""))
 
 
 @dataclass(frozen=True)

@@ -77,7 +77,8 @@ class AuditDir:
                     diffs[f"model.{key}"] = (header["model"].get(key), model.get(key))
             if diffs:
                 raise ProtocolMismatch(
-                    diffs, what=f"audit directory {str(self.path)!r} holds another run: its settings differ"
+                    diffs, what=f"audit directory {str(self.path)!r} holds another run: its settings differ",
+                    fix="audit into a new directory, or delete this one to redo it (nothing in it was changed)",
                 )
             return
         self.path.mkdir(parents=True, exist_ok=True)
