@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import json
 import random
 import time
@@ -17,7 +18,7 @@ from reachlens.tasks.arith import ARITH_ALPHABET
 __all__ = [
     "ZooModelConfig", "arith_tokenizer", "encode_batch", "save_checkpoint", "set_seed",
     "PrintLogs", "check_out_dir", "hf_trainer_args", "library_versions", "load_parent", "parent_summary",
-    "save_finetuned", "start_run",
+    "save_finetuned", "start_run", "positive", "add_run_args",
 ]
 
 
@@ -88,6 +89,30 @@ def check_out_dir(out: Path) -> Path:
     if out.exists() and (not out.is_dir() or any(out.iterdir())):
         raise SystemExit(f"--out {str(out)!r} already exists and is not an empty folder; remove it or pick another")
     return out
+
+
+def positive(kind):
+    """An argparse type: ``kind(text)``, refused unless > 0."""
+    def parse(text: str):
+        value = kind(text)
+        if value <= 0:
+            raise argparse.ArgumentTypeError(f"must be > 0, got {text!r}")
+        return value
+    return parse
+
+
+def add_run_args(ap: argparse.ArgumentParser, *, log_every: int) -> None:
+    """The arguments every fine-tuning script takes (what :func:`start_run` reads, the seed, logging)."""
+    ap.add_argument("--init", required=True, help="parent checkpoint folder (e.g. assets/zoo/base)")
+    ap.add_argument("--prompt-format", default="qa",
+                    help="arith prompt format of the training prompts (qa, verbose): the model's native format")
+    ap.add_argument("--out", required=True, help="new, empty folder for the trained checkpoint")
+    ap.add_argument("--n-train", type=positive(int), default=None,
+                    help="size of the arith train split the data come from (default: the task's default)")
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--threads", type=positive(int), default=1, help="torch threads (default 1)")
+    ap.add_argument("--log-every", type=positive(int), default=log_every,
+                    help=f"print metrics every N steps (default {log_every})")
 
 
 def start_run(args):

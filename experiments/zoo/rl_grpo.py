@@ -34,7 +34,8 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import (  # noqa: E402
-    PrintLogs, hf_trainer_args, library_versions, load_parent, parent_summary, save_finetuned, start_run,
+    PrintLogs, add_run_args, hf_trainer_args, library_versions, load_parent, parent_summary, positive,
+    save_finetuned, start_run,
 )
 
 LOG_KEYS = {"reward": "reward", "reward_std": "reward_std", "frac_reward_zero_std": "zero_std_groups",
@@ -42,21 +43,9 @@ LOG_KEYS = {"reward": "reward", "reward_std": "reward_std", "frac_reward_zero_st
             "grad_norm": "grad_norm"}
 
 
-def positive(kind):
-    def parse(text: str):
-        value = kind(text)
-        if value <= 0:
-            raise argparse.ArgumentTypeError(f"must be > 0, got {text!r}")
-        return value
-    return parse
-
-
 def parse_args(argv):
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--init", required=True, help="parent checkpoint folder (e.g. assets/zoo/base)")
-    ap.add_argument("--prompt-format", default="qa",
-                    help="arith prompt format of the training prompts (qa, verbose): the model's native format")
-    ap.add_argument("--out", required=True, help="new, empty folder for the trained checkpoint")
+    add_run_args(ap, log_every=5)
     ap.add_argument("--loss-type", required=True, choices=["grpo", "dapo"], help="TRL's loss_type")
     ap.add_argument("--steps", type=positive(int), default=200, help="optimizer steps (default 200)")
     ap.add_argument("--lr", type=positive(float), default=1e-5,
@@ -69,11 +58,6 @@ def parse_args(argv):
     ap.add_argument("--beta", type=float, default=0.0, help="KL coefficient to the parent (default 0: none)")
     ap.add_argument("--temperature", type=positive(float), default=1.0, help="sampling temperature (default 1.0)")
     ap.add_argument("--max-completion-length", type=positive(int), default=96, help="max new tokens (default 96)")
-    ap.add_argument("--n-train", type=positive(int), default=None,
-                    help="size of the arith train split to draw prompts from (default: the task's default)")
-    ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--threads", type=positive(int), default=1, help="torch threads (default 1)")
-    ap.add_argument("--log-every", type=positive(int), default=5, help="print metrics every N steps")
     args = ap.parse_args(argv)
     if args.num_generations < 2:
         ap.error(f"--num-generations must be >= 2 (GRPO needs a group), got {args.num_generations}")

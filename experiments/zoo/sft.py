@@ -27,27 +27,16 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import (  # noqa: E402
-    PrintLogs, hf_trainer_args, library_versions, load_parent, parent_summary, save_finetuned, start_run,
+    PrintLogs, add_run_args, hf_trainer_args, library_versions, load_parent, parent_summary, positive,
+    save_finetuned, start_run,
 )
 
 LOG_KEYS = {"loss": "loss", "mean_token_accuracy": "token_acc", "learning_rate": "lr", "grad_norm": "grad_norm"}
 
 
-def positive(kind):
-    def parse(text: str):
-        value = kind(text)
-        if value <= 0:
-            raise argparse.ArgumentTypeError(f"must be > 0, got {text!r}")
-        return value
-    return parse
-
-
 def parse_args(argv):
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--init", required=True, help="parent checkpoint folder (e.g. assets/zoo/base)")
-    ap.add_argument("--prompt-format", default="qa",
-                    help="arith prompt format of the training prompts (qa, verbose): the model's native format")
-    ap.add_argument("--out", required=True, help="new, empty folder for the trained checkpoint")
+    add_run_args(ap, log_every=25)
     ap.add_argument("--steps", type=positive(int), default=300, help="optimizer steps (default 300)")
     ap.add_argument("--batch", type=positive(int), default=64, help="sequences per step (default 64)")
     ap.add_argument("--lr", type=positive(float), default=3e-4, help="peak learning rate (default 3e-4)")
@@ -55,11 +44,6 @@ def parse_args(argv):
                     help="learning-rate schedule after warm-up (default cosine)")
     ap.add_argument("--warmup-steps", type=int, default=10, help="linear warm-up steps (default 10)")
     ap.add_argument("--weight-decay", type=float, default=0.0, help="AdamW weight decay (default 0)")
-    ap.add_argument("--n-train", type=positive(int), default=None,
-                    help="size of the arith train split (default: the task's default)")
-    ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--threads", type=positive(int), default=1, help="torch threads (default 1)")
-    ap.add_argument("--log-every", type=positive(int), default=25, help="print metrics every N steps")
     args = ap.parse_args(argv)
     if args.warmup_steps < 0:
         ap.error(f"--warmup-steps must be >= 0, got {args.warmup_steps}")
