@@ -6,7 +6,7 @@ import argparse
 
 __all__ = [
     "CLIError", "add_model_args", "add_protocol_args", "add_study_args", "add_task_args", "comma_list",
-    "nonneg_float", "open_study", "positive_int", "protocol_from_args",
+    "nonneg_float", "open_study", "positive_int", "protocol_from_args", "read_vector",
 ]
 
 
@@ -109,3 +109,25 @@ def open_study(args: argparse.Namespace):
     if not args.allow_other_model:
         sets.check_model(model)
     return model, task, sets
+
+
+def read_vector(path: str):
+    """A 1-D float vector from ``.npy`` (no pickles) or ``.json`` (a list of numbers)."""
+    import json
+    from pathlib import Path
+
+    import numpy as np
+    import torch
+
+    from reachlens.cli._common import CLIError
+
+    p = Path(path)
+    if not p.is_file():
+        raise FileNotFoundError(f"direction file {path!r} does not exist")
+    if p.suffix == ".npy":
+        arr = np.load(p, allow_pickle=False)
+    elif p.suffix == ".json":
+        arr = np.asarray(json.loads(p.read_text()), dtype=np.float32)
+    else:
+        raise CLIError(f"direction file {path!r}: use .npy or .json (a list of numbers)")
+    return torch.as_tensor(np.asarray(arr, dtype=np.float32)).flatten()

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from reachlens.cli._common import add_study_args, comma_list
+from reachlens.cli._common import add_study_args, comma_list, read_vector
 
 NAME = "steer"
 HELP = "steer a block's output along v: rescue on the failure set (-alpha v), induction on the healthy panel"
@@ -21,28 +21,6 @@ def register(sub) -> argparse.ArgumentParser:
                    help="a .npy or .json file with a d_model vector (default: mean(failure) - mean(healthy))")
     p.add_argument("--control-seed", type=int, default=None, help="also steer along a random unit vector (seeded)")
     return p
-
-
-def read_vector(path: str):
-    """A 1-D float vector from ``.npy`` (no pickles) or ``.json`` (a list of numbers)."""
-    import json
-    from pathlib import Path
-
-    import numpy as np
-    import torch
-
-    from reachlens.cli._common import CLIError
-
-    p = Path(path)
-    if not p.is_file():
-        raise FileNotFoundError(f"direction file {path!r} does not exist")
-    if p.suffix == ".npy":
-        arr = np.load(p, allow_pickle=False)
-    elif p.suffix == ".json":
-        arr = np.asarray(json.loads(p.read_text()), dtype=np.float32)
-    else:
-        raise CLIError(f"direction file {path!r}: use .npy or .json (a list of numbers)")
-    return torch.as_tensor(np.asarray(arr, dtype=np.float32)).flatten()
 
 
 def run(args: argparse.Namespace) -> int:

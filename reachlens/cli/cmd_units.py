@@ -22,8 +22,7 @@ def register(sub) -> argparse.ArgumentParser:
 
 
 def run(args: argparse.Namespace) -> int:
-    from reachlens.cli._common import open_study
-    from reachlens.cli.cmd_steer import read_vector
+    from reachlens.cli._common import open_study, read_vector
     from reachlens.studies.causal import markdown_table, units_sweep
 
     model, task, sets = open_study(args)
