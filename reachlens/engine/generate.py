@@ -220,13 +220,12 @@ def _choose(
     params: SamplingParams,
 ) -> tuple[Int[Tensor, "rows"], Float[Tensor, "rows"]]:
     """Each row's token from its node's logits, and the token's untempered log-probability."""
-    top = logits.argmax(-1).index_select(0, node)
     if bool(greedy.all()):
-        chosen = top
+        chosen = logits.argmax(-1).index_select(0, node)
     else:
         chosen = sample_inverse_cdf(logits, seeds, step, params.temperature, params.top_p, group=node)
         if bool(greedy.any()):
-            chosen = torch.where(greedy, top, chosen)
+            chosen = torch.where(greedy, logits.argmax(-1).index_select(0, node), chosen)
     logp = torch.log_softmax(logits.float(), -1)
     return chosen, logp[node, chosen]
 
@@ -276,8 +275,8 @@ def _generate_chunk(
     vocab = logits.shape[-1]
 
     for step in range(params.max_new_tokens):
-        node = row_node[live].to(device)
-        chosen, lp = _choose(logits, node, seeds[live.to(device)], greedy[live.to(device)], step, params)
+        live_d = live.to(device)
+        chosen, lp = _choose(logits, row_node[live].to(device), seeds[live_d], greedy[live_d], step, params)
         chosen_cpu = chosen.cpu()
         tokens[live, step] = chosen_cpu
         logps[live, step] = lp.cpu()
@@ -321,16 +320,14 @@ def _generate_chunk(
                 next_pos = torch.cat([next_pos, next_pos.new_zeros(extra)])
             key_valid[dst_d] = key_valid[src_d]
             next_pos[dst_d] = next_pos[src_d]
-            n_entries += extra
-        if (n_entries - kept.numel()) * 4 > n_entries:  # compact: drop the free slots
-            order = slot[kept]
-            cache.select_rows(order.to(device))
-            key_valid, next_pos = key_valid[order.to(device)], next_pos[order.to(device)]
+        if (int(cache.batch) - kept.numel()) * 4 > int(cache.batch):  # compact: drop the free slots
+            order = slot[kept].to(device)
+            cache.select_rows(order)
+            key_valid, next_pos = key_valid[order], next_pos[order]
             slot[kept] = torch.arange(kept.numel())
-            n_entries = kept.numel()
         row_node = torch.full((n,), -1, dtype=torch.long)
         row_node[live] = slot[child_of_row]
-        inputs = torch.full((n_entries,), pad_id, dtype=torch.long)
+        inputs = torch.full((int(cache.batch),), pad_id, dtype=torch.long)
         inputs[slot[kept]] = child_token[kept]
         mask = key_valid[:, None, None, : cache.length + 1] if padded else None
         logits = stack.forward(
