@@ -4,15 +4,18 @@ The recognition side of :mod:`reachlens.studies.recognition` and anything else t
 uses this, so numbers are comparable with lm-eval's ``acc`` / ``acc_norm``:
 
 * trailing whitespace of the context is moved into the continuation;
-* continuation tokens = ``encode(context + continuation)[len(encode(context)):]`` with the default
-  special tokens of the model's own tokenizer (:func:`reachlens.engine.tokenizer_of`); an empty
-  context is replaced by the EOS token as a prefix;
-* the model reads ``(context + continuation)[-(max_length + 1):][:-1]`` (cut from the left);
+* continuation tokens = ``encode(context + continuation)[len(encode(context)):]``, with the
+  default special tokens of the model's own tokenizer as it ships (:func:`reachlens.engine.tokenizer_of`,
+  not the BOS-prepending copy TransformerLens' bridge installs): a BOS where the tokenizer adds one,
+  none for the zoo's character tokenizer; an empty context is replaced by the EOS token as a prefix;
+* the model reads ``(context + continuation)[-(max_length + 1):][:-1]`` (cut from the left;
+  ``max_length`` is the config's ``max_position_embeddings``/``n_positions``/``n_ctx``);
 * score = float32 log-softmax summed over the continuation tokens, with lm-eval's ``is_greedy``.
 
-Rows run right-padded through :class:`~reachlens.engine.LayerStack`, longest first, so the caller's
-hooks are live. Batching changes matmul shapes: a score can differ from a one-row forward in the
-last float32 bits (about 1e-6 relative).
+Rows run right-padded through :class:`~reachlens.engine.LayerStack`, longest first (causal
+attention never lets a real token see the padding, as in lm-eval), so the caller's hooks are live.
+Batching changes matmul shapes: a score can differ from a one-row forward in the last float32 bits
+(about 1e-6 relative); an exact tie can then break either way.
 """
 
 from __future__ import annotations

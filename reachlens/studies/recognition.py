@@ -2,25 +2,11 @@
 
 **Recognition** scores each option of a multiple-choice question by its log-likelihood as a
 continuation of the question's prompt, exactly as lm-evaluation-harness (0.4.x) does, so that the
-numbers are comparable with its ``acc`` and ``acc_norm``:
-
-* context = the rendered prompt; continuation = ``" " + option text`` (``target_delimiter=" "``);
-  trailing whitespace of the context is moved into the continuation;
-* continuation tokens = ``encode(context + continuation)[len(encode(context)):]``, with the
-  default special tokens of the model's own tokenizer as it ships (:func:`reachlens.engine.tokenizer_of`,
-  not the BOS-prepending copy TransformerLens' bridge installs): a BOS where the tokenizer adds one,
-  none for the zoo's character tokenizer; an empty context is replaced by the EOS token as a prefix;
-* the model reads ``(context + continuation)[-(max_length + 1):][:-1]`` (cut from the left;
-  ``max_length`` is the config's ``max_position_embeddings``/``n_positions``/``n_ctx``);
-* score = float32 log-softmax summed over the continuation tokens; ``acc`` = argmax of the sums is
-  gold, ``acc_norm`` = argmax of the sums divided by ``len(option text)`` in characters; ties go to
-  the first option.
-
-The scoring lives in the engine (:mod:`reachlens.engine.scoring`): rows are batched right-padded
-through :class:`~reachlens.engine.LayerStack` (causal attention never lets a real token see the
-padding, as in lm-eval), so hooks the caller attached are live.
-Numerics: batching changes matmul shapes, so a score can differ from a one-row forward in the last
-float32 bits (about 1e-6 relative); an exact tie can then break either way.
+numbers are comparable with its ``acc`` and ``acc_norm``: context = the rendered prompt,
+continuation = ``" " + option text`` (``target_delimiter=" "``), scored by
+:func:`reachlens.engine.scoring.loglikelihoods` (lm-eval's tokenization, truncation and float32
+sums; hooks the caller attached are live); ``acc`` = argmax of the sums is gold, ``acc_norm`` =
+argmax of the sums divided by ``len(option text)`` in characters; ties go to the first option.
 
 **Generation** decodes each question greedily with :func:`reachlens.engine.generate` in the task's
 generation format and grades it with the task's grader.
