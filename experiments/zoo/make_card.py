@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import shutil
 import sys
 import time
 from pathlib import Path
@@ -33,8 +34,6 @@ def main(argv=None) -> None:
     # the card measures this checkpoint: an audit directory left by an earlier build of the same name
     # would be refused (another model fingerprint), so the card's audit always starts fresh
     if out.exists():
-        import shutil
-
         shutil.rmtree(out)
     cmd = ["audit", f"zoo:{name}", *CARD_ARGS, "--out", str(out)]
     t0 = time.perf_counter()
