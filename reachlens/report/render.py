@@ -34,8 +34,18 @@ def _html_table(df: pd.DataFrame) -> str:
                       classes="tbl", border=0)
 
 
+FORMAT_CONTROL_NOTE = (
+    "D_trained_shared is the descendant under the parent's prompt, D_trained_native under its own; "
+    "gain_retained = (D_trained_shared - D_base) / (D_trained_native - D_base), the share of the native "
+    "realization gain that survives the shared prompt (negative: the descendant does worse than its parent "
+    "under the shared prompt; undefined: no native gain). D_base_in_native is the parent under the "
+    "descendant's native prompt, where it was audited so: for a parent trained in that format itself the "
+    "like-for-like gain is D_trained_native - D_base_in_native."
+)
+
+
 def markdown_summary(study: TrainingAudit) -> str:
-    p = study.plan.protocol
+    p = study.protocol
     parts = [
         "# Training audit", "",
         f"Task `{p.task}` ({p.split}), K={p.k} samples at T={p.temperature}, top-p {p.top_p}, "
@@ -43,7 +53,7 @@ def markdown_summary(study: TrainingAudit) -> str:
         f"(protocol {p.hash}).", "",
         "## Headline: per pair", "", _md_table(study.headline()),
         "## Budget control (same seed stream)", "", _md_table(study.budget_control()),
-        "## Prompt-format control", "", _md_table(study.format_control()),
+        "## Prompt-format control", "", _md_table(study.format_control()), FORMAT_CONTROL_NOTE, "",
         "## Propensity bins (base-reachable, base-unrealized questions)", "",
     ]
     for (a, b), c in study.comparisons().items():
@@ -71,19 +81,20 @@ def write_report(study: TrainingAudit, out: str | Path) -> tuple[Path, Path]:
     for title, fig in figs:
         body.append(f"<h2>{html.escape(title)}</h2>")
         body.append(fig.to_html(full_html=False, include_plotlyjs=False, default_width="100%", default_height="480px"))
-    p = study.plan.protocol
+    p = study.protocol
     page = f"""<!DOCTYPE html>
 <html><head><meta charset="utf-8"><title>reachlens training audit</title>
 <script type="text/javascript">{get_plotlyjs()}</script>
 <style>body{{font-family:sans-serif;max-width:1100px;margin:2em auto;}} .tbl td,.tbl th{{padding:4px 10px;text-align:right}}</style>
 </head><body>
 <h1>Training audit: realized vs reachable</h1>
-<p>Task <code>{html.escape(p.task)}</code>, K={p.k} at T={p.temperature}, {p.max_new_tokens} new tokens,
-prompt format <code>{html.escape(str(p.prompt_format))}</code>, grader <code>{html.escape(str(p.grader))}</code>,
-protocol <code>{p.hash}</code>.</p>
+<p>Task <code>{html.escape(p.task)}</code> ({html.escape(p.split)}), K={p.k} at T={p.temperature}, top-p {p.top_p},
+{p.max_new_tokens} new tokens, prompt format <code>{html.escape(str(p.prompt_format))}</code>,
+grader <code>{html.escape(str(p.grader))}</code>, seed {p.seed}, protocol <code>{p.hash}</code>.</p>
 <h2>Headline</h2>{_html_table(study.headline())}
 <h2>Budget control</h2>{_html_table(study.budget_control())}
 <h2>Prompt-format control</h2>{_html_table(study.format_control())}
+<p>{html.escape(FORMAT_CONTROL_NOTE)}</p>
 {''.join(body)}
 </body></html>
 """

@@ -88,6 +88,14 @@ class TrainingAudit:
     formats: dict[str, AuditResult]
     wall_seconds: dict[str, float]
 
+    @property
+    def protocol(self) -> Protocol:
+        """The protocol every main audit ran under, resolved against the task (explicit prompt format,
+        stop strings and grader), as stored in the audit directories; the plan's when none is done yet."""
+        for r in self.audits.values():
+            return r.protocol
+        return self.plan.protocol
+
     def comparisons(self) -> dict[tuple[str, str], Comparison]:
         return {(a, b): compare(self.audits[a], self.audits[b]) for a, b in self.plan.pairs
                 if a in self.audits and b in self.audits}

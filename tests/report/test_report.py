@@ -57,6 +57,10 @@ def test_markdown_summary_has_the_headline(study, tmp_path):
     text = md.read_text()
     assert "| pair | D_base | D_trained |" in text and "base -> grpo" in text
     assert "Budget control" in text and "Propensity bins" in text
+    # the header names the protocol the audits were stored under (not the plan's unresolved copy)
+    stored = study.audits["base"].protocol
+    assert study.protocol == stored and f"(protocol {stored.hash})" in text
+    assert "gain_retained = (D_trained_shared - D_base) / (D_trained_native - D_base)" in text
 
 
 def test_html_is_self_contained_and_renders_in_headless_chromium(study, tmp_path):
