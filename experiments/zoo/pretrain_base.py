@@ -85,7 +85,7 @@ def main(argv=None) -> None:
     wall = time.perf_counter() - t0
     model.eval()
     save_checkpoint(model, tok, Path(args.out), {
-        "recipe": "pretrain", "command": "python experiments/zoo/pretrain_base.py " + " ".join(sys.argv[1:] if argv is None else argv),
+        "recipe": "pretrain", "prompt_format": "qa", "command": "python experiments/zoo/pretrain_base.py " + " ".join(sys.argv[1:] if argv is None else argv),
         "seed": args.seed, "steps": args.steps, "batch": args.batch, "lr": args.lr, "slip_rate": args.slip_rate,
         "threads": args.threads, "wall_seconds": round(wall, 1), "parameters": n_params, "model": config_dict(cfg),
     })

@@ -37,19 +37,17 @@ def register(sub) -> argparse.ArgumentParser:
 
 def run(args: argparse.Namespace) -> int:
     from reachlens.cli._common import CLIError
-    from reachlens.models.zoo import zoo_entries
+    from reachlens.models.zoo import native_format, zoo_entries
     from reachlens.protocol import Protocol
     from reachlens.report import write_report
     from reachlens.studies.training_audit import StudyPlan, run_training_audit
 
-    entries = {e.name: e for e in zoo_entries()}
-    have = set(entries)
+    have = {e.name for e in zoo_entries()}
     missing = sorted(set(DEMO_MODELS) - have)
     if missing:
         raise CLIError(f"zoo models {missing} are missing; build them with `make zoo`")
     # each checkpoint's native prompt format, as its training recorded it; the audits share "qa"
-    native = {name: entries[spec.removeprefix("zoo:")].training.get("prompt_format", "qa")
-              for name, spec in DEMO_MODELS.items()}
+    native = {name: native_format(spec) or "qa" for name, spec in DEMO_MODELS.items()}
     plan = StudyPlan(DEMO_MODELS, DEMO_PAIRS, Protocol("arith", k=args.k, temperature=0.8,
                                                        max_new_tokens=args.max_new_tokens),
                      n=args.n, budget_k=args.budget_k, native_formats={n: f for n, f in native.items() if f != "qa"})

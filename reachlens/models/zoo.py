@@ -18,7 +18,7 @@ import pandas as pd
 
 from reachlens.models.loading import _zoo_root
 
-__all__ = ["ZooEntry", "zoo_entries", "zoo_table", "zoo_root"]
+__all__ = ["ZooEntry", "native_format", "zoo_entries", "zoo_table", "zoo_root"]
 
 
 def zoo_root() -> Path:
@@ -57,6 +57,18 @@ def zoo_entries(root: Path | None = None) -> list[ZooEntry]:
         ZooEntry(p.name, p, _read(p / "training.json"), _read(p / "card.json"))
         for p in sorted(root.iterdir()) if (p / "config.json").is_file()
     ]
+
+
+def native_format(spec: str, root: Path | None = None) -> str | None:
+    """The prompt format a ``zoo:NAME`` checkpoint was trained in (its ``training.json``); None for any
+    other spec, or a zoo entry that records none."""
+    if not spec.startswith("zoo:"):
+        return None
+    name = spec.removeprefix("zoo:")
+    for e in zoo_entries(root):
+        if e.name == name:
+            return e.training.get("prompt_format")
+    return None
 
 
 def zoo_table(root: Path | None = None) -> pd.DataFrame:

@@ -61,6 +61,8 @@ def assert_trained_child(out: Path, parent: Path, recipe: str) -> dict:
     assert card["recipe"] == recipe
     assert card["parent"] == str(parent)
     assert card["parent_card"]["recipe"] == "pretrain"
+    assert json.loads((parent / "training.json").read_text())["prompt_format"] == "qa"  # what pretraining used
+    assert card["prompt_format"] in {"qa", "verbose"}
     for key in ("command", "seed", "steps", "lr", "wall_seconds", "parameters"):
         assert key in card, key
     return card
