@@ -195,7 +195,7 @@ def main(argv=None) -> int:
             table.to_html(index=False, float_format=lambda x: "-" if math.isnan(x) else f"{x:.3f}")]
     html += [f.to_html(full_html=False, include_plotlyjs=(i == 0)) for i, f in enumerate(figs)]
     (out / "figures.html").write_text("\n".join(html + ["</body></html>"]))
-    report = ["# MLP veto: recognition vs generation", "", f"Command: `python {' '.join(sys.argv)}`", "",
+    report = ["# MLP veto: recognition vs generation", "", f"Command: `python experiments/mlp_veto.py {' '.join(sys.argv[1:] if argv is None else argv)}`", "",
               "## Cases", "", md, ""]
     for name, c in cases.items():
         if "sweep" in c:
@@ -204,7 +204,7 @@ def main(argv=None) -> int:
                        markdown_table(c["units"]), ""]
     report += ["Figures: `figures.html` (plotly, self-contained).", ""]
     (out / "report.md").write_text("\n".join(report))
-    (out / "run.json").write_text(json.dumps({"argv": sys.argv, "args": vars(args)}, indent=2, default=str) + "\n")
+    (out / "run.json").write_text(json.dumps({"argv": sys.argv[1:] if argv is None else argv, "args": vars(args)}, indent=2, default=str) + "\n")
     print(md)
     return 0
 

@@ -1,12 +1,14 @@
 """Layer routing on the zoo: does a structured route search beat random routes at a matched budget,
 and does its gain survive answer-blind selection?
 
-    python experiments/routing.py --models zoo:base zoo:grpo zoo:sft --task arith --n 50 --budget 32 \\
+    python experiments/routing.py --models zoo:base zoo:grpo zoo:sft --tasks arith --n 50 --budget 32 \\
         --spaces skip native reorder --strategies random hill_climb genetic mcts --out runs/routing
 
 A *cell* is a model x task x route space; in each cell every strategy searches every question with
 the same budget K (route evaluations per question, duplicates included, the identity route first),
-maximizing the answer-blind confidence objective. Per cell the script reports
+maximizing the answer-blind confidence objective. Each model is prompted in its native format (a zoo
+checkpoint's ``training.json`` names it; the task's default otherwise) unless ``--prompt-format``
+names one for all. Per cell the script reports
 
 * oracle@K of random routes and of each structured search, and their difference (random -
   structured) with a paired bootstrap 95% interval over questions; each structured search also runs in
@@ -93,12 +95,18 @@ def run(args: argparse.Namespace) -> None:
     cells, curves, audits, ceilings, log = [], [], [], [], []
     config = RoutingConfig(budget=args.budget, max_new_tokens=args.max_new_tokens, seed=args.seed,
                            objective=args.objective, selectors=SELECTORS)
-    task = load_task(args.task, args.data, n=args.n)
-    for spec in args.models:
+    from reachlens.models.zoo import native_format
+
+    tasks = {name: load_task(name, args.data, n=args.n) for name in args.tasks}
+    for spec, task_name in ((spec, t) for spec in args.models for t in args.tasks):
         t_model = time.time()
         model = load_model(spec)
         n_layers = len(model.blocks)
-        evaluator = RouteEvaluator(model, task, max_new_tokens=args.max_new_tokens)
+        task = tasks[task_name]
+        fmt = prompt_format_for(spec, task, args.prompt_format, native_format)
+        evaluator = RouteEvaluator(model, task, max_new_tokens=args.max_new_tokens, prompt_format=fmt)
+        cell_task = f"{task_name}[{evaluator.format.name}]"
+        cell_config = dataclasses.replace(config, prompt_format=evaluator.format.name)
         options = {"skip": {"max_skip": args.max_skip}, "native": {"max_skip": args.max_skip,
                                                                    "max_repeat": args.max_repeat},
                    "reorder": {"window": args.reorder_window}}
@@ -106,7 +114,7 @@ def run(args: argparse.Namespace) -> None:
         small = [s for s in spaces if s.size() <= args.exhaustive_max]
         union = list(dict.fromkeys(r for s in small for r in s.enumerate()))
         if union:
-            print(f"[{spec}] decoding {len(task)} questions along all {len(union)} routes of "
+            print(f"[{spec} {cell_task}] decoding {len(task)} questions along all {len(union)} routes of "
                   f"{', '.join(map(str, small))}", file=sys.stderr, flush=True)
             t = time.time()
             evaluator.prefetch(union, progress=lambda done: print(f"  {done}/{len(union)} routes "
@@ -119,44 +127,57 @@ def run(args: argparse.Namespace) -> None:
                 hits = [any(e.correct for e in evaluator.evaluate([(qi, r) for r in routes]))
                         for qi in range(len(task))]
                 ceiling = float(np.mean(hits))
-            ceilings.append({"model": spec, "space": str(space), "routes": space.size(), "space_ceiling": ceiling})
+            ceilings.append({"model": spec, "task": cell_task, "space": str(space), "routes": space.size(),
+                             "space_ceiling": ceiling})
             pd.DataFrame(ceilings).to_csv(out / "ceilings.csv", index=False)  # kept for --report-only
-            runs = [(s, s, config) for s in args.strategies]
+            runs = [(s, s, cell_config) for s in args.strategies]
             if args.oracle_search:
-                runs += [(s, f"{s}+oracle", dataclasses.replace(config, oracle=True))
+                runs += [(s, f"{s}+oracle", dataclasses.replace(cell_config, oracle=True))
                          for s in args.strategies if s != "random"]
             for strategy, label, cfg in runs:
                 t = time.time()
                 r = run_routing(model, task, space, strategy, config=cfg, evaluator=evaluator,
-                                out=out / "cells" / slug(spec) / space.name / label.replace("+", "_"))
+                                out=out / "cells" / slug(spec) / slug(cell_task) / space.name / label.replace("+", "_"))
                 s = r.summary()
-                keys = {"model": spec, "space": str(space), "strategy": label}
-                cells.append(cell_row(r, spec, str(space), label, ceiling))
+                keys = {"model": spec, "task": cell_task, "space": str(space), "strategy": label}
+                cells.append(cell_row(r, spec, cell_task, str(space), label, ceiling))
                 curve = reach_curve(r.candidates)
                 curves.append(curve.assign(**keys))
-                print(f"[{spec}] {space} {label}: greedy={s['greedy']:.3f} oracle@{args.budget}="
+                print(f"[{spec} {cell_task}] {space} {label}: greedy={s['greedy']:.3f} oracle@{args.budget}="
                       f"{s['oracle']:.3f} majority={s['majority']:.3f} ({time.time() - t:.0f}s)",
                       file=sys.stderr, flush=True)
         if args.audit_k:
             t = time.time()
-            proto = Protocol(args.task, k=args.audit_k, temperature=args.temperature,
-                             max_new_tokens=args.max_new_tokens, seed=args.seed)
+            proto = Protocol(task_name, k=args.audit_k, temperature=args.temperature,
+                             max_new_tokens=args.max_new_tokens, seed=args.seed, prompt_format=evaluator.format.name)
             res = audit(model, task, proto)
             _, summ = audit_selector_table(res, ("majority", "confidence"))
             row = summ.iloc[0].to_dict()
-            audits.append({"model": spec, "K": args.audit_k, "T": args.temperature, **row, "n": int(row["n"])})
+            audits.append({"model": spec, "task": cell_task, "K": args.audit_k, "T": args.temperature, **row, "n": int(row["n"])})
             pd.DataFrame(audits).to_csv(out / "audits.csv", index=False)
-            print(f"[{spec}] audit K={args.audit_k}: greedy={row['greedy']:.3f} oracle={row['oracle']:.3f} "
+            print(f"[{spec} {cell_task}] audit K={args.audit_k}: greedy={row['greedy']:.3f} oracle={row['oracle']:.3f} "
                   f"majority={row['majority']:.3f} ({time.time() - t:.0f}s)", file=sys.stderr, flush=True)
-        log.append(f"{spec}: {evaluator.n_decoded} (question, route) pairs decoded in {time.time() - t_model:.0f}s")
+        log.append(f"{spec} {cell_task}: {evaluator.n_decoded} (question, route) pairs decoded in {time.time() - t_model:.0f}s")
 
     write_report(args, out, cells, curves, audits, ceilings, log, time.time() - t_start, format_recovery)
 
 
-def cell_row(r, spec: str, space: str, label: str, ceiling: float) -> dict:
+def prompt_format_for(spec: str, task, requested: str, native_format) -> str | None:
+    """The prompt format a model is routed under: ``native`` = the one its zoo training recorded, if the
+    task has it (else the task's default); ``default`` = the task's; any other name as given."""
+    if requested == "default":
+        return None
+    if requested == "native":
+        fmt = native_format(spec)
+        return fmt if fmt in task.prompt_formats else None
+    task.format(requested)  # a LookupError naming the task's formats
+    return requested
+
+
+def cell_row(r, spec: str, task: str, space: str, label: str, ceiling: float) -> dict:
     """One cell's row of the accuracy table (with its per-question oracle, for the paired difference)."""
     s = r.summary()
-    return {"model": spec, "space": space, "strategy": label, **{k: s[k] for k in ("n", "greedy", "oracle", *SELECTORS)},
+    return {"model": spec, "task": task, "space": space, "strategy": label, **{k: s[k] for k in ("n", "greedy", "oracle", *SELECTORS)},
             **{f"recovery_{k}": s[f"recovery_{k}"] for k in SELECTORS},
             "unique_routes_per_q": s["unique_routes"] / s["n"], "space_ceiling": ceiling,
             "_oracle_q": r.questions.set_index("question_id")["oracle"]}
@@ -168,18 +189,19 @@ def report_only(args: argparse.Namespace) -> None:
 
     out = Path(args.out)
     ceil = pd.read_csv(out / "ceilings.csv") if (out / "ceilings.csv").is_file() else pd.DataFrame(
-        columns=["model", "space", "routes", "space_ceiling"])
+        columns=["model", "task", "space", "routes", "space_ceiling"])
     audits = pd.read_csv(out / "audits.csv").to_dict("records") if (out / "audits.csv").is_file() else []
-    lookup = {(r.model, r.space): r.space_ceiling for r in ceil.itertuples()}
+    lookup = {(r.model, r.task, r.space): r.space_ceiling for r in ceil.itertuples()}
     cells, curves, order = [], [], {s: i for i, s in enumerate(args.strategies)}
-    for cfg in sorted((out / "cells").glob("*/*/*/config.json")):
+    for cfg in sorted((out / "cells").glob("*/*/*/*/config.json")):
         r = RoutingResult.load(cfg.parent)
         spec, space = r.header["model_spec"], str(space_from_spec(r.header["space"]))
+        task = f"{r.header['task']}[{r.header['evaluation']['prompt_format']}]"
         label = r.header["strategy"] + ("+oracle" if r.header["config"]["oracle"] else "")
-        cells.append(cell_row(r, spec, space, label, lookup.get((spec, space), math.nan)))
-        curves.append(reach_curve(r.candidates).assign(model=spec, space=space, strategy=label))
+        cells.append(cell_row(r, spec, task, space, label, lookup.get((spec, task, space), math.nan)))
+        curves.append(reach_curve(r.candidates).assign(model=spec, task=task, space=space, strategy=label))
     rank = {name: i for i, name in enumerate(args.spaces)}
-    key = lambda c: (c["model"], rank.get(c["space"].split("(")[0], 9), c["strategy"].endswith("+oracle"),  # noqa: E731
+    key = lambda c: (c["model"], c["task"], rank.get(c["space"].split("(")[0], 9), c["strategy"].endswith("+oracle"),  # noqa: E731
                      order.get(c["strategy"].replace("+oracle", ""), 9))
     cells.sort(key=key)
     write_report(args, out, cells, curves, audits, ceil.to_dict("records"),
@@ -194,10 +216,10 @@ def write_report(args, out, cells, curves, audits, ceilings, log, wall, format_r
 
     # oracle difference random - structured, paired over questions
     diffs = []
-    by_cell: dict[tuple[str, str], dict[str, pd.Series]] = {}
+    by_cell: dict[tuple[str, str, str], dict[str, pd.Series]] = {}
     for c in cells:
-        by_cell.setdefault((c["model"], c["space"]), {})[c["strategy"]] = c["_oracle_q"]
-    for (model, space), strat in by_cell.items():
+        by_cell.setdefault((c["model"], c["task"], c["space"]), {})[c["strategy"]] = c["_oracle_q"]
+    for (model, task, space), strat in by_cell.items():
         if "random" not in strat:
             continue
         for name, q in strat.items():
@@ -205,16 +227,16 @@ def write_report(args, out, cells, curves, audits, ceilings, log, wall, format_r
                 continue
             d = (strat["random"] - q.reindex(strat["random"].index)).dropna().to_numpy(dtype=float)
             lo, hi = bootstrap_ci(d)
-            diffs.append({"model": model, "space": space, "structured": name,
+            diffs.append({"model": model, "task": task, "space": space, "structured": name,
                           f"random O@{args.budget}": float(strat["random"].mean()),
                           f"structured O@{args.budget}": float(q.mean()),
                           "random - structured": float(d.mean()), "95% CI": f"[{lo:+.3f}, {hi:+.3f}]"})
     diff_df = pd.DataFrame(diffs)
 
-    main_cols = ["model", "space", "strategy", "n", "greedy", "oracle", *SELECTORS, "space_ceiling",
+    main_cols = ["model", "task", "space", "strategy", "n", "greedy", "oracle", *SELECTORS, "space_ceiling",
                  "unique_routes_per_q"]
     acc = cell_df[main_cols].rename(columns={"oracle": f"oracle@{args.budget}"})
-    rec = cell_df[["model", "space", "strategy"]].copy()
+    rec = cell_df[["model", "task", "space", "strategy"]].copy()
     for k in SELECTORS:
         rec[k] = cell_df[f"recovery_{k}"].map(format_recovery)
     med_rows = []
@@ -229,8 +251,8 @@ def write_report(args, out, cells, curves, audits, ceilings, log, wall, format_r
     audit_df = pd.DataFrame(audits)
 
     sections = [
-        f"# Layer routing: {args.task}, n={args.n}, K={args.budget}, objective={args.objective}\n",
-        f"Command: `python experiments/routing.py {' '.join(sys.argv[1:])}`  \n" +
+        f"# Layer routing: {', '.join(args.tasks)}, n={args.n}, K={args.budget}, objective={args.objective}\n",
+        f"Command: `python experiments/routing.py {' '.join(args.argv)}`  \n" +
         ("" if math.isnan(wall) else f"Wall time {wall / 60:.1f} min; ") + "; ".join(log) + ".\n",
         "## Accuracy per cell and strategy\n\ngreedy = the full model (identity route); oracle@K = any of the "
         "K candidates correct; selector columns = accuracy of the answer-blind pick; space_ceiling = oracle "
@@ -244,13 +266,13 @@ def write_report(args, out, cells, curves, audits, ceilings, log, wall, format_r
         "out).\n\n" + md_table(med_df),
         "## Route spaces\n\n" + md_table(ceil_df, nan="n/a"),
         "## Reach vs K (oracle@k)\n\n" + (md_table(curve_df.pivot_table(
-            index=["model", "space", "strategy"], columns="k", values="oracle_at_k").reset_index()
+            index=["model", "task", "space", "strategy"], columns="k", values="oracle_at_k").reset_index()
             .rename(columns=lambda c: f"k={c}" if isinstance(c, (int, np.integer)) else c))
             if len(curve_df) else ""),
     ]
     if len(audit_df):
         sections.append("## Reference: the same selectors on temperature samples (audit)\n\n" + md_table(
-            audit_df[["model", "K", "T", "n", "greedy", "oracle", "majority", "confidence",
+            audit_df[["model", "task", "K", "T", "n", "greedy", "oracle", "majority", "confidence",
                       "recovery_majority", "recovery_confidence"]]))
     text = "\n\n".join(sections) + "\n"
     (out / "table.md").write_text(text)
@@ -267,20 +289,21 @@ def write_figures(out: Path, curve_df: pd.DataFrame, cell_df: pd.DataFrame, diff
                          f"(the tables are in {out / 'table.md'})") from None
     figs = {}
     if len(curve_df):
-        curve_df = curve_df.assign(cell=curve_df["model"] + " / " + curve_df["space"])
+        curve_df = curve_df.assign(cell=curve_df["model"] + " / " + curve_df["task"] + " / " + curve_df["space"])
         figs["reach_vs_k"] = px.line(curve_df, x="k", y="oracle_at_k", color="strategy", facet_col="cell",
                                      facet_col_wrap=3, markers=True, log_x=True,
                                      title="Reach vs K: oracle@k of each search (same budget accounting)")
-    rec = cell_df.melt(id_vars=["model", "space", "strategy"], value_vars=[f"recovery_{k}" for k in SELECTORS],
+    rec = cell_df.melt(id_vars=["model", "task", "space", "strategy"], value_vars=[f"recovery_{k}" for k in SELECTORS],
                        var_name="selector", value_name="gap_recovery")
     rec["selector"] = rec["selector"].str.replace("recovery_", "")
-    rec["cell"] = rec["model"] + " / " + rec["space"]
+    rec["cell"] = rec["model"] + " / " + rec["task"] + " / " + rec["space"]
     figs["gap_recovery"] = px.bar(rec.dropna(), x="selector", y="gap_recovery", color="strategy", barmode="group",
                                   facet_col="cell", facet_col_wrap=3,
                                   title="Gap recovery (S - G) / (O - G) (undefined cells left out)")
     if len(diff_df):
+        diff_df = diff_df.assign(model_task=diff_df["model"] + " / " + diff_df["task"])
         figs["oracle_difference"] = px.bar(diff_df, x="structured", y="random - structured", color="space",
-                                           barmode="group", facet_col="model",
+                                           barmode="group", facet_col="model_task", facet_col_wrap=3,
                                            title="Oracle@K difference, random - structured (matched K)")
     for name, fig in figs.items():
         fig.write_html(out / f"{name}.html", include_plotlyjs="cdn")
@@ -299,10 +322,14 @@ def html_report(out: Path, figs: dict, text: str) -> None:
     (out / "report.html").write_text("\n".join(parts))
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--models", nargs="+", default=["zoo:base"])
-    ap.add_argument("--task", default="arith")
+    ap.add_argument("--tasks", "--task", dest="tasks", nargs="+", default=["arith"],
+                    help="tasks to route on (each with every model: a cell is model x task x space)")
+    ap.add_argument("--prompt-format", default="native",
+                    help="'native' (each zoo model's training format, else the task's default), 'default', "
+                         "or a format name for every model")
     ap.add_argument("--data", default=None)
     ap.add_argument("--n", type=int, default=50)
     ap.add_argument("--budget", type=int, default=32)
@@ -326,7 +353,8 @@ def main() -> None:
     ap.add_argument("--report-only", action="store_true",
                     help="rebuild the tables and figures from the cells stored in --out (e.g. after an interruption)")
     ap.add_argument("--out", default="runs/routing")
-    args = ap.parse_args()
+    args = ap.parse_args(argv)
+    args.argv = list(sys.argv[1:] if argv is None else argv)
     if args.audit_k is None:
         args.audit_k = args.budget
     torch.set_num_threads(args.threads)
