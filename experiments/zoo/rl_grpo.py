@@ -18,6 +18,14 @@ Choices forced by TRL 1.16 (see shared/notes/zoo-feasibility.md):
   added there for training (and the parent's generation config is restored before saving). The reward also
   grades only the text before the first "\\n", so a completion is graded the same way either way.
 * With beta 0 the logged loss is ~0 by construction (the ratio is 1 on-policy): watch the reward.
+* ``--loss-type dapo`` is DAPO's *loss* (token-level normalisation over the batch), which is what TRL's
+  ``loss_type`` offers and what the zoo's ``dapo`` checkpoint uses. The rest of the DAPO recipe is not in
+  it: clip-higher (TRL's ``epsilon_high``) cannot act here, since with one on-policy step per batch the
+  importance ratio is 1 and no clip binds; overlong filtering (``mask_truncated_completions``) and soft
+  overlong punishment (``trl.rewards.get_soft_overlong_punishment``) exist in TRL but are not switched on;
+  dynamic sampling (re-drawing prompts until no group has zero reward spread) has no TRL option. Such
+  groups get zero advantage, so they add no gradient; under the "dapo" loss they still count in the
+  token normaliser, which shrinks the step (the share is logged as ``zero_std_groups``).
 * TRL writes trainer state into its output_dir; that is a temporary folder, deleted afterwards. ``--out``
   gets only the config, generation config, safetensors weights, tokenizer files and ``training.json``.
 """
