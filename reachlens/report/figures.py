@@ -70,13 +70,18 @@ def propensity_figure(bins: dict[str, pd.DataFrame]):
     return fig
 
 
-def pass_at_k_figure(audits: dict[str, object]):
-    """Unbiased pass@k against k per checkpoint, on a log2 axis: crossovers show."""
+def pass_at_k_figure(audits: dict[str, object], crossings: dict[str, list[int]] | None = None):
+    """Unbiased pass@k against k per checkpoint, on a log2 axis; each pair's crossovers (``{"base / grpo":
+    [64]}``, from :meth:`Comparison.crossovers`) are marked by a dotted line at the first k of the new order."""
     go = _go()
     fig = go.Figure()
     for name, r in audits.items():
         curve = r.pass_at_k
         fig.add_trace(go.Scatter(x=curve["k"], y=curve["pass_at_k"], mode="lines+markers", name=name))
+    for i, (pair, ks) in enumerate((crossings or {}).items()):
+        for k in ks:
+            fig.add_vline(x=k, line_dash="dot", line_color="grey", annotation_text=f"{pair} cross",
+                          annotation_position="bottom right" if i % 2 else "top left")
     fig.update_layout(title="pass@k per checkpoint (unbiased estimator, mean over questions)",
                       xaxis_title="k (samples, log scale)", yaxis_title="pass@k", xaxis_type="log",
                       xaxis=dict(tickvals=[1, 2, 4, 8, 16, 32, 64, 128, 256, 512]), yaxis_tickformat=".0%")

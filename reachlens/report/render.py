@@ -34,6 +34,12 @@ def _html_table(df: pd.DataFrame) -> str:
                       classes="tbl", border=0)
 
 
+CROSSOVER_NOTE = (
+    "crossover_k: the budgets k at which trained - base pass@k changes sign (each the first k of the new "
+    "sign); a trained model ahead at small k that the base overtakes at larger k reaches fewer questions "
+    "than the base from that budget on."
+)
+
 FORMAT_CONTROL_NOTE = (
     "D_trained_shared is the descendant under the parent's prompt, D_trained_native under its own; "
     "gain_retained = (D_trained_shared - D_base) / (D_trained_native - D_base), the share of the native "
@@ -52,6 +58,7 @@ def markdown_summary(study: TrainingAudit) -> str:
         f"{p.max_new_tokens} new tokens, prompt format `{p.prompt_format}`, grader `{p.grader}`, seed {p.seed} "
         f"(protocol {p.hash}).", "",
         "## Headline: per pair", "", _md_table(study.headline()),
+        "## pass@k crossovers", "", _md_table(study.pass_at_k_crossovers()), CROSSOVER_NOTE, "",
         "## Budget control (same seed stream)", "", _md_table(study.budget_control()),
         "## Prompt-format control", "", _md_table(study.format_control()), FORMAT_CONTROL_NOTE, "",
         "## Propensity bins (base-reachable, base-unrealized questions)", "",
@@ -76,7 +83,9 @@ def write_report(study: TrainingAudit, out: str | Path) -> tuple[Path, Path]:
     if comps:
         figs.append(("Propensity bins", propensity_figure({f"{a} → {b}": c.propensity_bins() for (a, b), c in comps.items()})))
     if study.audits:
-        figs.append(("pass@k curves", pass_at_k_figure({**study.audits, **{f"{n} (K={e.k})": e for n, e in study.extended.items()}})))
+        crossings = {f"{a} / {b}": c.crossovers() for (a, b), c in comps.items()}
+        figs.append(("pass@k curves", pass_at_k_figure(
+            {**study.audits, **{f"{n} (K={e.k})": e for n, e in study.extended.items()}}, crossings)))
     body = []
     for title, fig in figs:
         body.append(f"<h2>{html.escape(title)}</h2>")
@@ -92,6 +101,8 @@ def write_report(study: TrainingAudit, out: str | Path) -> tuple[Path, Path]:
 {p.max_new_tokens} new tokens, prompt format <code>{html.escape(str(p.prompt_format))}</code>,
 grader <code>{html.escape(str(p.grader))}</code>, seed {p.seed}, protocol <code>{p.hash}</code>.</p>
 <h2>Headline</h2>{_html_table(study.headline())}
+<h2>pass@k crossovers</h2>{_html_table(study.pass_at_k_crossovers())}
+<p>{html.escape(CROSSOVER_NOTE)}</p>
 <h2>Budget control</h2>{_html_table(study.budget_control())}
 <h2>Prompt-format control</h2>{_html_table(study.format_control())}
 <p>{html.escape(FORMAT_CONTROL_NOTE)}</p>

@@ -27,6 +27,7 @@ import pandas as pd
 
 from reachlens.protocol import ProtocolMismatch
 from reachlens.studies.auditing import AuditResult
+from reachlens.studies.metrics import crossovers
 
 __all__ = ["Comparison", "compare", "propensity_bins", "DEFAULT_BINS", "REALIZED_FATES", "REACH_FATES"]
 
@@ -71,6 +72,22 @@ class Comparison:
 
     def propensity_bins(self, bins: tuple[float, ...] = DEFAULT_BINS) -> pd.DataFrame:
         return propensity_bins(self.questions, bins)
+
+    def pass_at_k(self) -> pd.DataFrame:
+        """Both checkpoints' pass@k on their shared k grid: ``k, base, trained, delta`` (trained - base)."""
+        b = self.base.pass_at_k.set_index("k")["pass_at_k"]
+        t = self.trained.pass_at_k.set_index("k")["pass_at_k"]
+        df = pd.DataFrame({"base": b, "trained": t}).dropna().rename_axis("k").reset_index()
+        return df.assign(delta=df["trained"] - df["base"])
+
+    def crossovers(self) -> list[int]:
+        """The ks at which trained - base pass@k changes sign (each the first k of the new sign).
+
+        A trained model ahead at k=1 that the base overtakes at k=64 gives ``[64]``: from that budget on,
+        the base reaches more questions than the trained model.
+        """
+        c = self.pass_at_k()
+        return crossovers(c["k"].tolist(), c["base"].tolist(), c["trained"].tolist())
 
     def fate_counts(self) -> pd.DataFrame:
         """Counts of every (realized fate, reach fate) pair."""

@@ -15,7 +15,7 @@ from collections.abc import Iterable, Sequence
 import numpy as np
 import pandas as pd
 
-__all__ = ["pass_at_k", "pass_at_k_curve", "budget_grid"]
+__all__ = ["pass_at_k", "pass_at_k_curve", "budget_grid", "crossovers"]
 
 
 def pass_at_k(n: int, c: int, k: int) -> float:
@@ -64,3 +64,29 @@ def pass_at_k_curve(n: Iterable[int], c: Iterable[int], ks: Sequence[int]) -> pd
         rows.append({"k": int(k), "pass_at_k": float(np.mean(defined)) if defined else math.nan,
                      "n_questions": len(defined)})
     return pd.DataFrame(rows)
+
+
+def crossovers(ks: Sequence[int], a: Sequence[float], b: Sequence[float], tol: float = 1e-9) -> list[int]:
+    """The ks at which the sign of ``b - a`` flips: each is the first k of the new sign.
+
+    Points where the curves are equal (within ``tol``) or undefined carry no sign and are passed over,
+    so a touch without a crossing is not one. The pass@k crossover of a base ``a`` and a trained ``b``
+    model is the budget from which the base reaches more questions than the trained model.
+
+    >>> crossovers([1, 2, 4, 8], [0.3, 0.5, 0.7, 0.9], [0.4, 0.55, 0.7, 0.85])
+    [8]
+    >>> crossovers([1, 2], [0.3, 0.5], [0.3, 0.5])
+    []
+    """
+    if not len(ks) == len(a) == len(b):
+        raise ValueError(f"ks, a and b must have one value per k; got lengths {len(ks)}, {len(a)}, {len(b)}")
+    out, last = [], 0
+    for k, x, y in zip(ks, a, b):
+        d = y - x
+        if math.isnan(d) or abs(d) <= tol:
+            continue
+        sign = 1 if d > 0 else -1
+        if last and sign != last:
+            out.append(int(k))
+        last = sign
+    return out

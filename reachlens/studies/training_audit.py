@@ -111,6 +111,17 @@ class TrainingAudit:
                          "entered": s["entered"], "left": s["left"]})
         return pd.DataFrame(rows)
 
+    def pass_at_k_crossovers(self) -> pd.DataFrame:
+        """Per pair: pass@1 and pass@K on both sides and the ks where the curves cross (empty: none)."""
+        rows = []
+        for (a, b), c in self.comparisons().items():
+            curve = c.pass_at_k()
+            first, last = curve.iloc[0], curve.iloc[-1]
+            rows.append({"pair": f"{a} -> {b}", "pass@1_base": first["base"], "pass@1_trained": first["trained"],
+                         "K": int(last["k"]), "pass@K_base": last["base"], "pass@K_trained": last["trained"],
+                         "crossover_k": ", ".join(map(str, c.crossovers())) or "none"})
+        return pd.DataFrame(rows)
+
     def budget_control(self) -> pd.DataFrame:
         """O_K and O_2K per checkpoint (from the same seed stream)."""
         rows = []

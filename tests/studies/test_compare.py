@@ -88,3 +88,18 @@ def test_extend_budget_equals_a_fresh_audit(tiny_model, tmp_path):
     pd.testing.assert_frame_equal(ext.restrict_k(4).samples, small.samples)
     with pytest.raises(ValueError, match="must exceed"):
         extend_budget(tiny_model, task, small, 4)
+
+
+def test_pass_at_k_crossover_by_hand():
+    # base: one correct of 4 on every question; trained: all 4 on two questions, none on the others.
+    base = fake([False] * 4, [1, 1, 1, 1])
+    trained = fake([True, True, False, False], [4, 4, 0, 0])
+    c = compare(base, trained)
+    table = c.pass_at_k().set_index("k")
+    # pass@1: 0.25 vs 0.5; pass@2: 1 - C(3,2)/C(4,2) = 0.5 for the base, 0.5 for the trained (a touch);
+    # pass@4: 1.0 vs 0.5. The trained model leads at k=1, ties at 2, and the base leads from k=4.
+    assert table["base"].tolist() == pytest.approx([0.25, 0.5, 1.0])
+    assert table["trained"].tolist() == pytest.approx([0.5, 0.5, 0.5])
+    assert table["delta"].tolist() == pytest.approx([0.25, 0.0, -0.5])
+    assert c.crossovers() == [4]
+    assert compare(base, base).crossovers() == []
