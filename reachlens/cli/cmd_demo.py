@@ -57,6 +57,7 @@ def run(args: argparse.Namespace) -> int:
     print(f"\nreport: {html_path}  ({time.perf_counter() - t0:.0f} s)\n")
     fmt = lambda x: f"{x:.3f}"  # noqa: E731
     print(study.headline().to_string(index=False, float_format=fmt))
+    print("\npass@k crossovers:\n" + study.pass_at_k_crossovers().to_string(index=False, float_format=fmt))
     print("\nbudget control:\n" + study.budget_control().to_string(index=False, float_format=fmt))
     formats = study.format_control()
     if len(formats):

@@ -1,0 +1,34 @@
+"""`reachlens demo`, the main job, end to end on the shipped zoo at a miniature size."""
+
+from __future__ import annotations
+
+import pytest
+
+from reachlens.cli import main
+from reachlens.studies.training_audit import load_training_audit
+
+
+def test_demo_audits_the_lineage_and_prints_every_table(tmp_path, capsys):
+    out = tmp_path / "demo"
+    assert main(["demo", "--out", str(out), "--n", "4", "--k", "4", "--budget-k", "8", "--workers", "2"]) == 0
+    printed = capsys.readouterr().out
+    assert f"report: {out / 'report.html'}" in printed
+    for pair in ("base -> grpo", "base -> dapo", "base -> sft", "sft -> sft-grpo"):
+        assert pair in printed
+    for section in ("pass@k crossovers:", "budget control:", "prompt-format control:"):
+        assert section in printed
+    study = load_training_audit(out)
+    assert set(study.audits) == {"base", "grpo", "dapo", "sft", "sft-grpo"}
+    assert {name: r.k for name, r in study.extended.items()} == dict.fromkeys(study.audits, 8)
+    # the format control audits the models trained on "verbose" prompts in that format, and only them
+    assert {name: r.protocol.prompt_format for name, r in study.formats.items()} == \
+        {"sft": "verbose", "sft-grpo": "verbose"}
+    assert {r.protocol.prompt_format for r in study.audits.values()} == {"qa"}
+    assert (out / "report.md").read_text().startswith("# Training audit")
+
+
+def test_demo_refuses_a_budget_control_below_k(tmp_path, capsys):
+    with pytest.raises(SystemExit) as exc:
+        raise SystemExit(main(["demo", "--out", str(tmp_path / "d"), "--k", "8", "--budget-k", "8"]))
+    assert exc.value.code == 2
+    assert "budget_k=8 must exceed the protocol's k=8" in capsys.readouterr().err
