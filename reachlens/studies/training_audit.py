@@ -31,6 +31,7 @@ from reachlens.store import write_json
 from reachlens.studies.auditing import AuditResult, audit
 from reachlens.studies.budget import extend_budget
 from reachlens.studies.compare import Comparison, compare
+from reachlens.studies.metrics import crossovers
 
 __all__ = ["StudyPlan", "TrainingAudit", "load_training_audit", "pairs_from_dirs", "run_training_audit"]
 
@@ -92,9 +93,7 @@ class TrainingAudit:
     def protocol(self) -> Protocol:
         """The protocol every main audit ran under, resolved against the task (explicit prompt format,
         stop strings and grader), as stored in the audit directories; the plan's when none is done yet."""
-        for r in self.audits.values():
-            return r.protocol
-        return self.plan.protocol
+        return next((r.protocol for r in self.audits.values()), self.plan.protocol)
 
     def comparisons(self) -> dict[tuple[str, str], Comparison]:
         return {(a, b): compare(self.audits[a], self.audits[b]) for a, b in self.plan.pairs
@@ -119,7 +118,8 @@ class TrainingAudit:
             first, last = curve.iloc[0], curve.iloc[-1]
             rows.append({"pair": f"{a} -> {b}", "pass@1_base": first["base"], "pass@1_trained": first["trained"],
                          "K": int(last["k"]), "pass@K_base": last["base"], "pass@K_trained": last["trained"],
-                         "crossover_k": ", ".join(map(str, c.crossovers())) or "none"})
+                         "crossover_k": ", ".join(map(str, crossovers(curve["k"].tolist(), curve["base"].tolist(), curve["trained"].tolist())))
+                         or "none"})
         return pd.DataFrame(rows)
 
     def budget_control(self) -> pd.DataFrame:
