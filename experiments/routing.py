@@ -292,6 +292,8 @@ def write_figures(out: Path, curve_df: pd.DataFrame, cell_df: pd.DataFrame, diff
         curve_df = curve_df.assign(cell=curve_df["model"] + " / " + curve_df["task"] + " / " + curve_df["space"])
         figs["reach_vs_k"] = px.line(curve_df, x="k", y="oracle_at_k", color="strategy", facet_col="cell",
                                      facet_col_wrap=3, markers=True, log_x=True,
+                                     labels={"k": "k (route evaluations per question, log scale)",
+                                             "oracle_at_k": "oracle@k (share of questions)"},
                                      title="Reach vs K: oracle@k of each search (same budget accounting)")
     rec = cell_df.melt(id_vars=["model", "task", "space", "strategy"], value_vars=[f"recovery_{k}" for k in SELECTORS],
                        var_name="selector", value_name="gap_recovery")
@@ -299,14 +301,17 @@ def write_figures(out: Path, curve_df: pd.DataFrame, cell_df: pd.DataFrame, diff
     rec["cell"] = rec["model"] + " / " + rec["task"] + " / " + rec["space"]
     figs["gap_recovery"] = px.bar(rec.dropna(), x="selector", y="gap_recovery", color="strategy", barmode="group",
                                   facet_col="cell", facet_col_wrap=3,
+                                  labels={"gap_recovery": "gap recovery (S - G) / (O - G)"},
                                   title="Gap recovery (S - G) / (O - G) (undefined cells left out)")
     if len(diff_df):
         diff_df = diff_df.assign(model_task=diff_df["model"] + " / " + diff_df["task"])
         figs["oracle_difference"] = px.bar(diff_df, x="structured", y="random - structured", color="space",
                                            barmode="group", facet_col="model_task", facet_col_wrap=3,
+                                           labels={"random - structured": "oracle@K, random - structured",
+                                                   "structured": "structured search"},
                                            title="Oracle@K difference, random - structured (matched K)")
     for name, fig in figs.items():
-        fig.write_html(out / f"{name}.html", include_plotlyjs="cdn")
+        fig.write_html(out / f"{name}.html", include_plotlyjs="directory")
     html_report(out, figs, text)
 
 
