@@ -27,6 +27,7 @@ zoo: $(STAMP)
 
 bench: $(STAMP)
 	$(PY) benchmarks/bench_sampling.py
+	$(PY) benchmarks/bench_routing.py
 	$(PY) benchmarks/bench_demo.py
 
 clean-venv:
