@@ -295,6 +295,8 @@ def write_figures(out: Path, curve_df: pd.DataFrame, cell_df: pd.DataFrame, diff
                                      labels={"k": "k (route evaluations per question, log scale)",
                                              "oracle_at_k": "oracle@k (share of questions)"},
                                      title="Reach vs K: oracle@k of each search (same budget accounting)")
+        ks = sorted(curve_df["k"].unique())
+        figs["reach_vs_k"].update_xaxes(tickvals=ks, ticktext=[str(k) for k in ks])
     rec = cell_df.melt(id_vars=["model", "task", "space", "strategy"], value_vars=[f"recovery_{k}" for k in SELECTORS],
                        var_name="selector", value_name="gap_recovery")
     rec["selector"] = rec["selector"].str.replace("recovery_", "")
@@ -311,6 +313,9 @@ def write_figures(out: Path, curve_df: pd.DataFrame, cell_df: pd.DataFrame, diff
                                                    "structured": "structured search"},
                                            title="Oracle@K difference, random - structured (matched K)")
     for name, fig in figs.items():
+        facets = {"reach_vs_k": curve_df, "gap_recovery": rec}.get(name)
+        facets = diff_df["model_task"].nunique() if name == "oracle_difference" else facets["cell"].nunique()
+        fig.update_layout(height=160 + 300 * math.ceil(facets / 3))  # one 300-px row per three facets
         fig.write_html(out / f"{name}.html", include_plotlyjs="directory")
     html_report(out, figs, text)
 
