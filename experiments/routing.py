@@ -95,15 +95,16 @@ def run(args: argparse.Namespace) -> None:
     cells, curves, audits, ceilings, log = [], [], [], [], []
     config = RoutingConfig(budget=args.budget, max_new_tokens=args.max_new_tokens, seed=args.seed,
                            objective=args.objective, selectors=SELECTORS)
-    from reachlens.models.zoo import native_format
-
     tasks = {name: load_task(name, args.data, n=args.n) for name in args.tasks}
-    for spec, task_name in ((spec, t) for spec in args.models for t in args.tasks):
+    # every cell's prompt format, settled before any decoding (a bad --prompt-format fails here)
+    formats = {(spec, t): prompt_format_for(spec, tasks[t], args.prompt_format) for spec in args.models for t in tasks}
+    model, loaded = None, None
+    for (spec, task_name), fmt in formats.items():
         t_model = time.time()
-        model = load_model(spec)
+        if spec != loaded:  # cells are model-major: each model is loaded once
+            model, loaded = load_model(spec), spec
         n_layers = len(model.blocks)
         task = tasks[task_name]
-        fmt = prompt_format_for(spec, task, args.prompt_format, native_format)
         evaluator = RouteEvaluator(model, task, max_new_tokens=args.max_new_tokens, prompt_format=fmt)
         cell_task = f"{task_name}[{evaluator.format.name}]"
         cell_config = dataclasses.replace(config, prompt_format=evaluator.format.name)
@@ -162,9 +163,11 @@ def run(args: argparse.Namespace) -> None:
     write_report(args, out, cells, curves, audits, ceilings, log, time.time() - t_start, format_recovery)
 
 
-def prompt_format_for(spec: str, task, requested: str, native_format) -> str | None:
+def prompt_format_for(spec: str, task, requested: str) -> str | None:
     """The prompt format a model is routed under: ``native`` = the one its zoo training recorded, if the
     task has it (else the task's default); ``default`` = the task's; any other name as given."""
+    from reachlens.models.zoo import native_format
+
     if requested == "default":
         return None
     if requested == "native":
