@@ -37,7 +37,8 @@ def _html_table(df: pd.DataFrame) -> str:
 CROSSOVER_NOTE = (
     "crossover_k: the budgets k at which trained - base pass@k changes sign (each the first k of the new "
     "sign); a trained model ahead at small k that the base overtakes at larger k reaches fewer questions "
-    "than the base from that budget on."
+    "than the base from that budget on. outside_noise: those crossings whose new order holds beyond the paired "
+    "95% bootstrap interval over questions of the difference at that k (Comparison.pass_at_k has every k)."
 )
 
 FORMAT_CONTROL_NOTE = (

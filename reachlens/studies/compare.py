@@ -27,9 +27,9 @@ import pandas as pd
 
 from reachlens.protocol import ProtocolMismatch
 from reachlens.studies.auditing import AuditResult
-from reachlens.studies.metrics import crossovers
+from reachlens.studies.metrics import budget_grid, crossovers, paired_bootstrap_ci, pass_at_k_matrix
 
-__all__ = ["Comparison", "compare", "propensity_bins", "DEFAULT_BINS", "REALIZED_FATES", "REACH_FATES"]
+__all__ = ["Comparison", "compare", "crossings", "propensity_bins", "DEFAULT_BINS", "REALIZED_FATES", "REACH_FATES"]
 
 REALIZED_FATES = ("kept", "gained", "lost", "never")
 REACH_FATES = ("kept", "entered", "left", "never")
@@ -73,25 +73,49 @@ class Comparison:
     def propensity_bins(self, bins: tuple[float, ...] = DEFAULT_BINS) -> pd.DataFrame:
         return propensity_bins(self.questions, bins)
 
-    def pass_at_k(self) -> pd.DataFrame:
-        """Both checkpoints' pass@k on their shared k grid: ``k, base, trained, delta`` (trained - base)."""
-        b = self.base.pass_at_k.set_index("k")["pass_at_k"]
-        t = self.trained.pass_at_k.set_index("k")["pass_at_k"]
-        df = pd.DataFrame({"base": b, "trained": t}).dropna().rename_axis("k").reset_index()
-        return df.assign(delta=df["trained"] - df["base"])
+    def pass_at_k(self, *, n_boot: int = 2000, level: float = 0.95, seed: int = 0) -> pd.DataFrame:
+        """Both checkpoints' pass@k at k = 1, 2, 4, ... K and their difference with a paired interval.
 
-    def crossovers(self) -> list[int]:
+        Columns ``k, base, trained, delta`` (trained - base, each the mean over the questions defined at
+        that k, as :attr:`AuditResult.pass_at_k`) and ``delta_lo, delta_hi``: the ``level`` percentile
+        interval of the mean per-question difference, resampling questions (``n_boot`` draws, ``seed``).
+        """
+        q = self.questions
+        ks = budget_grid(self.base.k)
+        b = pass_at_k_matrix(q["base_n_scored"], q["base_n_correct"], ks)
+        t = pass_at_k_matrix(q["trained_n_scored"], q["trained_n_correct"], ks)
+        rows = []
+        for j, k in enumerate(ks):
+            if np.isnan(b[:, j]).all() or np.isnan(t[:, j]).all():
+                continue
+            lo, hi = paired_bootstrap_ci(t[:, j] - b[:, j], n_boot=n_boot, level=level, seed=seed)
+            base, trained = float(np.nanmean(b[:, j])), float(np.nanmean(t[:, j]))
+            rows.append({"k": k, "base": base, "trained": trained, "delta": trained - base,
+                         "delta_lo": lo, "delta_hi": hi})
+        return pd.DataFrame(rows, columns=["k", "base", "trained", "delta", "delta_lo", "delta_hi"])
+
+    def crossovers(self, *, outside_noise: bool = False, **interval) -> list[int]:
         """The ks at which trained - base pass@k changes sign (each the first k of the new sign).
 
         A trained model ahead at k=1 that the base overtakes at k=64 gives ``[64]``: from that budget on,
-        the base reaches more questions than the trained model.
+        the base reaches more questions than the trained model. With ``outside_noise=True`` only the
+        crossings whose new sign is significant at that k are kept (the paired interval of
+        :meth:`pass_at_k`, options passed on, lies wholly on the new side of 0).
         """
-        c = self.pass_at_k()
-        return crossovers(c["k"].tolist(), c["base"].tolist(), c["trained"].tolist())
+        return crossings(self.pass_at_k(**interval), outside_noise=outside_noise)
 
     def fate_counts(self) -> pd.DataFrame:
         """Counts of every (realized fate, reach fate) pair."""
         return self.questions.groupby(["realized_fate", "reach_fate"]).size().rename("n").reset_index()
+
+
+def crossings(curve: pd.DataFrame, *, outside_noise: bool = False) -> list[int]:
+    """The crossovers of a :meth:`Comparison.pass_at_k` table (see :meth:`Comparison.crossovers`)."""
+    ks = crossovers(curve["k"].tolist(), curve["base"].tolist(), curve["trained"].tolist())
+    if not outside_noise:
+        return ks
+    at = curve.set_index("k")
+    return [k for k in ks if at.loc[k, "delta_lo"] > 0 or at.loc[k, "delta_hi"] < 0]
 
 
 def _as_result(a: AuditResult | str | Path) -> AuditResult:
@@ -127,14 +151,15 @@ def compare(
             {"questions": (f"{len(ids_b)} questions", f"{len(ids_t)} questions ({len(ids_b ^ ids_t)} not shared)")},
             what="audits cover different question sets",
         )
-    cols = ["question_id", "realized", "reachable", "propensity", "n_correct", "gold"]
+    cols = ["question_id", "realized", "reachable", "propensity", "n_correct", "n_scored", "gold"]
     j = b.questions[cols].merge(t.questions[cols[:-1]], on="question_id", suffixes=("_b", "_t"))
     q = pd.DataFrame({
         "question_id": j["question_id"],
         "base_realized": j["realized_b"].astype(bool), "trained_realized": j["realized_t"].astype(bool),
         "base_reachable": j["reachable_b"].astype(bool), "trained_reachable": j["reachable_t"].astype(bool),
         "base_propensity": j["propensity_b"], "trained_propensity": j["propensity_t"],
-        "base_n_correct": j["n_correct_b"], "trained_n_correct": j["n_correct_t"], "gold": j["gold"],
+        "base_n_correct": j["n_correct_b"], "trained_n_correct": j["n_correct_t"],
+        "base_n_scored": j["n_scored_b"], "trained_n_scored": j["n_scored_t"], "gold": j["gold"],
     })
     q["realized_fate"] = _fate(q["base_realized"], q["trained_realized"], ("kept", "gained", "lost", "never"))
     q["reach_fate"] = _fate(q["base_reachable"], q["trained_reachable"], ("kept", "entered", "left", "never"))

@@ -1,4 +1,4 @@
-"""Estimators shared by the studies: unbiased pass@k and its curve.
+"""Estimators shared by the studies: unbiased pass@k, its curve, crossovers and paired intervals.
 
 pass@k for one question with n graded samples of which c are correct is the probability that k
 samples drawn without replacement from those n contain a correct one:
@@ -15,7 +15,7 @@ from collections.abc import Iterable, Sequence
 import numpy as np
 import pandas as pd
 
-__all__ = ["pass_at_k", "pass_at_k_curve", "budget_grid", "crossovers"]
+__all__ = ["pass_at_k", "pass_at_k_matrix", "pass_at_k_curve", "budget_grid", "crossovers", "paired_bootstrap_ci"]
 
 
 def pass_at_k(n: int, c: int, k: int) -> float:
@@ -51,19 +51,50 @@ def budget_grid(k_max: int) -> list[int]:
     return ks
 
 
+def pass_at_k_matrix(n: Iterable[int], c: Iterable[int], ks: Sequence[int]) -> np.ndarray:
+    """Per-question pass@k: one row per question, one column per k (NaN where a question has n < k).
+
+    >>> pass_at_k_matrix([4, 2], [1, 2], [1, 4]).tolist()
+    [[0.25, 1.0], [1.0, nan]]
+    """
+    return np.array([[pass_at_k(int(ni), int(ci), int(k)) for k in ks] for ni, ci in zip(n, c)],
+                    dtype=float).reshape(-1, len(ks))
+
+
 def pass_at_k_curve(n: Iterable[int], c: Iterable[int], ks: Sequence[int]) -> pd.DataFrame:
     """Mean pass@k over questions for each k: columns ``k, pass_at_k, n_questions``.
 
     Questions with fewer than k graded samples are undefined at that k and left out of the mean;
     ``n_questions`` counts those that entered it.
     """
+    m = pass_at_k_matrix(n, c, ks)
+    defined = ~np.isnan(m)
     rows = []
-    for k in ks:
-        vals = [pass_at_k(int(ni), int(ci), int(k)) for ni, ci in zip(n, c)]
-        defined = [v for v in vals if not math.isnan(v)]
-        rows.append({"k": int(k), "pass_at_k": float(np.mean(defined)) if defined else math.nan,
-                     "n_questions": len(defined)})
+    for j, k in enumerate(ks):
+        rows.append({"k": int(k), "pass_at_k": float(m[defined[:, j], j].mean()) if defined[:, j].any() else math.nan,
+                     "n_questions": int(defined[:, j].sum())})
     return pd.DataFrame(rows)
+
+
+def paired_bootstrap_ci(diff: np.ndarray, *, n_boot: int = 2000, level: float = 0.95,
+                        seed: int = 0) -> tuple[float, float]:
+    """Percentile interval of the mean of per-question differences, resampling questions.
+
+    NaN differences (questions undefined on either side) are left out before resampling.
+
+    >>> paired_bootstrap_ci(np.zeros(10))
+    (0.0, 0.0)
+    """
+    d = np.asarray(diff, dtype=float)
+    d = d[~np.isnan(d)]
+    if not 0 < level < 1:
+        raise ValueError(f"level={level!r} must lie in (0, 1)")
+    if len(d) == 0:
+        return math.nan, math.nan
+    rng = np.random.default_rng(seed)
+    means = d[rng.integers(0, len(d), size=(n_boot, len(d)))].mean(axis=1)
+    tail = (1 - level) / 2
+    return float(np.quantile(means, tail)), float(np.quantile(means, 1 - tail))
 
 
 def crossovers(ks: Sequence[int], a: Sequence[float], b: Sequence[float], tol: float = 1e-9) -> list[int]:

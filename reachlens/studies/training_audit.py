@@ -30,8 +30,7 @@ from reachlens.protocol import Protocol
 from reachlens.store import write_json
 from reachlens.studies.auditing import AuditResult, audit
 from reachlens.studies.budget import extend_budget
-from reachlens.studies.compare import Comparison, compare
-from reachlens.studies.metrics import crossovers
+from reachlens.studies.compare import Comparison, compare, crossings
 
 __all__ = ["StudyPlan", "TrainingAudit", "load_training_audit", "pairs_from_dirs", "run_training_audit"]
 
@@ -111,15 +110,17 @@ class TrainingAudit:
         return pd.DataFrame(rows)
 
     def pass_at_k_crossovers(self) -> pd.DataFrame:
-        """Per pair: pass@1 and pass@K on both sides and the ks where the curves cross (empty: none)."""
+        """Per pair: pass@1 and pass@K on both sides, the ks where the curves cross (``none``: they do not),
+        and those of them whose new order is outside noise (the paired 95 % bootstrap interval of the
+        difference at that k excludes 0)."""
         rows = []
         for (a, b), c in self.comparisons().items():
             curve = c.pass_at_k()
             first, last = curve.iloc[0], curve.iloc[-1]
             rows.append({"pair": f"{a} -> {b}", "pass@1_base": first["base"], "pass@1_trained": first["trained"],
                          "K": int(last["k"]), "pass@K_base": last["base"], "pass@K_trained": last["trained"],
-                         "crossover_k": ", ".join(map(str, crossovers(curve["k"].tolist(), curve["base"].tolist(), curve["trained"].tolist())))
-                         or "none"})
+                         "crossover_k": ", ".join(map(str, crossings(curve))) or "none",
+                         "outside_noise": ", ".join(map(str, crossings(curve, outside_noise=True))) or "none"})
         return pd.DataFrame(rows)
 
     def budget_control(self) -> pd.DataFrame:

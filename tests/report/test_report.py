@@ -64,7 +64,7 @@ def test_markdown_summary_has_the_headline(study, tmp_path):
     # pass@k by hand: base (4,2,1,0,3 of 4) 0.500, 0.667, 0.800 at k = 1, 2, 4; grpo (4,4,3,0,1) 0.600,
     # 0.700, 0.800: grpo leads, then the curves meet at k=4 without crossing
     assert "## pass@k crossovers" in text
-    assert "| base -> grpo | 0.500 | 0.600 | 4 | 0.800 | 0.800 | none |" in text
+    assert "| base -> grpo | 0.500 | 0.600 | 4 | 0.800 | 0.800 | none | none |" in text
 
 
 def test_html_is_self_contained_and_renders_in_headless_chromium(study, tmp_path):

@@ -103,3 +103,12 @@ def test_pass_at_k_crossover_by_hand():
     assert table["delta"].tolist() == pytest.approx([0.25, 0.0, -0.5])
     assert c.crossovers() == [4]
     assert compare(base, base).crossovers() == []
+    # the paired interval: at k=4 the per-question differences are 0, 0, -1, -1; resampling four questions
+    # draws only zeros with probability 1/16 > 2.5 %, so the interval reaches 0 and the crossing is noise
+    lo, hi = table.loc[4, ["delta_lo", "delta_hi"]]
+    assert lo == -1.0 and hi == 0.0
+    assert c.crossovers(outside_noise=True) == []
+    # the same pool ten times over (40 questions): the crossing at k=4 holds beyond noise
+    big = compare(fake([False] * 40, [1] * 40), fake([True, True, False, False] * 10, [4, 4, 0, 0] * 10))
+    assert big.pass_at_k().set_index("k").loc[4, "delta_hi"] < 0
+    assert big.crossovers(outside_noise=True) == [4]
