@@ -48,15 +48,6 @@ import torch
 SELECTORS = ("majority", "confidence", "lowest_window", "self_verify", "search")
 
 
-def bootstrap_ci(diff: np.ndarray, n_boot: int = 2000, seed: int = 0) -> tuple[float, float]:
-    """Paired bootstrap 95% interval of the mean of per-question differences."""
-    if len(diff) == 0:
-        return math.nan, math.nan
-    rng = np.random.default_rng(seed)
-    means = diff[rng.integers(0, len(diff), size=(n_boot, len(diff)))].mean(axis=1)
-    return float(np.quantile(means, 0.025)), float(np.quantile(means, 0.975))
-
-
 def md_table(df: pd.DataFrame, floatfmt: str = "{:.3f}", nan: str = "undefined") -> str:
     def cell(v):
         if isinstance(v, float):
@@ -212,6 +203,8 @@ def report_only(args: argparse.Namespace) -> None:
 
 
 def write_report(args, out, cells, curves, audits, ceilings, log, wall, format_recovery) -> None:
+    from reachlens.studies.metrics import paired_bootstrap_ci
+
     cell_df = pd.DataFrame([{k: v for k, v in c.items() if k != "_oracle_q"} for c in cells])
     curve_df = pd.concat(curves, ignore_index=True) if curves else pd.DataFrame()
     cell_df.to_csv(out / "cells.csv", index=False)
@@ -229,7 +222,7 @@ def write_report(args, out, cells, curves, audits, ceilings, log, wall, format_r
             if name == "random":
                 continue
             d = (strat["random"] - q.reindex(strat["random"].index)).dropna().to_numpy(dtype=float)
-            lo, hi = bootstrap_ci(d)
+            lo, hi = paired_bootstrap_ci(d)
             diffs.append({"model": model, "task": task, "space": space, "structured": name,
                           f"random O@{args.budget}": float(strat["random"].mean()),
                           f"structured O@{args.budget}": float(q.mean()),
