@@ -82,6 +82,7 @@ def run(args: argparse.Namespace) -> None:
 
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
+    (out / "command.txt").write_text(command_line(args.argv) + "\n")  # what --report-only quotes later
     t_start = time.time()
     cells, curves, audits, ceilings, log = [], [], [], [], []
     config = RoutingConfig(budget=args.budget, max_new_tokens=args.max_new_tokens, seed=args.seed,
@@ -177,6 +178,19 @@ def cell_row(r, spec: str, task: str, space: str, label: str, ceiling: float) ->
             "_oracle_q": r.questions.set_index("question_id")["oracle"]}
 
 
+def command_line(argv: list[str]) -> str:
+    return " ".join(["python", "experiments/routing.py", *argv])
+
+
+def run_command(out: Path, args: argparse.Namespace) -> str:
+    """The command that ran the cells in ``out`` (kept in ``command.txt``), and this one if it only rebuilt them."""
+    this = command_line(args.argv)
+    ran = (out / "command.txt").read_text().strip() if (out / "command.txt").is_file() else None
+    if not args.report_only:
+        return this
+    return f"{ran}` (tables rebuilt with `{this}" if ran else this
+
+
 def report_only(args: argparse.Namespace) -> None:
     """Rebuild every table and figure from what a (possibly interrupted) run stored in --out."""
     from reachlens.routing import RoutingResult, format_recovery, reach_curve, space_from_spec
@@ -248,7 +262,7 @@ def write_report(args, out, cells, curves, audits, ceilings, log, wall, format_r
 
     sections = [
         f"# Layer routing: {', '.join(args.tasks)}, n={args.n}, K={args.budget}, objective={args.objective}\n",
-        f"Command: `python experiments/routing.py {' '.join(args.argv)}`  \n" +
+        f"Command: `{run_command(out, args)}`  \n" +
         ("" if math.isnan(wall) else f"Wall time {wall / 60:.1f} min; ") + "; ".join(log) + ".\n",
         "## Accuracy per cell and strategy\n\ngreedy = the full model (identity route); oracle@K = any of the "
         "K candidates correct; selector columns = accuracy of the answer-blind pick; space_ceiling = oracle "
