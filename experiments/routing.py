@@ -183,12 +183,13 @@ def command_line(argv: list[str]) -> str:
 
 
 def run_command(out: Path, args: argparse.Namespace) -> str:
-    """The command that ran the cells in ``out`` (kept in ``command.txt``), and this one if it only rebuilt them."""
-    this = command_line(args.argv)
+    """The command that ran the cells in ``out`` (kept in ``command.txt``), and this one if it only rebuilt
+    them, as Markdown code."""
+    this = f"`{command_line(args.argv)}`"
     ran = (out / "command.txt").read_text().strip() if (out / "command.txt").is_file() else None
-    if not args.report_only:
+    if not args.report_only or not ran:
         return this
-    return f"{ran}` (tables rebuilt with `{this}" if ran else this
+    return f"`{ran}` (tables rebuilt with {this})"
 
 
 def report_only(args: argparse.Namespace) -> None:
@@ -262,7 +263,7 @@ def write_report(args, out, cells, curves, audits, ceilings, log, wall, format_r
 
     sections = [
         f"# Layer routing: {', '.join(args.tasks)}, n={args.n}, K={args.budget}, objective={args.objective}\n",
-        f"Command: `{run_command(out, args)}`  \n" +
+        f"Command: {run_command(out, args)}  \n" +
         ("" if math.isnan(wall) else f"Wall time {wall / 60:.1f} min; ") + "; ".join(log) + ".\n",
         "## Accuracy per cell and strategy\n\ngreedy = the full model (identity route); oracle@K = any of the "
         "K candidates correct; selector columns = accuracy of the answer-blind pick; space_ceiling = oracle "

@@ -66,7 +66,7 @@ def test_routing_runs_every_cell_and_rebuilds_its_report(tmp_path, capsys):
     routing.main([*argv, "--report-only"])
     # the rebuilt tables still quote the command that ran the cells, and say how they were rebuilt
     assert f"Command: `python experiments/routing.py {' '.join(argv)}` (tables rebuilt with " \
-           f"`python experiments/routing.py {' '.join(argv)} --report-only`" in (out / "table.md").read_text()
+           f"`python experiments/routing.py {' '.join(argv)} --report-only`)" in (out / "table.md").read_text()
     rebuilt = pd.read_csv(out / "cells.csv")
     key = ["model", "task", "space", "strategy"]
     pd.testing.assert_frame_equal(rebuilt.sort_values(key).reset_index(drop=True),
