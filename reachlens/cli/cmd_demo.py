@@ -20,7 +20,6 @@ DEMO_MODELS = {"base": "zoo:base", "grpo": "zoo:grpo", "dapo": "zoo:dapo", "sft"
 DEMO_PAIRS = (("base", "grpo"), ("base", "dapo"), ("base", "sft"), ("sft", "sft-grpo"))
 
 
-
 def register(sub) -> argparse.ArgumentParser:
     p = sub.add_parser(NAME, help=HELP)
     p.add_argument("--out", default="runs/demo")

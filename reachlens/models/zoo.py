@@ -64,11 +64,8 @@ def native_format(spec: str, root: Path | None = None) -> str | None:
     other spec, or a zoo entry that records none."""
     if not spec.startswith("zoo:"):
         return None
-    name = spec.removeprefix("zoo:")
-    for e in zoo_entries(root):
-        if e.name == name:
-            return e.training.get("prompt_format")
-    return None
+    root = zoo_root() if root is None else root
+    return _read(root / spec.removeprefix("zoo:") / "training.json").get("prompt_format")
 
 
 def zoo_table(root: Path | None = None) -> pd.DataFrame:

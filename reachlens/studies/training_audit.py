@@ -16,6 +16,7 @@ Controls:
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 import time
@@ -95,6 +96,11 @@ class TrainingAudit:
         return next((r.protocol for r in self.audits.values()), self.plan.protocol)
 
     def comparisons(self) -> dict[tuple[str, str], Comparison]:
+        """Each pair's question-by-question join (made once per study object; every table reads it)."""
+        return dict(self._comparisons)
+
+    @functools.cached_property
+    def _comparisons(self) -> dict[tuple[str, str], Comparison]:
         return {(a, b): compare(self.audits[a], self.audits[b]) for a, b in self.plan.pairs
                 if a in self.audits and b in self.audits}
 
