@@ -9,6 +9,7 @@
 >>> result.D, result.O_K  # doctest: +SKIP
 """
 
+from reachlens.errors import ReachlensError
 from reachlens.models import load_model
 from reachlens.protocol import Protocol, ProtocolMismatch
 from reachlens.studies import AuditResult, audit, pass_at_k, rescore
@@ -18,6 +19,7 @@ __all__ = [
     "AuditResult",
     "Protocol",
     "ProtocolMismatch",
+    "ReachlensError",
     "Question",
     "Task",
     "audit",

@@ -44,13 +44,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser, mods = build_parser()
     args = parser.parse_args(argv)
     from reachlens.cli._common import CLIError
+    from reachlens.errors import ReachlensError
     from reachlens.models.loading import ModelLoadError
     from reachlens.protocol import ProtocolMismatch
     from reachlens.tasks.base import DataError
 
     try:
         return mods[args.command].run(args)
-    except (CLIError, ProtocolMismatch, ModelLoadError, DataError, FileNotFoundError, LookupError, ValueError) as err:
+    except (ReachlensError, CLIError, ProtocolMismatch, ModelLoadError, DataError, FileNotFoundError, LookupError, ValueError) as err:
         msg = err.args[0] if isinstance(err, LookupError) and err.args else str(err)
         print(f"reachlens {args.command}: error: {msg}", file=sys.stderr)
         return 2
