@@ -67,7 +67,8 @@ def read_hub(
     """``(source, rows)``: the split's rows as ``(row_number, record)`` pairs, 1-based, in hub order.
 
     ``local`` is a folder holding a copy of the repository in the hub's layout; None reads the hub
-    (or ``datasets``' cache of it); a local copy is read afresh each time. Each row must have the ``required`` fields, non-empty.
+    (or ``datasets``' cache of it); a local copy is read afresh each time. Each row must have the
+    ``required`` fields, non-empty.
 
     Raises:
         DataError: a row lacks a required field (names the source and the row).
