@@ -75,6 +75,8 @@ class ProgressBoard:
 
     def _print(self, text: str, stream: Any = None) -> None:
         stream = stream or self.stream
+        if self.live:  # a closed bar below the first leaves the cursor at the end of its blanked line
+            text = "\r" + text
         if self._bars:
             from tqdm import tqdm
 
