@@ -93,6 +93,9 @@ def read_hub(
                 f"task {task!r}: the hub dataset {where} was not found ({_reason(err)}); pass a local file "
                 "with --data PATH"
             ) from err
+        except RuntimeError as err:
+            _refuse_script(task, where, err)
+            raise
         source = f"hf:{dataset.path}/{dataset.name or 'default'}/{hub_split}"
     else:
         # datasets keys its cache of a local folder by the folder's name and file patterns, so two copies
@@ -107,6 +110,9 @@ def read_hub(
                     f"{str(local)!r} is not a copy of {where} in the hub's layout ({_reason(err)}); pass the "
                     f"folder of a clone of the dataset repository {dataset.path}, or a data file"
                 ) from err
+            except RuntimeError as err:
+                _refuse_script(task, where, err)
+                raise
         source = f"{folder} (a copy of {where})"
     return source, _checked(rows, required, source)
 
@@ -118,6 +124,15 @@ def _checked(rows: Any, required: Sequence[str], source: str) -> Iterator[tuple[
         record = dict(row)
         check_fields(record, required, source, number)
         yield number, record
+
+
+def _refuse_script(task: str, where: str, err: RuntimeError) -> None:
+    """datasets 4 and later no longer run a dataset's loading script: say so in one line (else re-raise)."""
+    if "scripts are no longer supported" in str(err):
+        raise ReachlensError(
+            f"task {task!r}: {where} is a loading script, which the installed datasets no longer runs "
+            f"({_reason(err)}); pass the original file with --data PATH"
+        ) from err
 
 
 def _reason(err: BaseException) -> str:

@@ -135,6 +135,16 @@ def test_a_folder_that_is_no_hub_copy_is_one_line(tmp_path):
     assert "\n" not in message
 
 
+def test_a_loading_script_copy_is_one_line_naming_data(tmp_path):
+    """datasets 4 and later refuse a repository that is only a loading script (as some hub datasets were)."""
+    copy = tmp_path / "EleutherAI" / "logiqa"
+    copy.mkdir(parents=True)
+    (copy / "logiqa.py").write_text("import datasets\n")
+    with pytest.raises(ReachlensError, match=r"is a loading script, .*--data PATH") as info:
+        load_task("logiqa", copy)
+    assert "\n" not in str(info.value)
+
+
 def test_logiqa_keeps_its_authors_text_only_from_their_file(tmp_path):
     copy = write_hub_copy("logiqa", FIXTURE_DATA / "logiqa/Test.txt", tmp_path / "EleutherAI/logiqa")
     assert load_task("logiqa", copy).metadata["acbd_order"] is None  # the hub rows no longer show the prefixes
