@@ -12,7 +12,7 @@ everywhere so every method emits exactly 200 x 32 tokens, on one model in one pr
 * reachlens with ``share_prefixes=False`` (one batch entry per sample), to show what prefix sharing adds.
 
 On the default random model the samples diverge at once, so prefix sharing has nothing to share;
-on a trained model (``--model assets/zoo/base --prompt "Q: 48*8-42+27+17=?\\nA:"``) it does.
+on a trained model (``--model reachlens/assets/zoo/base --prompt "Q: 48*8-42+27+17=?\\nA:"``) it does.
 
 Methods run round-robin (each warmed up once, then one run per method per round) so a slow phase of
 the shared host hits all alike; the script prints median tokens/s and the ratio to (a) measured in

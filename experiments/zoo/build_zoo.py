@@ -1,6 +1,6 @@
 """Retrain the whole zoo from scratch with fixed seeds, then measure every model card.
 
-    python experiments/zoo/build_zoo.py --zoo assets/zoo        # what `make zoo` runs
+    python experiments/zoo/build_zoo.py --zoo reachlens/assets/zoo        # what `make zoo` runs
 
 The lineage is the paper's four-variant control plus a second RL loss:
 
@@ -46,7 +46,7 @@ def commands(zoo: Path) -> list[list[tuple[str, list[str]]]]:
 
 def main(argv=None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--zoo", default="assets/zoo")
+    ap.add_argument("--zoo", default="reachlens/assets/zoo")
     ap.add_argument("--only", nargs="*", default=None, help="rebuild only these checkpoints (their parents must exist)")
     ap.add_argument("--skip-cards", action="store_true")
     ap.add_argument("--logs", default="runs/zoo-logs", help="where each run's output goes")

@@ -103,7 +103,7 @@ def positive(kind):
 
 def add_run_args(ap: argparse.ArgumentParser, *, log_every: int) -> None:
     """The arguments every fine-tuning script takes (what :func:`start_run` reads, the seed, logging)."""
-    ap.add_argument("--init", required=True, help="parent checkpoint folder (e.g. assets/zoo/base)")
+    ap.add_argument("--init", required=True, help="parent checkpoint folder (e.g. reachlens/assets/zoo/base)")
     ap.add_argument("--prompt-format", default="qa",
                     help="arith prompt format of the training prompts (qa, verbose): the model's native format")
     ap.add_argument("--out", required=True, help="new, empty folder for the trained checkpoint")

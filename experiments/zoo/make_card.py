@@ -1,6 +1,6 @@
 """Audit a zoo checkpoint with the card protocol and write its MODEL_CARD.md and card.json.
 
-    python experiments/zoo/make_card.py assets/zoo/base
+    python experiments/zoo/make_card.py reachlens/assets/zoo/base
 
 The card protocol is the zoo's fixed measurement: the arith test split (n=300), greedy deployment,
 K=64 samples at T=0.8, 96 new tokens, seed 0. The command it records reproduces the numbers exactly

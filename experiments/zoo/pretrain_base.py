@@ -1,6 +1,6 @@
 """Pretrain the zoo's base model on arith worked solutions, a quarter of them with a plausible slip.
 
-    python experiments/zoo/pretrain_base.py --out assets/zoo/base --steps 1200 --seed 0
+    python experiments/zoo/pretrain_base.py --out reachlens/assets/zoo/base --steps 1200 --seed 0
 
 The slips (off by one or ten, a dropped carry, swapped digits, carried forward consistently) give the
 base model a realistic answer distribution: it samples the right answer at varied rates, so its

@@ -1,7 +1,7 @@
 """RLVR from a parent checkpoint with TRL's GRPOTrainer: reward 1 when the project's numeric grader says correct.
 
-    python experiments/zoo/rl_grpo.py --init assets/zoo/base --out assets/zoo/grpo --loss-type grpo --steps 200 --seed 0
-    python experiments/zoo/rl_grpo.py --init assets/zoo/base --out assets/zoo/dapo --loss-type dapo --steps 200 --seed 0
+    python experiments/zoo/rl_grpo.py --init reachlens/assets/zoo/base --out reachlens/assets/zoo/grpo --loss-type grpo --steps 200 --seed 0
+    python experiments/zoo/rl_grpo.py --init reachlens/assets/zoo/base --out reachlens/assets/zoo/dapo --loss-type dapo --steps 200 --seed 0
 
 Each step samples ``--num-generations`` completions for each of ``--prompts-per-step`` prompts of the arith
 *train* split (``--prompt-format``, "qa" by default), grades each with ``get_grader("numeric").grade(text, q.gold)``

@@ -1,6 +1,6 @@
 """Supervised fine-tuning of a parent checkpoint on clean arith worked solutions, with TRL's SFTTrainer.
 
-    python experiments/zoo/sft.py --init assets/zoo/base --out assets/zoo/sft --steps 300 --seed 0
+    python experiments/zoo/sft.py --init reachlens/assets/zoo/base --out reachlens/assets/zoo/sft --steps 300 --seed 0
 
 The data are the arith *train* split's questions as prompt-completion pairs: prompt ``task.prompt(q)``
 (``--prompt-format``: "qa", ``"Q: 94+2-39-48=?\\nA:"``, or "verbose", ``"Q: 94 + 2 - 39 - 48 = ?\\nA:"``, the

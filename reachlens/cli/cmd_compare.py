@@ -1,4 +1,8 @@
-"""``reachlens compare BASE_DIR TRAINED_DIR``: the question-by-question join of two audits."""
+"""``reachlens compare BASE_DIR TRAINED_DIR``: the question-by-question join of two audits.
+
+With ``--out DIR`` it writes ``comparison.parquet`` (one row per question) and ``comparison.json`` (the
+summary, plus the two audit directories and the options used), which ``reachlens report DIR`` renders.
+"""
 
 from __future__ import annotations
 
@@ -35,5 +39,7 @@ def run(args: argparse.Namespace) -> int:
         out = Path(args.out)
         out.mkdir(parents=True, exist_ok=True)
         c.questions.to_parquet(out / "comparison.parquet", index=False)
-        write_json(out / "comparison.json", s)
+        write_json(out / "comparison.json", {**s, "base_dir": str(Path(args.base).resolve()),
+                                              "trained_dir": str(Path(args.trained).resolve()),
+                                              "k_cut": args.k, "allow": list(args.allow)})
     return 0

@@ -32,7 +32,10 @@ def command_modules() -> dict[str, ModuleType]:
 
 
 def build_parser() -> tuple[argparse.ArgumentParser, dict[str, ModuleType]]:
+    from reachlens import __version__
+
     ap = argparse.ArgumentParser(prog="reachlens", description="Realized vs reachable audits of causal LMs.")
+    ap.add_argument("--version", action="version", version=f"reachlens {__version__}")
     sub = ap.add_subparsers(dest="command", required=True)
     mods = command_modules()
     for mod in mods.values():
@@ -43,6 +46,7 @@ def build_parser() -> tuple[argparse.ArgumentParser, dict[str, ModuleType]]:
 def main(argv: Sequence[str] | None = None) -> int:
     parser, mods = build_parser()
     args = parser.parse_args(argv)
+    from reachlens._verbosity import quiet_dependencies
     from reachlens.cli._common import CLIError
     from reachlens.errors import ReachlensError
     from reachlens.models.loading import ModelLoadError
@@ -50,7 +54,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     from reachlens.tasks.base import DataError
 
     try:
-        return mods[args.command].run(args)
+        with quiet_dependencies():  # the libraries' progress bars and warnings stay out of reachlens' output
+            return mods[args.command].run(args)
     except (ReachlensError, CLIError, ProtocolMismatch, ModelLoadError, DataError, FileNotFoundError, LookupError, ValueError) as err:
         msg = err.args[0] if isinstance(err, LookupError) and err.args else str(err)
         print(f"reachlens {args.command}: error: {msg}", file=sys.stderr)

@@ -2,7 +2,7 @@
 
 ``spec`` is one of
 
-* ``zoo:NAME``: a checkpoint shipped in ``assets/zoo/NAME`` (see :mod:`reachlens.models.zoo`);
+* ``zoo:NAME``: a checkpoint shipped in ``reachlens/assets/zoo/NAME`` (see :mod:`reachlens.models.zoo`);
 * a local folder in HuggingFace format (``config.json``, ``*.safetensors``, tokenizer files);
 * a HuggingFace hub name such as ``Qwen/Qwen2.5-7B`` (needs the weights in the local cache or a network).
 
@@ -41,8 +41,9 @@ class ModelIdentity:
 
 
 def _zoo_root() -> Path:
+    """``$REACHLENS_ZOO``, else the zoo shipped as package data (``reachlens/assets/zoo``, in a wheel too)."""
     env = os.environ.get("REACHLENS_ZOO")
-    return Path(env) if env else Path(__file__).resolve().parents[2] / "assets" / "zoo"
+    return Path(env) if env else Path(__file__).resolve().parents[1] / "assets" / "zoo"
 
 
 def resolve_spec(spec: str) -> tuple[str, bool]:

@@ -1,4 +1,4 @@
-"""The model zoo: tiny HuggingFace checkpoints the project trains and ships in ``assets/zoo/NAME``.
+"""The model zoo: tiny HuggingFace checkpoints the project trains and ships in ``reachlens/assets/zoo/NAME``.
 
 Each entry is a real HF folder (``config.json``, ``model.safetensors``, tokenizer files) plus
 ``training.json`` (the recipe, command, seed, parent, wall time, parameter count) and
@@ -22,7 +22,7 @@ __all__ = ["ZooEntry", "native_format", "zoo_entries", "zoo_table", "zoo_root"]
 
 
 def zoo_root() -> Path:
-    """The folder holding the zoo (``assets/zoo``, or ``$REACHLENS_ZOO``)."""
+    """The folder holding the zoo (``reachlens/assets/zoo``, or ``$REACHLENS_ZOO``)."""
     return _zoo_root()
 
 

@@ -8,6 +8,7 @@ equals a fresh K' audit, at the cost of only the new samples.
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 from pathlib import Path
 
 import pandas as pd
@@ -21,9 +22,11 @@ __all__ = ["extend_budget"]
 
 def extend_budget(
     model, task: Task, source: AuditResult | str | Path, k: int, *, out: str | Path | None = None,
-    max_batch_rows: int = 1024,
+    max_batch_rows: int = 1024, progress: Callable[[int], None] | None = None,
 ) -> AuditResult:
     """The audit ``source`` extended to budget ``k`` (> its K); written to ``out`` when given.
+
+    ``progress`` is called with the number of questions extended so far, as in :func:`audit`.
 
     >>> big = extend_budget(model, task, "runs/base", k=400, out="runs/base-k400")  # doctest: +SKIP
     """
@@ -37,7 +40,8 @@ def extend_budget(
                          "pass the task the audit was made on")
     sub = Task(task.name, tuple(q for q in task.questions if q.question_id in set(src.questions["question_id"])),
                task.prompt_formats, task.default_format, task.grader, task.stop, task.source, task.metadata)
-    more = audit(model, sub, src.protocol.with_k(k - src.k), max_batch_rows=max_batch_rows, sample_offset=src.k)
+    more = audit(model, sub, src.protocol.with_k(k - src.k), max_batch_rows=max_batch_rows, sample_offset=src.k,
+                 progress=progress)
     samples = pd.concat([src.samples, more.samples], ignore_index=True)
     questions = _question_table_update(src.questions, samples, k)
     questions, samples = _in_task_order(questions, samples, ids)

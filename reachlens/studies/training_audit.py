@@ -31,6 +31,7 @@ from reachlens.protocol import Protocol
 from reachlens.store import write_json
 from reachlens.studies.auditing import AuditResult, audit
 from reachlens.studies.budget import extend_budget
+from reachlens.studies._progress import ProgressBoard
 from reachlens.studies.compare import Comparison, compare, crossings
 
 __all__ = ["StudyPlan", "TrainingAudit", "load_training_audit", "pairs_from_dirs", "run_training_audit"]
@@ -172,9 +173,12 @@ def run_training_audit(
     load: Callable[[str], Any] | None = None,
     max_batch_rows: int = 1024,
     workers: int = 1,
-    log: Callable[[str], None] = print,
+    log: Callable[[str], None] | None = None,
 ) -> TrainingAudit:
     """Run (or resume) every audit the plan needs into ``out``; return the study.
+
+    While it runs, each audit has one progress line with its ETA (:class:`ProgressBoard`, on stderr)
+    and each finished audit logs its D and O_K (``log``, default: printed between the progress lines).
 
     Args:
         load: model loader (default :func:`reachlens.load_model`).
@@ -197,29 +201,80 @@ def run_training_audit(
             raise ValueError(f"study directory {str(root)!r} holds another plan; use a new --out or delete it")
     write_json(study_file, {"plan": plan.to_dict()})
     walls: dict[str, float] = {}
-    if workers == 1:
-        for name in plan.models:
-            walls[name] = _audit_checkpoint(plan, name, root, max_batch_rows, load, log)
-    else:
-        import concurrent.futures
-        import multiprocessing
-
-        # by expected cost, largest first, so the last worker to finish is not the one with the most
-        order = sorted(plan.models, key=lambda n: -(1 + bool(plan.budget_k) + bool(plan.native_formats.get(n))))
-        ctx = multiprocessing.get_context("spawn")
-        with concurrent.futures.ProcessPoolExecutor(workers, mp_context=ctx, initializer=_one_thread) as pool:
-            futures = {pool.submit(_audit_checkpoint, plan, name, root, max_batch_rows): name for name in order}
-            for fut in concurrent.futures.as_completed(futures):
-                walls[futures[fut]] = fut.result()
+    board = ProgressBoard()
+    log = log or board.write
+    try:
+        if workers == 1:
+            for name in plan.models:
+                walls[name] = _audit_checkpoint(plan, name, root, max_batch_rows, load, log, board.update)
+        else:
+            walls = _audit_in_workers(plan, root, max_batch_rows, workers, board, log)
+    finally:
+        board.close()
     old_walls = json.loads(study_file.read_text()).get("wall_seconds", {})
     write_json(study_file, {"plan": plan.to_dict(), "wall_seconds": {**old_walls, **walls}})
     return load_training_audit(root)
 
 
-def _one_thread() -> None:
+def _audit_in_workers(
+    plan: StudyPlan, root: Path, max_batch_rows: int, workers: int, board: ProgressBoard, log: Callable[[str], None]
+) -> dict[str, float]:
+    """Each checkpoint in a worker process; their progress and log lines come back through a queue."""
+    import concurrent.futures
+    import multiprocessing
+    import queue as queue_module
+
+    from reachlens._verbosity import dependencies_quiet
+
+    # by expected cost, largest first, so the last worker to finish is not the one with the most
+    order = sorted(plan.models, key=lambda n: -(1 + bool(plan.budget_k) + bool(plan.native_formats.get(n))))
+    ctx = multiprocessing.get_context("spawn")
+    events = ctx.Queue()
+    walls: dict[str, float] = {}
+
+    def handle(event: tuple) -> None:
+        if event[0] == "progress":
+            board.update(*event[1:])
+        else:
+            log(event[1])
+
+    with concurrent.futures.ProcessPoolExecutor(workers, mp_context=ctx, initializer=_worker_init,
+                                                initargs=(events, dependencies_quiet())) as pool:
+        futures = {pool.submit(_audit_checkpoint, plan, name, root, max_batch_rows): name for name in order}
+        pending = set(futures)
+        while pending:
+            try:
+                handle(events.get(timeout=0.2))
+            except queue_module.Empty:
+                pass
+            for fut in [f for f in pending if f.done()]:
+                pending.discard(fut)
+                walls[futures[fut]] = fut.result()
+        while True:  # what the last worker sent before it returned
+            try:
+                handle(events.get(timeout=0.2))
+            except queue_module.Empty:
+                break
+    return walls
+
+
+_EVENTS: Any = None
+"""In a worker process: the queue its progress and log lines go to."""
+_QUIET: Any = None
+"""In a worker process of a CLI command: the entered :func:`quiet_dependencies` (held for the worker's life)."""
+
+
+def _worker_init(events: Any, quiet: bool) -> None:
     import torch
 
+    global _EVENTS, _QUIET
     torch.set_num_threads(1)
+    _EVENTS = events
+    if quiet:  # the parent runs a CLI command: keep the libraries quiet here too
+        from reachlens._verbosity import quiet_dependencies
+
+        _QUIET = quiet_dependencies()
+        _QUIET.__enter__()
 
 
 def _audit_checkpoint(
@@ -228,7 +283,8 @@ def _audit_checkpoint(
     root: Path,
     max_batch_rows: int,
     load: Callable[[str], Any] | None = None,
-    log: Callable[[str], None] = print,
+    log: Callable[[str], None] | None = None,
+    progress: Callable[[str, int, int], None] | None = None,
 ) -> float:
     """Every audit of one checkpoint (the plan's, the budget control's, the format control's), resumable."""
     import dataclasses
@@ -236,20 +292,35 @@ def _audit_checkpoint(
     from reachlens.models import load_model
     from reachlens.tasks import load_task
 
+    if _EVENTS is not None:  # in a worker: report to the parent
+        log = log or (lambda text: _EVENTS.put(("log", text)))
+        progress = progress or (lambda label, done, total: _EVENTS.put(("progress", label, done, total)))
+    log = log or print
+
+    def bar(label: str, total: int) -> Callable[[int], None] | None:
+        """The progress callback of one audit; its line starts now (so its clock and ETA count from here)."""
+        if progress is None:
+            return None
+        progress(label, 0, total)
+        return lambda done: progress(label, done, total)
+
     t0 = time.perf_counter()
     task = load_task(plan.protocol.task, plan.data, split=plan.protocol.split, n=plan.n)
     model = (load or load_model)(plan.models[name])
-    r = audit(model, task, plan.protocol, out=root / "audits" / name, max_batch_rows=max_batch_rows)
+    r = audit(model, task, plan.protocol, out=root / "audits" / name, max_batch_rows=max_batch_rows,
+              progress=bar(f"{name} K={plan.protocol.k}", len(task)))
     log(f"{name:>10s}: D={r.D:.3f}  O_{r.k}={r.O_K:.3f}")
     if plan.budget_k:
         ext_dir = root / "audits" / f"{name}-k{plan.budget_k}"
         if not (ext_dir / "summary.json").is_file():
-            e = extend_budget(model, task, r, plan.budget_k, out=ext_dir, max_batch_rows=max_batch_rows)
+            e = extend_budget(model, task, r, plan.budget_k, out=ext_dir, max_batch_rows=max_batch_rows,
+                              progress=bar(f"{name} K={plan.budget_k} (budget control)", r.n))
             log(f"{name:>10s}: O_{plan.budget_k}={e.O_K:.3f}")
     fmt = plan.native_formats.get(name)
     if fmt and fmt != r.protocol.prompt_format:
         f = audit(model, task, dataclasses.replace(plan.protocol, prompt_format=fmt),
-                  out=root / "audits" / f"{name}-fmt-{fmt}", max_batch_rows=max_batch_rows)
+                  out=root / "audits" / f"{name}-fmt-{fmt}", max_batch_rows=max_batch_rows,
+                  progress=bar(f"{name} in its {fmt!r} prompt", len(task)))
         log(f"{name:>10s}: D under its native prompt {fmt!r} = {f.D:.3f}")
     return time.perf_counter() - t0
 
@@ -272,11 +343,19 @@ def load_training_audit(path: str | Path) -> TrainingAudit:
     return TrainingAudit(plan, root, audits, extended, formats, meta.get("wall_seconds", {}))
 
 
-def pairs_from_dirs(dirs: Sequence[str | Path]) -> TrainingAudit:
-    """A study view over plain audit directories: the first is the base, each other one a descendant."""
+def pairs_from_dirs(dirs: Sequence[str | Path], *, k: int | None = None) -> TrainingAudit:
+    """A study view over plain audit directories: the first is the base, each other one a descendant.
+
+    Each is named by its folder's name (its path where two names coincide); ``k`` cuts every audit to its
+    first k samples."""
     if len(dirs) < 2:
         raise ValueError(f"need at least two audit directories (a base and a descendant), got {len(dirs)}")
-    results = {Path(d).name: AuditResult.load(d) for d in dirs}
+    names = [Path(d).name for d in dirs]
+    if len(set(names)) < len(names):
+        names = [str(d) for d in dirs]
+    results = {name: AuditResult.load(d) for name, d in zip(names, dirs)}
+    if k is not None:
+        results = {name: r.restrict_k(k) for name, r in results.items()}
     names = list(results)
     first = results[names[0]]
     plan = StudyPlan({n: r.model.get("spec", n) for n, r in results.items()},

@@ -1,8 +1,10 @@
 """The task registry: ``load_task("gsm8k", path=...)`` builds a :class:`~reachlens.tasks.base.Task`.
 
 Each loader is a function ``(path: str | None, split: str, seed: int, **options) -> Task``,
-registered under its task name. Loaders that read a file require ``path``; generated tasks
-(``arith``) ignore it.
+registered under its task name. The benchmarks (``gsm8k``, ``arc``, ``math500``, ``piqa``, ``logiqa``)
+read the hub dataset lm-eval-harness reads when ``path`` is None, and a local file (or a copy of the
+hub repository) otherwise (:mod:`reachlens.tasks.hub`); ``jsonl`` and ``csv`` require ``path``;
+generated tasks (``arith``) ignore it.
 """
 
 from __future__ import annotations

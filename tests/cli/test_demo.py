@@ -8,10 +8,16 @@ from reachlens.cli import main
 from reachlens.studies.training_audit import load_training_audit
 
 
-def test_demo_audits_the_lineage_and_prints_every_table(tmp_path, capsys):
+def test_demo_audits_the_lineage_and_prints_every_table(tmp_path, capfd):
     out = tmp_path / "demo"
     assert main(["demo", "--out", str(out), "--n", "4", "--k", "4", "--budget-k", "8", "--workers", "2"]) == 0
-    printed = capsys.readouterr().out
+    printed, err = capfd.readouterr()
+    # one progress line per audit (a closing line where the output is no terminal), and nothing from the
+    # libraries, the worker processes' included
+    for name in ("base", "grpo", "dapo", "sft", "sft-grpo"):
+        assert f"{name} K=4: 4/4 questions in " in err and f"{name} K=8 (budget control): 4/4 questions in " in err
+    assert "sft in its 'verbose' prompt: 4/4 questions in " in err
+    assert "Loading weights" not in err and "Warning" not in err, err
     assert f"report: {out / 'report.html'}" in printed
     for pair in ("base -> grpo", "base -> dapo", "base -> sft", "sft -> sft-grpo"):
         assert pair in printed

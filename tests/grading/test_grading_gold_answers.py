@@ -1,12 +1,16 @@
 """Every gold answer of GSM8K (test) and MATH-500 must grade correct against itself, and a
-perturbed answer must grade wrong. These run on the real files under ``shared/data``."""
+perturbed answer must grade wrong: on the format fixtures in ``tests/data`` (always) and on the full real
+files under ``../shared/data`` (skipped with a reason where they are absent)."""
 
 from __future__ import annotations
 
 import time
 from fractions import Fraction
 
+import json
+
 import pytest
+from conftest import FIXTURE_DATA
 from grading_shared_data import read_jsonl
 
 from reachlens.grading import MathGrader, NumericGrader, extract_boxed, parse_number
@@ -38,6 +42,22 @@ def _gsm8k_gold(solution: str) -> str:
 def _format(value: Fraction) -> str:
     """``7`` or ``7/2``: a spelling both graders read."""
     return str(value) if value.denominator == 1 else f"{value.numerator}/{value.denominator}"
+
+
+def _fixture(relative: str) -> list[dict]:
+    return [json.loads(line) for line in (FIXTURE_DATA / relative).read_text().splitlines() if line.strip()]
+
+
+def test_fixture_golds_grade_right_against_themselves_and_wrong_against_gold_plus_one() -> None:
+    numeric, math = NumericGrader(), MathGrader()
+    for row in _fixture("gsm8k/test.jsonl"):
+        gold = _gsm8k_gold(row["answer"])
+        assert numeric.grade(row["answer"], gold).correct, row["answer"]
+        assert not numeric.grade(row["answer"], _format(parse_number(gold) + 1)).correct, row["answer"]
+    for row in _fixture("math500/test.jsonl"):
+        assert math.grade(row["solution"], row["answer"]).correct, row["solution"]
+        assert math.grade(f"\\boxed{{{row['answer']}}}", row["answer"]).correct, row["answer"]
+    assert not math.grade("\\boxed{\\frac{6}{5}}", "\\frac{5}{6}").correct
 
 
 def test_gsm8k_gold_solutions_grade_correct_against_their_answer(gsm8k: list[dict]) -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+from conftest import FIXTURE_DATA
 
 from reachlens.engine import tokenizer_of
 from reachlens.studies.recognition import RecognitionConfig, compare_modes, encode_pair, loglikelihoods, score_options
@@ -83,10 +84,20 @@ def test_acc_and_acc_norm_follow_lm_eval(tiny_model, tiny_hf):
     assert bool(q0.rec_correct) == (q0.rec_choice == "B")
 
 
-@pytest.mark.parametrize("name,rel", [("arc", "arc_challenge/ARC-Challenge-Test.jsonl"), ("piqa", "piqa"),
-                                      ("logiqa", "logiqa/Test.txt")])
+MC_BENCHMARKS = [("arc", "arc_challenge/ARC-Challenge-Test.jsonl"), ("piqa", "piqa"), ("logiqa", "logiqa/Test.txt")]
+
+
+@pytest.mark.parametrize("name,rel", MC_BENCHMARKS)
+def test_benchmark_fixtures_score_like_direct_hf(tiny_model, tiny_hf, name, rel):
+    _scores_like_direct_hf(tiny_model, tiny_hf, load_task(name, FIXTURE_DATA / rel, n=2))
+
+
+@pytest.mark.parametrize("name,rel", MC_BENCHMARKS)
 def test_real_benchmarks_score_like_direct_hf(tiny_model, tiny_hf, shared_data, name, rel):
-    task = load_task(name, shared_data / rel, n=2)
+    _scores_like_direct_hf(tiny_model, tiny_hf, load_task(name, shared_data / rel, n=2))
+
+
+def _scores_like_direct_hf(tiny_model, tiny_hf, task):
     opts = score_options(tiny_model, task, RecognitionConfig(batch_size=4))
     assert len(opts) == sum(len(q.choices) for q in task.questions) and opts.gold.sum() == 2
     q = task.questions[0]

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import re
-import shutil
 import subprocess
 from pathlib import Path
 
@@ -67,14 +66,15 @@ def test_markdown_summary_has_the_headline(study, tmp_path):
     assert "| base -> grpo | 0.500 | 0.600 | 4 | 0.800 | 0.800 | none | none |" in text
 
 
-def test_html_is_self_contained_and_renders_in_headless_chromium(study, tmp_path):
+def test_html_is_self_contained(study, tmp_path):
     html_path, _ = write_report(study, tmp_path / "r")
     page = html_path.read_text()
     assert "<script src=" not in page and "<link " not in page  # plotly.js inlined: nothing fetched
-    chromium = shutil.which("chromium") or shutil.which("chromium-browser") or shutil.which("google-chrome")
-    if chromium is None:
-        pytest.fail("headless Chromium is needed to check the report renders: apt-get install chromium "
-                    "(.ci/run installs it)")
+    assert page.count("Plotly.newPlot") >= 4
+
+
+def test_html_renders_in_headless_chromium(study, tmp_path, chromium):
+    html_path, _ = write_report(study, tmp_path / "r")
     dom = subprocess.run(
         [chromium, "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
          "--disable-background-networking", "--disable-component-update", "--disable-sync",

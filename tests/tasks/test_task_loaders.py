@@ -1,4 +1,5 @@
-"""The file-based task loaders on the real data files under ``shared/data`` beside the repository."""
+"""The file-based task loaders: on small files in each benchmark's exact format (``tests/data``, always
+run), and on the full real files under ``../shared/data`` (skipped with a reason where they are absent)."""
 
 from __future__ import annotations
 
@@ -12,9 +13,9 @@ import reachlens.tasks._file_loaders  # noqa: F401  (registers the loaders)
 from reachlens.tasks.base import DataError
 from reachlens.tasks.registry import load_task
 
-DATA = Path(__file__).resolve().parents[2].parent / "shared" / "data"
+from conftest import FIXTURE_DATA
 
-# name, path under DATA, number of questions, grader
+# name, path under the data folder, number of questions, grader
 REAL = [
     ("gsm8k", "gsm8k/test.jsonl", 1319, "numeric"),
     ("arc", "arc_challenge/ARC-Challenge-Test.jsonl", 1172, "choice"),
@@ -24,12 +25,86 @@ REAL = [
 ]
 
 
+FIXTURES = [
+    ("gsm8k", "gsm8k/test.jsonl", 4, "numeric"),
+    ("arc", "arc_challenge/ARC-Challenge-Test.jsonl", 4, "choice"),
+    ("math500", "math500/test.jsonl", 3, "math"),
+    ("piqa", "piqa/valid.jsonl", 3, "choice"),
+    ("logiqa", "logiqa/Test.txt", 3, "choice"),
+]
+
+
 @pytest.fixture(scope="module")
-def data() -> Path:
-    if not DATA.is_dir():
-        pytest.fail(f"shared data folder {str(DATA)!r} is missing: the loader tests need the real files there "
-                    "(gsm8k, arc_challenge, math500, piqa, logiqa)")
-    return DATA
+def data(shared_data: Path) -> Path:
+    return shared_data
+
+
+# --- the fixtures in tests/data: every quirk of each format, with values known by construction ----------
+
+
+@pytest.mark.parametrize(("name", "rel", "count", "grader"), FIXTURES)
+def test_fixture_loads_every_question_and_format(name: str, rel: str, count: int, grader: str) -> None:
+    task = load_task(name, FIXTURE_DATA / rel)
+    assert (len(task), task.grader, task.source) == (count, grader, str(FIXTURE_DATA / rel))
+    for fmt in task.prompt_formats:
+        assert all(task.prompt(q, fmt) for q in task.questions)
+    assert [q.question_id for q in task.questions] == [q.question_id for q in load_task(name, FIXTURE_DATA / rel).questions]
+    assert load_task(name, FIXTURE_DATA / rel, n=2).questions == task.questions[:2]
+
+
+def test_gsm8k_fixture_golds_drop_separators_keep_signs_and_decimals() -> None:
+    task = load_task("gsm8k", FIXTURE_DATA / "gsm8k/test.jsonl")
+    assert [(q.question_id, q.gold) for q in task.questions] == [
+        ("gsm8k-0", "180"), ("gsm8k-1", "1600"), ("gsm8k-2", "-3"), ("gsm8k-3", "2.5")]
+    first = task.questions[0]
+    assert first.solution is not None and first.solution.endswith("\n#### 180")
+    assert task.prompt(first) == f"Question: {first.fields['question']}\nAnswer:"
+    assert task.questions[2].fields["question"].startswith("Tom\u2019s thermometer")  # \u escapes decoded
+
+
+def test_arc_fixture_keeps_labels_counts_and_numeric_keys() -> None:
+    task = load_task("arc", FIXTURE_DATA / "arc_challenge/ARC-Challenge-Test.jsonl")
+    assert [(q.question_id, q.gold, q.labels) for q in task.questions] == [
+        ("Fixture_0001", "C", ("A", "B", "C", "D")), ("Fixture_0002", "B", ("A", "B", "C")),
+        ("Fixture_0003", "B", ("A", "B", "C", "D", "E")), ("Fixture_0004", "1", ("1", "2", "3", "4"))]
+    assert task.prompt(task.questions[3], "mc") == (
+        "Question: Which state of water has a fixed shape?\n1. ice\n2. liquid water\n3. steam\n4. water vapor\nAnswer:")
+    assert task.prompt(task.questions[0], "lm_eval") == "Question: Which of these is a source of light?\nAnswer:"
+
+
+def test_math500_fixture_fields() -> None:
+    task = load_task("math500", FIXTURE_DATA / "math500/test.jsonl")
+    assert [(q.question_id, q.gold) for q in task.questions] == [
+        ("test/prealgebra/9001.json", "\\frac{5}{6}"), ("test/algebra/9002.json", "4"), ("test/algebra/9003.json", "(1,1)")]
+    assert [q.fields["level"] for q in task.questions] == [1, 2, 3]
+    assert task.prompt(task.questions[1], "boxed") == (
+        "Solve for $x$: $2x + 3 = 11$.\nPlease reason step by step, and put your final answer within \\boxed{}.")
+
+
+def test_piqa_fixture_labels_align_and_option_texts_are_kept_exactly() -> None:
+    from_file = load_task("piqa", FIXTURE_DATA / "piqa/valid.jsonl")
+    assert from_file.questions == load_task("piqa", FIXTURE_DATA / "piqa").questions
+    assert [q.gold for q in from_file.questions] == ["A", "B", "A"]
+    assert from_file.questions[0].choices == ("Store it in a sealed bag in a cool, dry place.",
+                                              "Store it in an open bowl of water. ")  # the trailing space stays
+    assert from_file.prompt(from_file.questions[2], "lm_eval") == "Question: flashlight\nAnswer:"
+
+
+def test_logiqa_fixture_reads_like_lm_eval_and_flags_the_quirks() -> None:
+    task = load_task("logiqa", FIXTURE_DATA / "logiqa/Test.txt")
+    assert [q.gold for q in task.questions] == ["C", "A", "D"]
+    assert task.metadata["acbd_order"] == ("logiqa-1",) and task.metadata["irregular_prefix"] == ("logiqa-2",)
+    first = task.questions[0]
+    # every "." becomes ". " (lm-eval's reading), options lose their first two characters
+    assert first.fields["context"] == ("Every member of the club plays chess. Some chess players also play go. "
+                                       "Anna is a member of the club.")
+    assert task.questions[2].choices == ("It rained", "The match was cancelled", "It may have rained", "It did not rain")
+    assert task.prompt(first).endswith("\nC. Anna plays chess\nD. Every go player is in the club\nAnswer:")
+    raw = load_task("logiqa", FIXTURE_DATA / "logiqa/Test.txt", lm_eval_text=False)
+    assert raw.questions[0].fields["context"].startswith("Every member of the club plays chess.Some")
+
+
+# --- the full real files under ../shared/data ----------------------------------------------------------
 
 
 @pytest.mark.parametrize(("name", "rel", "count", "grader"), REAL)
@@ -62,8 +137,6 @@ def test_missing_file_names_the_path(tmp_path: Path, name: str) -> None:
     missing = tmp_path / "nowhere" / "missing.jsonl"
     with pytest.raises(FileNotFoundError, match="missing.jsonl"):
         load_task(name, missing)
-    with pytest.raises(ValueError, match="pass its path"):
-        load_task(name, None)
 
 
 def test_gsm8k_gold_solution_and_formats(data: Path) -> None:
