@@ -20,7 +20,10 @@ a 2-core CPU). :class:`SlotKVCache` instead
   tokens without re-copying every other row.
 
 The attention modules of HuggingFace and of TransformerLens' bridge call
-``cache.update(k, v, layer_idx)`` and receive every cached key. The executor announces the route
+``cache.update(k, v, layer_idx)`` and receive every cached key; a family's own forward (the engine's
+generic path) also sizes its masks with :meth:`SlotKVCache.get_mask_sizes`. Every slot keeps every
+position, also for sliding-window layers: the family's sliding mask, built over the whole cache,
+hides what its own sliding cache would have evicted. The executor announces the route
 step it is about to run with :meth:`SlotKVCache.enter`, and ``update`` checks that the calling layer
 is the one the route names at that step, so a cache is never silently written by the wrong layer.
 In shared mode ``update`` still returns the full per-row keys (gathered), so any attention
@@ -180,6 +183,15 @@ class SlotKVCache:
 
     def get_seq_length(self, layer_idx: int = 0) -> int:
         return self.length
+
+    # what a family's own forward asks of its cache when it builds the attention masks: every slot
+    # holds every position (no sliding-window eviction), so masks span the whole cache
+    def get_query_offset(self, layer_idx: int = 0) -> int:
+        return self.length
+
+    def get_mask_sizes(self, query_length: int, layer_idx: int = 0) -> tuple[int, int]:
+        """(key length, key offset) of the attention masks for ``query_length`` new positions."""
+        return self.length + query_length, 0
 
     # --- batch surgery ---------------------------------------------------------------------------
     def share(self, group: Int[Tensor, "batch"]) -> None:

@@ -103,7 +103,10 @@ def load_model(
     dtype: torch.dtype = torch.float32,
     trust_remote_code: bool = False,
 ):
-    """Load ``spec`` as a TransformerBridge with its tokenizer attached (``model.tokenizer``).
+    """Load ``spec`` as a TransformerBridge with its own tokenizer attached (``model.tokenizer``).
+
+    Encoder-only and encoder-decoder models are refused (:class:`~reachlens.engine.UnsupportedModelError`)
+    before any weights are read.
 
     >>> model = load_model("zoo:base")  # doctest: +SKIP
     >>> model.cfg.n_layers  # doctest: +SKIP
@@ -113,6 +116,7 @@ def load_model(
     from transformer_lens.model_bridge import TransformerBridge
 
     target, local = resolve_spec(spec)
+    _refuse_unsupported(target, local, trust_remote_code)
     try:
         tokenizer = AutoTokenizer.from_pretrained(target, trust_remote_code=trust_remote_code)
     except OSError as err:
@@ -135,9 +139,36 @@ def load_model(
         trust_remote_code=trust_remote_code,
     )
     model.eval()
-    # the bridge swapped in a BOS-prepending copy as model.tokenizer; prompts are encoded with the
-    # model's own tokenizer as it ships (see reachlens.engine.tokens)
-    object.__setattr__(model, "reachlens_tokenizer", tokenizer)
+    _use_own_tokenizer(model, tokenizer)
     model.reachlens_identity = model_identity(spec)
     return model
+
+
+def _refuse_unsupported(target: str, local: bool, trust_remote_code: bool) -> None:
+    """Encoder-only and encoder-decoder models are refused from their config, before any weights load."""
+    from transformers import AutoConfig
+
+    from reachlens.engine.stack import check_architecture
+
+    try:
+        config = AutoConfig.from_pretrained(target, trust_remote_code=trust_remote_code)
+    except (OSError, ValueError):
+        return  # the weights' own loading below reports what is wrong
+    check_architecture(config)
+
+
+def _use_own_tokenizer(model, tokenizer) -> None:
+    """Give the bridge back the model's own tokenizer (it installed a BOS-prepending copy), and make
+    TransformerLens' BOS default agree with it, so ``model.to_tokens(p)`` is what the engine decodes
+    (see :mod:`reachlens.engine.tokens`)."""
+    from reachlens.engine.tokens import special_tokens_added
+
+    if tokenizer.pad_token is None and tokenizer.eos_token is not None:
+        tokenizer.pad_token = tokenizer.eos_token  # what HF generate pads with
+    # the bridge's public setter would re-wrap it in the BOS-prepending copy and reset d_vocab
+    object.__setattr__(model, "_tokenizer", tokenizer)
+    prepends_bos, appends_eos = special_tokens_added(tokenizer)
+    model.cfg.tokenizer_prepends_bos = prepends_bos
+    model.cfg.tokenizer_appends_eos = appends_eos
+    model.cfg.default_prepend_bos = prepends_bos
 

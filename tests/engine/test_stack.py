@@ -63,9 +63,22 @@ def test_repeated_layer_gets_its_own_cache_slots():
     assert torch.equal(k1[:, :, 0], a[:, :, 0]) and torch.equal(k2[:, :, 0], b[:, :, 0])
 
 
-def test_unsupported_architecture_is_refused():
+def test_something_that_is_not_a_bridge_is_refused():
     class Fake(torch.nn.Module):
         embed = blocks = ln_final = unembed = rotary_emb = None
 
-    with pytest.raises(NotImplementedError, match="model_type None is not supported"):
+    with pytest.raises(TypeError, match="Fake is not a TransformerLens TransformerBridge"):
         LayerStack(Fake())
+
+
+@pytest.mark.parametrize("config", ["BertConfig", "T5Config", "RobertaConfig"])
+def test_encoder_only_and_encoder_decoder_configs_are_refused(config):
+    import transformers
+
+    from reachlens.engine import UnsupportedModelError, check_architecture
+    from reachlens.errors import ReachlensError
+
+    with pytest.raises(UnsupportedModelError, match="is an encoder-(only|decoder) model; reachlens runs decoder-only") as err:
+        check_architecture(getattr(transformers, config)())
+    assert isinstance(err.value, ReachlensError) and "\n" not in str(err.value)
+    check_architecture(transformers.BertConfig(is_decoder=True))  # BERT set up as a causal decoder runs
