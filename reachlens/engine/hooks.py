@@ -71,22 +71,26 @@ def user_hooks(model) -> list[str]:
     """Names of the modules of ``model`` carrying a hook not marked :func:`row_agnostic`.
 
     Counts TransformerLens hooks (``model.hooks``, ``add_hook``) and plain PyTorch forward,
-    forward-pre and backward hooks on any submodule.
+    forward-pre and backward hooks on any submodule; not the bridge's own wiring (the capture
+    hooks a ``BlockBridge`` installs on its first forward).
     """
     from transformer_lens.hook_points import HookPoint
 
+    modules = list(model.named_modules())
+    internal = {h.id for _, m in modules for h in getattr(m, "_capture_hook_handles", None) or ()}
     found = []
-    for name, module in model.named_modules():
-        n_hooks = len(module._forward_hooks) + len(module._forward_pre_hooks) + len(module._backward_hooks)
-        if not n_hooks:
+    for name, module in modules:
+        ids = [*module._forward_hooks, *module._forward_pre_hooks, *module._backward_hooks]
+        if not ids:
             continue
-        ours = 0
+        ours = set(internal)
         if isinstance(module, HookPoint):
             for handle in list(module.fwd_hooks) + list(module.bwd_hooks):
                 if _is_row_agnostic(getattr(handle, "user_hook", None)):
-                    ours += 1
-        if n_hooks > ours:
-            found.append(name)
+                    ours.add(handle.hook.id)
+        if any(i not in ours for i in ids):
+            hook_name = getattr(module, "name", None) if isinstance(module, HookPoint) else None
+            found.append(hook_name or name.replace("_original_component.", ""))
     return found
 
 

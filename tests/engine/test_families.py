@@ -18,7 +18,8 @@ from torch import nn
 
 from reachlens.engine import LayerStack, Row, SamplingParams, describe, generate, loglikelihoods, tokenizer_of
 from reachlens.engine.tokens import encode_prompts
-from reachlens.interventions import ablated
+from reachlens.interventions import ablated, mlp_hidden_hook_name, mlp_out_weight, mlp_output_hook_name
+from reachlens.interventions.pruning import PruneConfig, prune_
 from reachlens.models.testing import TINY_FAMILIES, make_tiny_model
 
 PROMPTS = ["Q: 12+34=?\nA:", "Q: 5-3+2=?\nA: 5-3=2", "hello world, a b c", "Q: 7*8-9+10-11=?\nA:"]
@@ -173,3 +174,30 @@ def test_the_model_s_own_tokenizer_is_the_one_to_tokens_uses(fam):
     for p in PROMPTS:
         assert fam.model.to_tokens(p)[0].tolist() == own(p)["input_ids"] == encode_prompts(fam.tok, [p])[0]
     assert fam.model.cfg.default_prepend_bos is False
+
+
+@torch.no_grad()
+def test_mlp_units_and_pruning_resolve_on_every_family(fam):
+    """The MLP's output is W_out @ hook_post (+ bias): unit contributions are exact on every layout
+    (GPT-2 stores W_out transposed); pruning finds each family's MLP and attention weights."""
+    seen = {}
+
+    def grab(key):
+        def hook(x, hook):
+            seen[key] = x
+        return hook
+
+    with fam.model.hooks(fwd_hooks=[(mlp_hidden_hook_name(fam.model, 1), grab("post")),
+                                    (mlp_output_hook_name(fam.model, 1), grab("out"))]):
+        LayerStack(fam.model).forward(ids_of(fam, PROMPTS[0]))
+    post, out = seen["post"], seen["out"]
+    w = mlp_out_weight(fam.model, 1)
+    assert w.shape == (64, post.shape[-1])
+    bias = getattr(fam.model.blocks[1].mlp.out, "bias", None)
+    torch.testing.assert_close(post @ w.T + (0 if bias is None else bias), out, rtol=1e-4, atol=1e-4)
+
+    from transformers import AutoModelForCausalLM
+
+    copy = AutoModelForCausalLM.from_pretrained(str(fam.folder), use_safetensors=True)
+    report = prune_(copy, PruneConfig(layers=(1,), fraction=0.5, components=("mlp", "attn")))
+    assert len(report) >= 3 and all(0.5 <= r["zero_fraction"] < 0.6 for r in report.values()), report
