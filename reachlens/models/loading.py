@@ -116,7 +116,8 @@ def load_model(
     from transformer_lens.model_bridge import TransformerBridge
 
     target, local = resolve_spec(spec)
-    _refuse_unsupported(target, local, trust_remote_code)
+    _check_device(device)
+    _refuse_unsupported(target, trust_remote_code)
     try:
         tokenizer = AutoTokenizer.from_pretrained(target, trust_remote_code=trust_remote_code)
     except OSError as err:
@@ -134,6 +135,7 @@ def load_model(
             "pass a local folder or a zoo:NAME instead"
         ) from err
     hf_model.eval()
+    hf_model.to(device)  # the bridge leaves a model it is handed where it is
     model = TransformerBridge.boot_transformers(
         target, hf_model=hf_model, tokenizer=tokenizer, device=device, dtype=dtype,
         trust_remote_code=trust_remote_code,
@@ -144,7 +146,18 @@ def load_model(
     return model
 
 
-def _refuse_unsupported(target: str, local: bool, trust_remote_code: bool) -> None:
+def _check_device(device: str | torch.device) -> None:
+    try:
+        dev = torch.device(device)
+    except (RuntimeError, TypeError):
+        raise ModelLoadError(f"device {str(device)!r} is not a torch device; use cpu, cuda, cuda:1 or mps") from None
+    if dev.type == "cuda" and not torch.cuda.is_available():
+        raise ModelLoadError(f"device {str(device)!r}: this torch ({torch.__version__}) sees no CUDA GPU; use --device cpu")
+    if dev.type == "mps" and not torch.backends.mps.is_available():
+        raise ModelLoadError(f"device {str(device)!r}: MPS is not available here; use --device cpu")
+
+
+def _refuse_unsupported(target: str, trust_remote_code: bool) -> None:
     """Encoder-only and encoder-decoder models are refused from their config, before any weights load."""
     from transformers import AutoConfig
 

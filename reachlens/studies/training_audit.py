@@ -173,12 +173,16 @@ def run_training_audit(
     max_batch_rows: int = 1024,
     workers: int = 1,
     log: Callable[[str], None] = print,
+    device: str = "cpu",
+    dtype: Any = None,
 ) -> TrainingAudit:
     """Run (or resume) every audit the plan needs into ``out``; return the study.
 
     Args:
-        load: model loader (default :func:`reachlens.load_model`).
+        load: model loader (default :func:`reachlens.load_model` on ``device`` in ``dtype``).
         max_batch_rows: most completions decoded together.
+        device, dtype: where and in which precision the default loader puts each checkpoint
+            (``cuda``, ``torch.bfloat16``; default CPU, float32).
         workers: checkpoints audited side by side, each in its own process with one torch thread
             (on a small CPU two single-thread processes outrun one two-thread process); 1 runs them
             here, in order. Needs the default loader.
@@ -199,7 +203,7 @@ def run_training_audit(
     walls: dict[str, float] = {}
     if workers == 1:
         for name in plan.models:
-            walls[name] = _audit_checkpoint(plan, name, root, max_batch_rows, load, log)
+            walls[name] = _audit_checkpoint(plan, name, root, max_batch_rows, load, log, device, dtype)
     else:
         import concurrent.futures
         import multiprocessing
@@ -208,7 +212,8 @@ def run_training_audit(
         order = sorted(plan.models, key=lambda n: -(1 + bool(plan.budget_k) + bool(plan.native_formats.get(n))))
         ctx = multiprocessing.get_context("spawn")
         with concurrent.futures.ProcessPoolExecutor(workers, mp_context=ctx, initializer=_one_thread) as pool:
-            futures = {pool.submit(_audit_checkpoint, plan, name, root, max_batch_rows): name for name in order}
+            futures = {pool.submit(_audit_checkpoint, plan, name, root, max_batch_rows, None, print, device, dtype): name
+                       for name in order}
             for fut in concurrent.futures.as_completed(futures):
                 walls[futures[fut]] = fut.result()
     old_walls = json.loads(study_file.read_text()).get("wall_seconds", {})
@@ -229,16 +234,23 @@ def _audit_checkpoint(
     max_batch_rows: int,
     load: Callable[[str], Any] | None = None,
     log: Callable[[str], None] = print,
+    device: str = "cpu",
+    dtype: Any = None,
 ) -> float:
     """Every audit of one checkpoint (the plan's, the budget control's, the format control's), resumable."""
     import dataclasses
+
+    import torch
 
     from reachlens.models import load_model
     from reachlens.tasks import load_task
 
     t0 = time.perf_counter()
     task = load_task(plan.protocol.task, plan.data, split=plan.protocol.split, n=plan.n)
-    model = (load or load_model)(plan.models[name])
+    if load is None:
+        model = load_model(plan.models[name], device=device, dtype=dtype or torch.float32)
+    else:
+        model = load(plan.models[name])
     r = audit(model, task, plan.protocol, out=root / "audits" / name, max_batch_rows=max_batch_rows)
     log(f"{name:>10s}: D={r.D:.3f}  O_{r.k}={r.O_K:.3f}")
     if plan.budget_k:
