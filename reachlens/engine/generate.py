@@ -365,6 +365,7 @@ def _generate_chunk(
         [t[:-1] if reasons[r] == "eos" else t for r, t in enumerate(token_lists)], skip_special_tokens=True
     )
     return [
-        Completion(stopper.cut(texts[r]), tuple(token_lists[r]), reasons[r], tuple(logps[r, : int(lengths[r])].tolist()))
+        Completion(stopper.cut(texts[r]), tuple(token_lists[r]), reasons[r],
+                   tuple(logps[r, : int(lengths[r])].tolist()))
         for r in range(n)
     ]

@@ -3,8 +3,8 @@
 The hidden units of an MLP are the activations at ``blocks.L.mlp.hook_post`` (for the gated MLP of
 Llama/Qwen: ``act(gate(x)) * up(x)``, the input of the down projection ``W_out``). The block's output
 is ``W_out @ post`` plus the projection's bias where the family has one (GPT-2, GPT-NeoX), a sum of
-one term per unit, so a unit's share of a direction ``v`` in that output (``blocks.L.mlp.hook_out``, :func:`mlp_output_hook_name`;
-before Gemma's and OLMo 2's post-MLP norm) is exact:
+one term per unit, so a unit's share of a direction ``v`` in that output (``blocks.L.mlp.hook_out``,
+:func:`mlp_output_hook_name`; before Gemma's and OLMo 2's post-MLP norm) is exact:
 
     out . v = sum_i post_i * (W_out[:, i] . v)
 
@@ -31,7 +31,10 @@ from torch import Tensor
 from reachlens.engine.hooks import row_agnostic
 from reachlens.interventions._hooks import INTERVENTIONS, FwdHook, check_layer, resolve_hook_name
 
-__all__ = ["mlp_hidden_hook_name", "mlp_out_weight", "mlp_output_hook_name", "top_units", "unit_ablation", "unit_contributions", "unit_mask_hook"]
+__all__ = [
+    "mlp_hidden_hook_name", "mlp_out_weight", "mlp_output_hook_name", "top_units", "unit_ablation",
+    "unit_contributions", "unit_mask_hook",
+]
 
 
 def mlp_output_hook_name(model, layer: int) -> str:

@@ -152,7 +152,9 @@ def _check_device(device: str | torch.device) -> None:
     except (RuntimeError, TypeError):
         raise ModelLoadError(f"device {str(device)!r} is not a torch device; use cpu, cuda, cuda:1 or mps") from None
     if dev.type == "cuda" and not torch.cuda.is_available():
-        raise ModelLoadError(f"device {str(device)!r}: this torch ({torch.__version__}) sees no CUDA GPU; use --device cpu")
+        raise ModelLoadError(
+            f"device {str(device)!r}: this torch ({torch.__version__}) sees no CUDA GPU; use --device cpu"
+        )
     if dev.type == "mps" and not torch.backends.mps.is_available():
         raise ModelLoadError(f"device {str(device)!r}: MPS is not available here; use --device cpu")
 

@@ -136,5 +136,7 @@ if __name__ == "__main__":  # python -m reachlens.models.testing FAMILY FOLDER
     import sys
 
     if len(sys.argv) != 3:
-        raise SystemExit(f"usage: python -m reachlens.models.testing FAMILY FOLDER  (FAMILY: {', '.join(TINY_FAMILIES)})")
+        raise SystemExit(
+            f"usage: python -m reachlens.models.testing FAMILY FOLDER  (FAMILY: {', '.join(TINY_FAMILIES)})"
+        )
     print(make_tiny_model(sys.argv[1], sys.argv[2]))

@@ -6,7 +6,8 @@ The routes are put in a trie (:class:`RouteTrie`, one node per distinct prefix) 
 breadth first: at each depth the nodes are grouped by the layer they run, and each group is *one*
 call of :meth:`LayerStack.run_layers <reachlens.engine.stack.LayerStack.run_layers>` on the stacked
 parent states, with the arguments the family's own forward gives that layer (its mask type, its
-rotary table; :meth:`LayerStack.prepare <reachlens.engine.stack.LayerStack.prepare>`). A layer therefore runs once per trie node instead of once per route, and each depth
+rotary table; :meth:`LayerStack.prepare <reachlens.engine.stack.LayerStack.prepare>`). A layer
+therefore runs once per trie node instead of once per route, and each depth
 costs one call per distinct layer instead of one per route. Duplicate routes share their leaf.
 
 **Generation** (:func:`generate_along_routes`). Candidate answers need decoding along each route.

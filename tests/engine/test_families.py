@@ -17,6 +17,7 @@ import torch
 from torch import nn
 
 from reachlens.engine import LayerStack, Row, SamplingParams, describe, generate, loglikelihoods, tokenizer_of
+from reachlens.routing import route_logits
 from reachlens.engine.tokens import encode_prompts
 from reachlens.interventions import ablated, mlp_hidden_hook_name, mlp_out_weight, mlp_output_hook_name
 from reachlens.interventions.pruning import PruneConfig, prune_
@@ -125,6 +126,20 @@ def test_routes_equal_a_hand_built_hf_forward(fam, route):
         ref = routed(ids, use_cache=False).logits
     torch.testing.assert_close(ours, ref, rtol=1e-4, atol=1e-4)
     assert (ours - fam.hf(ids).logits).abs().max() > 1e-2, "the route must change the logits"
+
+
+@torch.no_grad()
+def test_route_trie_equals_one_forward_per_route(fam):
+    """The trie executor stacks the states of routes that share a prefix (the layer arguments the
+    family's forward prepared are stacked with them); one-row and two-row batches."""
+    p = encode_prompts(fam.tok, [PROMPTS[3]])[0]
+    ids = torch.tensor([p, p[::-1]])
+    routes = [SKIP, REPEAT, (0, 1), (1, 0), (0, 1, 1)]
+    stack = LayerStack(fam.model)
+    for batch in (ids[:1], ids):
+        trie = route_logits(fam.model, batch, routes, last_only=False)
+        for r, logits in zip(routes, trie):
+            torch.testing.assert_close(logits, stack.forward(batch, route=r), rtol=1e-4, atol=1e-4)
 
 
 @torch.no_grad()
