@@ -3,7 +3,8 @@
 One call decodes many *rows*. A row is (prompt, seed): ``seed=None`` is the greedy deployment, an
 integer seed is one temperature sample (see :mod:`reachlens.engine.rng`). Rows that share a prompt
 share its prefill: each distinct prompt of a chunk is prefilled once (left-padded with the other
-prompts of the chunk), then its cache is fanned out to its rows.
+prompts of the chunk), then its cache is fanned out to its rows (on the fused path without copying
+the prompt's keys; see :mod:`reachlens.engine.kv_cache`).
 
 Decoding runs one token per step through :class:`~reachlens.engine.stack.LayerStack`, so the
 caller's TransformerLens hooks fire on the prefill and on every decoding step. Rows whose tokens so

@@ -66,3 +66,21 @@ def test_an_encoder_only_model_is_refused_at_load(tmp_path, capsys):
         assert err.count("\n") == 1 and "Traceback" not in err, err
         assert "'bert' is an encoder-only model; reachlens runs decoder-only causal LMs" in err
         assert not (tmp_path / "out").exists()
+
+
+def test_dtype_and_device_flags(tmp_path, capsys):
+    """``--dtype bfloat16`` runs end to end; a device this machine lacks is one line, exit 2, nothing written."""
+    import torch
+
+    model = make_tiny_model("gpt2", tmp_path / "model")
+    code, out, err = run(capsys, "audit", model, "--task", "arith", "--n", 2, "--k", 2, "--max-new-tokens", 4,
+                         "--dtype", "bfloat16", "--out", tmp_path / "bf16")
+    assert code == 0, err
+    if not torch.cuda.is_available():
+        code, out, err = run(capsys, "audit", model, "--task", "arith", "--n", 2, "--device", "cuda",
+                             "--out", tmp_path / "cuda")
+        assert code == 2 and err.count("\n") == 1 and "sees no CUDA GPU; use --device cpu" in err
+        assert not (tmp_path / "cuda").exists()
+    code, out, err = run(capsys, "route", model, "--task", "arith", "--n", 1, "--space", "skip", "--search", "random",
+                         "--budget", 2, "--device", "gpu", "--out", tmp_path / "gpu")
+    assert code == 2 and "device 'gpu' is not a torch device" in err

@@ -192,3 +192,16 @@ def test_sampler_with_groups_equals_gathered_logits():
         grouped = sample_inverse_cdf(logits, seeds, 2, 0.9, top_p, group=group)
         gathered = sample_inverse_cdf(logits[group], seeds, 2, 0.9, top_p)
         assert grouped.tolist() == gathered.tolist()
+
+
+def test_text_leaves_special_tokens_out_and_token_ids_keep_them(tiny_model):
+    """HF/vLLM/lm-eval report text without special tokens; a random model emits <pad>/<bos>/<unk>."""
+    tok = tokenizer_of(tiny_model)
+    special = set(tok.all_special_ids)
+    rows = [Row(i % 2, seed=i) for i in range(20)]
+    outs = generate(tiny_model, PROMPTS[:2], rows, SamplingParams(30, temperature=1.5, stop_at_eos=False))
+    with_special = [o for o in outs if special & set(o.token_ids)]
+    assert len(with_special) > 5, "the case must contain special tokens"
+    for o in outs:
+        assert o.text == tok.decode(list(o.token_ids), skip_special_tokens=True)
+        assert not any(t in o.text for t in tok.all_special_tokens)
