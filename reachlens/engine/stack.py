@@ -56,6 +56,7 @@ from jaxtyping import Bool, Float, Int
 from torch import Tensor, nn
 
 from reachlens.engine.fast_attention import fusable_attentions, fused_attention
+from reachlens.engine.fast_norm import fused_norms
 from reachlens.engine.kv_cache import SlotKVCache
 from reachlens.errors import ReachlensError
 
@@ -136,8 +137,10 @@ class EngineInfo:
     reason: str
     """Why this path (for the generic path: what the fused one does not cover)."""
     n_layers: int
-    fused_attention_layers: int
-    """Blocks whose attention the fused path replaces (0 on the generic path)."""
+    attention: str
+    """What runs attention where no attention-internal hook is attached: ``fused`` (the fused path's
+    SDPA with a shared-prompt cache) or ``bridge`` (TransformerLens' own step-by-step attention, which
+    also runs wherever such a hook is attached)."""
 
 
 @dataclass(frozen=True)
@@ -293,10 +296,9 @@ def describe(model) -> EngineInfo:
     'fused'
     """
     stack = LayerStack(model)
-    return EngineInfo(
-        stack.model_type, type(model.original_model).__name__, stack.path, stack.reason, stack.n_layers,
-        len(fusable_attentions(model)) if stack.path == "fused" else 0,
-    )
+    hf = model.original_model
+    attention = "fused" if stack.fused and fusable_attentions(model) else "bridge"
+    return EngineInfo(stack.model_type, type(hf).__name__, stack.path, stack.reason, stack.n_layers, attention)
 
 
 def _fused_mask(
@@ -358,9 +360,13 @@ class LayerStack:
         """Whether this stack takes the fused path."""
         return self.path == "fused"
 
-    def attention(self) -> contextlib.AbstractContextManager:
-        """The context a forward runs in (fused attention on the fused path)."""
-        return fused_attention(self.model) if self.fused else contextlib.nullcontext()
+    @contextlib.contextmanager
+    def kernels(self) -> Iterator[None]:
+        """The context every forward runs in: norms that skip unhooked hook statistics
+        (:mod:`reachlens.engine.fast_norm`, exact) and, on the fused path, fused attention
+        (:mod:`reachlens.engine.fast_attention`) wherever no attention-internal hook is attached."""
+        with fused_norms(self.model), (fused_attention(self.model) if self.fused else contextlib.nullcontext()):
+            yield
 
     # --- the three parts of a forward ------------------------------------------------------------
     def prepare(
@@ -463,11 +469,11 @@ class LayerStack:
         steps = self.route(route)
         if cache is not None and cache.route != steps:
             raise ValueError(f"cache was built for route {cache.route}, not {steps}")
-        with self.attention():
+        with self.kernels():
             inputs = self.prepare(input_ids, position_ids=position_ids, attention_mask=attention_mask, cache=cache)
             resid = self.run_layers(inputs, steps, cache=cache)
-        if cache is not None:
-            cache.commit()
-        if last_only:
-            resid = resid[:, -1:]
-        return self.unembed(resid)
+            if cache is not None:
+                cache.commit()
+            if last_only:
+                resid = resid[:, -1:]
+            return self.unembed(resid)

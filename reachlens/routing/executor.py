@@ -139,7 +139,7 @@ def route_logits(
         pending[trie.parent[node]] += 1
     leaves = set(trie.leaf)
     states: dict[int, Tensor] = {}
-    with stack.attention():
+    with stack.kernels():
         inputs = stack.prepare(input_ids)
         stacked = {1: inputs}
         states[0] = inputs.resid
