@@ -11,11 +11,13 @@ in one fused call.
 the hook points it would skip and falls back to the bridge's own forward if any carries a hook, so a
 user who patches ``hook_pattern`` gets the bridge's exact semantics. Hook points that the fused path
 still runs keep firing: ``attn.hook_in``, ``hook_cos``/``hook_sin``, the q/k/v/o linear bridges (so
-``hook_q``, ``hook_k``, ``hook_v``, ``hook_z``) and ``attn.hook_out`` (``hook_attn_out``), and every
-block- and MLP-level hook.
+``hook_q``, ``hook_k``, ``hook_v``, ``hook_z``), Qwen3's ``q_norm``/``k_norm`` and
+``hook_q_normed``/``hook_k_normed``, ``attn.hook_out`` (``hook_attn_out``), and every block- and
+MLP-level hook.
 
-Only the plain configuration is fused (Llama, Mistral without a sliding window, Qwen2): no qk-norm,
-no split qkv inputs, no gated or per-head-result modes, no softcapping, sinks or sliding windows.
+Only the plain configuration is fused (Llama, Mistral without a sliding window, Qwen2, Qwen3 with
+its per-head QK-norm before rotary): no other qk-norm, no split qkv inputs, no gated or
+per-head-result modes, no softcapping, sinks or sliding windows.
 Anything else always takes the bridge's path. Numerics: SDPA and the eager path agree to float32
 rounding (about 1e-6 relative); greedy decoding is tested token for token against HuggingFace,
 which itself uses SDPA.
@@ -58,8 +60,14 @@ def can_fuse(attn) -> bool:
     cfg = attn.config
     if any(bool(getattr(cfg, f, False)) for f in _CONFIG_FLAGS):
         return False
-    if any(name in attn.submodules for name in ("q_norm", "k_norm", "gate")):
+    if "gate" in attn.submodules:
         return False
+    norms = [name for name in ("q_norm", "k_norm") if name in attn.submodules]
+    if norms and (
+        norms != ["q_norm", "k_norm"] or attn._qk_norm_phase != "post_reshape" or attn._qk_norm_per_head
+        or bool(getattr(cfg, "qk_norm_after_rope", False))
+    ):
+        return False  # only Qwen3's shape of QK-norm: one RMSNorm over head_dim, before rotary
     hf_cfg = getattr(hf, "config", None)
     if getattr(hf_cfg, "clip_qkv", None) is not None:
         return False
@@ -102,7 +110,9 @@ def cascade_attention(
 def _skipped_hook_points(attn) -> list[HookPoint]:
     """Hook points inside ``attn`` that the fused path does not run."""
     kept = {id(getattr(attn, n)) for n in ("hook_in", "hook_out", "hook_cos", "hook_sin")}
-    for proj in ("q", "k", "v", "o"):
+    norms = ("q_norm", "k_norm") if "q_norm" in attn.submodules else ()
+    kept |= {id(getattr(attn, n)) for n in ("hook_q_normed", "hook_k_normed") if norms}
+    for proj in ("q", "k", "v", "o", *norms):
         kept |= {id(m) for m in getattr(attn, proj).modules()}
     return [m for m in attn.modules() if isinstance(m, HookPoint) and id(m) not in kept]
 
@@ -124,6 +134,9 @@ def _fused_forward(self, *args, **kwargs):
     q = self.q(hidden).view(b, q_len, -1, head_dim).transpose(1, 2)
     k = self.k(hidden).view(b, q_len, -1, head_dim).transpose(1, 2)
     v = self.v(hidden).view(b, q_len, -1, head_dim).transpose(1, 2)
+    if "q_norm" in self.submodules:  # Qwen3: RMSNorm over each head, before rotary (as the bridge does)
+        q = self.hook_q_normed(self.q_norm(q))
+        k = self.hook_k_normed(self.k_norm(k))
     cos, sin = self._apply_position_embedding_hooks(position_embeddings)
     from transformers.models.llama.modeling_llama import apply_rotary_pos_emb
 

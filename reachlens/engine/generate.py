@@ -281,9 +281,9 @@ def _generate_chunk(
                                  last_only=True)[:, -1]
 
     logits = forward(ids, positions, valid if padded else None, -1)
-    if share_prefixes and stack.fused:
-        # rows read their prompt's keys in place (no K-fold copy of the prompt): the fused path's
-        # cascade attention scores all rows of a prompt against them at once. The generic path's
+    if share_prefixes and stack.cascade:
+        # rows read their prompt's keys in place (no K-fold copy of the prompt): the fused
+        # attention scores all rows of a prompt against them at once ("cascade"). Any other
         # attention wants every row's keys as one tensor, which the plain layout returns as a view
         # (a fork copies its parent's row once instead of every step gathering the prompt's keys).
         cache.share(torch.arange(ids.shape[0], device=device))

@@ -360,6 +360,12 @@ class LayerStack:
         """Whether this stack takes the fused path."""
         return self.path == "fused"
 
+    @property
+    def cascade(self) -> bool:
+        """Whether every block's attention runs fused (so a shared prompt cache pays; see
+        :class:`~reachlens.engine.kv_cache.SlotKVCache`). Qwen3's QK-norm, say, keeps the bridge's own."""
+        return self.fused and len(fusable_attentions(self.model)) == self.n_layers
+
     @contextlib.contextmanager
     def kernels(self) -> Iterator[None]:
         """The context every forward runs in: norms that skip unhooked hook statistics

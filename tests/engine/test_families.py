@@ -41,9 +41,19 @@ class Family:
         self.tok = tokenizer_of(self.model)
 
 
+_BUILT: dict[str, Family] = {}
+
+
+def family(name: str, tmp_path_factory) -> Family:
+    if name not in _BUILT:
+        _BUILT[name] = Family(name, make_tiny_model(name, tmp_path_factory.mktemp(name)))
+    return _BUILT[name]
+
+
 @pytest.fixture(scope="module", params=TINY_FAMILIES)
 def fam(request, tmp_path_factory) -> Family:
-    return Family(request.param, make_tiny_model(request.param, tmp_path_factory.mktemp(request.param)))
+    yield family(request.param, tmp_path_factory)
+    _BUILT.pop(request.param, None)  # one family's models at a time
 
 
 def _base(hf):
@@ -216,3 +226,19 @@ def test_mlp_units_and_pruning_resolve_on_every_family(fam):
     copy = AutoModelForCausalLM.from_pretrained(str(fam.folder), use_safetensors=True)
     report = prune_(copy, PruneConfig(layers=(1,), fraction=0.5, components=("mlp", "attn")))
     assert len(report) >= 3 and all(0.5 <= r["zero_fraction"] < 0.6 for r in report.values()), report
+
+
+@pytest.mark.parametrize("name", sorted(FUSED))
+def test_fused_and_generic_paths_agree_on_samples_and_routes(name, tmp_path_factory):
+    """Both execution paths on the families that have both: same tokens, log-probabilities to rounding."""
+    fam = family(name, tmp_path_factory)
+    assert describe(fam.model).attention == "fused"
+    rows = [Row(p) for p in range(2)] + [Row(p, seed=100 + j) for p in range(2) for j in range(6)]
+    params = SamplingParams(10, temperature=1.0, stop_at_eos=False)
+    for route in (None, REPEAT):
+        fused = generate(fam.model, PROMPTS[:2], rows, params, route=route)
+        generic = generate(fam.model, PROMPTS[:2], rows, params, route=route, fused=False)
+        assert [o.token_ids for o in fused] == [o.token_ids for o in generic]
+        for a, b in zip(fused, generic):
+            assert a.logprobs == pytest.approx(b.logprobs, abs=1e-4)
+    _BUILT.pop(name, None)
