@@ -11,12 +11,12 @@ in one fused call.
 the hook points it would skip and falls back to the bridge's own forward if any carries a hook, so a
 user who patches ``hook_pattern`` gets the bridge's exact semantics. Hook points that the fused path
 still runs keep firing: ``attn.hook_in``, ``hook_cos``/``hook_sin``, the q/k/v/o linear bridges (so
-``hook_q``, ``hook_k``, ``hook_v``, ``hook_z``), Qwen3's ``q_norm``/``k_norm`` and
-``hook_q_normed``/``hook_k_normed``, ``attn.hook_out`` (``hook_attn_out``), and every block- and
+``hook_q``, ``hook_k``, ``hook_v``, ``hook_z``), the QK-norms of Qwen3 and OLMo 2 (``q_norm``/``k_norm``,
+``hook_q_normed``/``hook_k_normed``), ``attn.hook_out`` (``hook_attn_out``), and every block- and
 MLP-level hook.
 
-Only the plain configuration is fused (Llama, Mistral without a sliding window, Qwen2, Qwen3 with
-its per-head QK-norm before rotary): no other qk-norm, no split qkv inputs, no gated or
+Only the plain configuration is fused (Llama, Mistral without a sliding window, Qwen2, Qwen3 and
+OLMo 2 with their QK-norm before rotary): no other qk-norm, no split qkv inputs, no gated or
 per-head-result modes, no softcapping, sinks or sliding windows.
 Anything else always takes the bridge's path. Numerics: SDPA and the eager path agree to float32
 rounding (about 1e-6 relative); greedy decoding is tested token for token against HuggingFace,
@@ -64,10 +64,10 @@ def can_fuse(attn) -> bool:
         return False
     norms = [name for name in ("q_norm", "k_norm") if name in attn.submodules]
     if norms and (
-        norms != ["q_norm", "k_norm"] or attn._qk_norm_phase != "post_reshape" or attn._qk_norm_per_head
-        or bool(getattr(cfg, "qk_norm_after_rope", False))
+        norms != ["q_norm", "k_norm"] or attn._qk_norm_phase not in ("pre_reshape", "post_reshape")
+        or attn._qk_norm_per_head or bool(getattr(cfg, "qk_norm_after_rope", False))
     ):
-        return False  # only Qwen3's shape of QK-norm: one RMSNorm over head_dim, before rotary
+        return False  # QK-norm before rotary, over all heads (OLMo 2) or over each head (Qwen3) only
     hf_cfg = getattr(hf, "config", None)
     if getattr(hf_cfg, "clip_qkv", None) is not None:
         return False
@@ -131,12 +131,15 @@ def _fused_forward(self, *args, **kwargs):
     head_dim = hf.head_dim
     hidden = self.hook_in(hidden)
     b, q_len = hidden.shape[:2]
-    q = self.q(hidden).view(b, q_len, -1, head_dim).transpose(1, 2)
-    k = self.k(hidden).view(b, q_len, -1, head_dim).transpose(1, 2)
-    v = self.v(hidden).view(b, q_len, -1, head_dim).transpose(1, 2)
-    if "q_norm" in self.submodules:  # Qwen3: RMSNorm over each head, before rotary (as the bridge does)
-        q = self.hook_q_normed(self.q_norm(q))
-        k = self.hook_k_normed(self.k_norm(k))
+    q, k, v = self.q(hidden), self.k(hidden), self.v(hidden)
+    phase = self._qk_norm_phase if "q_norm" in self.submodules else None
+    if phase == "pre_reshape":  # OLMo 2: one RMSNorm over all heads, before rotary (as the bridge does)
+        q, k = self.hook_q_normed(self.q_norm(q)), self.hook_k_normed(self.k_norm(k))
+    q = q.view(b, q_len, -1, head_dim).transpose(1, 2)
+    k = k.view(b, q_len, -1, head_dim).transpose(1, 2)
+    v = v.view(b, q_len, -1, head_dim).transpose(1, 2)
+    if phase == "post_reshape":  # Qwen3: RMSNorm over each head, before rotary
+        q, k = self.hook_q_normed(self.q_norm(q)), self.hook_k_normed(self.k_norm(k))
     cos, sin = self._apply_position_embedding_hooks(position_embeddings)
     from transformers.models.llama.modeling_llama import apply_rotary_pos_emb
 

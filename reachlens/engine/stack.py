@@ -29,7 +29,7 @@ A forward is three parts, and everything a family needs around its blocks comes 
   ``forward`` with its base model replaced by the normed residual stream, so the LM head and
   anything after it (Gemma 2's final-logit softcapping) are the family's code.
 
-The *fused path* (Llama, Mistral and Qwen2/Qwen3 without sliding-window layers) is the same three
+The *fused path* (Llama, Mistral, Qwen2/Qwen3 and OLMo 2 without sliding-window layers) is the same three
 parts written out for that one shape (embed, rotary table, one causal mask for all layers; final
 norm and head), with the fused attention of :mod:`reachlens.engine.fast_attention`, which steps
 aside whenever an attention-internal hook such as ``hook_pattern`` is attached. Both paths are
@@ -65,7 +65,7 @@ __all__ = [
     "describe", "validate_route",
 ]
 
-FUSED_MODEL_TYPES = frozenset({"llama", "mistral", "qwen2", "qwen3"})
+FUSED_MODEL_TYPES = frozenset({"llama", "mistral", "olmo2", "qwen2", "qwen3"})
 """Families with a hand-written fused path (when they have no sliding-window layers)."""
 
 Path = Literal["fused", "generic"]

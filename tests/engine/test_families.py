@@ -25,7 +25,7 @@ from reachlens.models.testing import TINY_FAMILIES, make_tiny_model
 
 PROMPTS = ["Q: 12+34=?\nA:", "Q: 5-3+2=?\nA: 5-3=2", "hello world, a b c", "Q: 7*8-9+10-11=?\nA:"]
 SKIP, REPEAT = (1,), (0, 1, 1)
-FUSED = {"llama", "qwen2", "qwen3"}  # mistral's sliding window sends it down the generic path
+FUSED = {"llama", "qwen2", "qwen3", "olmo2"}  # mistral's sliding window sends it down the generic path
 
 
 class Family:
