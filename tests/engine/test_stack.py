@@ -78,7 +78,8 @@ def test_encoder_only_and_encoder_decoder_configs_are_refused(config):
     from reachlens.engine import UnsupportedModelError, check_architecture
     from reachlens.errors import ReachlensError
 
-    with pytest.raises(UnsupportedModelError, match="is an encoder-(only|decoder) model; reachlens runs decoder-only") as err:
+    refusal = "is an encoder-(only|decoder) model; reachlens runs decoder-only"
+    with pytest.raises(UnsupportedModelError, match=refusal) as err:
         check_architecture(getattr(transformers, config)())
     assert isinstance(err.value, ReachlensError) and "\n" not in str(err.value)
     check_architecture(transformers.BertConfig(is_decoder=True))  # BERT set up as a causal decoder runs
