@@ -264,6 +264,16 @@ def _sliding(config) -> bool:
     return any(t != "full_attention" for t in types) or getattr(config, "sliding_window", None) is not None
 
 
+def _windows(config, n_layers: int) -> tuple[int | None, ...]:
+    window = getattr(config, "sliding_window", None)
+    types = getattr(config, "layer_types", None)
+    if not isinstance(window, int) or window <= 0:
+        return (None,) * n_layers
+    if types is None:  # Mistral: one window for every layer
+        return (window,) * n_layers
+    return tuple(window if t == "sliding_attention" else None for t in types[:n_layers])
+
+
 def _choose_path(model) -> tuple[Path, str]:
     hf = model.original_model
     cfg = hf.config
@@ -342,6 +352,8 @@ class LayerStack:
         self.reason = reason
         self.n_layers = len(model.blocks)
         self.identity = tuple(range(self.n_layers))
+        self.windows: tuple[int | None, ...] = _windows(model.original_model.config, self.n_layers)
+        """Per layer, its sliding window (None: full attention), as the family's config declares."""
         if self.path == "generic":
             _layer_list(model)  # refuse an unroutable layout now, not mid-run
 
@@ -353,7 +365,8 @@ class LayerStack:
         return self.identity if route is None else validate_route(route, self.n_layers)
 
     def new_cache(self, max_len: int, route: Sequence[int] | None = None) -> SlotKVCache:
-        return SlotKVCache(self.route(route), max_len)
+        steps = self.route(route)
+        return SlotKVCache(steps, max_len, windows=[self.windows[layer] for layer in steps])
 
     @property
     def fused(self) -> bool:
