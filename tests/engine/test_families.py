@@ -199,6 +199,9 @@ def test_the_model_s_own_tokenizer_is_the_one_to_tokens_uses(fam):
     for p in PROMPTS:
         assert fam.model.to_tokens(p)[0].tolist() == own(p)["input_ids"] == encode_prompts(fam.tok, [p])[0]
     assert fam.model.cfg.default_prepend_bos is False
+    logits, cache = fam.model.run_with_cache(fam.model.to_tokens(PROMPTS[0]))
+    assert cache["blocks.0.hook_resid_pre"].shape[1] == len(encode_prompts(fam.tok, PROMPTS[:1])[0])
+    torch.testing.assert_close(logits, LayerStack(fam.model).forward(ids_of(fam, PROMPTS[0])), rtol=1e-4, atol=1e-4)
 
 
 @torch.no_grad()
@@ -242,3 +245,26 @@ def test_fused_and_generic_paths_agree_on_samples_and_routes(name, tmp_path_fact
         for a, b in zip(fused, generic):
             assert a.logprobs == pytest.approx(b.logprobs, abs=1e-4)
     _BUILT.pop(name, None)
+
+
+def test_a_tokenizer_that_prepends_bos_keeps_one_bos(tmp_path):
+    """A Llama-style tokenizer adds BOS itself: the engine, ``model.tokenizer`` and ``model.to_tokens``
+    all give one BOS (TransformerLens' default would otherwise be set against it)."""
+    from tokenizers import processors
+    from transformers import AutoTokenizer
+
+    from reachlens.models import load_model
+    from reachlens.models.char_tokenizer import build_char_tokenizer
+    from reachlens.models.testing import TEST_ALPHABET
+
+    folder = make_tiny_model("llama", tmp_path / "bos")
+    tok = build_char_tokenizer(TEST_ALPHABET)
+    tok._tokenizer.post_processor = processors.TemplateProcessing(
+        single="<bos> $A", special_tokens=[("<bos>", tok.bos_token_id)])
+    tok.save_pretrained(folder)
+    own = AutoTokenizer.from_pretrained(str(folder))
+    ids = own(PROMPTS[0])["input_ids"]
+    assert ids[0] == own.bos_token_id and ids[1] != own.bos_token_id
+    model = load_model(str(folder))
+    assert model.cfg.default_prepend_bos is True
+    assert model.to_tokens(PROMPTS[0])[0].tolist() == ids == encode_prompts(model.tokenizer, PROMPTS[:1])[0]
