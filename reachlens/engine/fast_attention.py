@@ -26,7 +26,7 @@ which itself uses SDPA.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Sequence
 from types import MethodType
 
 import torch
@@ -37,7 +37,7 @@ from transformer_lens.hook_points import HookPoint
 
 from reachlens.engine.kv_cache import SharedPrefix, SlotKVCache, grouped_matmul
 
-__all__ = ["can_fuse", "cascade_attention", "fused_attention", "fusable_attentions"]
+__all__ = ["can_fuse", "cascade_attention", "fused_attention", "fusable_attentions", "swap_forward"]
 
 _CONFIG_FLAGS = (
     "use_split_qkv_input", "use_attn_in", "gated_q_proj", "rotary_interleaved_cos_sin",
@@ -187,18 +187,25 @@ def fusable_attentions(model) -> list:
 
 
 @contextlib.contextmanager
-def fused_attention(model) -> Iterator[int]:
-    """Within the block, eligible attention bridges of ``model`` use the fused path; yields how many."""
+def swap_forward(modules: Sequence[torch.nn.Module], forward: Callable) -> Iterator[int]:
+    """Within the block, each module's ``forward`` is ``forward`` bound to it (the module's own kept as
+    ``_reachlens_bridge_forward``, for falling back); yields how many were swapped. A module an
+    enclosing call already swapped is left as it is."""
     patched = []
-    for attn in fusable_attentions(model):
-        if "forward" in attn.__dict__:  # already patched by an enclosing call
+    for module in modules:
+        if "forward" in module.__dict__:  # already swapped by an enclosing call
             continue
-        attn._reachlens_bridge_forward = attn.forward
-        # object.__setattr__: the bridge forwards unknown attribute writes to the wrapped HF module
-        object.__setattr__(attn, "forward", MethodType(_fused_forward, attn))
-        patched.append(attn)
+        module._reachlens_bridge_forward = module.forward
+        # object.__setattr__: a bridge forwards unknown attribute writes to the wrapped HF module
+        object.__setattr__(module, "forward", MethodType(forward, module))
+        patched.append(module)
     try:
         yield len(patched)
     finally:
-        for attn in patched:
-            object.__delattr__(attn, "forward")
+        for module in patched:
+            object.__delattr__(module, "forward")
+
+
+def fused_attention(model) -> contextlib.AbstractContextManager[int]:
+    """Within the block, eligible attention bridges of ``model`` use the fused path; yields how many."""
+    return swap_forward(fusable_attentions(model), _fused_forward)

@@ -14,10 +14,10 @@ HuggingFace norm itself (``use_native_layernorm_autograd`` off).
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator
-from types import MethodType
 
 import torch
+
+from reachlens.engine.fast_attention import swap_forward
 
 __all__ = ["fused_norms", "fusable_norms"]
 
@@ -51,19 +51,6 @@ def fusable_norms(model) -> list:
     return found
 
 
-@contextlib.contextmanager
-def fused_norms(model) -> Iterator[int]:
+def fused_norms(model) -> contextlib.AbstractContextManager[int]:
     """Within the block, eligible norm bridges of ``model`` skip unhooked hook statistics; yields how many."""
-    patched = []
-    for norm in fusable_norms(model):
-        if "forward" in norm.__dict__:  # already patched by an enclosing call
-            continue
-        norm._reachlens_bridge_forward = norm.forward
-        # object.__setattr__: the bridge forwards unknown attribute writes to the wrapped HF module
-        object.__setattr__(norm, "forward", MethodType(_fused_forward, norm))
-        patched.append(norm)
-    try:
-        yield len(patched)
-    finally:
-        for norm in patched:
-            object.__delattr__(norm, "forward")
+    return swap_forward(fusable_norms(model), _fused_forward)
