@@ -259,12 +259,8 @@ def _layer_list(model) -> tuple[nn.Module, str]:
     return found
 
 
-def _sliding(config) -> bool:
-    types = getattr(config, "layer_types", None) or ()
-    return any(t != "full_attention" for t in types) or getattr(config, "sliding_window", None) is not None
-
-
 def _windows(config, n_layers: int) -> tuple[int | None, ...]:
+    """Per layer, its sliding window (None: full attention), from ``sliding_window`` and ``layer_types``."""
     window = getattr(config, "sliding_window", None)
     types = getattr(config, "layer_types", None)
     if not isinstance(window, int) or window <= 0:
@@ -280,7 +276,7 @@ def _choose_path(model) -> tuple[Path, str]:
     model_type = getattr(cfg, "model_type", None)
     if model_type not in FUSED_MODEL_TYPES:
         return "generic", f"no fused path for {model_type!r} (fused: {', '.join(sorted(FUSED_MODEL_TYPES))})"
-    if _sliding(cfg):
+    if any(w is not None for w in _windows(cfg, len(model.blocks))):
         return "generic", "sliding-window attention layers (the fused path has one causal mask for all layers)"
     if not all(hasattr(model, part) for part in ("embed", "rotary_emb", "ln_final", "unembed")):
         return "generic", "the bridge does not expose embed/rotary_emb/ln_final/unembed"
