@@ -1,4 +1,5 @@
-"""``reachlens audit``, ``route``, ``recognize`` and ``silence`` end to end on every family; encoders refused."""
+"""Every study end to end from the CLI on every family (audit, route, recognize, silence, steer, units,
+prune); encoder models refused at load."""
 
 from __future__ import annotations
 
@@ -41,6 +42,25 @@ def test_every_study_runs_from_the_cli(family, tmp_path, capsys):
                          "mlp,attn", "--out", tmp_path / "silence")
     assert code == 0, err
     assert "best MLP layer" in out and (tmp_path / "silence" / "silence.csv").is_file()
+
+    # steer and units need a healthy panel; a random model answers nothing right, so make one up
+    import pandas as pd
+
+    others = [q for q in pd.read_csv(tmp_path / "rec" / "questions.csv")["question_id"] if q not in sets["failure"]]
+    (tmp_path / "sets.json").write_text(json.dumps({**sets, "healthy": others[:2]}))
+    code, out, err = run(capsys, "steer", model, "--sets", tmp_path / "sets.json", "--layer", 1, "--alphas", "0,1",
+                         "--out", tmp_path / "steer")
+    assert code == 0, err
+    assert (tmp_path / "steer" / "steer.csv").is_file()
+    code, out, err = run(capsys, "units", model, "--sets", tmp_path / "sets.json", "--layer", 1, "--k", 4,
+                         "--out", tmp_path / "units")
+    assert code == 0, err
+    assert (tmp_path / "units" / "units_ranking.csv").is_file()
+    code, out, err = run(capsys, "prune", model, "--layers", 1, "--fraction", 0.3, "--out", tmp_path / "pruned")
+    assert code == 0, err
+    code, out, err = run(capsys, "audit", tmp_path / "pruned", "--task", "arith", "--n", 1, "--k", 1,
+                         "--max-new-tokens", 4, "--out", tmp_path / "audit-pruned")
+    assert code == 0, err
 
 
 def test_an_encoder_only_model_is_refused_at_load(tmp_path, capsys):
