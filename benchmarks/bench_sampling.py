@@ -1,6 +1,10 @@
 """K-sample probe throughput: reachlens' sampler against HuggingFace and TransformerBridge generate.
 
-    python benchmarks/bench_sampling.py [--rounds 5] [--model PATH] [--json OUT]
+    python benchmarks/bench_sampling.py [--rounds 5] [--model PATH | --family NAME] [--json OUT]
+
+``--model DIR`` runs on any HF folder (any family: the engine's path is printed); ``--family NAME``
+builds a tiny random checkpoint of that family first (``reachlens.models.testing.make_tiny_model``:
+2 layers, d=64; ``gemma2``, ``gpt2``, ...).
 
 Hot loop: K=200 completions of 32 new tokens at T=0.8 for one 40-token prompt, EOS stopping off
 everywhere so every method emits exactly 200 x 32 tokens, on one model in one process:
@@ -38,6 +42,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--model", default=None, help="HF folder (default: a random 6-layer d=128 Llama)")
+    ap.add_argument("--family", default=None, help="build a tiny random checkpoint of this family instead")
     ap.add_argument("--threads", type=int, default=None)
     ap.add_argument("--prompt", default=PROMPT, help="the prompt (escape sequences such as \\n are decoded)")
     ap.add_argument("--json", default=None)
@@ -47,14 +52,19 @@ def main() -> None:
 
     from transformers import AutoModelForCausalLM
 
-    from reachlens.engine import Row, SamplingParams, generate
+    from reachlens.engine import Row, SamplingParams, describe, generate
     from reachlens.models import load_model
-    from reachlens.models.testing import make_tiny_llama
+    from reachlens.models.testing import make_tiny_llama, make_tiny_model
 
-    folder = args.model or str(
-        make_tiny_llama(Path(tempfile.mkdtemp()) / "peer", n_layers=6, d_model=128, n_heads=4, n_kv_heads=4, d_mlp=512)
-    )
+    if args.family:
+        folder = str(make_tiny_model(args.family, Path(tempfile.mkdtemp()) / args.family))
+    else:
+        folder = args.model or str(
+            make_tiny_llama(Path(tempfile.mkdtemp()) / "peer", n_layers=6, d_model=128, n_heads=4, n_kv_heads=4,
+                            d_mlp=512)
+        )
     bridge = load_model(folder)
+    info = describe(bridge)
     hf = AutoModelForCausalLM.from_pretrained(folder, use_safetensors=True).eval()
     from reachlens.engine import tokenizer_of
 
@@ -62,8 +72,8 @@ def main() -> None:
     prompt = args.prompt.encode().decode("unicode_escape")
     ids = tok(prompt, return_tensors="pt").input_ids
     n_params = sum(p.numel() for p in hf.parameters())
-    print(f"model {folder}: {n_params:,} parameters, prompt {ids.shape[1]} tokens, K={K}, {NEW} new tokens, "
-          f"threads={torch.get_num_threads()}")
+    print(f"model {folder} ({info.model_type}, engine path {info.path}): {n_params:,} parameters, prompt "
+          f"{ids.shape[1]} tokens, K={K}, {NEW} new tokens, threads={torch.get_num_threads()}")
 
     # exactness first
     ref = hf.generate(ids, do_sample=False, max_new_tokens=NEW, eos_token_id=None, pad_token_id=tok.pad_token_id)
@@ -104,7 +114,8 @@ def main() -> None:
             fn()
             times[name].append(time.perf_counter() - t0)
     base = statistics.median(times["(a) HF generate"])
-    result = {"exact_greedy": exact, "params": n_params, "distinct_samples": distinct, "methods": {}}
+    result = {"model_type": info.model_type, "path": info.path, "exact_greedy": exact, "params": n_params,
+              "distinct_samples": distinct, "methods": {}}
     print(f"{'method':22s} {'median s':>9s} {'tokens/s':>10s} {'ratio to (a)':>13s}")
     for name, ts in times.items():
         med = statistics.median(ts)

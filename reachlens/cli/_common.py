@@ -5,8 +5,8 @@ from __future__ import annotations
 import argparse
 
 __all__ = [
-    "CLIError", "add_model_args", "add_protocol_args", "add_study_args", "add_task_args", "comma_list",
-    "nonneg_float", "open_study", "positive_int", "protocol_from_args", "read_vector",
+    "CLIError", "DTYPES", "add_model_args", "add_protocol_args", "add_study_args", "add_task_args", "comma_list",
+    "load_model_from_args", "nonneg_float", "open_study", "positive_int", "protocol_from_args", "read_vector",
 ]
 
 
@@ -60,10 +60,25 @@ def add_protocol_args(p: argparse.ArgumentParser, *, k_default: int = 64) -> Non
     p.add_argument("--stop", action="append", default=None, help="stop string (repeatable; default: the task's)")
 
 
+DTYPES = ("float32", "bfloat16", "float16")
+
+
 def add_model_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("model", help="zoo:NAME, a local HuggingFace folder, or a hub name")
-    p.add_argument("--device", default="cpu")
+    p.add_argument("--device", default="cpu", help="where the model runs: cpu, cuda, cuda:1, mps (default cpu)")
+    p.add_argument("--dtype", default="float32", choices=DTYPES,
+                   help="weights and activations (default float32; bfloat16 on a GPU halves memory)")
     p.add_argument("--trust-remote-code", action="store_true", help="allow the model's own code to run")
+
+
+def load_model_from_args(args: argparse.Namespace):
+    """The model named by :func:`add_model_args`' flags, loaded on ``--device`` in ``--dtype``."""
+    import torch
+
+    from reachlens.models import load_model
+
+    return load_model(args.model, device=args.device, dtype=getattr(torch, args.dtype),
+                      trust_remote_code=args.trust_remote_code)
 
 
 def protocol_from_args(args: argparse.Namespace, task):
@@ -100,14 +115,13 @@ def add_study_args(p: argparse.ArgumentParser) -> None:
 def open_study(args: argparse.Namespace):
     """(model, task, sets) for a causal command: the sets' task rebuilt, the model loaded and checked."""
     from reachlens.cli._common import CLIError
-    from reachlens.models import load_model
     from reachlens.studies.recognition import EvalSets
 
     sets = EvalSets.load(args.sets)
     if sets.task is None:
         raise CLIError(f"{args.sets!r} does not say which task it was chosen on; re-run `reachlens recognize`")
     task = sets.task.load()
-    model = load_model(args.model, device=args.device, trust_remote_code=args.trust_remote_code)
+    model = load_model_from_args(args)
     if not args.allow_other_model:
         sets.check_model(model)
     return model, task, sets

@@ -5,7 +5,14 @@ from __future__ import annotations
 import argparse
 import sys
 
-from reachlens.cli._common import add_model_args, add_protocol_args, add_task_args, positive_int, protocol_from_args
+from reachlens.cli._common import (
+    add_model_args,
+    add_protocol_args,
+    add_task_args,
+    load_model_from_args,
+    positive_int,
+    protocol_from_args,
+)
 
 NAME = "audit"
 HELP = "audit one model: realized (greedy) vs reachable (K samples)"
@@ -25,13 +32,12 @@ def register(sub) -> argparse.ArgumentParser:
 def run(args: argparse.Namespace) -> int:
     from tqdm import tqdm
 
-    from reachlens.models import load_model
     from reachlens.studies import audit
     from reachlens.tasks import load_task
 
     task = load_task(args.task, args.data, split=args.split, n=args.n)
     protocol = protocol_from_args(args, task)
-    model = load_model(args.model, device=args.device, trust_remote_code=args.trust_remote_code)
+    model = load_model_from_args(args)
     bar = tqdm(total=len(task), unit="q", desc=f"audit {args.model}", file=sys.stderr)
     result = audit(model, task, protocol, out=args.out, max_batch_rows=args.max_batch_rows,
                    progress=lambda done: bar.update(done - bar.n))

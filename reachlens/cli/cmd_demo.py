@@ -11,7 +11,7 @@ from __future__ import annotations
 import argparse
 import time
 
-from reachlens.cli._common import positive_int
+from reachlens.cli._common import DTYPES, positive_int
 
 NAME = "demo"
 HELP = "the main job: training audit of the shipped zoo with its report"
@@ -31,10 +31,14 @@ def register(sub) -> argparse.ArgumentParser:
                    help="most completions decoded together (the zoo's models are tiny)")
     p.add_argument("--workers", type=positive_int("--workers"), default=2,
                    help="checkpoints audited side by side, one process and one torch thread each")
+    p.add_argument("--device", default="cpu", help="where the checkpoints run: cpu, cuda, ... (default cpu)")
+    p.add_argument("--dtype", default="float32", choices=DTYPES, help="weights and activations (default float32)")
     return p
 
 
 def run(args: argparse.Namespace) -> int:
+    import torch
+
     from reachlens.cli._common import CLIError
     from reachlens.models.zoo import native_format, zoo_entries
     from reachlens.protocol import Protocol
@@ -51,7 +55,8 @@ def run(args: argparse.Namespace) -> int:
                                                        max_new_tokens=args.max_new_tokens),
                      n=args.n, budget_k=args.budget_k, native_formats={n: f for n, f in native.items() if f != "qa"})
     t0 = time.perf_counter()
-    study = run_training_audit(plan, args.out, max_batch_rows=args.max_batch_rows, workers=args.workers)
+    study = run_training_audit(plan, args.out, max_batch_rows=args.max_batch_rows, workers=args.workers,
+                               device=args.device, dtype=getattr(torch, args.dtype))
     html_path, _ = write_report(study, args.out)
     print(f"\nreport: {html_path}  ({time.perf_counter() - t0:.0f} s)\n")
     fmt = lambda x: f"{x:.3f}"  # noqa: E731

@@ -7,7 +7,7 @@ import dataclasses
 import json
 from pathlib import Path
 
-from reachlens.cli._common import add_model_args, add_task_args, positive_int
+from reachlens.cli._common import add_model_args, add_task_args, load_model_from_args, positive_int
 
 NAME = "recognize"
 HELP = "score options by likelihood (lm-eval acc/acc_norm) and generate greedily; pick the failure set"
@@ -32,7 +32,6 @@ def register(sub) -> argparse.ArgumentParser:
 
 def run(args: argparse.Namespace) -> int:
     from reachlens.cli._common import CLIError
-    from reachlens.models import load_model
     from reachlens.studies.recognition import (
         FailureRule,
         FailureSetTooSmall,
@@ -47,7 +46,7 @@ def run(args: argparse.Namespace) -> int:
     config = RecognitionConfig(args.recognition_format, args.prompt_format, args.max_new_tokens,
                                batch_size=args.batch_size).resolved(task)
     rule = FailureRule(args.metric, args.min_failures, args.max_failures, args.max_healthy)
-    model = load_model(args.model, device=args.device, trust_remote_code=args.trust_remote_code)
+    model = load_model_from_args(args)
     result = compare_modes(model, task, config)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)

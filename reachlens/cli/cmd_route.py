@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from reachlens.cli._common import CLIError, add_model_args, add_task_args, positive_int
+from reachlens.cli._common import CLIError, add_model_args, add_task_args, load_model_from_args, positive_int
 
 NAME = "route"
 HELP = "search layer routes at a matched budget; oracle@K vs answer-blind selection"
@@ -36,7 +36,6 @@ def register(sub) -> argparse.ArgumentParser:
 def run(args: argparse.Namespace) -> int:
     from tqdm import tqdm
 
-    from reachlens.models import load_model
     from reachlens.routing import STRATEGIES, RoutingConfig, format_recovery, make_space, run_routing
     from reachlens.tasks import load_task
 
@@ -46,7 +45,7 @@ def run(args: argparse.Namespace) -> int:
     config = RoutingConfig(budget=args.budget, objective=args.objective, oracle=args.oracle, seed=args.seed,
                            max_new_tokens=args.max_new_tokens, prompt_format=args.prompt_format,
                            verification=args.verification)
-    model = load_model(args.model, device=args.device, trust_remote_code=args.trust_remote_code)
+    model = load_model_from_args(args)
     options = {"max_skip": args.max_skip, "max_repeat": args.max_repeat, "window": args.window}
     given = {k: v for k, v in options.items() if v is not None}
     space = make_space(args.space, len(model.blocks), **given)

@@ -11,11 +11,13 @@ in one fused call.
 the hook points it would skip and falls back to the bridge's own forward if any carries a hook, so a
 user who patches ``hook_pattern`` gets the bridge's exact semantics. Hook points that the fused path
 still runs keep firing: ``attn.hook_in``, ``hook_cos``/``hook_sin``, the q/k/v/o linear bridges (so
-``hook_q``, ``hook_k``, ``hook_v``, ``hook_z``) and ``attn.hook_out`` (``hook_attn_out``), and every
-block- and MLP-level hook.
+``hook_q``, ``hook_k``, ``hook_v``, ``hook_z``), the QK-norms of Qwen3 and OLMo 2 (``q_norm``/``k_norm``,
+``hook_q_normed``/``hook_k_normed``), ``attn.hook_out`` (``hook_attn_out``), and every block- and
+MLP-level hook.
 
-Only the plain configuration is fused (Llama, Mistral without a sliding window, Qwen2): no qk-norm,
-no split qkv inputs, no gated or per-head-result modes, no softcapping, sinks or sliding windows.
+Only the plain configuration is fused (Llama, Mistral without a sliding window, Qwen2, Qwen3 and
+OLMo 2 with their QK-norm before rotary): no other qk-norm, no split qkv inputs, no gated or
+per-head-result modes, no softcapping, sinks or sliding windows.
 Anything else always takes the bridge's path. Numerics: SDPA and the eager path agree to float32
 rounding (about 1e-6 relative); greedy decoding is tested token for token against HuggingFace,
 which itself uses SDPA.
@@ -24,7 +26,7 @@ which itself uses SDPA.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Sequence
 from types import MethodType
 
 import torch
@@ -35,7 +37,7 @@ from transformer_lens.hook_points import HookPoint
 
 from reachlens.engine.kv_cache import SharedPrefix, SlotKVCache, grouped_matmul
 
-__all__ = ["can_fuse", "cascade_attention", "fused_attention", "fusable_attentions"]
+__all__ = ["can_fuse", "cascade_attention", "fused_attention", "fusable_attentions", "swap_forward"]
 
 _CONFIG_FLAGS = (
     "use_split_qkv_input", "use_attn_in", "gated_q_proj", "rotary_interleaved_cos_sin",
@@ -58,8 +60,14 @@ def can_fuse(attn) -> bool:
     cfg = attn.config
     if any(bool(getattr(cfg, f, False)) for f in _CONFIG_FLAGS):
         return False
-    if any(name in attn.submodules for name in ("q_norm", "k_norm", "gate")):
+    if "gate" in attn.submodules:
         return False
+    norms = [name for name in ("q_norm", "k_norm") if name in attn.submodules]
+    if norms and (
+        norms != ["q_norm", "k_norm"] or attn._qk_norm_phase not in ("pre_reshape", "post_reshape")
+        or attn._qk_norm_per_head or bool(getattr(cfg, "qk_norm_after_rope", False))
+    ):
+        return False  # QK-norm before rotary, over all heads (OLMo 2) or over each head (Qwen3) only
     hf_cfg = getattr(hf, "config", None)
     if getattr(hf_cfg, "clip_qkv", None) is not None:
         return False
@@ -102,7 +110,9 @@ def cascade_attention(
 def _skipped_hook_points(attn) -> list[HookPoint]:
     """Hook points inside ``attn`` that the fused path does not run."""
     kept = {id(getattr(attn, n)) for n in ("hook_in", "hook_out", "hook_cos", "hook_sin")}
-    for proj in ("q", "k", "v", "o"):
+    norms = ("q_norm", "k_norm") if "q_norm" in attn.submodules else ()
+    kept |= {id(getattr(attn, n)) for n in ("hook_q_normed", "hook_k_normed") if norms}
+    for proj in ("q", "k", "v", "o", *norms):
         kept |= {id(m) for m in getattr(attn, proj).modules()}
     return [m for m in attn.modules() if isinstance(m, HookPoint) and id(m) not in kept]
 
@@ -121,9 +131,15 @@ def _fused_forward(self, *args, **kwargs):
     head_dim = hf.head_dim
     hidden = self.hook_in(hidden)
     b, q_len = hidden.shape[:2]
-    q = self.q(hidden).view(b, q_len, -1, head_dim).transpose(1, 2)
-    k = self.k(hidden).view(b, q_len, -1, head_dim).transpose(1, 2)
-    v = self.v(hidden).view(b, q_len, -1, head_dim).transpose(1, 2)
+    q, k, v = self.q(hidden), self.k(hidden), self.v(hidden)
+    phase = self._qk_norm_phase if "q_norm" in self.submodules else None
+    if phase == "pre_reshape":  # OLMo 2: one RMSNorm over all heads, before rotary (as the bridge does)
+        q, k = self.hook_q_normed(self.q_norm(q)), self.hook_k_normed(self.k_norm(k))
+    q = q.view(b, q_len, -1, head_dim).transpose(1, 2)
+    k = k.view(b, q_len, -1, head_dim).transpose(1, 2)
+    v = v.view(b, q_len, -1, head_dim).transpose(1, 2)
+    if phase == "post_reshape":  # Qwen3: RMSNorm over each head, before rotary
+        q, k = self.hook_q_normed(self.q_norm(q)), self.hook_k_normed(self.k_norm(k))
     cos, sin = self._apply_position_embedding_hooks(position_embeddings)
     from transformers.models.llama.modeling_llama import apply_rotary_pos_emb
 
@@ -171,18 +187,25 @@ def fusable_attentions(model) -> list:
 
 
 @contextlib.contextmanager
-def fused_attention(model) -> Iterator[int]:
-    """Within the block, eligible attention bridges of ``model`` use the fused path; yields how many."""
+def swap_forward(modules: Sequence[torch.nn.Module], forward: Callable) -> Iterator[int]:
+    """Within the block, each module's ``forward`` is ``forward`` bound to it (the module's own kept as
+    ``_reachlens_bridge_forward``, for falling back); yields how many were swapped. A module an
+    enclosing call already swapped is left as it is."""
     patched = []
-    for attn in fusable_attentions(model):
-        if "forward" in attn.__dict__:  # already patched by an enclosing call
+    for module in modules:
+        if "forward" in module.__dict__:  # already swapped by an enclosing call
             continue
-        attn._reachlens_bridge_forward = attn.forward
-        # object.__setattr__: the bridge forwards unknown attribute writes to the wrapped HF module
-        object.__setattr__(attn, "forward", MethodType(_fused_forward, attn))
-        patched.append(attn)
+        module._reachlens_bridge_forward = module.forward
+        # object.__setattr__: a bridge forwards unknown attribute writes to the wrapped HF module
+        object.__setattr__(module, "forward", MethodType(forward, module))
+        patched.append(module)
     try:
         yield len(patched)
     finally:
-        for attn in patched:
-            object.__delattr__(attn, "forward")
+        for module in patched:
+            object.__delattr__(module, "forward")
+
+
+def fused_attention(model) -> contextlib.AbstractContextManager[int]:
+    """Within the block, eligible attention bridges of ``model`` use the fused path; yields how many."""
+    return swap_forward(fusable_attentions(model), _fused_forward)

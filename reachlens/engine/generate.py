@@ -3,7 +3,8 @@
 One call decodes many *rows*. A row is (prompt, seed): ``seed=None`` is the greedy deployment, an
 integer seed is one temperature sample (see :mod:`reachlens.engine.rng`). Rows that share a prompt
 share its prefill: each distinct prompt of a chunk is prefilled once (left-padded with the other
-prompts of the chunk), then its cache is fanned out to its rows.
+prompts of the chunk), then its cache is fanned out to its rows (on the fused path without copying
+the prompt's keys; see :mod:`reachlens.engine.kv_cache`).
 
 Decoding runs one token per step through :class:`~reachlens.engine.stack.LayerStack`, so the
 caller's TransformerLens hooks fire on the prefill and on every decoding step. Rows whose tokens so
@@ -14,8 +15,15 @@ a node whose rows draw different tokens forks (its cache row is copied into a fr
 K samples of a confident model mostly agree on long stretches, so this computes each shared stretch
 once (on the zoo's arith models, 5-10x fewer row-steps at K=64). Finished nodes (EOS or a stop
 string) leave free slots that forks reuse; the batch is compacted when a quarter of it is free.
-A hook therefore sees one batch row per distinct prefix; pass ``share_prefixes=False`` for hooks
-that treat rows differently (every row then keeps its own batch entry).
+
+Hooks: under sharing a batch row is a distinct prefix, not a sample. So sharing is the default only
+while no hook is attached other than reachlens' own (:func:`~reachlens.engine.hooks.row_agnostic`);
+with any other hook attached, every row gets its own batch entry in every forward, prefill
+included, and keeps it to the end of its chunk (see :mod:`reachlens.engine.hooks`, which also
+says how a hook that opts in to sharing learns which samples each row stands for).
+
+Text: decoded without special tokens (HF's ``skip_special_tokens=True``, as vLLM and lm-eval
+report it); the token ids keep everything.
 
 Exactness: greedy rows take ``argmax`` of float32 logits, as HuggingFace ``generate(do_sample=False)``
 does, and the cached decode equals a full re-forward (tested token for token). Left padding changes
@@ -26,7 +34,7 @@ length to keep padding short.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
@@ -34,10 +42,11 @@ import torch
 from jaxtyping import Bool, Float, Int
 from torch import Tensor
 
+from reachlens.engine.hooks import BatchRows, _rows, user_hooks
 from reachlens.engine.rng import sample_inverse_cdf
 from reachlens.engine.stack import LayerStack
 from reachlens.engine.stopping import StopChecker
-from reachlens.engine.tokens import tokenizer_of
+from reachlens.engine.tokens import encode_prompts, tokenizer_of
 
 __all__ = ["SamplingParams", "Row", "Completion", "generate", "tokenize_prompts"]
 
@@ -76,6 +85,9 @@ class Row:
 
     prompt: int
     seed: int | None = None
+    tag: Hashable = None
+    """Any label the caller wants a hook to see (:class:`~reachlens.engine.hooks.BatchRows`); the
+    audit uses ``(question_id, sample_idx)``. It does not change what is generated."""
 
 
 @dataclass(frozen=True)
@@ -96,8 +108,9 @@ class Completion:
 
 
 def tokenize_prompts(tokenizer, prompts: Sequence[str]) -> list[list[int]]:
-    """Token ids of each prompt, with the tokenizer's default special tokens (BOS where it adds one)."""
-    return [list(tokenizer(p, add_special_tokens=True)["input_ids"]) for p in prompts]
+    """Token ids of each prompt, with the tokenizer's default special tokens (BOS where it adds one;
+    an EOS it appends is dropped, as TransformerLens' ``to_tokens`` drops it)."""
+    return encode_prompts(tokenizer, prompts)
 
 
 def _eos_ids(model) -> set[int]:
@@ -147,7 +160,7 @@ def generate(
     max_batch_rows: int = 256,
     on_chunk: Callable[[list[int], list[Completion]], None] | None = None,
     fused: bool = True,
-    share_prefixes: bool = True,
+    share_prefixes: bool | None = None,
 ) -> list[Completion]:
     """Generate one completion per row.
 
@@ -159,10 +172,13 @@ def generate(
         route: layer route to run (the full model when None).
         max_batch_rows: most rows decoded together.
         on_chunk: called with (row indices, their completions) as each chunk finishes.
-        fused: use the fused attention path where no attention-internal hook is attached
-            (:mod:`reachlens.engine.fast_attention`); False runs the bridge's eager attention.
+        fused: take the engine's fused path where it applies (:func:`~reachlens.engine.describe`);
+            False runs the generic path (the family's own forward code, the bridge's own attention).
         share_prefixes: decode one batch entry per distinct token prefix instead of one per row
-            (same tokens, far less compute for K samples); False gives every row its own entry.
+            (same tokens, far less compute for K samples). None (default): share unless a hook other
+            than reachlens' own is attached (:func:`~reachlens.engine.hooks.user_hooks`); False:
+            every row has its own batch entry in every forward; True: share even with hooks (a hook
+            reads :func:`~reachlens.engine.hooks.current_rows` to know which rows an entry stands for).
 
     Returns:
         Completions aligned with ``rows``.
@@ -179,10 +195,14 @@ def generate(
     for i, p in enumerate(ids):
         if not p:
             raise ValueError(f"prompt {i} ({prompts[i]!r}) tokenizes to nothing; a prompt needs at least one token")
+    if share_prefixes is None:
+        share_prefixes = not user_hooks(model)
     stopper = StopChecker(tok, params.stop, _eos_ids(model) if params.stop_at_eos else set())
+    tags = [r.tag for r in rows]
     results: list[Completion | None] = [None] * len(rows)
     for chunk in _chunks(rows, [len(p) for p in ids], max_batch_rows):
-        outs = _generate_chunk(stack, steps, ids, [rows[i] for i in chunk], params, stopper, share_prefixes)
+        outs = _generate_chunk(stack, steps, ids, [rows[i] for i in chunk], params, stopper, share_prefixes,
+                               row_ids=tuple(chunk), tags=tags)
         for i, c in zip(chunk, outs):
             results[i] = c
         if on_chunk is not None:
@@ -201,14 +221,6 @@ def _prefill_inputs(
         valid[i, width - len(p) :] = True
     positions = (valid.long().cumsum(-1) - 1).clamp_(min=0)
     return ids.to(device), valid.to(device), positions.to(device)
-
-
-def _prefill_mask(valid: Bool[Tensor, "batch pos"]) -> Bool[Tensor, "batch 1 pos pos"]:
-    n = valid.shape[1]
-    causal = torch.ones(n, n, dtype=torch.bool, device=valid.device).tril_()
-    mask = causal[None] & valid[:, None, :]
-    mask |= torch.eye(n, dtype=torch.bool, device=valid.device)[None]  # pad queries see themselves: no NaN
-    return mask[:, None]
 
 
 def _choose(
@@ -238,32 +250,46 @@ def _generate_chunk(
     params: SamplingParams,
     stopper: StopChecker,
     share_prefixes: bool = True,
+    *,
+    row_ids: tuple[int, ...] | None = None,
+    tags: Sequence[Hashable] | None = None,
 ) -> list[Completion]:
+    """Decode one chunk of rows. With ``share_prefixes`` a batch entry is a node of the sample tree
+    (first one per prompt); without, batch entry ``i`` is row ``i`` from the prefill to the end."""
     device = stack.device
-    prompt_order = sorted({r.prompt for r in rows})
-    local = {p: i for i, p in enumerate(prompt_order)}
+    n = len(rows)
+    row_ids = tuple(range(n)) if row_ids is None else row_ids
+    tags = [r.tag for r in rows] if tags is None else tags
     pad_id = tokenizer_of(stack.model).pad_token_id
     pad_id = 0 if pad_id is None else int(pad_id)
-    ids, valid, positions = _prefill_inputs([all_ids[p] for p in prompt_order], pad_id, device)
+    if share_prefixes:
+        prompt_order = sorted({r.prompt for r in rows})
+        local = {p: i for i, p in enumerate(prompt_order)}
+        row_node = torch.tensor([local[r.prompt] for r in rows])
+        ids, valid, positions = _prefill_inputs([all_ids[p] for p in prompt_order], pad_id, device)
+    else:
+        row_node = torch.arange(n)
+        ids, valid, positions = _prefill_inputs([all_ids[r.prompt] for r in rows], pad_id, device)
     width = ids.shape[1]
     padded = not bool(valid.all())
     cache = stack.new_cache(width + params.max_new_tokens, steps)
-    logits = stack.forward(
-        ids, position_ids=positions, attention_mask=_prefill_mask(valid) if padded else None,
-        cache=cache, route=steps, last_only=True,
-    )[:, -1]
 
-    n = len(rows)
-    row_prompt = torch.tensor([local[r.prompt] for r in rows], device=device)
-    # batch entries ("nodes"): one per prompt, or one per row without prefix sharing
-    entry_prompt = torch.arange(len(prompt_order), device=device) if share_prefixes else row_prompt
-    cache.share(entry_prompt)  # entries read their prompt's keys in place (no K-fold copy of the prompt)
-    if not share_prefixes:
-        logits = logits.index_select(0, row_prompt)
-    row_node = (row_prompt if share_prefixes else torch.arange(n, device=device)).cpu()
-    key_valid = torch.ones((entry_prompt.shape[0], width + params.max_new_tokens), dtype=torch.bool, device=device)
-    key_valid[:, :width] = valid.index_select(0, entry_prompt)
-    next_pos = positions[:, -1].index_select(0, entry_prompt) + 1
+    def forward(inputs, pos, mask, step):
+        where = BatchRows(row_node.clone(), row_ids, tags, int(inputs.shape[0]), step)
+        with _rows(where):
+            return stack.forward(inputs, position_ids=pos, attention_mask=mask, cache=cache, route=steps,
+                                 last_only=True)[:, -1]
+
+    logits = forward(ids, positions, valid if padded else None, -1)
+    if share_prefixes and stack.cascade:
+        # rows read their prompt's keys in place (no K-fold copy of the prompt): the fused
+        # attention scores all rows of a prompt against them at once ("cascade"). Any other
+        # attention wants every row's keys as one tensor, which the plain layout returns as a view
+        # (a fork copies its parent's row once instead of every step gathering the prompt's keys).
+        cache.share(torch.arange(ids.shape[0], device=device))
+    key_valid = torch.ones((ids.shape[0], width + params.max_new_tokens), dtype=torch.bool, device=device)
+    key_valid[:, :width] = valid
+    next_pos = positions[:, -1] + 1
     seeds = torch.tensor([0 if r.seed is None else r.seed for r in rows], dtype=torch.int64, device=device)
     greedy = torch.tensor([r.seed is None for r in rows], device=device)
 
@@ -296,7 +322,9 @@ def _generate_chunk(
         if step + 1 == params.max_new_tokens or live.numel() == 0:
             break
         # place the unfinished children: a node's first child continues in its slot, the others are
-        # forks copied into slots left free (finished or childless nodes) or appended
+        # forks copied into slots left free (finished or childless nodes) or appended. Without
+        # sharing every node has one row, so there are no forks, and no compaction: a finished
+        # row's entry keeps its place (fed padding) so that entry i stays row i.
         kept = (~finished).nonzero().flatten()
         k_parent = parent[kept]
         first = torch.ones_like(k_parent, dtype=torch.bool)
@@ -320,7 +348,7 @@ def _generate_chunk(
                 next_pos = torch.cat([next_pos, next_pos.new_zeros(extra)])
             key_valid[dst_d] = key_valid[src_d]
             next_pos[dst_d] = next_pos[src_d]
-        if (int(cache.batch) - kept.numel()) * 4 > int(cache.batch):  # compact: drop the free slots
+        if share_prefixes and (int(cache.batch) - kept.numel()) * 4 > int(cache.batch):  # compact
             order = slot[kept].to(device)
             cache.select_rows(order)
             key_valid, next_pos = key_valid[order], next_pos[order]
@@ -329,18 +357,16 @@ def _generate_chunk(
         row_node[live] = slot[child_of_row]
         inputs = torch.full((int(cache.batch),), pad_id, dtype=torch.long)
         inputs[slot[kept]] = child_token[kept]
-        mask = key_valid[:, None, None, : cache.length + 1] if padded else None
-        logits = stack.forward(
-            inputs.to(device)[:, None], position_ids=next_pos[:, None], attention_mask=mask,
-            cache=cache, route=steps, last_only=True,
-        )[:, -1]
+        logits = forward(inputs.to(device)[:, None], next_pos[:, None],
+                         key_valid[:, : cache.length + 1] if padded else None, step)
         next_pos = next_pos + 1
     tok = tokenizer_of(stack.model)
     token_lists = [tokens[r, : int(lengths[r])].tolist() for r in range(n)]
     texts = tok.batch_decode(
-        [t[:-1] if reasons[r] == "eos" else t for r, t in enumerate(token_lists)], skip_special_tokens=False
+        [t[:-1] if reasons[r] == "eos" else t for r, t in enumerate(token_lists)], skip_special_tokens=True
     )
     return [
-        Completion(stopper.cut(texts[r]), tuple(token_lists[r]), reasons[r], tuple(logps[r, : int(lengths[r])].tolist()))
+        Completion(stopper.cut(texts[r]), tuple(token_lists[r]), reasons[r],
+                   tuple(logps[r, : int(lengths[r])].tolist()))
         for r in range(n)
     ]

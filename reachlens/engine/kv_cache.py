@@ -20,7 +20,11 @@ a 2-core CPU). :class:`SlotKVCache` instead
   tokens without re-copying every other row.
 
 The attention modules of HuggingFace and of TransformerLens' bridge call
-``cache.update(k, v, layer_idx)`` and receive every cached key. The executor announces the route
+``cache.update(k, v, layer_idx)`` and receive every cached key; a family's own forward (the engine's
+generic path) also sizes its masks with :meth:`SlotKVCache.get_mask_sizes`. A slot of a
+sliding-window layer (Gemma 2/3, Mistral) keeps every position but hands attention only the last
+``window - 1`` of them and the new ones, as HuggingFace's sliding cache layers do, with mask sizes
+to match, so a sliding layer's attention costs its window, not the whole sequence. The executor announces the route
 step it is about to run with :meth:`SlotKVCache.enter`, and ``update`` checks that the calling layer
 is the one the route names at that step, so a cache is never silently written by the wrong layer.
 In shared mode ``update`` still returns the full per-row keys (gathered), so any attention
@@ -87,9 +91,15 @@ class SlotKVCache:
     3
     """
 
-    def __init__(self, route: Sequence[int], max_len: int) -> None:
+    def __init__(self, route: Sequence[int], max_len: int, *, windows: Sequence[int | None] | None = None) -> None:
         self.route = tuple(int(i) for i in route)
         self.max_len = int(max_len)
+        self.windows: tuple[int | None, ...] = tuple(windows) if windows is not None else (None,) * len(self.route)
+        """Per slot, the sliding window of the layer it holds (None: full attention). A sliding slot
+        keeps every position but hands attention only the last ``window - 1`` cached ones (what
+        HuggingFace's sliding cache layers keep), sized to match the family's sliding mask."""
+        if len(self.windows) != len(self.route):
+            raise ValueError(f"{len(self.windows)} windows for a route of {len(self.route)} steps")
         self.length = 0
         """Positions already committed (the next write lands at ``length``)."""
         self.shared: SharedPrefix | None = None
@@ -150,9 +160,15 @@ class SlotKVCache:
     def own(self, slot: int) -> tuple[Tensor, Tensor]:
         """The row-own keys and values of ``slot`` up to the current write (all of them in plain mode)."""
         end = self.length + self._pending - (self.shared.length if self.shared else 0)
+        start = self._offset(slot + 1)
         k, v = self._keys[slot], self._values[slot]
         assert k is not None and v is not None
-        return k[: self.batch, :, :end], v[: self.batch, :, :end]
+        return k[: self.batch, :, start:end], v[: self.batch, :, start:end]
+
+    def _offset(self, mask_index: int) -> int:
+        """First cached position a sliding slot still attends to (0 for full attention)."""
+        window = self.windows[mask_index - 1] if mask_index > 0 else None
+        return 0 if window is None else max(self.length - window + 1, 0)
 
     def prefix(self, slot: int) -> tuple[Tensor, Tensor]:
         """The shared prompt keys and values of ``slot``, ``[n_groups, h, prefix_len, d]``."""
@@ -181,11 +197,32 @@ class SlotKVCache:
     def get_seq_length(self, layer_idx: int = 0) -> int:
         return self.length
 
+    # What a family's own forward asks of its cache when it builds its attention masks. HuggingFace
+    # sizes the full-attention mask with mask index 0 (for a cache that is not its own ``Cache``
+    # class) and the sliding mask with ``is_sliding.index(True)``, so the mask index space here is
+    # 0 = full attention, slot + 1 = that slot.
+    @property
+    def is_sliding(self) -> list[bool]:
+        """Per mask index (0: full attention, ``slot + 1``: that slot): whether it is a sliding window."""
+        return [False] + [w is not None for w in self.windows]
+
+    def get_query_offset(self, layer_idx: int = 0) -> int:
+        return self.length
+
+    def get_mask_sizes(self, query_length: int, layer_idx: int = 0) -> tuple[int, int]:
+        """(key length, key offset) of the attention mask of mask index ``layer_idx`` for ``query_length``
+        new positions: the whole cache for full attention, the last ``window - 1`` cached positions and
+        the new ones for a sliding window (the keys :meth:`update` returns for that slot)."""
+        offset = self._offset(layer_idx)
+        return self.length - offset + query_length, offset
+
     # --- batch surgery ---------------------------------------------------------------------------
     def share(self, group: Int[Tensor, "batch"]) -> None:
         """Fan the prefilled prompts out to rows without copying: row ``i`` continues prompt ``group[i]``."""
         if self.shared is not None:
             raise RuntimeError("the cache is already shared")
+        if any(w is not None for w in self.windows):
+            raise RuntimeError("a cache with sliding-window slots cannot share its prompt part")
         n_groups = None
         for s in range(self.n_slots):
             k, v = self._keys[s], self._values[s]

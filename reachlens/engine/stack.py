@@ -1,38 +1,103 @@
-"""The one way reachlens runs a hooked model: embed, a route of blocks, final norm, unembed.
+"""The one way reachlens runs a hooked model: the family's own input side, a route of blocks, its own head.
 
-:class:`LayerStack` drives the components of a TransformerLens ``TransformerBridge`` directly
-(``embed``, ``rotary_emb``, ``blocks[i]``, ``ln_final``, ``unembed``). Because the bridge installs
-those components inside the HuggingFace model, they *are* the model: every TransformerLens hook the
-caller attached (``blocks.3.hook_mlp_out``, ``blocks.0.attn.hook_pattern``, ...) fires on every call,
-prompt prefill and each decoding step alike. The sampler, the route executor, log-likelihood scoring
-and every intervention go through :meth:`LayerStack.forward`; nothing in reachlens calls the HF
-``forward`` or ``TransformerBridge.generate``.
+:class:`LayerStack` runs a TransformerLens ``TransformerBridge``. The bridge installs its hooked
+components (``blocks[i]``, ``ln_final``, ``unembed``, ...) *inside* the HuggingFace model, so those
+components are the model: every TransformerLens hook the caller attached (``blocks.3.hook_mlp_out``,
+``blocks.0.attn.hook_pattern``, ...) fires on every call, prompt prefill and each decoding step alike.
+The sampler, the route executor, log-likelihood scoring and every intervention go through
+:meth:`LayerStack.forward` (or its three parts :meth:`~LayerStack.prepare`,
+:meth:`~LayerStack.run_layers`, :meth:`~LayerStack.unembed`); nothing in reachlens calls
+``TransformerBridge.generate``.
 
-The identity route ``range(n_layers)`` reproduces the bridge's own forward: exactly with
-``fused=False``, and to float32 rounding with the default fused attention path (which steps aside
-whenever an attention-internal hook such as ``hook_pattern`` is attached). A different route (skip, repeat, reorder) runs the same weights in another
-order; hooks are named by the layer that runs, so a repeated layer fires its hooks twice.
+A forward is three parts, and everything a family needs around its blocks comes from the family:
 
-Supported architectures are the decoder-only families whose bridge blocks take rotary
-``position_embeddings`` and whose embedding is unscaled: Llama, Mistral, Qwen2, Qwen3. Others are
-refused by name rather than run subtly wrong.
+* **prepare**: the residual stream entering the first block, and the arguments HuggingFace's own
+  model code passes to each decoder layer. On the *generic path* this is the family's own
+  ``forward`` (``LlamaModel``, ``Gemma2Model``, ``GPT2Model``, ...) run up to its layer loop, with the
+  layer list temporarily replaced by stand-ins that record each layer's arguments and stop the
+  forward at the last one. So learned positions (GPT-2), embedding scaling (Gemma), the causal,
+  padding and sliding-window masks of each layer type (Gemma 2/3, Mistral), the rotary tables of
+  each layer type (Gemma 3's local and global bases) and partial rotary (GPT-NeoX) are computed by
+  the family's code, not copied from it.
+* **run_layers**: the bridge's blocks, in the order of the route. Step ``i`` runs layer ``route[i]``
+  with the arguments HuggingFace gives *that* layer, so a layer keeps its attention type (sliding or
+  full) wherever a route puts it; what happens inside a block (parallel attention and MLP, QK-norm,
+  post-norms, fused qkv, softcapped attention) is the block's own code. With a KV cache, the
+  executor announces each route step to the cache (:class:`~reachlens.engine.kv_cache.SlotKVCache`),
+  so a repeated layer keeps its own keys.
+* **unembed**: the family's final norm (the bridge's ``ln_final``), then the family's own causal-LM
+  ``forward`` with its base model replaced by the normed residual stream, so the LM head and
+  anything after it (Gemma 2's final-logit softcapping) are the family's code.
+
+The *fused path* (Llama, Mistral, Qwen2/Qwen3 and OLMo 2 without sliding-window layers) is the same three
+parts written out for that one shape (embed, rotary table, one causal mask for all layers; final
+norm and head), with the fused attention of :mod:`reachlens.engine.fast_attention`, which steps
+aside whenever an attention-internal hook such as ``hook_pattern`` is attached. Both paths are
+tested against each other and against HuggingFace. :func:`describe` says which one a model takes.
+
+The identity route ``range(n_layers)`` reproduces the bridge's own forward: exactly on the generic
+path (``fused=False`` takes it for any model), to float32 rounding on the fused path. A different route (skip,
+repeat, reorder) runs the same weights in another order; hooks are named by the layer that runs,
+so a repeated layer fires its hooks twice.
+
+Masks: :meth:`LayerStack.forward` takes HuggingFace's 2-D key mask ``[batch, past + pos]`` (True
+where a key is a real token); each family builds its own 4-D masks from it.
 """
 
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any, Literal
 
 import torch
 from jaxtyping import Bool, Float, Int
-from torch import Tensor
+from torch import Tensor, nn
 
-from reachlens.engine.fast_attention import fused_attention
+from reachlens.engine.fast_attention import fusable_attentions, fused_attention
+from reachlens.engine.fast_norm import fused_norms
 from reachlens.engine.kv_cache import SlotKVCache
+from reachlens.errors import ReachlensError
 
-__all__ = ["LayerStack", "SUPPORTED_MODEL_TYPES", "validate_route"]
+__all__ = [
+    "FUSED_MODEL_TYPES", "EngineInfo", "LayerInputs", "LayerStack", "UnsupportedModelError", "check_architecture",
+    "describe", "validate_route",
+]
 
-SUPPORTED_MODEL_TYPES = frozenset({"llama", "mistral", "qwen2", "qwen3"})
+FUSED_MODEL_TYPES = frozenset({"llama", "mistral", "olmo2", "qwen2", "qwen3"})
+"""Families with a hand-written fused path (when they have no sliding-window layers)."""
+
+Path = Literal["fused", "generic"]
+
+
+class UnsupportedModelError(ReachlensError):
+    """A model the engine cannot run (encoder-only, encoder-decoder, or no decoder-layer stack)."""
+
+
+def check_architecture(config) -> None:
+    """Refuse, in one line, a HuggingFace config whose model is not a decoder-only causal LM.
+
+    Called by :func:`reachlens.load_model` on the config alone, before any weights are read.
+
+    >>> check_architecture(transformers.BertConfig())  # doctest: +SKIP
+    UnsupportedModelError: 'bert' is an encoder-only model; reachlens runs decoder-only causal LMs (...)
+    """
+    from transformers.models.auto.modeling_auto import (
+        MODEL_FOR_CAUSAL_LM_MAPPING_NAMES,
+        MODEL_FOR_MASKED_LM_MAPPING_NAMES,
+    )
+
+    model_type = getattr(config, "model_type", None)
+    supported = ("reachlens runs decoder-only causal LMs (Llama, Mistral, Qwen2/3, Gemma 2/3, OLMo 2, Phi-3, "
+                 "GPT-NeoX/Pythia, GPT-2, ...; see the README's list of families)")
+    if getattr(config, "is_encoder_decoder", False):
+        raise UnsupportedModelError(f"{model_type!r} is an encoder-decoder model; {supported}")
+    if model_type in MODEL_FOR_MASKED_LM_MAPPING_NAMES and not getattr(config, "is_decoder", False):
+        raise UnsupportedModelError(f"{model_type!r} is an encoder-only model; {supported}")
+    remote = "AutoModelForCausalLM" in (getattr(config, "auto_map", None) or {})  # trust_remote_code models
+    if model_type is not None and model_type not in MODEL_FOR_CAUSAL_LM_MAPPING_NAMES and not remote:
+        raise UnsupportedModelError(f"{model_type!r} has no causal-LM head in transformers; {supported}")
 
 
 def validate_route(route: Sequence[int], n_layers: int) -> tuple[int, ...]:
@@ -59,34 +124,234 @@ def validate_route(route: Sequence[int], n_layers: int) -> tuple[int, ...]:
     return tuple(out)
 
 
+@dataclass(frozen=True)
+class EngineInfo:
+    """How the engine runs one model (see :func:`describe`)."""
+
+    model_type: str
+    """HuggingFace ``config.model_type`` (``gemma2``, ``gpt_neox``, ...)."""
+    architecture: str
+    """The HuggingFace class the bridge wraps (``Gemma2ForCausalLM``, ...)."""
+    path: Path
+    """``fused``: the hand-written path with fused attention; ``generic``: the family's own forward code."""
+    reason: str
+    """Why this path (for the generic path: what the fused one does not cover)."""
+    n_layers: int
+    attention: str
+    """What runs attention where no attention-internal hook is attached: ``fused`` (the fused path's
+    SDPA with a shared-prompt cache) or ``bridge`` (TransformerLens' own step-by-step attention, which
+    also runs wherever such a hook is attached)."""
+
+
+@dataclass(frozen=True)
+class LayerInputs:
+    """What :meth:`LayerStack.run_layers` needs: the residual stream entering the first block, and
+    the extra arguments each layer's block is called with (HuggingFace's, per layer of the model)."""
+
+    resid: Float[Tensor, "batch pos d_model"]
+    calls: tuple[tuple[tuple[Any, ...], dict[str, Any]], ...]
+    """Per layer of the model (not per route step): ``(args, kwargs)`` after the hidden states."""
+
+    @property
+    def batch(self) -> int:
+        return int(self.resid.shape[0])
+
+    def stacked(self, n: int) -> LayerInputs:
+        """The arguments for ``n`` stacked copies of the batch (``torch.cat`` of ``n`` residual streams).
+
+        Every tensor argument whose first dimension is the batch is repeated ``n`` times; others
+        (a mask or rotary table of batch 1, which broadcasts) are kept."""
+        if n == 1:
+            return self
+        b = self.batch
+
+        def rep(x):
+            if isinstance(x, Tensor):
+                return x.repeat(n, *([1] * (x.ndim - 1))) if x.ndim >= 2 and x.shape[0] == b and b > 1 else x
+            if isinstance(x, tuple):
+                return tuple(rep(v) for v in x)
+            if isinstance(x, list):
+                return [rep(v) for v in x]
+            if isinstance(x, dict):
+                return {k: rep(v) for k, v in x.items()}
+            return x
+
+        return LayerInputs(rep(self.resid), tuple((rep(a), rep(k)) for a, k in self.calls))
+
+
+class _Stop(Exception):
+    """Raised by the last stand-in layer: the family's forward has prepared every layer's inputs."""
+
+
+class _LayerProbe(nn.Module):
+    """Stands in for decoder layer ``index`` in the family's forward: records its arguments."""
+
+    def __init__(self, block: nn.Module, index: int, sink: dict, last: bool) -> None:
+        super().__init__()
+        object.__setattr__(self, "_block", block)  # not a submodule: the probe owns no weights
+        self.index, self.sink, self.last = index, sink, last
+
+    def __getattr__(self, name: str):
+        try:
+            return super().__getattr__(name)
+        except AttributeError:  # e.g. ``decoder_layer.attention_type`` read by the family's loop
+            return getattr(object.__getattribute__(self, "_block"), name)
+
+    def forward(self, hidden_states, *args, **kwargs):
+        self.sink[self.index] = (args, kwargs)
+        if self.last:
+            self.sink["resid"] = hidden_states
+            raise _Stop
+        return hidden_states
+
+
+class _BaseModelOutput:
+    """What the family's causal-LM forward reads from its base model: the final hidden states."""
+
+    def __init__(self, hidden: Tensor) -> None:
+        self.last_hidden_state = hidden
+
+    def __getattr__(self, name: str):  # past_key_values, hidden_states, attentions, ...: none
+        return None
+
+    def __getitem__(self, i):
+        return (self.last_hidden_state,)[i]
+
+
+class _Hidden(nn.Module):
+    """Stands in for the family's base model: returns the given (normed) residual stream."""
+
+    def __init__(self, hidden: Tensor) -> None:
+        super().__init__()
+        self.hidden = hidden
+
+    def forward(self, *args, **kwargs) -> _BaseModelOutput:
+        return _BaseModelOutput(self.hidden)
+
+
+@contextlib.contextmanager
+def _swapped(parent: nn.Module, name: str, module: nn.Module) -> Iterator[None]:
+    old = parent._modules[name]
+    parent._modules[name] = module
+    try:
+        yield
+    finally:
+        parent._modules[name] = old
+
+
+def _layer_list(model) -> tuple[nn.Module, str]:
+    """(parent, attribute) of the HuggingFace ``ModuleList`` that holds the bridge's blocks."""
+    found = model.__dict__.get("_reachlens_layer_list")
+    if found is None:
+        hf = model.original_model
+        blocks = list(model.blocks)
+        for name, mod in hf.named_modules():
+            if isinstance(mod, nn.ModuleList) and len(mod) == len(blocks) and all(a is b for a, b in zip(mod, blocks)):
+                parent_name, _, attr = name.rpartition(".")
+                found = (hf.get_submodule(parent_name) if parent_name else hf, attr)
+                break
+        else:
+            raise UnsupportedModelError(
+                f"{type(hf).__name__}: the bridge's blocks are not one layer list of the HuggingFace model; "
+                "reachlens cannot route this architecture"
+            )
+        object.__setattr__(model, "_reachlens_layer_list", found)
+    return found
+
+
+def _windows(config, n_layers: int) -> tuple[int | None, ...]:
+    """Per layer, its sliding window (None: full attention), from ``sliding_window`` and ``layer_types``."""
+    window = getattr(config, "sliding_window", None)
+    types = getattr(config, "layer_types", None)
+    if not isinstance(window, int) or window <= 0:
+        return (None,) * n_layers
+    if types is None:  # Mistral: one window for every layer
+        return (window,) * n_layers
+    return tuple(window if t == "sliding_attention" else None for t in types[:n_layers])
+
+
+def _choose_path(model) -> tuple[Path, str]:
+    hf = model.original_model
+    cfg = hf.config
+    model_type = getattr(cfg, "model_type", None)
+    if model_type not in FUSED_MODEL_TYPES:
+        return "generic", f"no fused path for {model_type!r} (fused: {', '.join(sorted(FUSED_MODEL_TYPES))})"
+    if any(w is not None for w in _windows(cfg, len(model.blocks))):
+        return "generic", "sliding-window attention layers (the fused path has one causal mask for all layers)"
+    if not all(hasattr(model, part) for part in ("embed", "rotary_emb", "ln_final", "unembed")):
+        return "generic", "the bridge does not expose embed/rotary_emb/ln_final/unembed"
+    return "fused", f"{model_type}: rotary attention, unscaled embedding, full causal attention in every layer"
+
+
+def _model_type(model) -> str:
+    hf = getattr(model, "original_model", None)
+    model_type = getattr(getattr(hf, "config", None), "model_type", None)
+    if hf is None or model_type is None or not hasattr(model, "blocks"):
+        raise TypeError(
+            f"{type(model).__name__} is not a TransformerLens TransformerBridge over a HuggingFace causal LM "
+            "(load it with reachlens.load_model)"
+        )
+    check_architecture(hf.config)
+    return model_type
+
+
+def describe(model) -> EngineInfo:
+    """Which execution path the engine takes for ``model``, and why.
+
+    >>> describe(load_model("zoo:base")).path  # doctest: +SKIP
+    'fused'
+    """
+    stack = LayerStack(model)
+    hf = model.original_model
+    attention = "fused" if stack.fused and fusable_attentions(model) else "bridge"
+    return EngineInfo(stack.model_type, type(hf).__name__, stack.path, stack.reason, stack.n_layers, attention)
+
+
+def _fused_mask(
+    key_valid: Bool[Tensor, "batch kv"], q_len: int
+) -> Bool[Tensor, "batch 1 pos kv"]:
+    """Causal and padding mask for the last ``q_len`` of ``kv`` positions (True: may attend).
+
+    A query with no real key to its left (a left-pad position of the prompt) sees itself, so its
+    softmax has something to normalise (its output is never read)."""
+    kv = key_valid.shape[1]
+    causal = torch.ones(q_len, kv, dtype=torch.bool, device=key_valid.device).tril_(kv - q_len)
+    mask = causal[None] & key_valid[:, None, :]
+    if q_len > 1:
+        empty = ~mask.any(-1)  # [batch, q]
+        if bool(empty.any()):
+            own = torch.zeros(q_len, kv, dtype=torch.bool, device=key_valid.device)
+            own[torch.arange(q_len), torch.arange(kv - q_len, kv)] = True
+            mask |= empty[..., None] & own[None]
+    return mask[:, None]
+
+
 class LayerStack:
-    """The executable view of a TransformerBridge: components, depth, and a route-aware forward.
+    """The executable view of a TransformerBridge: depth, execution path, and a route-aware forward.
+
+    Args:
+        model: a TransformerBridge over a decoder-only HuggingFace causal LM.
+        fused: take the fused path where it applies (see :func:`describe`); False runs the generic
+            path (the family's own forward code and the bridge's own attention) for any model.
 
     >>> stack = LayerStack(model)  # doctest: +SKIP
-    >>> logits = stack.forward(ids)  # doctest: +SKIP
+    >>> logits = stack.forward(ids, route=[0, 1, 1, 2])  # doctest: +SKIP
     """
 
-    def __init__(self, model: torch.nn.Module, *, fused: bool = True) -> None:
-        for part in ("embed", "blocks", "ln_final", "unembed", "rotary_emb"):
-            if not hasattr(model, part):
-                raise TypeError(
-                    f"{type(model).__name__} has no {part!r}: reachlens runs TransformerLens "
-                    "TransformerBridge models with rotary attention (load them with reachlens.load_model)"
-                )
-        hf = getattr(model, "original_model", None)
-        model_type = getattr(getattr(hf, "config", None), "model_type", None)
-        if model_type not in SUPPORTED_MODEL_TYPES:
-            raise NotImplementedError(
-                f"model_type {model_type!r} is not supported by reachlens' executor yet; supported: "
-                f"{sorted(SUPPORTED_MODEL_TYPES)}"
-            )
+    def __init__(self, model: nn.Module, *, fused: bool = True) -> None:
+        self.model_type = _model_type(model)
         self.model = model
-        self.model_type = model_type
-        self.fused = fused
-        """Use the fused attention path where no attention-internal hook is attached (see
-        :mod:`reachlens.engine.fast_attention`); False runs the bridge's eager attention everywhere."""
+        path, reason = _choose_path(model)
+        if path == "fused" and not fused:
+            path, reason = "generic", "fused=False"
+        self.path: Path = path
+        self.reason = reason
         self.n_layers = len(model.blocks)
         self.identity = tuple(range(self.n_layers))
+        self.windows: tuple[int | None, ...] = _windows(model.original_model.config, self.n_layers)
+        """Per layer, its sliding window (None: full attention), as the family's config declares."""
+        if self.path == "generic":
+            _layer_list(model)  # refuse an unroutable layout now, not mid-run
 
     @property
     def device(self) -> torch.device:
@@ -96,46 +361,113 @@ class LayerStack:
         return self.identity if route is None else validate_route(route, self.n_layers)
 
     def new_cache(self, max_len: int, route: Sequence[int] | None = None) -> SlotKVCache:
-        return SlotKVCache(self.route(route), max_len)
+        steps = self.route(route)
+        return SlotKVCache(steps, max_len, windows=[self.windows[layer] for layer in steps])
 
-    def embed(self, input_ids: Int[Tensor, "batch pos"]) -> Float[Tensor, "batch pos d_model"]:
-        return self.model.embed(input_ids)
+    @property
+    def fused(self) -> bool:
+        """Whether this stack takes the fused path."""
+        return self.path == "fused"
 
-    def run_blocks(
+    @property
+    def cascade(self) -> bool:
+        """Whether every block's attention runs fused (so a shared prompt cache pays; see
+        :class:`~reachlens.engine.kv_cache.SlotKVCache`). Qwen3's QK-norm, say, keeps the bridge's own."""
+        return self.fused and len(fusable_attentions(self.model)) == self.n_layers
+
+    @contextlib.contextmanager
+    def kernels(self) -> Iterator[None]:
+        """The context every forward runs in: norms that skip unhooked hook statistics
+        (:mod:`reachlens.engine.fast_norm`, exact) and, on the fused path, fused attention
+        (:mod:`reachlens.engine.fast_attention`) wherever no attention-internal hook is attached."""
+        with fused_norms(self.model), (fused_attention(self.model) if self.fused else contextlib.nullcontext()):
+            yield
+
+    # --- the three parts of a forward ------------------------------------------------------------
+    def prepare(
         self,
-        resid: Float[Tensor, "batch pos d_model"],
-        position_ids: Int[Tensor, "batch pos"],
-        attention_mask: Bool[Tensor, "batch 1 pos kv"] | None,
-        route: tuple[int, ...],
+        input_ids: Int[Tensor, "batch pos"],
+        *,
+        position_ids: Int[Tensor, "batch pos"] | None = None,
+        attention_mask: Bool[Tensor, "batch kv"] | None = None,
+        cache: SlotKVCache | None = None,
+    ) -> LayerInputs:
+        """The residual stream entering the first block and every layer's call arguments.
+
+        Args:
+            position_ids: positions per row (default ``past + arange(pos)``).
+            attention_mask: HuggingFace's 2-D key mask over the cached and the new positions
+                (True: a real token); None means no padding.
+            cache: the KV cache the layers write to (it must not be shared with another forward).
+        """
+        past = 0 if cache is None else cache.length
+        if position_ids is None:
+            position_ids = torch.arange(past, past + input_ids.shape[1], device=input_ids.device).expand(
+                input_ids.shape[0], -1
+            )
+        if self.path == "fused":
+            resid = self.model.embed(input_ids)
+            kwargs = {
+                "attention_mask": None if attention_mask is None else _fused_mask(attention_mask, input_ids.shape[1]),
+                "position_ids": position_ids,
+                "position_embeddings": self.model.rotary_emb(resid, position_ids),
+                "past_key_values": cache,
+                "use_cache": cache is not None,
+            }
+            return LayerInputs(resid, ((((), kwargs),) * self.n_layers))
+        hf = self.model.original_model
+        base = getattr(hf, hf.base_model_prefix)
+        parent, name = _layer_list(self.model)
+        sink: dict = {}
+        probes = nn.ModuleList(
+            [_LayerProbe(b, i, sink, i == self.n_layers - 1) for i, b in enumerate(self.model.blocks)]
+        )
+        with _swapped(parent, name, probes):
+            try:
+                base(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids,
+                     past_key_values=cache, use_cache=cache is not None)
+            except _Stop:
+                pass
+            else:
+                raise RuntimeError(f"{type(base).__name__}.forward returned without running its layer list")
+        return LayerInputs(sink["resid"], tuple(sink[i] for i in range(self.n_layers)))
+
+    def run_layers(
+        self,
+        inputs: LayerInputs,
+        route: Sequence[int],
+        *,
+        resid: Float[Tensor, "batch pos d_model"] | None = None,
         cache: SlotKVCache | None = None,
         first_step: int = 0,
     ) -> Float[Tensor, "batch pos d_model"]:
-        """Run ``route`` from ``resid``; route step ``i`` uses cache slot ``first_step + i``."""
-        pos_emb = self.model.rotary_emb(resid, position_ids)
+        """Run ``route`` from ``resid`` (default ``inputs.resid``); route step ``i`` uses cache slot
+        ``first_step + i`` of ``cache`` (the cache the inputs were prepared with)."""
+        x = inputs.resid if resid is None else resid
         for i, layer in enumerate(route):
             if cache is not None:
                 cache.enter(first_step + i)
-            resid = self.model.blocks[layer](
-                resid,
-                attention_mask=attention_mask,
-                position_ids=position_ids,
-                position_embeddings=pos_emb,
-                past_key_values=cache,
-                use_cache=cache is not None,
-            )
-            if isinstance(resid, tuple):
-                resid = resid[0]
-        return resid
+            args, kwargs = inputs.calls[layer]
+            x = self.model.blocks[layer](x, *args, **kwargs)
+            if isinstance(x, tuple):
+                x = x[0]
+        return x
 
     def unembed(self, resid: Float[Tensor, "batch pos d_model"]) -> Float[Tensor, "batch pos d_vocab"]:
-        return self.model.unembed(self.model.ln_final(resid))
+        """Final norm, LM head and whatever the family does after it (e.g. logit softcapping)."""
+        normed = self.model.ln_final(resid)
+        if self.path == "fused":
+            return self.model.unembed(normed)
+        hf = self.model.original_model
+        with _swapped(hf, hf.base_model_prefix, _Hidden(normed)):
+            return hf(inputs_embeds=normed, use_cache=False).logits
 
     def forward(
         self,
         input_ids: Int[Tensor, "batch pos"],
         *,
         position_ids: Int[Tensor, "batch pos"] | None = None,
-        attention_mask: Bool[Tensor, "batch 1 pos kv"] | None = None,
+        attention_mask: Bool[Tensor, "batch kv"] | None = None,
         cache: SlotKVCache | None = None,
         route: Sequence[int] | None = None,
         last_only: bool = False,
@@ -143,24 +475,20 @@ class LayerStack:
         """Logits of ``input_ids`` along ``route`` (the full model when None).
 
         Args:
-            position_ids: rotary positions per row (default ``past + arange(pos)``).
-            attention_mask: boolean ``[batch, 1, pos, kv]``, True where a query may attend; None means
-                plain causal attention over the cache and the new positions.
+            position_ids: positions per row (default ``past + arange(pos)``).
+            attention_mask: 2-D key mask ``[batch, past + pos]``, True at real tokens (HuggingFace's
+                convention); None means no padding.
             cache: a :class:`SlotKVCache` built for the same route; it is extended by ``pos``.
             last_only: unembed only the last position (what decoding needs).
         """
         steps = self.route(route)
         if cache is not None and cache.route != steps:
             raise ValueError(f"cache was built for route {cache.route}, not {steps}")
-        past = 0 if cache is None else cache.length
-        if position_ids is None:
-            position_ids = torch.arange(past, past + input_ids.shape[1], device=input_ids.device).expand(
-                input_ids.shape[0], -1
-            )
-        with fused_attention(self.model) if self.fused else contextlib.nullcontext():
-            resid = self.run_blocks(self.embed(input_ids), position_ids, attention_mask, steps, cache)
-        if cache is not None:
-            cache.commit()
-        if last_only:
-            resid = resid[:, -1:]
-        return self.unembed(resid)
+        with self.kernels():
+            inputs = self.prepare(input_ids, position_ids=position_ids, attention_mask=attention_mask, cache=cache)
+            resid = self.run_layers(inputs, steps, cache=cache)
+            if cache is not None:
+                cache.commit()
+            if last_only:
+                resid = resid[:, -1:]
+            return self.unembed(resid)

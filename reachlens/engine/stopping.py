@@ -31,7 +31,7 @@ class StopChecker:
         vocab = len(tokenizer)
         self.stop_token = torch.zeros(vocab, dtype=torch.bool)
         if self.stop:
-            texts = tokenizer.batch_decode([[i] for i in range(vocab)], skip_special_tokens=False)
+            texts = tokenizer.batch_decode([[i] for i in range(vocab)], skip_special_tokens=True)
             hits = [i for i, t in enumerate(texts) if any(s in t for s in self.stop)]
             self.stop_token[hits] = True
         longest = max((len(s) for s in self.stop), default=0)
@@ -52,7 +52,7 @@ class StopChecker:
             if todo:
                 lo = max(0, step + 1 - self.window)
                 tails = history[rows[todo], lo : step + 1].tolist()
-                texts = self.tokenizer.batch_decode(tails, skip_special_tokens=False)
+                texts = self.tokenizer.batch_decode(tails, skip_special_tokens=True)
                 for b, t in zip(todo, texts):
                     if any(s in t for s in self.stop):
                         stop[b] = True

@@ -26,6 +26,7 @@ from reachlens.interventions.pruning import PRUNE_COMPONENTS, PruneConfig, magni
 from reachlens.interventions.steering import STEER_HOOKS, add_vector_hook, steer_hook_name, steering
 from reachlens.interventions.units import (
     mlp_hidden_hook_name,
+    mlp_output_hook_name,
     mlp_out_weight,
     top_units,
     unit_ablation,
@@ -46,6 +47,7 @@ __all__ = [
     "component_hook_names",
     "magnitude_mask",
     "mlp_hidden_hook_name",
+    "mlp_output_hook_name",
     "mlp_out_weight",
     "prune_",
     "prune_checkpoint",

@@ -25,11 +25,13 @@ import torch
 from jaxtyping import Float
 from torch import Tensor
 
+from reachlens.engine.hooks import row_agnostic
 from reachlens.interventions._hooks import INTERVENTIONS, FwdHook, component_hook_names
 
 __all__ = ["zero_hook", "zero_ablation", "ablated"]
 
 
+@row_agnostic
 def zero_hook(tensor: Float[Tensor, "..."], *, hook) -> Float[Tensor, "..."]:
     """A hook function that replaces the activation with zeros (same shape, dtype and device)."""
     return torch.zeros_like(tensor)

@@ -28,8 +28,9 @@ from torch import Tensor
 
 __all__ = ["PRUNE_COMPONENTS", "PruneConfig", "magnitude_mask", "prunable_weights", "prune_", "prune_checkpoint"]
 
-PRUNE_COMPONENTS = {"mlp": "mlp", "attn": "self_attn"}
-"""Component name -> the HuggingFace submodule of a decoder layer whose 2-D weights are pruned."""
+PRUNE_COMPONENTS = {"mlp": ("mlp",), "attn": ("self_attn", "attn", "attention")}
+"""Component name -> the HuggingFace submodule of a decoder layer whose 2-D weights are pruned (the
+first name the family uses: Llama/Gemma/OLMo/Phi-3 ``self_attn``, GPT-2 ``attn``, GPT-NeoX ``attention``)."""
 
 
 @dataclass(frozen=True)
@@ -79,16 +80,28 @@ def prunable_weights(hf_model, config: PruneConfig) -> dict[str, torch.nn.Parame
     for layer in config.layers:
         if not 0 <= layer < n_layers:
             raise ValueError(f"layer {layer} is out of range for a {n_layers}-layer model (valid: 0-{n_layers - 1})")
+    stack = _decoder_layers(hf_model, n_layers)
     params = dict(hf_model.named_parameters())
     chosen: dict[str, torch.nn.Parameter] = {}
     for layer in config.layers:
         for comp in config.components:
-            prefix = f"model.layers.{layer}.{PRUNE_COMPONENTS[comp]}."
+            layer_module = hf_model.get_submodule(f"{stack}.{layer}")
+            part = next((n for n in PRUNE_COMPONENTS[comp] if hasattr(layer_module, n)), PRUNE_COMPONENTS[comp][0])
+            prefix = f"{stack}.{layer}.{part}."
             found = {k: p for k, p in params.items() if k.startswith(prefix) and p.ndim == 2}
             if not found:
-                raise ValueError(f"no 2-D weights under {prefix!r}; is this a Llama/Qwen/Mistral checkpoint?")
+                raise ValueError(f"no 2-D weights under {prefix!r} ({type(hf_model).__name__})")
             chosen.update(found)
     return chosen
+
+
+def _decoder_layers(hf_model, n_layers: int) -> str:
+    """The dotted name of the model's list of decoder layers (``model.layers``, ``transformer.h``, ...)."""
+    for name, module in hf_model.named_modules():
+        last = name.rsplit(".", 1)[-1]
+        if isinstance(module, torch.nn.ModuleList) and len(module) == n_layers and last in ("layers", "h"):
+            return name
+    raise ValueError(f"{type(hf_model).__name__} has no list of {n_layers} decoder layers")
 
 
 @torch.no_grad()

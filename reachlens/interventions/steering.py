@@ -28,6 +28,7 @@ import torch
 from jaxtyping import Float
 from torch import Tensor
 
+from reachlens.engine.hooks import row_agnostic
 from reachlens.interventions._hooks import INTERVENTIONS, FwdHook, check_layer, resolve_hook_name
 
 __all__ = ["STEER_HOOKS", "add_vector_hook", "steering", "steer_hook_name"]
@@ -57,6 +58,7 @@ def add_vector_hook(vector: Float[Tensor, "d_model"], alpha: float):
     shift = vector.detach().clone()
     scaled: dict[tuple, Tensor] = {}
 
+    @row_agnostic
     def hook(tensor: Float[Tensor, "batch pos d_model"], *, hook) -> Float[Tensor, "batch pos d_model"]:
         key = (tensor.device, tensor.dtype)
         if key not in scaled:

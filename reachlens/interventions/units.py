@@ -2,16 +2,18 @@
 
 The hidden units of an MLP are the activations at ``blocks.L.mlp.hook_post`` (for the gated MLP of
 Llama/Qwen: ``act(gate(x)) * up(x)``, the input of the down projection ``W_out``). The block's output
-is ``W_out @ post`` (no bias in the supported families), a sum of one term per unit, so a unit's
-share of a direction ``v`` in the output is exact:
+is ``W_out @ post`` plus the projection's bias where the family has one (GPT-2, GPT-NeoX), a sum of
+one term per unit, so a unit's share of a direction ``v`` in that output (``blocks.L.mlp.hook_out``,
+:func:`mlp_output_hook_name`; before Gemma's and OLMo 2's post-MLP norm) is exact:
 
     out . v = sum_i post_i * (W_out[:, i] . v)
 
 :func:`unit_contributions` ranks units by their share of the *difference* between two sets
 (failure minus healthy mean activation, times ``W_out[:, i] . v``); the contributions sum to
-``(mean_out_failure - mean_out_healthy) . v``, which is the raw mean-difference norm when ``v`` is
-the normalized mean difference. :func:`unit_ablation` zeroes the chosen units on every forward:
-zeroing all of them equals zeroing the block's MLP output.
+``(mean_out_failure - mean_out_healthy) . v`` (a bias cancels in the difference), which is the raw
+mean-difference norm when ``v`` is the normalized mean difference. :func:`unit_ablation` zeroes the
+chosen units on every forward: zeroing all of them equals zeroing the block's MLP output (leaving
+the bias, where there is one).
 
 >>> top = top_units(unit_contributions(delta, mlp_out_weight(model, 3), v), k=32)  # doctest: +SKIP
 >>> with model.hooks(fwd_hooks=unit_ablation(model, 3, top)):  # doctest: +SKIP
@@ -26,9 +28,23 @@ import torch
 from jaxtyping import Float, Int
 from torch import Tensor
 
+from reachlens.engine.hooks import row_agnostic
 from reachlens.interventions._hooks import INTERVENTIONS, FwdHook, check_layer, resolve_hook_name
 
-__all__ = ["mlp_hidden_hook_name", "mlp_out_weight", "top_units", "unit_ablation", "unit_contributions", "unit_mask_hook"]
+__all__ = [
+    "mlp_hidden_hook_name", "mlp_out_weight", "mlp_output_hook_name", "top_units", "unit_ablation",
+    "unit_contributions", "unit_mask_hook",
+]
+
+
+def mlp_output_hook_name(model, layer: int) -> str:
+    """``blocks.{layer}.mlp.hook_out``, resolved: the MLP's own output ``W_out @ post (+ b)``.
+
+    Where the family norms the MLP's output before adding it to the residual stream (Gemma 2/3,
+    OLMo 2: ``blocks.L.hook_mlp_out`` is after that post-norm), this is the hook whose value is
+    linear in the hidden units, so unit contributions are measured here."""
+    check_layer(model, layer)
+    return resolve_hook_name(model, f"blocks.{layer}.mlp.hook_out")
 
 
 def mlp_hidden_hook_name(model, layer: int) -> str:
@@ -38,13 +54,18 @@ def mlp_hidden_hook_name(model, layer: int) -> str:
 
 
 def mlp_out_weight(model, layer: int) -> Float[Tensor, "d_model d_mlp"]:
-    """The down-projection weight ``W_out`` of block ``layer`` (``[d_model, d_mlp]``, a detached view)."""
+    """The down-projection weight ``W_out`` of block ``layer`` (``[d_model, d_mlp]``, a detached view;
+    GPT-2's ``Conv1D`` stores it transposed, which is undone here)."""
+    from transformers.pytorch_utils import Conv1D
+
     check_layer(model, layer)
     mlp = model.blocks[layer].mlp
     out = getattr(mlp, "out", None)
     weight = getattr(out, "weight", None)
     if not isinstance(weight, Tensor):
         raise TypeError(f"block {layer}'s MLP ({type(mlp).__name__}) has no 'out' projection weight")
+    if isinstance(getattr(out, "original_component", None), Conv1D):
+        weight = weight.T
     return weight.detach()
 
 
@@ -69,6 +90,7 @@ def unit_mask_hook(units: Int[Tensor, "k"]):
     idx = units.detach().clone().long()
     placed: dict[torch.device, Tensor] = {}
 
+    @row_agnostic
     def hook(tensor: Float[Tensor, "batch pos d_mlp"], *, hook) -> Float[Tensor, "batch pos d_mlp"]:
         if tensor.device not in placed:
             placed[tensor.device] = idx.to(tensor.device)

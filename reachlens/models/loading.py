@@ -104,7 +104,10 @@ def load_model(
     dtype: torch.dtype = torch.float32,
     trust_remote_code: bool = False,
 ):
-    """Load ``spec`` as a TransformerBridge with its tokenizer attached (``model.tokenizer``).
+    """Load ``spec`` as a TransformerBridge with its own tokenizer attached (``model.tokenizer``).
+
+    Encoder-only and encoder-decoder models are refused (:class:`~reachlens.engine.UnsupportedModelError`)
+    before any weights are read.
 
     >>> model = load_model("zoo:base")  # doctest: +SKIP
     >>> model.cfg.n_layers  # doctest: +SKIP
@@ -114,6 +117,8 @@ def load_model(
     from transformer_lens.model_bridge import TransformerBridge
 
     target, local = resolve_spec(spec)
+    _check_device(device)
+    _refuse_unsupported(target, trust_remote_code)
     try:
         tokenizer = AutoTokenizer.from_pretrained(target, trust_remote_code=trust_remote_code)
     except OSError as err:
@@ -131,14 +136,55 @@ def load_model(
             "pass a local folder or a zoo:NAME instead"
         ) from err
     hf_model.eval()
+    hf_model.to(device)  # the bridge leaves a model it is handed where it is
     model = TransformerBridge.boot_transformers(
         target, hf_model=hf_model, tokenizer=tokenizer, device=device, dtype=dtype,
         trust_remote_code=trust_remote_code,
     )
     model.eval()
-    # the bridge swapped in a BOS-prepending copy as model.tokenizer; prompts are encoded with the
-    # model's own tokenizer as it ships (see reachlens.engine.tokens)
-    object.__setattr__(model, "reachlens_tokenizer", tokenizer)
+    _use_own_tokenizer(model, tokenizer)
     model.reachlens_identity = model_identity(spec)
     return model
+
+
+def _check_device(device: str | torch.device) -> None:
+    try:
+        dev = torch.device(device)
+    except (RuntimeError, TypeError):
+        raise ModelLoadError(f"device {str(device)!r} is not a torch device; use cpu, cuda, cuda:1 or mps") from None
+    if dev.type == "cuda" and not torch.cuda.is_available():
+        raise ModelLoadError(
+            f"device {str(device)!r}: this torch ({torch.__version__}) sees no CUDA GPU; use --device cpu"
+        )
+    if dev.type == "mps" and not torch.backends.mps.is_available():
+        raise ModelLoadError(f"device {str(device)!r}: MPS is not available here; use --device cpu")
+
+
+def _refuse_unsupported(target: str, trust_remote_code: bool) -> None:
+    """Encoder-only and encoder-decoder models are refused from their config, before any weights load."""
+    from transformers import AutoConfig
+
+    from reachlens.engine.stack import check_architecture
+
+    try:
+        config = AutoConfig.from_pretrained(target, trust_remote_code=trust_remote_code)
+    except (OSError, ValueError):
+        return  # the weights' own loading below reports what is wrong
+    check_architecture(config)
+
+
+def _use_own_tokenizer(model, tokenizer) -> None:
+    """Give the bridge back the model's own tokenizer (it installed a BOS-prepending copy), and make
+    TransformerLens' BOS default agree with it, so ``model.to_tokens(p)`` is what the engine decodes
+    (see :mod:`reachlens.engine.tokens`)."""
+    from reachlens.engine.tokens import special_tokens_added
+
+    if tokenizer.pad_token is None and tokenizer.eos_token is not None:
+        tokenizer.pad_token = tokenizer.eos_token  # what HF generate pads with
+    # the bridge's public setter would re-wrap it in the BOS-prepending copy and reset d_vocab
+    object.__setattr__(model, "_tokenizer", tokenizer)
+    prepends_bos, appends_eos = special_tokens_added(tokenizer)
+    model.cfg.tokenizer_prepends_bos = prepends_bos
+    model.cfg.tokenizer_appends_eos = appends_eos
+    model.cfg.default_prepend_bos = prepends_bos
 

@@ -4,8 +4,10 @@
 state after it: ``0,1,2,3`` and ``0,1,2,2,3`` both run ``embed -> 0 -> 1 -> 2`` on the same input.
 The routes are put in a trie (:class:`RouteTrie`, one node per distinct prefix) and the trie is run
 breadth first: at each depth the nodes are grouped by the layer they run, and each group is *one*
-call of :meth:`LayerStack.run_blocks <reachlens.engine.stack.LayerStack.run_blocks>` on the stacked
-parent states. A layer therefore runs once per trie node instead of once per route, and each depth
+call of :meth:`LayerStack.run_layers <reachlens.engine.stack.LayerStack.run_layers>` on the stacked
+parent states, with the arguments the family's own forward gives that layer (its mask type, its
+rotary table; :meth:`LayerStack.prepare <reachlens.engine.stack.LayerStack.prepare>`). A layer
+therefore runs once per trie node instead of once per route, and each depth
 costs one call per distinct layer instead of one per route. Duplicate routes share their leaf.
 
 **Generation** (:func:`generate_along_routes`). Candidate answers need decoding along each route.
@@ -23,7 +25,6 @@ rows; logits agree with :meth:`LayerStack.forward` per route to float32 rounding
 
 from __future__ import annotations
 
-import contextlib
 from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -33,7 +34,6 @@ from jaxtyping import Float, Int
 from torch import Tensor
 
 from reachlens.engine import Completion, LayerStack, Row, SamplingParams, generate
-from reachlens.engine.fast_attention import fused_attention
 from reachlens.routing.routes import Route
 
 __all__ = ["RouteTrie", "RouteRequest", "route_logits", "route_loglik", "generate_along_routes"]
@@ -119,7 +119,7 @@ def route_logits(
         input_ids: unpadded token ids; every row runs every route.
         routes: layer routes (validated against the model's depth); duplicates are free.
         last_only: unembed only the last position (the next-token distribution).
-        fused: use the fused attention path where no attention-internal hook is attached.
+        fused: take the fused path where it applies (False: the generic path; see :func:`reachlens.engine.describe`).
 
     Returns:
         ``[len(routes), batch, 1 or pos, vocab]``; entry ``r`` equals
@@ -132,21 +132,24 @@ def route_logits(
     if not steps:
         raise ValueError("route_logits needs at least one route")
     trie = RouteTrie.build(steps)
-    b, pos = input_ids.shape
-    positions = torch.arange(pos, device=input_ids.device).expand(b, -1)
+    b = input_ids.shape[0]
     # how many children still need each node's state (freed as soon as none does)
     pending = [0] * len(trie.parent)
     for node in range(1, len(trie.parent)):
         pending[trie.parent[node]] += 1
     leaves = set(trie.leaf)
     states: dict[int, Tensor] = {}
-    with fused_attention(model) if fused else contextlib.nullcontext():
-        states[0] = stack.embed(input_ids)
+    with stack.kernels():
+        inputs = stack.prepare(input_ids)
+        stacked = {1: inputs}
+        states[0] = inputs.resid
         for level in trie.levels():
             for layer, nodes in level.items():
                 resid = torch.cat([states[trie.parent[n]] for n in nodes]) if len(nodes) > 1 else states[
                     trie.parent[nodes[0]]]
-                out = stack.run_blocks(resid, positions.repeat(len(nodes), 1), None, (layer,))
+                if len(nodes) not in stacked:
+                    stacked[len(nodes)] = inputs.stacked(len(nodes))
+                out = stack.run_layers(stacked[len(nodes)], (layer,), resid=resid)
                 for i, n in enumerate(nodes):
                     states[n] = out[i * b : (i + 1) * b]
                 for n in nodes:

@@ -195,7 +195,7 @@ def audit(
     max_batch_rows: int = 1024,
     sample_offset: int = 0,
     progress: Callable[[int], None] | None = None,
-    share_prefixes: bool = True,
+    share_prefixes: bool | None = None,
 ) -> AuditResult:
     """Audit ``model`` on ``task`` under ``protocol``.
 
@@ -209,7 +209,10 @@ def audit(
             (used to extend an audit from K to 2K without redrawing the first K).
         progress: called with the number of questions finished after each batch.
         share_prefixes: decode samples that agree so far as one batch row (the same tokens; see
-            :func:`reachlens.engine.generate`); False for hooks that must see every sample's own row.
+            :func:`reachlens.engine.generate`). None (default): share unless a hook other than
+            reachlens' own is attached, in which case every sample has its own batch row; True
+            shares even then (a hook reads :func:`reachlens.engine.current_rows`, whose tags are
+            ``(question_id, sample_idx)``, ``sample_idx`` None for the deployed greedy answer).
 
     >>> result = audit(load_model("zoo:base"), load_task("arith", n=20), Protocol("arith", k=8))  # doctest: +SKIP
     >>> result.D, result.O_K  # doctest: +SKIP
@@ -244,11 +247,11 @@ def audit(
         prompts = [fmt.render(q) for q in batch]
         rows: list[Row] = []
         for i, q in enumerate(batch):
-            rows.append(Row(i, None))
+            rows.append(Row(i, None, tag=(q.question_id, None)))
             for j in range(protocol.k):
                 # temperature 0 (allowed with k=1 only) makes the one sample greedy too
                 seed = row_seed(protocol.seed, q.question_id, sample_offset + j) if protocol.temperature > 0 else None
-                rows.append(Row(i, seed))
+                rows.append(Row(i, seed, tag=(q.question_id, sample_offset + j)))
         outs = generate(model, prompts, rows, params, max_batch_rows=max(max_batch_rows, per_q),
                         share_prefixes=share_prefixes)
         deployed = [outs[i * per_q] for i in range(len(batch))]

@@ -51,6 +51,7 @@ from reachlens.interventions import (
     check_layer,
     mlp_hidden_hook_name,
     mlp_out_weight,
+    mlp_output_hook_name,
     steer_hook_name,
     steering,
     top_units,
@@ -243,12 +244,15 @@ def _prompts(task: Task, sets: EvalSets, ids: Sequence[str]) -> list[str]:
     return [fmt.render(by_id[i]) for i in ids]
 
 
-def mean_difference_direction(model, task: Task, sets: EvalSets, layer: int, component: str = "mlp") -> Direction:
-    """Unit vector along mean(output | failure) - mean(output | healthy) at the answer position."""
+def mean_difference_direction(
+    model, task: Task, sets: EvalSets, layer: int, component: str = "mlp", *, hook_name: str | None = None
+) -> Direction:
+    """Unit vector along mean(output | failure) - mean(output | healthy) at the answer position
+    (at ``component``'s steering hook, or at ``hook_name``)."""
     if not sets.failure or not sets.healthy:
         raise ValueError("a mean-difference direction needs a non-empty failure set and healthy panel; "
                          "pass a direction vector instead")
-    name = steer_hook_name(model, layer, component)
+    name = hook_name or steer_hook_name(model, layer, component)
     fail = answer_activations(model, _prompts(task, sets, sets.failure), name)
     healthy = answer_activations(model, _prompts(task, sets, sets.healthy), name)
     return Direction.from_vector(fail.mean(0) - healthy.mean(0), name, "mean_difference")
@@ -315,14 +319,16 @@ def best_alpha(table: pd.DataFrame) -> float:
 def unit_ranking(model, task: Task, sets: EvalSets, layer: int, direction: Direction | Tensor | None = None) -> pd.DataFrame:
     """The MLP's hidden units ranked by their share of the failure-minus-healthy output along ``v``.
 
-    Columns: ``rank, unit, contribution, delta_post, w_dot_v``; ``contribution`` sums over units to
-    the mean output difference projected on ``v``.
+    The output is the MLP's own (``blocks.L.mlp.hook_out``, linear in the units; for most families
+    the same as ``hook_mlp_out``, before the post-MLP norm of Gemma and OLMo 2), and the default
+    ``v`` is the mean difference there. Columns: ``rank, unit, contribution, delta_post, w_dot_v``;
+    ``contribution`` sums over units to the mean output difference projected on ``v``.
     """
     if not sets.failure or not sets.healthy:
         raise ValueError("ranking units needs a non-empty failure set and healthy panel")
-    mlp_name = steer_hook_name(model, layer, "mlp")
+    mlp_name = mlp_output_hook_name(model, layer)
     if direction is None:
-        direction = mean_difference_direction(model, task, sets, layer, "mlp")
+        direction = mean_difference_direction(model, task, sets, layer, "mlp", hook_name=mlp_name)
     elif isinstance(direction, Tensor):
         direction = Direction.from_vector(direction, mlp_name)
     post = mlp_hidden_hook_name(model, layer)

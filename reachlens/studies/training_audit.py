@@ -174,6 +174,8 @@ def run_training_audit(
     max_batch_rows: int = 1024,
     workers: int = 1,
     log: Callable[[str], None] | None = None,
+    device: str = "cpu",
+    dtype: Any = None,
 ) -> TrainingAudit:
     """Run (or resume) every audit the plan needs into ``out``; return the study.
 
@@ -181,8 +183,10 @@ def run_training_audit(
     and each finished audit logs its D and O_K (``log``, default: printed between the progress lines).
 
     Args:
-        load: model loader (default :func:`reachlens.load_model`).
+        load: model loader (default :func:`reachlens.load_model` on ``device`` in ``dtype``).
         max_batch_rows: most completions decoded together.
+        device, dtype: where and in which precision the default loader puts each checkpoint
+            (``cuda``, ``torch.bfloat16``; default CPU, float32).
         workers: checkpoints audited side by side, each in its own process with one torch thread
             (on a small CPU two single-thread processes outrun one two-thread process); 1 runs them
             here, in order. Needs the default loader.
@@ -206,9 +210,9 @@ def run_training_audit(
     try:
         if workers == 1:
             for name in plan.models:
-                walls[name] = _audit_checkpoint(plan, name, root, max_batch_rows, load, log, board.update)
+                walls[name] = _audit_checkpoint(plan, name, root, max_batch_rows, load, log, board.update, device, dtype)
         else:
-            walls = _audit_in_workers(plan, root, max_batch_rows, workers, board, log)
+            walls = _audit_in_workers(plan, root, max_batch_rows, workers, board, log, device, dtype)
     finally:
         board.close()
     old_walls = json.loads(study_file.read_text()).get("wall_seconds", {})
@@ -217,7 +221,8 @@ def run_training_audit(
 
 
 def _audit_in_workers(
-    plan: StudyPlan, root: Path, max_batch_rows: int, workers: int, board: ProgressBoard, log: Callable[[str], None]
+    plan: StudyPlan, root: Path, max_batch_rows: int, workers: int, board: ProgressBoard, log: Callable[[str], None],
+    device: str = "cpu", dtype: Any = None,
 ) -> dict[str, float]:
     """Each checkpoint in a worker process; their progress and log lines come back through a queue."""
     import concurrent.futures
@@ -240,7 +245,8 @@ def _audit_in_workers(
 
     with concurrent.futures.ProcessPoolExecutor(workers, mp_context=ctx, initializer=_worker_init,
                                                 initargs=(events, dependencies_quiet())) as pool:
-        futures = {pool.submit(_audit_checkpoint, plan, name, root, max_batch_rows): name for name in order}
+        futures = {pool.submit(_audit_checkpoint, plan, name, root, max_batch_rows, None, None, None, device, dtype): name
+                   for name in order}
         pending = set(futures)
         while pending:
             try:
@@ -285,9 +291,13 @@ def _audit_checkpoint(
     load: Callable[[str], Any] | None = None,
     log: Callable[[str], None] | None = None,
     progress: Callable[[str, int, int], None] | None = None,
+    device: str = "cpu",
+    dtype: Any = None,
 ) -> float:
     """Every audit of one checkpoint (the plan's, the budget control's, the format control's), resumable."""
     import dataclasses
+
+    import torch
 
     from reachlens.models import load_model
     from reachlens.tasks import load_task
@@ -306,7 +316,10 @@ def _audit_checkpoint(
 
     t0 = time.perf_counter()
     task = load_task(plan.protocol.task, plan.data, split=plan.protocol.split, n=plan.n)
-    model = (load or load_model)(plan.models[name])
+    if load is None:
+        model = load_model(plan.models[name], device=device, dtype=dtype or torch.float32)
+    else:
+        model = load(plan.models[name])
     r = audit(model, task, plan.protocol, out=root / "audits" / name, max_batch_rows=max_batch_rows,
               progress=bar(f"{name} K={plan.protocol.k}", len(task)))
     log(f"{name:>10s}: D={r.D:.3f}  O_{r.k}={r.O_K:.3f}")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 import torch
 import torch.nn.functional as F
 
@@ -29,14 +30,19 @@ def test_cascade_attention_equals_sdpa_over_concatenated_keys():
     torch.testing.assert_close(out, ref, rtol=1e-5, atol=1e-6)
 
 
-def test_fused_and_eager_paths_agree_on_greedy_and_samples(tiny_model):
+@pytest.mark.parametrize("route", [None, (0, 2), (0, 1, 1, 2)])
+def test_fused_and_generic_paths_agree_on_greedy_and_samples(tiny_model, route):
+    """The two execution paths (describe(model).path) against each other, routes included."""
+    from reachlens.engine import LayerStack, describe
+
+    assert describe(tiny_model).path == "fused" and LayerStack(tiny_model, fused=False).path == "generic"
     assert len(fusable_attentions(tiny_model)) == 3
     rows = [Row(p) for p in range(3)] + [Row(p, row_seed(0, str(p), j)) for p in range(3) for j in range(4)]
     params = SamplingParams(16, temperature=1.0, stop_at_eos=False)
-    fast = generate(tiny_model, PROMPTS, rows, params, max_batch_rows=64)
-    eager = generate(tiny_model, PROMPTS, rows, params, max_batch_rows=64, fused=False)
-    assert [o.token_ids for o in fast] == [o.token_ids for o in eager]
-    for a, b in zip(fast, eager):
+    fast = generate(tiny_model, PROMPTS, rows, params, max_batch_rows=64, route=route)
+    generic = generate(tiny_model, PROMPTS, rows, params, max_batch_rows=64, route=route, fused=False)
+    assert [o.token_ids for o in fast] == [o.token_ids for o in generic]
+    for a, b in zip(fast, generic):
         assert max(abs(x - y) for x, y in zip(a.logprobs, b.logprobs)) < 1e-4
 
 

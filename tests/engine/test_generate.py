@@ -88,7 +88,7 @@ def test_same_seed_same_samples_whatever_the_batch(tiny_model):
 def test_stop_string_cuts_text_and_finishes_row(tiny_model):
     # find a character the greedy output contains, then use it as a stop string
     free = generate(tiny_model, [PROMPTS[0]], [Row(0)], SamplingParams(20, stop_at_eos=False))[0]
-    text = tokenizer_of(tiny_model).decode(list(free.token_ids))
+    text = tokenizer_of(tiny_model).decode(list(free.token_ids), skip_special_tokens=True)
     stop_char = text[5]
     cut = generate(tiny_model, [PROMPTS[0]], [Row(0)], SamplingParams(20, stop=(stop_char,), stop_at_eos=False))[0]
     assert cut.finish_reason == "stop"
@@ -98,7 +98,7 @@ def test_stop_string_cuts_text_and_finishes_row(tiny_model):
 
 def test_multi_character_stop_string_across_tokens(tiny_model):
     free = generate(tiny_model, [PROMPTS[2]], [Row(0)], SamplingParams(20, stop_at_eos=False))[0]
-    text = tokenizer_of(tiny_model).decode(list(free.token_ids))
+    text = tokenizer_of(tiny_model).decode(list(free.token_ids), skip_special_tokens=True)
     stop = text[6:9]
     cut = generate(tiny_model, [PROMPTS[2]], [Row(0)], SamplingParams(20, stop=(stop,), stop_at_eos=False))[0]
     assert cut.finish_reason == "stop"
@@ -121,7 +121,7 @@ def test_eos_finishes_a_row_and_is_not_in_the_text(tiny_model, tiny_hf):
                           SamplingParams(20), StopChecker(tok, (), {fake_eos}))[0]
     assert out.finish_reason == "eos"
     assert out.token_ids == free.token_ids[:4]
-    assert out.text == tok.decode(list(free.token_ids[:3]))
+    assert out.text == tok.decode(list(free.token_ids[:3]), skip_special_tokens=True)
 
 
 def test_inverse_cdf_sampler_matches_the_distribution():
@@ -178,7 +178,7 @@ def test_shared_prefix_decoding_equals_one_entry_per_row(tiny_model, temperature
     assert [o.finish_reason for o in shared] == [o.finish_reason for o in alone]
     assert [o.text for o in shared] == [o.text for o in alone]
     for a, b in zip(shared, alone):
-        assert a.logprobs == pytest.approx(b.logprobs, abs=1e-5)
+        assert a.logprobs == pytest.approx(b.logprobs, abs=5e-5)
     # the case must exercise forks, merges of greedy with samples, and every way to finish
     assert len({o.token_ids for o in shared}) > 20
     assert {o.finish_reason for o in shared} == {"eos", "stop", "length"}
@@ -192,3 +192,16 @@ def test_sampler_with_groups_equals_gathered_logits():
         grouped = sample_inverse_cdf(logits, seeds, 2, 0.9, top_p, group=group)
         gathered = sample_inverse_cdf(logits[group], seeds, 2, 0.9, top_p)
         assert grouped.tolist() == gathered.tolist()
+
+
+def test_text_leaves_special_tokens_out_and_token_ids_keep_them(tiny_model):
+    """HF/vLLM/lm-eval report text without special tokens; a random model emits <pad>/<bos>/<unk>."""
+    tok = tokenizer_of(tiny_model)
+    special = set(tok.all_special_ids)
+    rows = [Row(i % 2, seed=i) for i in range(20)]
+    outs = generate(tiny_model, PROMPTS[:2], rows, SamplingParams(30, temperature=1.5, stop_at_eos=False))
+    with_special = [o for o in outs if special & set(o.token_ids)]
+    assert len(with_special) > 5, "the case must contain special tokens"
+    for o in outs:
+        assert o.text == tok.decode(list(o.token_ids), skip_special_tokens=True)
+        assert not any(t in o.text for t in tok.all_special_tokens)

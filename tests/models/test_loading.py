@@ -50,11 +50,14 @@ def test_fingerprint_changes_with_the_weights(tmp_path, tiny_dir):
 
 
 def test_prompts_are_encoded_with_the_model_s_own_tokenizer(tiny_model, tiny_dir):
-    """The bridge swaps in a BOS-prepending tokenizer; reachlens encodes as AutoTokenizer does."""
+    """The bridge swaps in a BOS-prepending tokenizer; load_model gives the model its own back, so
+    the engine, ``model.tokenizer`` and ``model.to_tokens`` agree with AutoTokenizer."""
     from transformers import AutoTokenizer
 
     from reachlens.engine import encode
 
     own = AutoTokenizer.from_pretrained(str(tiny_dir))
     assert encode(tiny_model, ["Q: 1+2=?"]) == [own("Q: 1+2=?")["input_ids"]]
-    assert tiny_model.tokenizer("Q: 1+2=?")["input_ids"][0] == own.bos_token_id  # TransformerLens' convention
+    assert tiny_model.tokenizer("Q: 1+2=?")["input_ids"] == own("Q: 1+2=?")["input_ids"]
+    assert tiny_model.to_tokens("Q: 1+2=?")[0].tolist() == own("Q: 1+2=?")["input_ids"]
+    assert tiny_model.cfg.default_prepend_bos is False  # the character tokenizer adds no BOS

@@ -1,0 +1,270 @@
+"""Every family runs through the engine and equals plain HuggingFace.
+
+For each family a tiny random checkpoint is built here from its ``transformers`` config class
+(2 layers, d=64; Gemma 2 softcapped with a sliding window shorter than the prompts, Gemma 3 with
+mixed sliding/full layers, GPT-NeoX with partial rotary and parallel residual, GPT-2 with learned
+positions, Mistral with a sliding window). The references are plain HuggingFace: ``generate``, a
+forward over a hand-built list of decoder layers, a forward with an MLP hooked to return zeros, a
+log-softmax sum; none of them goes through reachlens or TransformerLens.
+"""
+
+from __future__ import annotations
+
+import contextlib
+
+import pytest
+import torch
+from torch import nn
+
+from reachlens.engine import LayerStack, Row, SamplingParams, describe, generate, loglikelihoods, tokenizer_of
+from reachlens.routing import route_logits
+from reachlens.engine.tokens import encode_prompts
+from reachlens.interventions import ablated, mlp_hidden_hook_name, mlp_out_weight, mlp_output_hook_name
+from reachlens.interventions.pruning import PruneConfig, prune_
+from reachlens.models.testing import TINY_FAMILIES, make_tiny_model
+
+PROMPTS = ["Q: 12+34=?\nA:", "Q: 5-3+2=?\nA: 5-3=2", "hello world, a b c", "Q: 7*8-9+10-11=?\nA:"]
+SKIP, REPEAT = (1,), (0, 1, 1)
+FUSED = {"llama", "qwen2", "qwen3", "olmo2"}  # mistral's sliding window sends it down the generic path
+
+
+class Family:
+    def __init__(self, name: str, folder) -> None:
+        from transformers import AutoModelForCausalLM
+
+        from reachlens.models import load_model
+
+        self.name = name
+        self.folder = folder
+        self.model = load_model(str(folder))
+        self.hf = AutoModelForCausalLM.from_pretrained(str(folder), use_safetensors=True).eval()
+        self.tok = tokenizer_of(self.model)
+
+
+_BUILT: dict[str, Family] = {}
+
+
+def family(name: str, tmp_path_factory) -> Family:
+    if name not in _BUILT:
+        _BUILT[name] = Family(name, make_tiny_model(name, tmp_path_factory.mktemp(name)))
+    return _BUILT[name]
+
+
+@pytest.fixture(scope="module", params=TINY_FAMILIES)
+def fam(request, tmp_path_factory) -> Family:
+    yield family(request.param, tmp_path_factory)
+    _BUILT.pop(request.param, None)  # one family's models at a time
+
+
+def _base(hf):
+    return getattr(hf, hf.base_model_prefix)
+
+
+def _layers_name(hf) -> str:
+    return "h" if hasattr(_base(hf), "h") else "layers"
+
+
+@contextlib.contextmanager
+def hf_route(hf, route):
+    """The plain HF model with its decoder-layer list replaced by ``route`` (each layer keeps its
+    attention type), as one would hand-build a routed model. Use without a KV cache."""
+    base, name, cfg = _base(hf), _layers_name(hf), hf.config
+    layers, n, types = getattr(base, name), cfg.num_hidden_layers, getattr(cfg, "layer_types", None)
+    setattr(base, name, nn.ModuleList([layers[i] for i in route]))
+    cfg.num_hidden_layers = len(route)
+    if types is not None:
+        cfg.layer_types = [types[i] for i in route]
+    try:
+        yield hf
+    finally:
+        setattr(base, name, layers)
+        cfg.num_hidden_layers = n
+        if types is not None:
+            cfg.layer_types = types
+
+
+def ids_of(fam: Family, text: str) -> torch.Tensor:
+    return torch.tensor([fam.tok(text)["input_ids"]])
+
+
+def hf_greedy(fam: Family, prompts: list[str], n: int) -> list[list[int]]:
+    enc = fam.tok(prompts, return_tensors="pt", padding=True)
+    out = fam.hf.generate(**enc, do_sample=False, max_new_tokens=n, min_new_tokens=n, eos_token_id=None,
+                          pad_token_id=fam.tok.pad_token_id)
+    return out[:, enc.input_ids.shape[1]:].tolist()
+
+
+@torch.no_grad()
+def test_the_path_each_family_takes(fam):
+    info = describe(fam.model)
+    assert info.model_type == fam.hf.config.model_type and info.n_layers == 2
+    assert info.path == ("fused" if fam.name in FUSED else "generic"), info.reason
+
+
+@torch.no_grad()
+def test_greedy_equals_hf_generate_alone_and_in_a_left_padded_batch(fam):
+    params = SamplingParams(12, stop_at_eos=False)
+    for p in PROMPTS[:2]:
+        ours = generate(fam.model, [p], [Row(0)], params)[0]
+        ref = hf_greedy(fam, [p], 12)[0]
+        assert list(ours.token_ids) == ref
+        assert len(set(ref)) > 2, "the reference must vary, or the equality proves little"
+    lengths = {len(x) for x in encode_prompts(fam.tok, PROMPTS)}
+    window = getattr(fam.hf.config, "sliding_window", None)
+    assert len(lengths) > 1 and (window is None or max(lengths) > 2 * window)
+    batched = generate(fam.model, PROMPTS, [Row(i) for i in range(len(PROMPTS))], params, max_batch_rows=64)
+    assert [list(o.token_ids) for o in batched] == hf_greedy(fam, PROMPTS, 12)
+
+
+@torch.no_grad()
+def test_identity_route_equals_the_bridge_forward_and_hf(fam):
+    ids = ids_of(fam, PROMPTS[1])
+    ours = LayerStack(fam.model).forward(ids)
+    torch.testing.assert_close(ours, fam.model(ids), rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(ours, fam.hf(ids).logits, rtol=1e-4, atol=1e-4)
+    if fam.name in FUSED:  # both paths, against each other
+        generic = LayerStack(fam.model, fused=False).forward(ids)
+        torch.testing.assert_close(ours, generic, rtol=1e-5, atol=1e-5)
+
+
+@torch.no_grad()
+@pytest.mark.parametrize("route", [SKIP, REPEAT], ids=["skip", "repeat"])
+def test_routes_equal_a_hand_built_hf_forward(fam, route):
+    ids = ids_of(fam, PROMPTS[3])  # longer than the sliding window
+    ours = LayerStack(fam.model).forward(ids, route=route)
+    with hf_route(fam.hf, route) as routed:
+        ref = routed(ids, use_cache=False).logits
+    torch.testing.assert_close(ours, ref, rtol=1e-4, atol=1e-4)
+    assert (ours - fam.hf(ids).logits).abs().max() > 1e-2, "the route must change the logits"
+
+
+@torch.no_grad()
+def test_route_trie_equals_one_forward_per_route(fam):
+    """The trie executor stacks the states of routes that share a prefix (the layer arguments the
+    family's forward prepared are stacked with them); one-row and two-row batches."""
+    p = encode_prompts(fam.tok, [PROMPTS[3]])[0]
+    ids = torch.tensor([p, p[::-1]])
+    routes = [SKIP, REPEAT, (0, 1), (1, 0), (0, 1, 1)]
+    stack = LayerStack(fam.model)
+    for batch in (ids[:1], ids):
+        trie = route_logits(fam.model, batch, routes, last_only=False)
+        for r, logits in zip(routes, trie):
+            torch.testing.assert_close(logits, stack.forward(batch, route=r), rtol=1e-4, atol=1e-4)
+
+
+@torch.no_grad()
+def test_repeat_route_cache_equals_a_full_re_forward_each_step(fam):
+    n = 10
+    ours = generate(fam.model, [PROMPTS[0]], [Row(0)], SamplingParams(n, stop_at_eos=False), route=REPEAT)[0]
+    ids = ids_of(fam, PROMPTS[0])
+    with hf_route(fam.hf, REPEAT) as routed:
+        for _ in range(n):
+            nxt = routed(ids, use_cache=False).logits[:, -1].argmax(-1, keepdim=True)
+            ids = torch.cat([ids, nxt], dim=1)
+    assert list(ours.token_ids) == ids[0, -n:].tolist()
+
+
+@torch.no_grad()
+def test_zero_ablating_an_mlp_equals_a_hand_zeroed_hf_forward(fam):
+    ids = ids_of(fam, PROMPTS[3])
+    with ablated(fam.model, 0, "mlp"):
+        ours = LayerStack(fam.model).forward(ids)
+    mlp = getattr(_base(fam.hf), _layers_name(fam.hf))[0].mlp
+    handle = mlp.register_forward_hook(lambda mod, args, out: torch.zeros_like(out))
+    try:
+        ref = fam.hf(ids).logits
+    finally:
+        handle.remove()
+    torch.testing.assert_close(ours, ref, rtol=1e-4, atol=1e-4)
+    assert (ours - fam.hf(ids).logits).abs().max() > 1e-2, "the ablation must change the logits"
+
+
+@torch.no_grad()
+def test_recognition_loglikelihoods_equal_a_direct_hf_computation(fam):
+    requests = [("Q: 12+34=?\nA:", " 46"), ("Q: 12+34=?\nA:", " 47 #### 47"), ("hello world", " ab")]
+    ours = loglikelihoods(fam.model, requests, batch_size=2)
+    for (ctx, cont), r in zip(requests, ours):
+        whole = fam.tok(ctx + cont)["input_ids"]
+        n = len(whole) - len(fam.tok(ctx)["input_ids"])
+        logits = fam.hf(torch.tensor([whole[:-1]])).logits[0, -n:].float()
+        ref = float(torch.log_softmax(logits, -1).gather(-1, torch.tensor(whole[-n:])[:, None]).sum())
+        assert r.logprob == pytest.approx(ref, abs=2e-4, rel=1e-5) and r.n_tokens == n
+
+
+def test_the_model_s_own_tokenizer_is_the_one_to_tokens_uses(fam):
+    """``model.to_tokens`` gives the ids the engine decodes, so ``run_with_cache`` sees the audit's prompt."""
+    from transformers import AutoTokenizer
+
+    own = AutoTokenizer.from_pretrained(str(fam.folder))
+    for p in PROMPTS:
+        assert fam.model.to_tokens(p)[0].tolist() == own(p)["input_ids"] == encode_prompts(fam.tok, [p])[0]
+    assert fam.model.cfg.default_prepend_bos is False
+    logits, cache = fam.model.run_with_cache(fam.model.to_tokens(PROMPTS[0]))
+    assert cache["blocks.0.hook_resid_pre"].shape[1] == len(encode_prompts(fam.tok, PROMPTS[:1])[0])
+    torch.testing.assert_close(logits, LayerStack(fam.model).forward(ids_of(fam, PROMPTS[0])), rtol=1e-4, atol=1e-4)
+
+
+@torch.no_grad()
+def test_mlp_units_and_pruning_resolve_on_every_family(fam):
+    """The MLP's output is W_out @ hook_post (+ bias): unit contributions are exact on every layout
+    (GPT-2 stores W_out transposed); pruning finds each family's MLP and attention weights."""
+    seen = {}
+
+    def grab(key):
+        def hook(x, hook):
+            seen[key] = x
+        return hook
+
+    with fam.model.hooks(fwd_hooks=[(mlp_hidden_hook_name(fam.model, 1), grab("post")),
+                                    (mlp_output_hook_name(fam.model, 1), grab("out"))]):
+        LayerStack(fam.model).forward(ids_of(fam, PROMPTS[0]))
+    post, out = seen["post"], seen["out"]
+    w = mlp_out_weight(fam.model, 1)
+    assert w.shape == (64, post.shape[-1])
+    bias = getattr(fam.model.blocks[1].mlp.out, "bias", None)
+    torch.testing.assert_close(post @ w.T + (0 if bias is None else bias), out, rtol=1e-4, atol=1e-4)
+
+    from transformers import AutoModelForCausalLM
+
+    copy = AutoModelForCausalLM.from_pretrained(str(fam.folder), use_safetensors=True)
+    report = prune_(copy, PruneConfig(layers=(1,), fraction=0.5, components=("mlp", "attn")))
+    assert len(report) >= 3 and all(0.5 <= r["zero_fraction"] < 0.6 for r in report.values()), report
+
+
+@pytest.mark.parametrize("name", sorted(FUSED))
+def test_fused_and_generic_paths_agree_on_samples_and_routes(name, tmp_path_factory):
+    """Both execution paths on the families that have both: same tokens, log-probabilities to rounding."""
+    fam = family(name, tmp_path_factory)
+    assert describe(fam.model).attention == "fused"
+    rows = [Row(p) for p in range(2)] + [Row(p, seed=100 + j) for p in range(2) for j in range(6)]
+    params = SamplingParams(10, temperature=1.0, stop_at_eos=False)
+    for route in (None, REPEAT):
+        fused = generate(fam.model, PROMPTS[:2], rows, params, route=route)
+        generic = generate(fam.model, PROMPTS[:2], rows, params, route=route, fused=False)
+        assert [o.token_ids for o in fused] == [o.token_ids for o in generic]
+        for a, b in zip(fused, generic):
+            assert a.logprobs == pytest.approx(b.logprobs, abs=1e-4)
+    _BUILT.pop(name, None)
+
+
+def test_a_tokenizer_that_prepends_bos_keeps_one_bos(tmp_path):
+    """A Llama-style tokenizer adds BOS itself: the engine, ``model.tokenizer`` and ``model.to_tokens``
+    all give one BOS (TransformerLens' default would otherwise be set against it)."""
+    from tokenizers import processors
+    from transformers import AutoTokenizer
+
+    from reachlens.models import load_model
+    from reachlens.models.char_tokenizer import build_char_tokenizer
+    from reachlens.models.testing import TEST_ALPHABET
+
+    folder = make_tiny_model("llama", tmp_path / "bos")
+    tok = build_char_tokenizer(TEST_ALPHABET)
+    tok._tokenizer.post_processor = processors.TemplateProcessing(
+        single="<bos> $A", special_tokens=[("<bos>", tok.bos_token_id)])
+    tok.save_pretrained(folder)
+    own = AutoTokenizer.from_pretrained(str(folder))
+    ids = own(PROMPTS[0])["input_ids"]
+    assert ids[0] == own.bos_token_id and ids[1] != own.bos_token_id
+    model = load_model(str(folder))
+    assert model.cfg.default_prepend_bos is True
+    assert model.to_tokens(PROMPTS[0])[0].tolist() == ids == encode_prompts(model.tokenizer, PROMPTS[:1])[0]
