@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import os
 import random
+import tempfile
 from pathlib import Path
 
 import numpy as np
@@ -10,6 +12,9 @@ import pytest
 import torch
 
 SHARED_DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
+
+# model fingerprints are cached on disk; tests keep theirs away from the user's cache
+os.environ.setdefault("REACHLENS_CACHE", tempfile.mkdtemp(prefix="reachlens-test-cache-"))
 
 
 @pytest.fixture(autouse=True)
@@ -74,4 +79,4 @@ def fake_audit(realized, n_correct, k=4, spec="m", protocol=None):
              "finish_reason": "stop", "n_tokens": 1, "mean_logprob": -1.0}
             for qid, c in zip(qids, n_correct) for j in range(k)]
     return AuditResult(protocol.resolved(load_task("arith", n=1)), {"spec": spec, "fingerprint": spec}, q,
-                       pd.DataFrame(rows))
+                       pd.DataFrame(rows), {"generator": "fake_audit"})

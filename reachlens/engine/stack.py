@@ -29,6 +29,7 @@ from torch import Tensor
 
 from reachlens.engine.fast_attention import fused_attention
 from reachlens.engine.kv_cache import SlotKVCache
+from reachlens.errors import ReachlensError
 
 __all__ = ["LayerStack", "SUPPORTED_MODEL_TYPES", "validate_route"]
 
@@ -46,16 +47,16 @@ def validate_route(route: Sequence[int], n_layers: int) -> tuple[int, ...]:
         if isinstance(layer, bool) or not isinstance(layer, (int,)) and not (
             isinstance(layer, Tensor) and layer.ndim == 0
         ):
-            raise TypeError(f"route step {step}: layer {layer!r} is not an integer index")
+            raise ReachlensError(f"route step {step}: layer {layer!r} is not an integer index")
         layer = int(layer)
         if not 0 <= layer < n_layers:
-            raise ValueError(
+            raise ReachlensError(
                 f"route step {step}: layer {layer} is out of range for a {n_layers}-layer model "
                 f"(valid: 0-{n_layers - 1})"
             )
         out.append(layer)
     if not out:
-        raise ValueError("a route needs at least one layer")
+        raise ReachlensError("a route needs at least one layer")
     return tuple(out)
 
 
@@ -69,7 +70,7 @@ class LayerStack:
     def __init__(self, model: torch.nn.Module, *, fused: bool = True) -> None:
         for part in ("embed", "blocks", "ln_final", "unembed", "rotary_emb"):
             if not hasattr(model, part):
-                raise TypeError(
+                raise ReachlensError(
                     f"{type(model).__name__} has no {part!r}: reachlens runs TransformerLens "
                     "TransformerBridge models with rotary attention (load them with reachlens.load_model)"
                 )

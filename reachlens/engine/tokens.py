@@ -12,6 +12,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from reachlens.errors import ReachlensError
+
 __all__ = ["tokenizer_of", "encode"]
 
 
@@ -19,7 +21,7 @@ def tokenizer_of(model):
     """The tokenizer reachlens encodes and decodes with for ``model``."""
     tok = model.__dict__.get("reachlens_tokenizer") or getattr(model, "tokenizer", None)
     if tok is None:
-        raise ValueError("the model has no tokenizer; load it with reachlens.load_model")
+        raise ReachlensError("the model has no tokenizer; load it with reachlens.load_model")
     return tok
 
 

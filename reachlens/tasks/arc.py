@@ -15,7 +15,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from reachlens.tasks.base import DataError, Question, Task
-from reachlens.tasks.jsonl import make_task, mc_formats, read_jsonl
+from reachlens.tasks.jsonl import check_answer, make_task, mc_formats, read_jsonl
 from reachlens.tasks.registry import register_task, require_file
 
 __all__ = ["load_arc"]
@@ -54,8 +54,8 @@ def load_arc(
         gold = str(record["answerKey"]).strip()
         if gold not in labels:
             raise DataError(str(file), line, f"answerKey {gold!r} is not one of the choice labels {labels}")
-        questions.append(
-            Question(str(record["id"]), {"question": stem}, gold, tuple(str(o["text"]) for o in options), labels)
-        )
+        question = Question(str(record["id"]), {"question": stem}, gold, tuple(str(o["text"]) for o in options), labels)
+        check_answer(question, "choice", file, line)
+        questions.append(question)
     return make_task("arc", file, questions, mc_formats(), default_format, "choice", STOP,
                      {"recognition_format": "lm_eval"})
