@@ -32,6 +32,7 @@ def run(args: argparse.Namespace) -> int:
     from reachlens.models import load_model, model_identity
     from reachlens.store import AuditDir
     from reachlens.studies import audit
+    from reachlens.studies.auditing import check_context
     from reachlens.tasks import load_task
 
     task = load_task(args.task, args.data, split=args.split, n=args.n)
@@ -43,6 +44,7 @@ def run(args: argparse.Namespace) -> int:
         warnings.simplefilter("ignore", ReachlensWarning)
         store.check_run(protocol, dataclasses.asdict(model_identity(args.model)), task.data_identity)
     model = load_model(args.model, device=args.device, trust_remote_code=args.trust_remote_code)
+    check_context(model, task, protocol)
     bar = tqdm(total=len(task), unit="q", desc=f"audit {args.model}", file=sys.stderr)
     result = audit(model, task, protocol, out=args.out, max_batch_rows=args.max_batch_rows,
                    progress=lambda done: bar.update(done - bar.n))

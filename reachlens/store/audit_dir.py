@@ -181,8 +181,15 @@ def run_differences(
                 if key == "file":  # the file's name: a copy elsewhere is the same data
                     continue
                 if stored_data.get(key) != data.get(key):
-                    diffs[f"data.{key}"] = (stored_data.get(key), data.get(key))
+                    diffs[f"data.{key}"] = (_short(stored_data.get(key)), _short(data.get(key)))
     return diffs, notes
+
+
+def _short(value: Any) -> Any:
+    """A 64-hex digest cut to 12 digits for a message (enough to tell two apart)."""
+    if isinstance(value, str) and len(value) == 64 and all(c in "0123456789abcdef" for c in value):
+        return value[:12] + "..."
+    return value
 
 
 def _fix_for(diffs: Mapping[str, Any]) -> str:
@@ -304,8 +311,8 @@ class AuditDir:
         journal = self.path / JOURNAL
         if journal.is_file():
             try:
-                moves = json.loads(journal.read_text())["moves"]
-            except (ValueError, KeyError, OSError):
+                moves = [(str(staged), str(target)) for staged, target in json.loads(journal.read_text())["moves"]]
+            except (ValueError, KeyError, TypeError, OSError):
                 moves = None  # torn while being written: the rewrite never began
             if moves is not None:
                 self._commit(moves)

@@ -34,7 +34,7 @@ from reachlens.store import AuditDir
 from reachlens.studies.metrics import budget_grid, pass_at_k_curve
 from reachlens.tasks.base import Question, Task
 
-__all__ = ["AuditResult", "audit", "grade_questions", "grader_for", "summarize", "QUESTION_COLUMNS", "SAMPLE_COLUMNS"]
+__all__ = ["AuditResult", "audit", "check_context", "grade_questions", "grader_for", "summarize", "QUESTION_COLUMNS", "SAMPLE_COLUMNS"]
 
 QUESTION_COLUMNS = [
     "question_id", "realized", "reachable", "n_correct", "n_scored", "k", "propensity",
@@ -104,8 +104,9 @@ class AuditResult:
     def load(cls, path: str | Path) -> AuditResult:
         """Read a finished (or partial) audit directory."""
         store = AuditDir(path)
+        store.read_header()  # is it an audit directory at all?
+        store.recover()  # finish an interrupted rewrite, if any
         header = store.read_header()
-        store.recover()
         return cls(Protocol.from_dict(header["protocol"]), header["model"], store.questions(), store.samples(),
                    dict(header.get("data") or {}))
 
@@ -224,7 +225,7 @@ def audit(
     """
     protocol = protocol.resolved(task)
     model_id = _identity(model)
-    _check_context(model, task, protocol)
+    check_context(model, task, protocol)
     if out is None:
         return _run(model, task, protocol, model_id, None, max_batch_rows, sample_offset, progress, share_prefixes)
     store = AuditDir(out)
@@ -234,8 +235,9 @@ def audit(
         return _run(model, task, protocol, model_id, store, max_batch_rows, sample_offset, progress, share_prefixes)
 
 
-def _check_context(model, task: Task, protocol: Protocol) -> None:
-    """Refuse a decode that cannot fit the model's context window, before anything runs."""
+def check_context(model, task: Task, protocol: Protocol) -> None:
+    """Refuse a decode that cannot fit the model's context window (``model.cfg.n_ctx``): the longest
+    prompt of ``task`` plus ``protocol.max_new_tokens``. :func:`audit` calls it before anything runs."""
     n_ctx = getattr(getattr(model, "cfg", None), "n_ctx", None)
     if not isinstance(n_ctx, int) or not len(task):
         return

@@ -189,8 +189,15 @@ def run_training_audit(
         raise ReachlensError("workers > 1 audits in separate processes with reachlens.load_model; "
                          "pass load=None, or workers=1 to use a custom loader")
     root = Path(out)
-    (root / "audits").mkdir(parents=True, exist_ok=True)
     study_file = root / "study.json"
+    if root.exists() and not root.is_dir():
+        raise ReachlensError(f"study directory {str(root)!r} is a file; choose a directory for the study")
+    if root.is_dir() and not study_file.is_file():
+        foreign = sorted(p.name for p in root.iterdir() if p.name != "audits")
+        if foreign:
+            raise ReachlensError(f"{str(root)!r} is not empty ({', '.join(foreign[:5])}) and is not a study directory "
+                                 "(no study.json); choose a new or empty directory (nothing in it was touched)")
+    (root / "audits").mkdir(parents=True, exist_ok=True)
     if study_file.is_file():
         old = StudyPlan.from_dict(read_json(study_file, "study file")["plan"])
         if old != plan:
