@@ -100,6 +100,8 @@ def _write_durably(path: Path, write: Callable[[Path], None], *, replace: bool =
 
 
 def _nan_to_none(obj: Any) -> Any:
+    if hasattr(obj, "item") and callable(obj.item) and getattr(obj, "shape", None) == ():  # a numpy scalar
+        obj = obj.item()
     if isinstance(obj, float) and not math.isfinite(obj):
         return None
     if isinstance(obj, Mapping):
@@ -111,7 +113,7 @@ def _nan_to_none(obj: Any) -> Any:
 
 def _json_text(obj: Any) -> str:
     # allow_nan=False: a NaN that slipped past _nan_to_none is a bug, not a file nobody can read
-    return json.dumps(_nan_to_none(obj), indent=2, sort_keys=True, allow_nan=False) + "\n"
+    return json.dumps(_nan_to_none(obj), indent=2, sort_keys=True, allow_nan=False, default=str) + "\n"
 
 
 def write_json(path: str | os.PathLike, obj: Any) -> None:

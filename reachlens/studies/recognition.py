@@ -327,12 +327,14 @@ class EvalSets:
 
     def check_model(self, model) -> None:
         """Refuse a model other than the one the sets were chosen on (its fingerprint differs)."""
+        from reachlens.models.loading import same_model
+
         ident = _identity(model)
         mine, theirs = self.model.get("fingerprint"), ident.get("fingerprint")
-        if mine != theirs:
+        if not same_model(self.model, ident):  # (a sets file written before full hashing: its legacy hash)
             raise ReachlensError(f"these sets were chosen on {self.model.get('spec')!r} (fingerprint {mine}), not "
-                             f"{ident.get('spec')!r} (fingerprint {theirs}); choose sets on this model with "
-                             "`reachlens recognize`, or pass --allow-other-model")
+                                 f"{ident.get('spec')!r} (fingerprint {theirs}); choose sets on this model with "
+                                 "`reachlens recognize`, or pass --allow-other-model")
 
 
 def select_sets(result: RecognitionResult, rule: FailureRule | None = None, task: TaskSpec | None = None) -> EvalSets:
