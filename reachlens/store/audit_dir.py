@@ -302,6 +302,12 @@ class AuditDir:
         self._require_lock()
         if self.exists():
             self.check_run(protocol, model, data if data is not None else {})
+            header = self.read_header()
+            stored = header["model"].get("fingerprint")
+            if stored != model.get("fingerprint") and "unknown" not in (stored, model.get("fingerprint")):
+                # the same model, recognized by the fingerprint of reachlens before full hashing:
+                # record its full identity, so the summary and the header name one fingerprint
+                write_json(self.header_path, {**header, "model": dict(model)})
             return
         write_json(self.header_path, {
             "format": "reachlens-audit", "protocol": protocol.to_dict(), "protocol_hash": protocol.hash,

@@ -86,6 +86,9 @@ def test_an_old_directory_without_data_identity_resumes_with_a_note(tiny_model, 
     with pytest.warns(UserWarning, match="written before reachlens recorded data identity"):
         again = audit(tiny_model, load_task("gsm8k", a), PROTO, out=out, max_batch_rows=6)
     assert again.questions.equals(first.questions)
+    # recognized by its legacy fingerprint, the model's full identity is now recorded; rescore agrees
+    assert json.loads((out / "protocol.json").read_text())["model"]["fingerprint"].startswith("sha256:")
+    assert rescore(out).questions.equals(first.questions)
 
 
 def test_extend_budget_checks_model_and_data(tiny_model, files, tmp_path, monkeypatch) -> None:
