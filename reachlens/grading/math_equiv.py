@@ -38,7 +38,10 @@ one deadline (``timeout_s``) on the whole extract-parse-and-compare:
 
 math-verify's ``verify`` is called with ``raise_on_error=True``: left to itself it turns a crash
 inside the comparison into ``False``, a wrong answer. A timeout, a parser crash, a memory error or
-a dead worker gives ``Grade(answer, correct=False, scored=False)``.
+a dead worker gives ``Grade(answer, correct=False, scored=False)``. An answer holding a digit run
+longer than :data:`~reachlens.grading.extract.MAX_DIGITS` is not handed to math-verify (sympy spends
+seconds inside one C call on such a number, past any alarm): it is correct only when it is the same
+number as the gold (exactly, as the numeric grader compares) or the same string.
 """
 
 from __future__ import annotations
@@ -64,10 +67,11 @@ from typing import Any, Literal
 
 from reachlens.errors import ReachlensError
 from reachlens.grading._math_verify_core import Timeout as _Timeout
+from reachlens.grading._math_verify_core import _math_verify
 from reachlens.grading._math_verify_core import alarm as _alarm
 from reachlens.grading._math_verify_core import verify_latex
 from reachlens.grading.base import GRADERS, Grade, unscored
-from reachlens.grading.extract import extract_math_answer, extract_numeric_answer, parse_number
+from reachlens.grading.extract import MAX_DIGITS, extract_math_answer, extract_numeric_answer, number_key, parse_number
 
 __all__ = ["MathGrader", "normalize_math_answer"]
 
@@ -82,6 +86,7 @@ _WORKER_MEMORY_LIMIT = 1 << 30
 """Bytes of address space the worker may use (``RLIMIT_AS``); past it a comparison fails with
 ``MemoryError`` and the row is unscored."""
 _CORE_PATH = str(Path(__file__).with_name("_math_verify_core.py"))
+_LONG_DIGITS = re.compile(rf"\d{{{MAX_DIGITS + 1}}}")
 _NUMBER_THEN_WORDS_RE = re.compile(r"^(\S+)\s+[A-Za-z][A-Za-z .]*$")
 
 
@@ -252,6 +257,7 @@ class MathGrader:
         try:
             in_main = threading.current_thread() is threading.main_thread()
             if self.isolation == "auto" and in_main and hasattr(signal, "setitimer"):
+                _math_verify()  # the first call imports sympy: not part of any answer's deadline
                 with _alarm(self.timeout_s):
                     return self._grade(text, gold, answer, None)
             return self._grade(text, gold, answer, time.monotonic() + self.timeout_s)
@@ -268,6 +274,12 @@ class MathGrader:
         if answer[0] is None:
             return Grade(answer=None, correct=False)
         gold = normalize_math_answer(gold)
+        if _LONG_DIGITS.search(answer[0]):
+            # a digit run past MAX_DIGITS is no number for math-verify (sympy would spend seconds in
+            # one C call on it): it equals the gold only as the same number or the same string
+            key = number_key(answer[0])
+            same = (key is not None and key == number_key(gold)) or answer[0].strip() == gold.strip()
+            return Grade(answer=answer[0], correct=same)
         if deadline is None:
             correct = verify_latex(answer[0], gold)
         else:

@@ -234,8 +234,10 @@ GRADERS = {
 
 
 @pytest.fixture(scope="module", autouse=True)
-def _warm_worker():
-    MathGrader(isolation="process").grade(r"\boxed{1}", "1")  # start it outside the timed calls
+def _warm_math_verify():
+    """Import sympy here and start the worker, outside the timed calls (about a second each, once)."""
+    MathGrader().grade(r"\boxed{1}", "1")
+    MathGrader(isolation="process").grade(r"\boxed{1}", "1")
 
 
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
