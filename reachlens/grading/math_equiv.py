@@ -129,7 +129,7 @@ class _Worker:
         self._lock = threading.Lock()
         self._process: subprocess.Popen[str] | None = None
         self._replies: queue.Queue[str | None] = queue.Queue()
-        atexit.register(self.stop)
+        self._atexit = False
 
     def stop(self) -> None:
         """Kill the worker process, if any (the next request starts a new one)."""
@@ -164,6 +164,9 @@ class _Worker:
             subprocess.Popen, command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, encoding="ascii"
         )
         self._process = _SPAWNER.submit(popen).result()
+        if not self._atexit:
+            atexit.register(self.stop)
+            self._atexit = True
         self._replies = queue.Queue()
         threading.Thread(
             target=_pump, args=(self._process.stdout, self._replies), daemon=True
