@@ -48,6 +48,7 @@ def main() -> None:
         torch.set_num_threads(args.threads)
 
     from reachlens.engine import LayerStack, encode
+    from reachlens.errors import ReachlensError
     from reachlens.models import load_model
     from reachlens.models.loading import resolve_spec
     from reachlens.models.testing import make_tiny_llama
@@ -58,7 +59,7 @@ def main() -> None:
         try:
             resolve_spec("zoo:base")
             spec = "zoo:base"
-        except ValueError:
+        except ReachlensError:
             spec = str(make_tiny_llama(Path(tempfile.mkdtemp()) / "peer", n_layers=6, d_model=128, n_heads=4,
                                        n_kv_heads=4, d_mlp=512))
     model = load_model(spec)

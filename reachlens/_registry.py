@@ -9,6 +9,8 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 from typing import Generic, TypeVar
 
+from reachlens.errors import ReachlensError, UnknownNameError
+
 __all__ = ["Registry"]
 
 T = TypeVar("T")
@@ -30,7 +32,7 @@ class Registry(Generic[T]):
 
     def register(self, name: str, item: T) -> T:
         if name in self._items:
-            raise ValueError(f"{self.kind} {name!r} is already registered; pick another name")
+            raise ReachlensError(f"{self.kind} {name!r} is already registered; pick another name")
         self._items[name] = item
         return item
 
@@ -47,7 +49,7 @@ class Registry(Generic[T]):
             return self._items[name]
         except KeyError:
             known = ", ".join(sorted(self._items)) or "(none)"
-            raise LookupError(f"unknown {self.kind} {name!r}; known: {known}") from None
+            raise UnknownNameError(f"unknown {self.kind} {name!r}; known: {known}") from None
 
     def __contains__(self, name: object) -> bool:
         return name in self._items

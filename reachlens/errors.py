@@ -5,12 +5,40 @@ A :class:`ReachlensError` is something the user can fix; its message names the b
 that escapes is a bug and keeps its traceback. It is deliberately not a ``ValueError``: a
 ``ValueError`` or ``KeyError`` raised by a bug (in reachlens, pandas, torch) must never be mistaken
 for a user error.
+
+Two subclasses keep a standard class for Python callers who already catch it: a failed registry
+lookup (an unknown task, grader, strategy) is an :class:`UnknownNameError`, also a ``LookupError``;
+a missing input file is a :class:`MissingFileError`, also a ``FileNotFoundError``.
+
+:class:`ReachlensWarning` is a note about something that ran but deserves a word (fewer questions
+than asked for, an audit directory written before data identity was recorded); the CLI prints it as
+one line.
 """
 
 from __future__ import annotations
 
-__all__ = ["ReachlensError"]
+__all__ = ["MissingFileError", "ReachlensError", "ReachlensWarning", "UnknownNameError"]
 
 
 class ReachlensError(Exception):
     """A user error: printed by the CLI as one line, exit status 2."""
+
+    def __str__(self) -> str:
+        # one line, whatever the arguments (a LookupError subclass would otherwise print its repr)
+        return " ".join(str(a) for a in self.args).replace("\n", " ") if self.args else ""
+
+
+class UnknownNameError(ReachlensError, LookupError):
+    """A name that no registry knows (task, grader, prompt format, strategy, ...); also a ``LookupError``."""
+
+
+class MissingFileError(ReachlensError, FileNotFoundError):
+    """An input file or folder that does not exist; also a ``FileNotFoundError``."""
+
+    def __init__(self, message: str) -> None:
+        # FileNotFoundError(errno, strerror) would reformat a message; keep ours as the only argument
+        Exception.__init__(self, message)
+
+
+class ReachlensWarning(UserWarning):
+    """A note for the user about a run that went ahead (the CLI prints it as one line)."""

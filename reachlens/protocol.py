@@ -18,10 +18,12 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
+from reachlens.errors import ReachlensError
+
 __all__ = ["Protocol", "ProtocolMismatch"]
 
 
-class ProtocolMismatch(ValueError):
+class ProtocolMismatch(ReachlensError):
     """Two results were made under different protocols (or models) and cannot be compared or merged."""
 
     def __init__(self, differences: dict[str, tuple[Any, Any]], what: str = "protocols differ", fix: str = "") -> None:
@@ -59,19 +61,19 @@ class Protocol:
         if isinstance(self.stop, list):
             object.__setattr__(self, "stop", tuple(self.stop))
         if not isinstance(self.k, int) or isinstance(self.k, bool) or self.k < 1:
-            raise ValueError(f"k={self.k!r} must be an integer >= 1 (the number of samples per question)")
+            raise ReachlensError(f"k={self.k!r} must be an integer >= 1 (the number of samples per question)")
         if not isinstance(self.temperature, (int, float)) or not math.isfinite(self.temperature) or self.temperature < 0:
-            raise ValueError(f"temperature={self.temperature!r} must be a finite number >= 0")
+            raise ReachlensError(f"temperature={self.temperature!r} must be a finite number >= 0")
         if self.temperature == 0 and self.k > 1:
-            raise ValueError(
+            raise ReachlensError(
                 f"temperature=0 with k={self.k}: greedy samples are all identical; use temperature > 0 or k=1"
             )
         if not 0 < self.top_p <= 1:
-            raise ValueError(f"top_p={self.top_p!r} must lie in (0, 1]")
+            raise ReachlensError(f"top_p={self.top_p!r} must lie in (0, 1]")
         if not isinstance(self.max_new_tokens, int) or self.max_new_tokens < 1:
-            raise ValueError(f"max_new_tokens={self.max_new_tokens!r} must be an integer >= 1")
+            raise ReachlensError(f"max_new_tokens={self.max_new_tokens!r} must be an integer >= 1")
         if self.stop is not None and any(not s for s in self.stop):
-            raise ValueError(f"stop={self.stop!r} contains an empty string")
+            raise ReachlensError(f"stop={self.stop!r} contains an empty string")
 
     # --- identity --------------------------------------------------------------------------------
     def to_dict(self) -> dict[str, Any]:
@@ -84,7 +86,7 @@ class Protocol:
         known = {f.name for f in dataclasses.fields(cls)}
         unknown = set(d) - known
         if unknown:
-            raise ValueError(f"unknown protocol fields {sorted(unknown)}; known: {sorted(known)}")
+            raise ReachlensError(f"unknown protocol fields {sorted(unknown)}; known: {sorted(known)}")
         d = dict(d)
         if d.get("stop") is not None:
             d["stop"] = tuple(d["stop"])
@@ -114,8 +116,9 @@ class Protocol:
     # --- resolution against a task ---------------------------------------------------------------
     def resolved(self, task) -> Protocol:
         """Fill ``default`` / None fields from ``task`` so that the stored protocol is explicit."""
-        if task.name != self.task:
-            raise ValueError(f"protocol is for task {self.task!r} but the task given is {task.name!r}")
+        # a generic loader names its task after the file ("jsonl:questions"); its protocol says "jsonl"
+        if task.name != self.task and not task.name.startswith(f"{self.task}:"):
+            raise ReachlensError(f"protocol is for task {self.task!r} but the task given is {task.name!r}")
         fmt = task.default_format if self.prompt_format == "default" else self.prompt_format
         task.format(fmt)  # raises LookupError naming the known formats
         return dataclasses.replace(

@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import random
 import shutil
+import tempfile
 from pathlib import Path
 
 import numpy as np
@@ -41,6 +42,9 @@ def pytest_runtest_makereport(item, call):
 def pytest_make_collect_report(collector):
     outcome = yield
     _fail_skips_in_ci(outcome.get_result())
+
+# model fingerprints are cached on disk; tests keep theirs away from the user's cache
+os.environ.setdefault("REACHLENS_CACHE", tempfile.mkdtemp(prefix="reachlens-test-cache-"))
 
 
 @pytest.fixture(autouse=True)
@@ -116,4 +120,4 @@ def fake_audit(realized, n_correct, k=4, spec="m", protocol=None):
              "finish_reason": "stop", "n_tokens": 1, "mean_logprob": -1.0}
             for qid, c in zip(qids, n_correct) for j in range(k)]
     return AuditResult(protocol.resolved(load_task("arith", n=1)), {"spec": spec, "fingerprint": spec}, q,
-                       pd.DataFrame(rows))
+                       pd.DataFrame(rows), {"generator": "fake_audit"})

@@ -1,6 +1,7 @@
 import pytest
 
 from reachlens import Protocol, ProtocolMismatch
+from reachlens.errors import ReachlensError
 from reachlens.tasks import load_task
 
 
@@ -46,7 +47,7 @@ def test_diff_names_fields_and_require_match_refuses():
     ],
 )
 def test_validation_names_the_bad_value(kw, msg):
-    with pytest.raises(ValueError, match=msg.replace("(", "\\(")):
+    with pytest.raises(ReachlensError, match=msg.replace("(", "\\(")):
         Protocol("arith", **kw)
 
 
@@ -56,10 +57,10 @@ def test_resolved_fills_task_defaults_and_checks_format():
     assert (p.prompt_format, p.stop, p.grader) == ("qa", ("\n",), "numeric")
     with pytest.raises(LookupError, match="no prompt format 'nope'"):
         Protocol("arith", prompt_format="nope").resolved(task)
-    with pytest.raises(ValueError, match="protocol is for task 'gsm8k'"):
+    with pytest.raises(ReachlensError, match="protocol is for task 'gsm8k'"):
         Protocol("gsm8k").resolved(task)
 
 
 def test_unknown_fields_in_a_stored_protocol_are_refused():
-    with pytest.raises(ValueError, match="unknown protocol fields \\['kk'\\]"):
+    with pytest.raises(ReachlensError, match="unknown protocol fields \\['kk'\\]"):
         Protocol.from_dict({"task": "arith", "kk": 3})

@@ -4,14 +4,16 @@ from __future__ import annotations
 
 import argparse
 
+from reachlens.errors import MissingFileError, ReachlensError
+
 __all__ = [
     "CLIError", "DTYPES", "add_model_args", "add_protocol_args", "add_study_args", "add_task_args", "comma_list",
     "load_model_from_args", "nonneg_float", "open_study", "positive_int", "protocol_from_args", "read_vector",
 ]
 
 
-class CLIError(Exception):
-    """A user error: printed as one line, exit status 2."""
+class CLIError(ReachlensError):
+    """A user error in the command line: printed as one line, exit status 2."""
 
 
 def positive_int(name: str):
@@ -139,7 +141,7 @@ def read_vector(path: str):
 
     p = Path(path)
     if not p.is_file():
-        raise FileNotFoundError(f"direction file {path!r} does not exist")
+        raise MissingFileError(f"direction file {path!r} does not exist")
     if p.suffix == ".npy":
         arr = np.load(p, allow_pickle=False)
     elif p.suffix == ".json":

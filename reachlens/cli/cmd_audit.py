@@ -30,14 +30,28 @@ def register(sub) -> argparse.ArgumentParser:
 
 
 def run(args: argparse.Namespace) -> int:
+    import dataclasses
+    import warnings
+
     from tqdm import tqdm
 
+    from reachlens.errors import ReachlensWarning
+    from reachlens.models import model_identity
+    from reachlens.store import AuditDir
     from reachlens.studies import audit
+    from reachlens.studies.auditing import check_context
     from reachlens.tasks import load_task
 
     task = load_task(args.task, args.data, split=args.split, n=args.n)
     protocol = protocol_from_args(args, task)
+    # Refuse a bad --out (a file, a folder of other files, another run) before the model loads.
+    store = AuditDir(args.out)
+    store.check_target()
+    with warnings.catch_warnings():  # its notes come once, from the audit itself
+        warnings.simplefilter("ignore", ReachlensWarning)
+        store.check_run(protocol, dataclasses.asdict(model_identity(args.model)), task.data_identity)
     model = load_model_from_args(args)
+    check_context(model, task, protocol)
     bar = tqdm(total=len(task), unit="q", desc=f"audit {args.model}", file=sys.stderr)
     result = audit(model, task, protocol, out=args.out, max_batch_rows=args.max_batch_rows,
                    progress=lambda done: bar.update(done - bar.n))

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import json
 from pathlib import Path
 
 from reachlens.cli._common import add_model_args, add_task_args, load_model_from_args, positive_int
@@ -32,6 +31,7 @@ def register(sub) -> argparse.ArgumentParser:
 
 def run(args: argparse.Namespace) -> int:
     from reachlens.cli._common import CLIError
+    from reachlens.store import write_json
     from reachlens.studies.recognition import (
         FailureRule,
         FailureSetTooSmall,
@@ -55,7 +55,7 @@ def run(args: argparse.Namespace) -> int:
     result.questions.drop(columns=["gen_text"]).to_csv(out / "questions.csv", index=False)
     result.records.to_parquet(out / "records.parquet", index=False)
     summary = {**result.summary(), "task": dataclasses.asdict(spec)}
-    (out / "summary.json").write_text(json.dumps(summary, indent=2, default=str) + "\n")
+    write_json(out / "summary.json", summary)  # (an undefined number is null, never NaN)
     s = result.summary()
     print(f"{args.model} on {args.task} (n={s['n']}): acc={s['acc']:.3f}  acc_norm={s['acc_norm']:.3f}  "
           f"generation={s['generation_acc']:.3f}  recognized-but-generated-wrong={s['rec_right_gen_wrong']}")

@@ -2,7 +2,10 @@
 
 Every subcommand lives in its own module ``reachlens/cli/cmd_*.py`` with ``NAME``, ``HELP``,
 ``register(subparsers)`` and ``run(args) -> int``; this module collects them. Bad arguments and
-user errors exit with status 2 and one line saying what is wrong and how to fix it.
+user errors (:class:`~reachlens.errors.ReachlensError`) exit with status 2 and one line saying what
+is wrong and how to fix it; a :class:`~reachlens.errors.ReachlensWarning` is one ``note:`` line;
+Ctrl-C is one line and exit status 130 (finished parts of an audit are on disk already). Anything
+else is a bug and keeps its traceback.
 """
 
 from __future__ import annotations
@@ -11,6 +14,7 @@ import argparse
 import importlib
 import pkgutil
 import sys
+import warnings
 from collections.abc import Sequence
 from types import ModuleType
 
@@ -47,19 +51,29 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser, mods = build_parser()
     args = parser.parse_args(argv)
     from reachlens._verbosity import quiet_dependencies
-    from reachlens.cli._common import CLIError
-    from reachlens.errors import ReachlensError
-    from reachlens.models.loading import ModelLoadError
-    from reachlens.protocol import ProtocolMismatch
-    from reachlens.tasks.base import DataError
+    from reachlens.errors import ReachlensError, ReachlensWarning
 
-    try:
-        with quiet_dependencies():  # the libraries' progress bars and warnings stay out of reachlens' output
-            return mods[args.command].run(args)
-    except (ReachlensError, CLIError, ProtocolMismatch, ModelLoadError, DataError, FileNotFoundError, LookupError, ValueError) as err:
-        msg = err.args[0] if isinstance(err, LookupError) and err.args else str(err)
-        print(f"reachlens {args.command}: error: {msg}", file=sys.stderr)
-        return 2
+    prefix = f"reachlens {args.command}"
+    with warnings.catch_warnings():
+        show = warnings.showwarning
+
+        def one_line(message, category, filename, lineno, file=None, line=None):
+            if issubclass(category, ReachlensWarning):
+                print(f"{prefix}: note: {message}", file=sys.stderr)
+            else:
+                show(message, category, filename, lineno, file, line)
+
+        warnings.showwarning = one_line
+        warnings.simplefilter("always", ReachlensWarning)
+        try:
+            with quiet_dependencies():  # the libraries' progress bars and warnings stay out of reachlens' output
+                return mods[args.command].run(args)
+        except ReachlensError as err:
+            print(f"{prefix}: error: {err}", file=sys.stderr)
+            return 2
+        except KeyboardInterrupt:
+            print(f"{prefix}: interrupted; finished work is saved (re-run the same command to resume)", file=sys.stderr)
+            return 130
 
 
 if __name__ == "__main__":

@@ -47,6 +47,7 @@ from reachlens.engine.rng import sample_inverse_cdf
 from reachlens.engine.stack import LayerStack
 from reachlens.engine.stopping import StopChecker
 from reachlens.engine.tokens import encode_prompts, tokenizer_of
+from reachlens.errors import ReachlensError
 
 __all__ = ["SamplingParams", "Row", "Completion", "generate", "tokenize_prompts"]
 
@@ -70,13 +71,13 @@ class SamplingParams:
 
     def __post_init__(self) -> None:
         if self.max_new_tokens < 1:
-            raise ValueError(f"max_new_tokens={self.max_new_tokens!r} must be at least 1")
+            raise ReachlensError(f"max_new_tokens={self.max_new_tokens!r} must be at least 1")
         if not self.temperature > 0:
-            raise ValueError(f"temperature={self.temperature!r} must be > 0 for sampled rows")
+            raise ReachlensError(f"temperature={self.temperature!r} must be > 0 for sampled rows")
         if not 0 < self.top_p <= 1:
-            raise ValueError(f"top_p={self.top_p!r} must lie in (0, 1]")
+            raise ReachlensError(f"top_p={self.top_p!r} must lie in (0, 1]")
         if any(not s for s in self.stop):
-            raise ValueError(f"stop={self.stop!r} contains an empty string")
+            raise ReachlensError(f"stop={self.stop!r} contains an empty string")
 
 
 @dataclass(frozen=True)
@@ -187,14 +188,14 @@ def generate(
     """
     for i, r in enumerate(rows):
         if not 0 <= r.prompt < len(prompts):
-            raise IndexError(f"rows[{i}].prompt={r.prompt} but there are {len(prompts)} prompts")
+            raise ReachlensError(f"rows[{i}].prompt={r.prompt} but there are {len(prompts)} prompts")
     stack = LayerStack(model, fused=fused)
     steps = stack.route(route)
     tok = tokenizer_of(model)
     ids = tokenize_prompts(tok, prompts)
     for i, p in enumerate(ids):
         if not p:
-            raise ValueError(f"prompt {i} ({prompts[i]!r}) tokenizes to nothing; a prompt needs at least one token")
+            raise ReachlensError(f"prompt {i} ({prompts[i]!r}) tokenizes to nothing; a prompt needs at least one token")
     if share_prefixes is None:
         share_prefixes = not user_hooks(model)
     stopper = StopChecker(tok, params.stop, _eos_ids(model) if params.stop_at_eos else set())

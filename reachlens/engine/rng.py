@@ -20,6 +20,8 @@ import torch
 from jaxtyping import Float, Int
 from torch import Tensor
 
+from reachlens.errors import ReachlensError
+
 __all__ = ["row_seed", "uniforms", "sample_inverse_cdf"]
 
 _M32 = 0xFFFFFFFF
@@ -73,7 +75,7 @@ def sample_inverse_cdf(
     share a distribution share one softmax and one cumulative sum; each still draws its own uniform.
     """
     if temperature <= 0:
-        raise ValueError(f"temperature={temperature!r}: sampling needs temperature > 0 (use argmax for greedy)")
+        raise ReachlensError(f"temperature={temperature!r}: sampling needs temperature > 0 (use argmax for greedy)")
     n_dist = logits.shape[0]
     if group is None:
         group = torch.arange(n_dist, device=logits.device)

@@ -29,6 +29,7 @@ from torch import Tensor
 
 from reachlens.engine.stack import LayerStack
 from reachlens.engine.tokens import tokenizer_of
+from reachlens.errors import ReachlensError
 
 __all__ = ["LoglikResult", "encode_pair", "loglikelihoods", "right_padded"]
 
@@ -57,7 +58,7 @@ def encode_pair(tokenizer, context: str, continuation: str) -> tuple[list[int], 
     if context == "":
         prefix = tokenizer.eos_token_id
         if prefix is None:
-            raise ValueError("an empty context needs a prefix token, and the tokenizer has no EOS token")
+            raise ReachlensError("an empty context needs a prefix token, and the tokenizer has no EOS token")
         return [int(prefix)], list(tokenizer(continuation, add_special_tokens=False)["input_ids"])
     whole = list(tokenizer(context + continuation, add_special_tokens=True)["input_ids"])
     ctx = list(tokenizer(context, add_special_tokens=True)["input_ids"])
@@ -112,15 +113,15 @@ def loglikelihoods(
     -12.3
     """
     if batch_size < 1:
-        raise ValueError(f"batch_size={batch_size!r} must be at least 1")
+        raise ReachlensError(f"batch_size={batch_size!r} must be at least 1")
     tok = tokenizer_of(model)
     window = _max_length(model) if max_length is None else max_length
     pairs = [encode_pair(tok, c, x) for c, x in requests]
     for i, (_, cont) in enumerate(pairs):
         if not cont:
-            raise ValueError(f"request {i}: continuation {requests[i][1]!r} encodes to no tokens")
+            raise ReachlensError(f"request {i}: continuation {requests[i][1]!r} encodes to no tokens")
         if len(cont) > window:
-            raise ValueError(f"request {i}: continuation has {len(cont)} tokens, more than the window {window}")
+            raise ReachlensError(f"request {i}: continuation has {len(cont)} tokens, more than the window {window}")
     inputs = [(ctx + cont)[-(window + 1):][:-1] for ctx, cont in pairs]
     order = sorted(range(len(pairs)), key=lambda i: (-len(inputs[i]), i))
     stack = LayerStack(model)

@@ -111,16 +111,16 @@ def validate_route(route: Sequence[int], n_layers: int) -> tuple[int, ...]:
         if isinstance(layer, bool) or not isinstance(layer, (int,)) and not (
             isinstance(layer, Tensor) and layer.ndim == 0
         ):
-            raise TypeError(f"route step {step}: layer {layer!r} is not an integer index")
+            raise ReachlensError(f"route step {step}: layer {layer!r} is not an integer index")
         layer = int(layer)
         if not 0 <= layer < n_layers:
-            raise ValueError(
+            raise ReachlensError(
                 f"route step {step}: layer {layer} is out of range for a {n_layers}-layer model "
                 f"(valid: 0-{n_layers - 1})"
             )
         out.append(layer)
     if not out:
-        raise ValueError("a route needs at least one layer")
+        raise ReachlensError("a route needs at least one layer")
     return tuple(out)
 
 
@@ -287,7 +287,7 @@ def _model_type(model) -> str:
     hf = getattr(model, "original_model", None)
     model_type = getattr(getattr(hf, "config", None), "model_type", None)
     if hf is None or model_type is None or not hasattr(model, "blocks"):
-        raise TypeError(
+        raise ReachlensError(
             f"{type(model).__name__} is not a TransformerLens TransformerBridge over a HuggingFace causal LM "
             "(load it with reachlens.load_model)"
         )

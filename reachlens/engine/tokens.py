@@ -17,6 +17,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from reachlens.errors import ReachlensError
+
 __all__ = ["encode", "encode_prompts", "special_tokens_added", "tokenizer_of"]
 
 
@@ -24,7 +26,7 @@ def tokenizer_of(model):
     """The tokenizer reachlens encodes and decodes with for ``model`` (``model.tokenizer``)."""
     tok = getattr(model, "tokenizer", None)
     if tok is None:
-        raise ValueError("the model has no tokenizer; load it with reachlens.load_model")
+        raise ReachlensError("the model has no tokenizer; load it with reachlens.load_model")
     return tok
 
 

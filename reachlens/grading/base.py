@@ -4,16 +4,28 @@ A grader never evaluates model text as code. Extraction and comparison are pure 
 number work (``fractions.Fraction``, regular expressions); the math-equivalence grader parses
 with ``math-verify`` under a timeout. A grader that cannot decide (a timeout, a parser crash)
 returns ``scored=False`` so the row is marked unscored, never silently counted wrong.
+
+Model text is untrusted: a grader never raises on it. Any exception inside extraction or comparison
+(a bug in a parser, text that is not even a string) makes that one completion unscored through
+:func:`unscored`, which logs it and counts it in :data:`GRADING_ERRORS`. Only a bad *gold* answer
+raises: it is the data's fault, found before any model runs when the task file is loaded.
 """
 
 from __future__ import annotations
 
+import collections
+import logging
 from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
 from reachlens._registry import Registry
 
-__all__ = ["Grade", "Grader", "GRADERS", "get_grader"]
+__all__ = ["GRADING_ERRORS", "Grade", "Grader", "GRADERS", "get_grader", "unscored"]
+
+logger = logging.getLogger(__name__)
+
+GRADING_ERRORS: collections.Counter[str] = collections.Counter()
+"""Completions made unscored by an exception inside a grader in this process, by grader name."""
 
 
 @dataclass(frozen=True)
@@ -49,3 +61,16 @@ GRADERS: Registry[Grader] = Registry("grader")
 def get_grader(name: str) -> Grader:
     """The registered grader called ``name`` (``numeric``, ``choice``, ``math``)."""
     return GRADERS[name]
+
+
+def unscored(grader: str, text: object, error: BaseException, answer: str | None = None) -> Grade:
+    """The verdict on a completion whose grading raised ``error``: unscored, logged and counted."""
+    GRADING_ERRORS[grader] += 1
+    head = text[:80] if isinstance(text, str) else type(text).__name__
+    try:
+        message = str(error)[:200]
+    except Exception:  # an exception whose message cannot be made
+        message = "?"
+    logger.warning("the %s grader failed on a completion (%s: %s; text begins %r); marked unscored",
+                   grader, type(error).__name__, message, head)
+    return Grade(answer=answer, correct=False, scored=False)

@@ -10,7 +10,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from reachlens.grading.base import GRADERS, Grade
+from reachlens.errors import ReachlensError
+from reachlens.grading.base import GRADERS, Grade, unscored
 from reachlens.grading.extract import extract_choice
 
 __all__ = ["ChoiceGrader"]
@@ -38,7 +39,7 @@ class ChoiceGrader:
         labels = tuple(self.labels)
         bad = [label for label in labels if label not in _VALID]
         if not labels or bad or len(set(labels)) != len(labels):
-            raise ValueError(
+            raise ReachlensError(
                 f"labels {self.labels!r} must be distinct single letters A-J or digits 1-9, "
                 f"e.g. ('A', 'B', 'C', 'D'); bad: {bad!r}"
             )
@@ -55,16 +56,22 @@ class ChoiceGrader:
     def grade(self, text: str, gold: str) -> Grade:
         """Grade ``text`` against the gold label ``gold``.
 
+        Never raises on ``text``: an exception while extracting makes the completion unscored.
+
         Raises:
-            ValueError: ``gold`` is not one of ``labels``.
+            ReachlensError: ``gold`` is not one of ``labels`` (a data error, found at load time for
+                task files).
 
         >>> ChoiceGrader().grade("C", "c").correct
         True
         """
-        gold_label = gold.strip().upper()
+        gold_label = gold.strip().upper() if isinstance(gold, str) else None
         if gold_label not in self.labels:
-            raise ValueError(f"gold label {gold!r} is not one of the labels {self.labels!r}")
-        answer = self.extract(text)
+            raise ReachlensError(f"gold label {gold!r} is not one of the labels {self.labels!r}")
+        try:
+            answer = self.extract(text)
+        except Exception as error:
+            return unscored(self.name, text, error)
         return Grade(answer=answer, correct=answer == gold_label)
 
 

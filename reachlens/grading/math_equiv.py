@@ -20,7 +20,7 @@ No model text is executed as code. What we found in math-verify 0.9 / latex2symp
 Timeouts. math-verify's own ``parsing_timeout``/``timeout_seconds`` use ``signal.alarm``: whole
 seconds, main thread only (elsewhere they raise ``ValueError``), and they swallow a timeout into an
 empty parse or ``False``, which cannot be told from a wrong answer. So we switch them off and put
-one deadline (``timeout_s``) on the whole parse-and-compare:
+one deadline (``timeout_s``) on the whole extract-parse-and-compare:
 
 * ``isolation="auto"`` (default): in the main thread on POSIX, a ``setitimer`` alarm that raises
   (and re-raises every 0.1 s, in case some library swallows the first); the previous SIGALRM
@@ -30,17 +30,29 @@ one deadline (``timeout_s``) on the whole parse-and-compare:
   loads math-verify and sympy only. The hard bound: a computation stuck in one C call ignores
   Python signals, but an overrunning worker is killed (and restarted, about a second, on the next
   call). There is one worker per Python process, so concurrent callers queue for it and may wait
-  longer than ``timeout_s`` in all.
+  longer than ``timeout_s`` in all. The worker dies with the process that started it (Linux's
+  ``PR_SET_PDEATHSIG``, elsewhere a thread that watches its parent), even one killed with
+  ``kill -9`` mid-comparison, and runs under an address-space limit (``RLIMIT_AS``,
+  ``_WORKER_MEMORY_LIMIT``) so a huge power cannot eat the machine. In the worker, extraction runs
+  here first and the comparison gets what is left of the deadline.
 
-A timeout, a parser crash or a dead worker gives ``Grade(answer, correct=False, scored=False)``.
+math-verify's ``verify`` is called with ``raise_on_error=True``: left to itself it turns a crash
+inside the comparison into ``False``, a wrong answer. A timeout, a parser crash, a memory error or
+a dead worker gives ``Grade(answer, correct=False, scored=False)``. An answer holding a digit run
+longer than :data:`~reachlens.grading.extract.MAX_DIGITS` is not handed to math-verify (sympy spends
+seconds inside one C call on such a number, past any alarm): it is correct only when it is the same
+number as the gold (exactly, as the numeric grader compares) or the same string.
 """
 
 from __future__ import annotations
 
 import atexit
+import concurrent.futures
+import functools
 import json
 import logging
 import math
+import os
 import queue
 import re
 import signal
@@ -53,9 +65,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
+from reachlens.errors import ReachlensError
+from reachlens.grading._math_verify_core import Timeout as _Timeout
+from reachlens.grading._math_verify_core import _math_verify
+from reachlens.grading._math_verify_core import alarm as _alarm
 from reachlens.grading._math_verify_core import verify_latex
-from reachlens.grading.base import GRADERS, Grade
-from reachlens.grading.extract import extract_math_answer, extract_numeric_answer, parse_number
+from reachlens.grading.base import GRADERS, Grade, unscored
+from reachlens.grading.extract import MAX_DIGITS, extract_math_answer, extract_numeric_answer, number_key, parse_number
 
 __all__ = ["MathGrader", "normalize_math_answer"]
 
@@ -63,12 +79,15 @@ logger = logging.getLogger(__name__)
 
 _WORKER_START_TIMEOUT_S = 120.0
 """Seconds a fresh worker may take to import sympy and math-verify before we give up on it."""
+_WORKER_GRACE_S = 0.25
+"""Seconds past the deadline the worker has to report its own timeout before it is killed (it keeps
+its imports warm that way; only a computation stuck in one C call costs a restart)."""
+_WORKER_MEMORY_LIMIT = 1 << 30
+"""Bytes of address space the worker may use (``RLIMIT_AS``); past it a comparison fails with
+``MemoryError`` and the row is unscored."""
 _CORE_PATH = str(Path(__file__).with_name("_math_verify_core.py"))
+_LONG_DIGITS = re.compile(rf"\d{{{MAX_DIGITS + 1}}}")
 _NUMBER_THEN_WORDS_RE = re.compile(r"^(\S+)\s+[A-Za-z][A-Za-z .]*$")
-
-
-class _Timeout(BaseException):
-    """The deadline passed (a BaseException, so ``except Exception`` in libraries lets it by)."""
 
 
 def normalize_math_answer(answer: str) -> str:
@@ -88,37 +107,6 @@ def normalize_math_answer(answer: str) -> str:
     return answer
 
 
-def _verify_with_alarm(answer: str, gold: str, timeout_s: float) -> bool:
-    """``verify_latex`` under a SIGALRM deadline; main thread only. Raises ``_Timeout``."""
-    armed = [True]
-
-    def on_alarm(signum: int, frame: object) -> None:
-        if armed[0]:
-            raise _Timeout
-
-    previous_handler = signal.signal(signal.SIGALRM, on_alarm)
-    previous_delay, previous_interval = 0.0, 0.0
-    start = time.monotonic()
-    try:
-        previous_delay, previous_interval = signal.setitimer(
-            signal.ITIMER_REAL, timeout_s, min(0.1, timeout_s)
-        )
-        return verify_latex(answer, gold)
-    finally:
-        restored = False
-        while not restored:  # the alarm may fire inside this block; retry until all is undone
-            try:
-                armed[0] = False
-                signal.setitimer(signal.ITIMER_REAL, 0)
-                signal.signal(signal.SIGALRM, previous_handler)
-                if previous_delay > 0:  # somebody else's timer: let it fire when it was due
-                    remaining = max(previous_delay - (time.monotonic() - start), 1e-3)
-                    signal.setitimer(signal.ITIMER_REAL, remaining, previous_interval)
-                restored = True
-            except _Timeout:
-                pass
-
-
 def _pump(stream: Iterable[str], lines: queue.Queue[str | None]) -> None:
     """Move the worker's reply lines into ``lines``; None marks their end (or a read error)."""
     try:
@@ -130,6 +118,10 @@ def _pump(stream: Iterable[str], lines: queue.Queue[str | None]) -> None:
         lines.put(None)
 
 
+_SPAWNER = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="reachlens-math-verify")
+"""The one thread that starts worker processes (it lives until the interpreter exits)."""
+
+
 class _Worker:
     """One shared worker process running ``_math_verify_core``, killed when a request overruns."""
 
@@ -137,6 +129,7 @@ class _Worker:
         self._lock = threading.Lock()
         self._process: subprocess.Popen[str] | None = None
         self._replies: queue.Queue[str | None] = queue.Queue()
+        self._atexit = False
 
     def stop(self) -> None:
         """Kill the worker process, if any (the next request starts a new one)."""
@@ -149,6 +142,7 @@ class _Worker:
                     stream.close()
 
     def _reply(self, timeout_s: float) -> dict[str, Any]:
+        """The next reply line; past ``timeout_s`` the worker is killed and ``_Timeout`` raised."""
         try:
             line = self._replies.get(timeout=timeout_s)
         except queue.Empty:
@@ -160,17 +154,23 @@ class _Worker:
         return json.loads(line)
 
     def _start(self) -> None:
-        self._process = subprocess.Popen(
-            [sys.executable, "-P", _CORE_PATH],  # -P: do not put reachlens/grading on sys.path
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            encoding="ascii",
+        # -P: do not put reachlens/grading on sys.path. The worker dies with this process
+        # (PR_SET_PDEATHSIG, or a watch on its parent) and runs under RLIMIT_AS. The parent-death
+        # signal fires when the *thread* that started the child ends, so the child is started from
+        # one thread that lives as long as the process, never from a caller's short-lived thread.
+        command = [sys.executable, "-P", _CORE_PATH, "--parent", str(os.getpid()),
+                   "--memory-limit", str(_WORKER_MEMORY_LIMIT)]
+        popen = functools.partial(
+            subprocess.Popen, command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, encoding="ascii"
         )
+        self._process = _SPAWNER.submit(popen).result()
+        if not self._atexit:
+            atexit.register(self.stop)
+            self._atexit = True
         self._replies = queue.Queue()
         threading.Thread(
             target=_pump, args=(self._process.stdout, self._replies), daemon=True
         ).start()
-        atexit.register(self.stop)
         try:
             ready = self._reply(_WORKER_START_TIMEOUT_S)
         except _Timeout:
@@ -182,19 +182,26 @@ class _Worker:
             raise RuntimeError(f"the math-verify worker sent {ready!r} instead of ready")
 
     def verify(self, answer: str, gold: str, timeout_s: float) -> bool:
-        """``verify_latex`` in the worker. Raises ``_Timeout``, or RuntimeError if it failed."""
+        """``verify_latex`` in the worker. Raises ``_Timeout``, or RuntimeError if it failed.
+
+        The worker keeps the deadline itself (an alarm, as in this process) and answers
+        ``{"timeout": true}``; a worker silent ``_WORKER_GRACE_S`` past it is stuck in C and killed.
+        """
         with self._lock:
             if self._process is None or self._process.poll() is not None:
                 self.stop()
                 self._start()
             assert self._process is not None and self._process.stdin is not None
+            request = {"answer": answer, "gold": gold, "timeout_s": timeout_s}
             try:
-                self._process.stdin.write(json.dumps({"answer": answer, "gold": gold}) + "\n")
+                self._process.stdin.write(json.dumps(request) + "\n")
                 self._process.stdin.flush()
             except OSError as error:
                 self.stop()
                 raise RuntimeError(f"the math-verify worker is gone: {error!r}") from error
-            reply = self._reply(timeout_s)
+            reply = self._reply(timeout_s + _WORKER_GRACE_S)
+        if reply.get("timeout"):
+            raise _Timeout
         if "error" in reply:
             raise RuntimeError(f"math-verify failed in the worker: {reply['error']}")
         return bool(reply["ok"])
@@ -225,9 +232,9 @@ class MathGrader:
     def __post_init__(self) -> None:
         number = isinstance(self.timeout_s, int | float) and not isinstance(self.timeout_s, bool)
         if not (number and 0 < self.timeout_s < math.inf):
-            raise ValueError(f"timeout_s {self.timeout_s!r} must be a positive number of seconds")
+            raise ReachlensError(f"timeout_s {self.timeout_s!r} must be a positive number of seconds")
         if self.isolation not in ("auto", "process"):
-            raise ValueError(f"isolation {self.isolation!r} must be 'auto' or 'process'")
+            raise ReachlensError(f"isolation {self.isolation!r} must be 'auto' or 'process'")
         object.__setattr__(self, "timeout_s", float(self.timeout_s))
 
     def extract(self, text: str) -> str | None:
@@ -242,27 +249,48 @@ class MathGrader:
     def grade(self, text: str, gold: str) -> Grade:
         r"""Grade ``text`` against the LaTeX gold answer ``gold``.
 
+        Extraction and comparison run under one deadline, ``timeout_s``. Never raises on ``text``: a
+        timeout, a parser crash inside math-verify, a dead worker or any other exception makes the
+        completion unscored.
+
         >>> MathGrader().grade(r"\boxed{(3, \frac{\pi}{2})}", r"\left( 3, \frac{\pi}{2} \right)")
         Grade(answer='(3, \\frac{\\pi}{2})', correct=True, scored=True)
         """
-        answer = self.extract(text)
-        if answer is None:
-            return Grade(answer=None, correct=False)
+        answer: list[str | None] = [None]
         try:
-            correct = self._run(answer, normalize_math_answer(gold))
+            in_main = threading.current_thread() is threading.main_thread()
+            if self.isolation == "auto" and in_main and hasattr(signal, "setitimer"):
+                _math_verify()  # the first call imports sympy: not part of any answer's deadline
+                with _alarm(self.timeout_s):
+                    return self._grade(text, gold, answer, None)
+            return self._grade(text, gold, answer, time.monotonic() + self.timeout_s)
         except _Timeout:
-            logger.info("math-verify timed out after %s s on %r", self.timeout_s, answer[:200])
-            return Grade(answer=answer, correct=False, scored=False)
+            logger.info("math grading timed out after %s s on %r", self.timeout_s, str(answer[0])[:200])
+            return Grade(answer=answer[0], correct=False, scored=False)
         except Exception as error:  # a parser crash or a dead worker: undecided, not wrong
-            logger.warning("math-verify failed on %r vs %r: %r", answer[:200], gold, error)
-            return Grade(answer=answer, correct=False, scored=False)
-        return Grade(answer=answer, correct=correct)
+            return unscored(self.name, text, error, answer[0])
 
-    def _run(self, answer: str, gold: str) -> bool:
-        in_main = threading.current_thread() is threading.main_thread()
-        if self.isolation == "auto" and in_main and hasattr(signal, "setitimer"):
-            return _verify_with_alarm(answer, gold, self.timeout_s)
-        return _WORKER.verify(answer, gold, self.timeout_s)
+    def _grade(self, text: str, gold: str, answer: list[str | None], deadline: float | None) -> Grade:
+        """Extract and compare; ``deadline`` (monotonic seconds) when the worker compares, None under
+        an alarm. ``answer[0]`` receives the extracted answer as soon as there is one."""
+        answer[0] = self.extract(text)
+        if answer[0] is None:
+            return Grade(answer=None, correct=False)
+        gold = normalize_math_answer(gold)
+        if _LONG_DIGITS.search(answer[0]):
+            # a digit run past MAX_DIGITS is no number for math-verify (sympy would spend seconds in
+            # one C call on it): it equals the gold only as the same number or the same string
+            key = number_key(answer[0])
+            same = (key is not None and key == number_key(gold)) or answer[0].strip() == gold.strip()
+            return Grade(answer=answer[0], correct=same)
+        if deadline is None:
+            correct = verify_latex(answer[0], gold)
+        else:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise _Timeout
+            correct = _WORKER.verify(answer[0], gold, remaining)
+        return Grade(answer=answer[0], correct=correct)
 
 
 GRADERS.register("math", MathGrader())

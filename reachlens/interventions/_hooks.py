@@ -13,6 +13,7 @@ from collections.abc import Callable
 from typing import Any
 
 from reachlens._registry import Registry
+from reachlens.errors import ReachlensError, UnknownNameError
 
 __all__ = [
     "COMPONENT_HOOKS", "INTERVENTIONS", "HookFn", "FwdHook", "check_layer", "component_hook_names",
@@ -39,21 +40,21 @@ block then passes its input through unchanged); the residual stream itself is ne
 def n_layers_of(model) -> int:
     blocks = getattr(model, "blocks", None)
     if blocks is None:
-        raise TypeError(f"{type(model).__name__} has no 'blocks': load the model with reachlens.load_model")
+        raise ReachlensError(f"{type(model).__name__} has no 'blocks': load the model with reachlens.load_model")
     return len(blocks)
 
 
 def check_layer(model, layer: int) -> int:
-    """``layer`` as an int, or a ValueError naming the valid range.
+    """``layer`` as an int, or a ReachlensError naming the valid range.
 
     >>> check_layer(model, 9)  # doctest: +SKIP
-    ValueError: layer 9 is out of range for a 6-layer model (valid: 0-5)
+    ReachlensError: layer 9 is out of range for a 6-layer model (valid: 0-5)
     """
     n = n_layers_of(model)
     if isinstance(layer, bool) or not isinstance(layer, int):
-        raise TypeError(f"layer {layer!r} is not an integer index")
+        raise ReachlensError(f"layer {layer!r} is not an integer index")
     if not 0 <= layer < n:
-        raise ValueError(f"layer {layer} is out of range for a {n}-layer model (valid: 0-{n - 1})")
+        raise ReachlensError(f"layer {layer} is out of range for a {n}-layer model (valid: 0-{n - 1})")
     return layer
 
 
@@ -61,11 +62,11 @@ def resolve_hook_name(model, name: str) -> str:
     """``name`` if ``model`` has that hook point, else a LookupError naming the closest known names."""
     hook_dict = getattr(model, "hook_dict", None)
     if hook_dict is None:
-        raise TypeError(f"{type(model).__name__} has no hook_dict: load the model with reachlens.load_model")
+        raise ReachlensError(f"{type(model).__name__} has no hook_dict: load the model with reachlens.load_model")
     if name not in hook_dict:
         close = difflib.get_close_matches(name, list(hook_dict), n=5, cutoff=0.6)
         hint = f"; did you mean {', '.join(repr(c) for c in close)}?" if close else ""
-        raise LookupError(f"model has no hook point {name!r}{hint}")
+        raise UnknownNameError(f"model has no hook point {name!r}{hint}")
     return name
 
 
@@ -76,6 +77,6 @@ def component_hook_names(model, layer: int, component: str) -> tuple[str, ...]:
     ('blocks.2.hook_attn_out', 'blocks.2.hook_mlp_out')
     """
     if component not in COMPONENT_HOOKS:
-        raise LookupError(f"unknown component {component!r}; known: {', '.join(COMPONENT_HOOKS)}")
+        raise UnknownNameError(f"unknown component {component!r}; known: {', '.join(COMPONENT_HOOKS)}")
     check_layer(model, layer)
     return tuple(resolve_hook_name(model, t.format(layer=layer)) for t in COMPONENT_HOOKS[component])

@@ -26,6 +26,8 @@ import torch
 from jaxtyping import Bool, Float
 from torch import Tensor
 
+from reachlens.errors import ReachlensError
+
 __all__ = ["PRUNE_COMPONENTS", "PruneConfig", "magnitude_mask", "prunable_weights", "prune_", "prune_checkpoint"]
 
 PRUNE_COMPONENTS = {"mlp": ("mlp",), "attn": ("self_attn", "attn", "attention")}
@@ -48,12 +50,12 @@ class PruneConfig:
         object.__setattr__(self, "layers", tuple(int(x) for x in self.layers))
         object.__setattr__(self, "components", tuple(self.components))
         if not self.layers:
-            raise ValueError("PruneConfig needs at least one layer")
+            raise ReachlensError("PruneConfig needs at least one layer")
         if not (isinstance(self.fraction, (int, float)) and math.isfinite(self.fraction) and 0 <= self.fraction < 1):
-            raise ValueError(f"fraction={self.fraction!r} must lie in [0, 1)")
+            raise ReachlensError(f"fraction={self.fraction!r} must lie in [0, 1)")
         bad = [c for c in self.components if c not in PRUNE_COMPONENTS]
         if bad or not self.components:
-            raise ValueError(f"components {self.components!r}: each must be one of {sorted(PRUNE_COMPONENTS)}")
+            raise ReachlensError(f"components {self.components!r}: each must be one of {sorted(PRUNE_COMPONENTS)}")
 
 
 def magnitude_mask(weight: Float[Tensor, "rows cols"], fraction: float) -> Bool[Tensor, "rows cols"]:
@@ -74,12 +76,12 @@ def prunable_weights(hf_model, config: PruneConfig) -> dict[str, torch.nn.Parame
     """The 2-D weights ``config`` selects, by their HuggingFace parameter names.
 
     Raises:
-        ValueError: a layer is out of range, or a selected part holds no 2-D weights.
+        ReachlensError: a layer is out of range, or a selected part holds no 2-D weights.
     """
     n_layers = int(hf_model.config.num_hidden_layers)
     for layer in config.layers:
         if not 0 <= layer < n_layers:
-            raise ValueError(f"layer {layer} is out of range for a {n_layers}-layer model (valid: 0-{n_layers - 1})")
+            raise ReachlensError(f"layer {layer} is out of range for a {n_layers}-layer model (valid: 0-{n_layers - 1})")
     stack = _decoder_layers(hf_model, n_layers)
     params = dict(hf_model.named_parameters())
     chosen: dict[str, torch.nn.Parameter] = {}
@@ -90,7 +92,7 @@ def prunable_weights(hf_model, config: PruneConfig) -> dict[str, torch.nn.Parame
             prefix = f"{stack}.{layer}.{part}."
             found = {k: p for k, p in params.items() if k.startswith(prefix) and p.ndim == 2}
             if not found:
-                raise ValueError(f"no 2-D weights under {prefix!r} ({type(hf_model).__name__})")
+                raise ReachlensError(f"no 2-D weights under {prefix!r} ({type(hf_model).__name__})")
             chosen.update(found)
     return chosen
 
@@ -101,7 +103,7 @@ def _decoder_layers(hf_model, n_layers: int) -> str:
         last = name.rsplit(".", 1)[-1]
         if isinstance(module, torch.nn.ModuleList) and len(module) == n_layers and last in ("layers", "h"):
             return name
-    raise ValueError(f"{type(hf_model).__name__} has no list of {n_layers} decoder layers")
+    raise ReachlensError(f"{type(hf_model).__name__} has no list of {n_layers} decoder layers")
 
 
 @torch.no_grad()
@@ -128,7 +130,7 @@ def prune_checkpoint(spec: str, out: str | Path, config: PruneConfig) -> Path:
     target, _ = resolve_spec(spec)
     out = Path(out)
     if out.exists() and any(out.iterdir()):
-        raise ValueError(f"output folder {str(out)!r} is not empty; pick a new folder")
+        raise ReachlensError(f"output folder {str(out)!r} is not empty; pick a new folder")
     hf = AutoModelForCausalLM.from_pretrained(target, use_safetensors=True, dtype=torch.float32)
     tok = AutoTokenizer.from_pretrained(target)
     report = prune_(hf, config)

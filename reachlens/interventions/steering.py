@@ -29,6 +29,7 @@ from jaxtyping import Float
 from torch import Tensor
 
 from reachlens.engine.hooks import row_agnostic
+from reachlens.errors import ReachlensError, UnknownNameError
 from reachlens.interventions._hooks import INTERVENTIONS, FwdHook, check_layer, resolve_hook_name
 
 __all__ = ["STEER_HOOKS", "add_vector_hook", "steering", "steer_hook_name"]
@@ -44,7 +45,7 @@ STEER_HOOKS = {
 def steer_hook_name(model, layer: int, component: str = "mlp") -> str:
     """The resolved hook name a steering of ``component`` at ``layer`` writes to."""
     if component not in STEER_HOOKS:
-        raise LookupError(f"unknown steering target {component!r}; known: {', '.join(STEER_HOOKS)}")
+        raise UnknownNameError(f"unknown steering target {component!r}; known: {', '.join(STEER_HOOKS)}")
     check_layer(model, layer)
     return resolve_hook_name(model, STEER_HOOKS[component].format(layer=layer))
 
@@ -52,9 +53,9 @@ def steer_hook_name(model, layer: int, component: str = "mlp") -> str:
 def add_vector_hook(vector: Float[Tensor, "d_model"], alpha: float):
     """A hook function that adds ``alpha * vector`` at every position of its activation."""
     if not math.isfinite(alpha):
-        raise ValueError(f"alpha={alpha!r} must be a finite number")
+        raise ReachlensError(f"alpha={alpha!r} must be a finite number")
     if not bool(torch.isfinite(vector).all()):
-        raise ValueError("the steering vector has non-finite entries")
+        raise ReachlensError("the steering vector has non-finite entries")
     shift = vector.detach().clone()
     scaled: dict[tuple, Tensor] = {}
 
@@ -75,7 +76,7 @@ def steering(
     """``fwd_hooks`` that add ``alpha * vector`` to ``component``'s output at block ``layer``.
 
     Raises:
-        ValueError: the vector's size is not the model's ``d_model``, or it is not finite.
+        ReachlensError: the vector's size is not the model's ``d_model``, or it is not finite.
 
     >>> steering(model, 2, v, 0.0)  # doctest: +SKIP
     [('blocks.2.hook_mlp_out', <function ...>)]
@@ -83,5 +84,5 @@ def steering(
     name = steer_hook_name(model, layer, component)
     d_model = int(model.cfg.d_model)
     if vector.ndim != 1 or vector.shape[0] != d_model:
-        raise ValueError(f"steering vector has shape {tuple(vector.shape)}; the model needs ({d_model},)")
+        raise ReachlensError(f"steering vector has shape {tuple(vector.shape)}; the model needs ({d_model},)")
     return [(name, add_vector_hook(vector, float(alpha)))]

@@ -29,6 +29,7 @@ from jaxtyping import Float, Int
 from torch import Tensor
 
 from reachlens.engine.hooks import row_agnostic
+from reachlens.errors import ReachlensError
 from reachlens.interventions._hooks import INTERVENTIONS, FwdHook, check_layer, resolve_hook_name
 
 __all__ = [
@@ -63,7 +64,7 @@ def mlp_out_weight(model, layer: int) -> Float[Tensor, "d_model d_mlp"]:
     out = getattr(mlp, "out", None)
     weight = getattr(out, "weight", None)
     if not isinstance(weight, Tensor):
-        raise TypeError(f"block {layer}'s MLP ({type(mlp).__name__}) has no 'out' projection weight")
+        raise ReachlensError(f"block {layer}'s MLP ({type(mlp).__name__}) has no 'out' projection weight")
     if isinstance(getattr(out, "original_component", None), Conv1D):
         weight = weight.T
     return weight.detach()
@@ -80,7 +81,7 @@ def top_units(contributions: Float[Tensor, "d_mlp"], k: int) -> list[int]:
     """The ``k`` units with the largest contribution (ties: the lower index first)."""
     n = contributions.shape[0]
     if not 1 <= k <= n:
-        raise ValueError(f"k={k!r} must lie in 1..{n} (the block's hidden units)")
+        raise ReachlensError(f"k={k!r} must lie in 1..{n} (the block's hidden units)")
     order = sorted(range(n), key=lambda i: (-float(contributions[i]), i))
     return order[:k]
 
@@ -106,16 +107,16 @@ def unit_ablation(model, layer: int, units: Sequence[int]) -> list[FwdHook]:
     """``fwd_hooks`` that zero ``units`` of block ``layer``'s MLP hidden layer on every forward.
 
     Raises:
-        ValueError: no units, a repeated unit, or a unit outside ``0..d_mlp-1``.
+        ReachlensError: no units, a repeated unit, or a unit outside ``0..d_mlp-1``.
     """
     name = mlp_hidden_hook_name(model, layer)
     d_mlp = int(model.cfg.d_mlp)
     units = [int(u) for u in units]
     if not units:
-        raise ValueError("unit_ablation needs at least one unit")
+        raise ReachlensError("unit_ablation needs at least one unit")
     bad = [u for u in units if not 0 <= u < d_mlp]
     if bad:
-        raise ValueError(f"units {bad!r} are out of range for block {layer}'s MLP (valid: 0-{d_mlp - 1})")
+        raise ReachlensError(f"units {bad!r} are out of range for block {layer}'s MLP (valid: 0-{d_mlp - 1})")
     if len(set(units)) != len(units):
-        raise ValueError(f"units {units!r} repeat an index")
+        raise ReachlensError(f"units {units!r} repeat an index")
     return [(name, unit_mask_hook(torch.tensor(units, dtype=torch.long)))]

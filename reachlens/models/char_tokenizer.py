@@ -8,6 +8,8 @@ RL prompts (``add_special_tokens=True``) and in reachlens' sampler.
 
 from __future__ import annotations
 
+from reachlens.errors import ReachlensError
+
 __all__ = ["build_char_tokenizer", "SPECIAL_TOKENS"]
 
 SPECIAL_TOKENS = ("<pad>", "<bos>", "<eos>", "<unk>")
@@ -25,7 +27,7 @@ def build_char_tokenizer(alphabet: str):
 
     chars = sorted(set(alphabet))
     if len(chars) != len(alphabet):
-        raise ValueError(f"alphabet {alphabet!r} repeats characters")
+        raise ReachlensError(f"alphabet {alphabet!r} repeats characters")
     vocab = {t: i for i, t in enumerate(list(SPECIAL_TOKENS) + chars)}
     core = Tokenizer(models.WordLevel(vocab=vocab, unk_token="<unk>"))
     core.pre_tokenizer = pre_tokenizers.Split(Regex(r"[\s\S]"), behavior="isolated")

@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from reachlens.engine import Completion, SamplingParams
+from reachlens.errors import ReachlensError
 from reachlens.routing.executor import RouteRequest, generate_along_routes
 from reachlens.routing.routes import Route, identity_route
 from reachlens.studies.auditing import grader_for
@@ -38,7 +39,7 @@ def lowest_window_mean(logprobs: Sequence[float], window: int) -> float:
     -1.05
     """
     if window < 1:
-        raise ValueError(f"window={window!r} must be >= 1")
+        raise ReachlensError(f"window={window!r} must be >= 1")
     n = len(logprobs)
     if n == 0:
         return math.nan
@@ -90,7 +91,7 @@ class RouteEvaluator:
         max_batch_rows: int = 256,
     ) -> None:
         if len(task) == 0:
-            raise ValueError(f"task {task.name!r} has no questions")
+            raise ReachlensError(f"task {task.name!r} has no questions")
         self.model = model
         self.task = task
         self.format = task.format(prompt_format)
@@ -125,7 +126,7 @@ class RouteEvaluator:
         seen: set[tuple[int, Route]] = set()
         for qi, route in pairs:
             if not 0 <= qi < len(self.prompts):
-                raise IndexError(f"question index {qi} is out of range for a task of {len(self.prompts)} questions")
+                raise ReachlensError(f"question index {qi} is out of range for a task of {len(self.prompts)} questions")
             key = (qi, tuple(route))
             if key not in self._memo and key not in seen:
                 seen.add(key)

@@ -34,6 +34,7 @@ from jaxtyping import Float, Int
 from torch import Tensor
 
 from reachlens.engine import Completion, LayerStack, Row, SamplingParams, generate
+from reachlens.errors import ReachlensError
 from reachlens.routing.routes import Route
 
 __all__ = ["RouteTrie", "RouteRequest", "route_logits", "route_loglik", "generate_along_routes"]
@@ -130,7 +131,7 @@ def route_logits(
     stack = LayerStack(model, fused=fused)
     steps = [stack.route(r) for r in routes]
     if not steps:
-        raise ValueError("route_logits needs at least one route")
+        raise ReachlensError("route_logits needs at least one route")
     trie = RouteTrie.build(steps)
     b = input_ids.shape[0]
     # how many children still need each node's state (freed as soon as none does)
@@ -181,7 +182,7 @@ def route_loglik(
     >>> lp.sum(-1)  # the continuation's log-likelihood along each route  # doctest: +SKIP
     """
     if not prompt_ids or not continuation_ids:
-        raise ValueError("route_loglik needs a non-empty prompt and continuation")
+        raise ReachlensError("route_loglik needs a non-empty prompt and continuation")
     device = next(model.parameters()).device
     ids = torch.tensor([list(prompt_ids) + list(continuation_ids)], device=device)
     logits = route_logits(model, ids[:, :-1], routes, last_only=False, fused=fused)[:, 0]
@@ -222,7 +223,7 @@ def generate_along_routes(
     by_route: dict[Route, dict[tuple[int, int | None], list[int]]] = {}
     for i, req in enumerate(requests):
         if not 0 <= req.prompt < len(prompts):
-            raise IndexError(f"requests[{i}].prompt={req.prompt} but there are {len(prompts)} prompts")
+            raise ReachlensError(f"requests[{i}].prompt={req.prompt} but there are {len(prompts)} prompts")
         by_route.setdefault(tuple(req.route), {}).setdefault((req.prompt, req.seed), []).append(i)
     out: list[Completion | None] = [None] * len(requests)
     for route, wanted in by_route.items():

@@ -34,6 +34,7 @@ from typing import Any, ClassVar
 
 from reachlens._registry import Registry
 from reachlens.engine.stack import validate_route
+from reachlens.errors import ReachlensError
 
 __all__ = [
     "Route", "RouteSpace", "SkipSpace", "NativeSpace", "ReorderSpace", "SPACES", "make_space",
@@ -70,7 +71,7 @@ def parse_route(text: str) -> Route:
     try:
         return tuple(int(p) for p in text.split(","))
     except ValueError:
-        raise ValueError(f"route {text!r} is not a comma-separated list of layer indices, e.g. '0,1,1,3'") from None
+        raise ReachlensError(f"route {text!r} is not a comma-separated list of layer indices, e.g. '0,1,1,3'") from None
 
 
 class RouteSpace(ABC):
@@ -91,7 +92,7 @@ class RouteSpace(ABC):
 
     @abstractmethod
     def encode(self, route: Route) -> tuple[int, ...]:
-        """The decisions of ``route``; raises ``ValueError`` naming the rule the route breaks."""
+        """The decisions of ``route``; raises ``ReachlensError`` naming the rule the route breaks."""
 
     @abstractmethod
     def sample(self, rng: random.Random) -> Route:
@@ -111,7 +112,7 @@ class RouteSpace(ABC):
 
     # --- generic operations ------------------------------------------------------------------------
     def validate(self, route: Sequence) -> Route:
-        """``route`` as a tuple if it lies in the space; otherwise ``ValueError`` naming the problem.
+        """``route`` as a tuple if it lies in the space; otherwise ``ReachlensError`` naming the problem.
 
         >>> NativeSpace(4).validate([0, 1, 1, 3])
         (0, 1, 1, 3)
@@ -123,7 +124,7 @@ class RouteSpace(ABC):
     def contains(self, route: Sequence) -> bool:
         try:
             self.validate(route)
-        except (ValueError, TypeError):
+        except ReachlensError:
             return False
         return True
 
@@ -218,16 +219,16 @@ class RouteSpace(ABC):
 
 def _check_params(n_layers: int, **limits: int) -> None:
     if not isinstance(n_layers, int) or n_layers < 1:
-        raise ValueError(f"n_layers={n_layers!r} must be a positive integer")
+        raise ReachlensError(f"n_layers={n_layers!r} must be a positive integer")
     for name, v in limits.items():
         if not isinstance(v, int) or v < 0:
-            raise ValueError(f"{name}={v!r} must be an integer >= 0")
+            raise ReachlensError(f"{name}={v!r} must be an integer >= 0")
 
 
-def _layer_order_error(route: Route, name: str) -> ValueError | None:
+def _layer_order_error(route: Route, name: str) -> ReachlensError | None:
     for step in range(1, len(route)):
         if route[step] < route[step - 1]:
-            return ValueError(
+            return ReachlensError(
                 f"route {format_route(route)!r} is not in the {name} space: layer {route[step]} runs after "
                 f"layer {route[step - 1]} at step {step}; the {name} space keeps the layers in order"
             )
@@ -271,11 +272,11 @@ class SkipSpace(RouteSpace):
             raise err
         if len(set(route)) != len(route):
             twice = next(layer for layer in route if route.count(layer) > 1)
-            raise ValueError(f"route {format_route(route)!r} runs layer {twice} twice; the skip space runs each "
+            raise ReachlensError(f"route {format_route(route)!r} runs layer {twice} twice; the skip space runs each "
                              "layer at most once (use the native space for repeats)")
         skipped = [i for i in range(self.n_layers) if i not in route]
         if len(skipped) > self.max_skip:
-            raise ValueError(f"route {format_route(route)!r} skips {len(skipped)} layers {skipped}; the skip "
+            raise ReachlensError(f"route {format_route(route)!r} skips {len(skipped)} layers {skipped}; the skip "
                              f"space allows at most max_skip={self.max_skip}")
         return tuple(RUN if i in route else SKIP for i in range(self.n_layers))
 
@@ -329,15 +330,15 @@ class NativeSpace(RouteSpace):
         counts = [route.count(i) for i in range(self.n_layers)]
         for layer, c in enumerate(counts):
             if c > 2:
-                raise ValueError(f"route {format_route(route)!r} runs layer {layer} {c} times; the native space "
+                raise ReachlensError(f"route {format_route(route)!r} runs layer {layer} {c} times; the native space "
                                  "runs a layer at most twice in a row")
         skipped = [i for i, c in enumerate(counts) if c == 0]
         repeated = [i for i, c in enumerate(counts) if c == 2]
         if len(skipped) > self.max_skip:
-            raise ValueError(f"route {format_route(route)!r} skips {len(skipped)} layers {skipped}; the native "
+            raise ReachlensError(f"route {format_route(route)!r} skips {len(skipped)} layers {skipped}; the native "
                              f"space allows at most max_skip={self.max_skip}")
         if len(repeated) > self.max_repeat:
-            raise ValueError(f"route {format_route(route)!r} repeats {len(repeated)} layers {repeated}; the "
+            raise ReachlensError(f"route {format_route(route)!r} repeats {len(repeated)} layers {repeated}; the "
                              f"native space allows at most max_repeat={self.max_repeat}")
         return tuple(counts)
 
@@ -369,7 +370,7 @@ class ReorderSpace(RouteSpace):
     def __post_init__(self) -> None:
         _check_params(self.n_layers, window=self.window)
         if self.window < 1:
-            raise ValueError(f"window={self.window!r} must be >= 1 (1 allows only the identity route)")
+            raise ReachlensError(f"window={self.window!r} must be >= 1 (1 allows only the identity route)")
 
     def actions(self, decisions: tuple[int, ...]) -> tuple[int, ...]:
         p = len(decisions)
@@ -396,14 +397,14 @@ class ReorderSpace(RouteSpace):
         for layer in range(self.n_layers):
             c = route.count(layer)
             if c == 0:
-                raise ValueError(f"route {format_route(route)!r} leaves out layer {layer}; the reorder space runs "
+                raise ReachlensError(f"route {format_route(route)!r} leaves out layer {layer}; the reorder space runs "
                                  "every layer exactly once")
             if c > 1:
-                raise ValueError(f"route {format_route(route)!r} runs layer {layer} {c} times; the reorder space "
+                raise ReachlensError(f"route {format_route(route)!r} runs layer {layer} {c} times; the reorder space "
                                  "runs every layer exactly once")
         for step, layer in enumerate(route):
             if abs(step - layer) > self.window - 1:
-                raise ValueError(
+                raise ReachlensError(
                     f"route {format_route(route)!r} runs layer {layer} at step {step}, {abs(step - layer)} places "
                     f"from its own position; window={self.window} allows at most {self.window - 1}"
                 )
@@ -432,7 +433,7 @@ def make_space(name: str, n_layers: int, **options: Any) -> RouteSpace:
     given = {k: v for k, v in options.items() if v is not None}
     unknown = set(given) - fields
     if unknown:
-        raise ValueError(f"the {name} space has no option(s) {sorted(unknown)}; its options: {sorted(fields)}")
+        raise ReachlensError(f"the {name} space has no option(s) {sorted(unknown)}; its options: {sorted(fields)}")
     return cls(n_layers, **given)
 
 

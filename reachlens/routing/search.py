@@ -35,6 +35,7 @@ from typing import Any
 import pandas as pd
 
 from reachlens._registry import Registry
+from reachlens.errors import ReachlensError
 from reachlens.routing.evaluation import Evaluation, RouteEvaluator
 from reachlens.routing.routes import Route, RouteSpace, format_route
 from reachlens.routing.strategies import make_strategy
@@ -85,9 +86,9 @@ class SearchConfig:
 
     def __post_init__(self) -> None:
         if not isinstance(self.budget, int) or isinstance(self.budget, bool) or self.budget < 1:
-            raise ValueError(f"budget={self.budget!r} must be an integer >= 1 (route evaluations per question)")
+            raise ReachlensError(f"budget={self.budget!r} must be an integer >= 1 (route evaluations per question)")
         if self.objective == "oracle" and not self.oracle:
-            raise ValueError("objective 'oracle' reads the gold answer; choose it explicitly with oracle=True")
+            raise ReachlensError("objective 'oracle' reads the gold answer; choose it explicitly with oracle=True")
         if self.objective != "oracle":
             OBJECTIVES[self.objective]  # noqa: B018 (raises LookupError naming the known objectives)
 
@@ -126,7 +127,7 @@ def run_search(
     >>> cands = run_search(RouteEvaluator(model, task), NativeSpace(6), "mcts", SearchConfig(32))  # doctest: +SKIP
     """
     if space.n_layers != evaluator.n_layers:
-        raise ValueError(f"the space is built for {space.n_layers} layers but the model has {evaluator.n_layers}")
+        raise ReachlensError(f"the space is built for {space.n_layers} layers but the model has {evaluator.n_layers}")
     idx = list(range(len(evaluator.prompts))) if questions is None else list(questions)
     objective = config.objective_name
     opts = dict(options or {})

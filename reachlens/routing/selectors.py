@@ -31,6 +31,7 @@ from dataclasses import dataclass
 import pandas as pd
 
 from reachlens._registry import Registry
+from reachlens.errors import ReachlensError
 
 __all__ = ["Selector", "Selection", "SELECTORS", "select", "oracle"]
 
@@ -118,7 +119,7 @@ def select(pool: pd.DataFrame, name: str) -> Selection:
     sel = SELECTORS[name]
     missing = [c for c in ("answer", "correct", "scored", *sel.needs) if c not in pool.columns]
     if missing:
-        raise ValueError(f"selector {name!r} needs column(s) {missing} that the pool lacks; "
+        raise ReachlensError(f"selector {name!r} needs column(s) {missing} that the pool lacks; "
                          f"it has {list(pool.columns)}")
     if len(pool) == 0:
         return Selection(None, None, 0.0)

@@ -27,6 +27,7 @@ from typing import Any
 
 import pandas as pd
 
+from reachlens.errors import ReachlensError
 from reachlens.protocol import ProtocolMismatch
 from reachlens.routing.evaluation import RouteEvaluator
 from reachlens.routing.routes import RouteSpace, make_space
@@ -162,13 +163,13 @@ def run_routing(
         evaluator = RouteEvaluator(model, task, max_new_tokens=config.max_new_tokens,
                                    prompt_format=config.prompt_format, window=config.window)
     elif evaluator.model is not model or evaluator.task is not task:
-        raise ValueError("the evaluator was made for another model or task; pass one made for this pair")
+        raise ReachlensError("the evaluator was made for another model or task; pass one made for this pair")
     else:
         want = {"max_new_tokens": config.max_new_tokens, "window": config.window,
                 "prompt_format": task.format(config.prompt_format).name}
         have = {k: evaluator.spec()[k] for k in want}
         if want != have:
-            raise ValueError(f"the evaluator decodes with {have} but the config asks for {want}")
+            raise ReachlensError(f"the evaluator decodes with {have} but the config asks for {want}")
 
     candidates = run_search(evaluator, space, strategy, config.search_config(),
                             options=config.strategy_options, progress=progress)

@@ -25,6 +25,7 @@ import torch
 
 from reachlens._registry import Registry
 from reachlens.engine import LayerStack, tokenizer_of
+from reachlens.errors import ReachlensError
 
 __all__ = ["VerificationPrompt", "VERIFICATION_PROMPTS", "verification_scores"]
 
@@ -52,7 +53,7 @@ def _check_vocabulary(tok, vp: VerificationPrompt) -> None:
         return
     fixed = (vp.context + vp.target).format(prompt="", completion="", answer="")
     if fixed and unk in tok(fixed, add_special_tokens=False)["input_ids"]:
-        raise ValueError(f"verification prompt {vp.name!r} has text the tokenizer cannot encode ({fixed!r} gives "
+        raise ReachlensError(f"verification prompt {vp.name!r} has text the tokenizer cannot encode ({fixed!r} gives "
                          f"<unk>); choose another, e.g. 'rescore'")
 
 

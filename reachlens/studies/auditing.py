@@ -25,7 +25,8 @@ from typing import Any
 
 import pandas as pd
 
-from reachlens.engine import Completion, Row, SamplingParams, generate, row_seed
+from reachlens.engine import Completion, Row, SamplingParams, encode, generate, row_seed
+from reachlens.errors import ReachlensError
 from reachlens.grading import ChoiceGrader, Grader, get_grader
 from reachlens.models.loading import ModelIdentity
 from reachlens.protocol import Protocol
@@ -33,7 +34,7 @@ from reachlens.store import AuditDir
 from reachlens.studies.metrics import budget_grid, pass_at_k_curve
 from reachlens.tasks.base import Question, Task
 
-__all__ = ["AuditResult", "audit", "grade_questions", "grader_for", "summarize", "QUESTION_COLUMNS", "SAMPLE_COLUMNS"]
+__all__ = ["AuditResult", "audit", "check_context", "grade_questions", "grader_for", "summarize", "QUESTION_COLUMNS", "SAMPLE_COLUMNS"]
 
 QUESTION_COLUMNS = [
     "question_id", "realized", "reachable", "n_correct", "n_scored", "k", "propensity",
@@ -52,6 +53,9 @@ class AuditResult:
     model: dict[str, str]
     questions: pd.DataFrame = field(repr=False)
     samples: pd.DataFrame = field(repr=False)
+    data: dict[str, Any] = field(default_factory=dict)
+    """The data identity of the task audited (see :mod:`reachlens.tasks.base`); empty when unknown
+    (an audit of a hand-made task, or one written before reachlens recorded it)."""
 
     @property
     def n(self) -> int:
@@ -91,17 +95,20 @@ class AuditResult:
         drawn these very samples.
         """
         if not 1 <= k <= self.k:
-            raise ValueError(f"k={k!r} must lie in 1..{self.k} (this audit's budget)")
+            raise ReachlensError(f"k={k!r} must lie in 1..{self.k} (this audit's budget)")
         samples = self.samples[self.samples["sample_idx"] < k].reset_index(drop=True)
         q = _question_table_update(self.questions, samples, k)
-        return AuditResult(self.protocol.with_k(k), self.model, q, samples)
+        return AuditResult(self.protocol.with_k(k), self.model, q, samples, self.data)
 
     @classmethod
     def load(cls, path: str | Path) -> AuditResult:
         """Read a finished (or partial) audit directory."""
         store = AuditDir(path)
+        store.read_header()  # is it an audit directory at all?
+        store.recover()  # finish an interrupted rewrite, if any
         header = store.read_header()
-        return cls(Protocol.from_dict(header["protocol"]), header["model"], store.questions(), store.samples())
+        return cls(Protocol.from_dict(header["protocol"]), header["model"], store.questions(), store.samples(),
+                   dict(header.get("data") or {}))
 
 
 def summarize(result: AuditResult) -> dict[str, Any]:
@@ -110,6 +117,8 @@ def summarize(result: AuditResult) -> dict[str, Any]:
         "protocol_hash": result.protocol.hash, "model": result.model.get("spec"),
         "model_fingerprint": result.model.get("fingerprint"),
         "n_unscored_samples": int((~result.samples["scored"]).sum()) if len(result.samples) else 0,
+        "n_unscored_deployed": int((~result.questions["deployed_scored"]).sum()) if result.n else 0,
+        "data": dict(result.data) or None,
         "pass_at_k": {int(r.k): r.pass_at_k for r in result.pass_at_k.itertuples()},
     }
 
@@ -219,12 +228,42 @@ def audit(
     """
     protocol = protocol.resolved(task)
     model_id = _identity(model)
-    store = None
-    done: set[str] = set()
-    if out is not None:
-        store = AuditDir(out)
-        store.open(protocol, model_id, extra={"task_source": task.source, "n_questions": len(task)})
-        done = store.finished_ids()
+    check_context(model, task, protocol)
+    if out is None:
+        return _run(model, task, protocol, model_id, None, max_batch_rows, sample_offset, progress, share_prefixes)
+    store = AuditDir(out)
+    with store.writer():
+        store.open(protocol, model_id, extra={"task_source": task.source, "n_questions": len(task)},
+                   data=task.data_identity)
+        return _run(model, task, protocol, model_id, store, max_batch_rows, sample_offset, progress, share_prefixes)
+
+
+def check_context(model, task: Task, protocol: Protocol) -> None:
+    """Refuse a decode that cannot fit the model's context window (``model.cfg.n_ctx``): the longest
+    prompt of ``task`` plus ``protocol.max_new_tokens``. :func:`audit` calls it before anything runs."""
+    n_ctx = getattr(getattr(model, "cfg", None), "n_ctx", None)
+    if not isinstance(n_ctx, int) or not len(task):
+        return
+    if protocol.max_new_tokens >= n_ctx:
+        raise ReachlensError(
+            f"max_new_tokens={protocol.max_new_tokens} does not fit the model's context of {n_ctx} tokens "
+            f"(with the prompt); use max_new_tokens below {n_ctx}"
+        )
+    fmt = task.format(protocol.prompt_format)
+    longest = max(len(ids) for ids in encode(model, [fmt.render(q) for q in task.questions]))
+    if longest + protocol.max_new_tokens > n_ctx:
+        raise ReachlensError(
+            f"the longest prompt ({longest} tokens) plus max_new_tokens={protocol.max_new_tokens} exceeds the "
+            f"model's context of {n_ctx} tokens; use max_new_tokens <= {max(n_ctx - longest, 0)}"
+        )
+
+
+def _run(
+    model, task: Task, protocol: Protocol, model_id: dict[str, str], store: AuditDir | None,
+    max_batch_rows: int, sample_offset: int, progress: Callable[[int], None] | None, share_prefixes: bool,
+) -> AuditResult:
+    """The audit proper (under the directory's writer lock when ``store`` is given)."""
+    done = store.finished_ids() if store is not None else set()
     params = SamplingParams(
         max_new_tokens=protocol.max_new_tokens, temperature=protocol.temperature or 1.0,
         top_p=protocol.top_p, stop=tuple(protocol.stop or ()),
@@ -276,7 +315,7 @@ def audit(
         questions = pd.concat(q_frames, ignore_index=True) if q_frames else pd.DataFrame(columns=QUESTION_COLUMNS)
         samples = pd.concat(s_frames, ignore_index=True) if s_frames else pd.DataFrame(columns=SAMPLE_COLUMNS)
     questions, samples = _in_task_order(questions, samples, [q.question_id for q in task.questions])
-    result = AuditResult(protocol, model_id, questions, samples)
+    result = AuditResult(protocol, model_id, questions, samples, dict(task.data_identity))
     if store is not None:
         store.consolidate(questions, samples, summarize(result))
     return result

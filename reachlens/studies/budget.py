@@ -13,8 +13,17 @@ from pathlib import Path
 
 import pandas as pd
 
-from reachlens.store import AuditDir
-from reachlens.studies.auditing import AuditResult, _in_task_order, _question_table_update, audit, summarize
+from reachlens.errors import ReachlensError
+from reachlens.protocol import ProtocolMismatch
+from reachlens.store import AuditDir, run_differences
+from reachlens.studies.auditing import (
+    AuditResult,
+    _identity,
+    _in_task_order,
+    _question_table_update,
+    audit,
+    summarize,
+)
 from reachlens.tasks.base import Task
 
 __all__ = ["extend_budget"]
@@ -27,28 +36,37 @@ def extend_budget(
     """The audit ``source`` extended to budget ``k`` (> its K); written to ``out`` when given.
 
     ``progress`` is called with the number of questions extended so far, as in :func:`audit`.
+    The model and the task must be those the audit was made with: their identities (model
+    fingerprint, data identity) are checked against the audit's, and a difference is refused with
+    :class:`~reachlens.protocol.ProtocolMismatch` naming it.
 
     >>> big = extend_budget(model, task, "runs/base", k=400, out="runs/base-k400")  # doctest: +SKIP
     """
     src = source if isinstance(source, AuditResult) else AuditResult.load(source)
     if k <= src.k:
-        raise ValueError(f"k={k!r} must exceed the audit's budget K={src.k} to extend it")
+        raise ReachlensError(f"k={k!r} must exceed the audit's budget K={src.k} to extend it")
+    stored = {"protocol": src.protocol.to_dict(), "model": src.model, "data": src.data}
+    diffs, _ = run_differences(stored, None, _identity(model), task.data_identity)
+    if diffs:
+        raise ProtocolMismatch(diffs, what="the audit to extend was made with another model or data",
+                               fix="pass the model and the task (data file) the audit was made with")
     ids = [q.question_id for q in task.questions]
     missing = set(src.questions["question_id"]) - set(ids)
     if missing:
-        raise ValueError(f"the task lacks {len(missing)} of the audit's questions (e.g. {sorted(missing)[0]!r}); "
-                         "pass the task the audit was made on")
-    sub = Task(task.name, tuple(q for q in task.questions if q.question_id in set(src.questions["question_id"])),
-               task.prompt_formats, task.default_format, task.grader, task.stop, task.source, task.metadata)
+        raise ReachlensError(f"the task lacks {len(missing)} of the audit's questions (e.g. {sorted(missing)[0]!r}); "
+                             "pass the task the audit was made on")
+    done = set(src.questions["question_id"])
+    sub = dataclasses.replace(task, questions=tuple(q for q in task.questions if q.question_id in done))
     more = audit(model, sub, src.protocol.with_k(k - src.k), max_batch_rows=max_batch_rows, sample_offset=src.k,
                  progress=progress)
     samples = pd.concat([src.samples, more.samples], ignore_index=True)
     questions = _question_table_update(src.questions, samples, k)
     questions, samples = _in_task_order(questions, samples, ids)
     protocol = dataclasses.replace(src.protocol, k=k)
-    result = AuditResult(protocol, src.model, questions, samples)
+    result = AuditResult(protocol, src.model, questions, samples, src.data)
     if out is not None:
         store = AuditDir(out)
-        store.open(protocol, src.model, extra={"extended_from_k": src.k})
-        store.consolidate(questions, samples, summarize(result))
+        with store.writer():
+            store.open(protocol, src.model, extra={"extended_from_k": src.k}, data=src.data)
+            store.consolidate(questions, samples, summarize(result))
     return result

@@ -45,6 +45,7 @@ from jaxtyping import Float
 from torch import Tensor
 
 from reachlens.engine import LayerStack, tokenize_prompts, tokenizer_of
+from reachlens.errors import ReachlensError, UnknownNameError
 from reachlens.interventions import (
     COMPONENT_HOOKS,
     FwdHook,
@@ -118,7 +119,7 @@ def evaluate_hooks(
 ) -> pd.DataFrame:
     """Greedy generation of the failure set and/or healthy panel with ``hooks`` live; ``PER_QUESTION_COLUMNS``."""
     if which not in ("both", "failure", "healthy"):
-        raise ValueError(f"which={which!r} must be 'both', 'failure' or 'healthy'")
+        raise ReachlensError(f"which={which!r} must be 'both', 'failure' or 'healthy'")
     ids = (list(sets.failure) if which != "healthy" else []) + (list(sets.healthy) if which != "failure" else [])
     if not ids:
         return pd.DataFrame(columns=PER_QUESTION_COLUMNS)
@@ -145,7 +146,7 @@ def _check_sets(model, sets: EvalSets, allow_other_model: bool) -> None:
     if not allow_other_model:
         sets.check_model(model)
     if not sets.failure:
-        raise ValueError("the failure set is empty: nothing to repair")
+        raise ReachlensError("the failure set is empty: nothing to repair")
 
 
 # --- zero-ablation sweep -------------------------------------------------------------------------
@@ -162,7 +163,7 @@ def silence_sweep(
     layers = list(range(len(model.blocks))) if layers is None else [check_layer(model, int(x)) for x in layers]
     bad = [c for c in components if c not in COMPONENT_HOOKS]
     if bad:
-        raise LookupError(f"unknown component(s) {bad!r}; known: {', '.join(COMPONENT_HOOKS)}")
+        raise UnknownNameError(f"unknown component(s) {bad!r}; known: {', '.join(COMPONENT_HOOKS)}")
     plan = [(None, "none", [])] + [(L, c, zero_ablation(model, L, c)) for L in layers for c in components]
     rows, per_q = [], []
     for layer, comp, hooks in plan:
@@ -179,7 +180,7 @@ def best_layer(table: pd.DataFrame, component: str = "mlp") -> int:
     """The layer whose ``component`` ablation has the largest repair minus break (ties: the lowest layer)."""
     t = table[(table["component"] == component) & (table["layer"] >= 0)]
     if t.empty:
-        raise ValueError(f"the sweep has no rows for component {component!r}")
+        raise ReachlensError(f"the sweep has no rows for component {component!r}")
     net = t["repair"] - t["break"].fillna(0.0)
     best = max(zip(net, t["layer"]), key=lambda x: (x[0], -x[1]))
     return int(best[1])
@@ -203,7 +204,7 @@ class Direction:
         v = vector.detach().float().flatten()
         n = float(v.norm())
         if not math.isfinite(n) or n == 0.0:
-            raise ValueError(f"a direction needs a finite, non-zero vector (norm {n!r})")
+            raise ReachlensError(f"a direction needs a finite, non-zero vector (norm {n!r})")
         return cls(v / n, n, hook_name, source)
 
 
@@ -216,7 +217,7 @@ def answer_activations(
     Prompts are batched right-padded, so the last real token never sees padding.
     """
     if hook_name not in model.hook_dict:
-        raise LookupError(f"model has no hook point {hook_name!r}")
+        raise UnknownNameError(f"model has no hook point {hook_name!r}")
     tok = tokenizer_of(model)
     ids = tokenize_prompts(tok, prompts)
     stack = LayerStack(model)
@@ -250,7 +251,7 @@ def mean_difference_direction(
     """Unit vector along mean(output | failure) - mean(output | healthy) at the answer position
     (at ``component``'s steering hook, or at ``hook_name``)."""
     if not sets.failure or not sets.healthy:
-        raise ValueError("a mean-difference direction needs a non-empty failure set and healthy panel; "
+        raise ReachlensError("a mean-difference direction needs a non-empty failure set and healthy panel; "
                          "pass a direction vector instead")
     name = hook_name or steer_hook_name(model, layer, component)
     fail = answer_activations(model, _prompts(task, sets, sets.failure), name)
@@ -283,7 +284,7 @@ def steer_sweep(
         direction = Direction.from_vector(direction, name)
     alphas = default_alphas(direction) if alphas is None else [float(a) for a in alphas]
     if any(a < 0 or not math.isfinite(a) for a in alphas):
-        raise ValueError(f"alphas {alphas!r} must be finite and >= 0 (the sign is the rescue/induction side)")
+        raise ReachlensError(f"alphas {alphas!r} must be finite and >= 0 (the sign is the rescue/induction side)")
     vectors = [("direction", direction.vector)]
     if control_seed is not None:
         g = torch.Generator().manual_seed(control_seed)
@@ -325,7 +326,7 @@ def unit_ranking(model, task: Task, sets: EvalSets, layer: int, direction: Direc
     ``contribution`` sums over units to the mean output difference projected on ``v``.
     """
     if not sets.failure or not sets.healthy:
-        raise ValueError("ranking units needs a non-empty failure set and healthy panel")
+        raise ReachlensError("ranking units needs a non-empty failure set and healthy panel")
     mlp_name = mlp_output_hook_name(model, layer)
     if direction is None:
         direction = mean_difference_direction(model, task, sets, layer, "mlp", hook_name=mlp_name)
@@ -355,7 +356,7 @@ def units_sweep(
     d_mlp = len(ranking)
     for k in ks:
         if not 1 <= int(k) <= d_mlp:
-            raise ValueError(f"k={k!r} must lie in 1..{d_mlp} (block {layer}'s hidden units)")
+            raise ReachlensError(f"k={k!r} must lie in 1..{d_mlp} (block {layer}'s hidden units)")
     per_q = []
     if block_repair is None:
         pq = evaluate_hooks(model, task, sets, zero_ablation(model, layer, "mlp"), f"zero L{layer} mlp", which="failure")

@@ -9,9 +9,11 @@ teaching new ones. The base model's propensity (its per-question sample hit rate
 could reach but did not realize, binned, against the rate of realization after training shows which
 questions training converts.
 
-Audits are comparable only under one protocol (the model aside). :func:`compare` refuses anything
-else, naming the differing fields; a control that deliberately differs in one field (the prompt
-format control) names it in ``allow``. Budgets may differ only when both are cut to a common ``k``,
+Audits are comparable only under one protocol (the model aside) and on the same data. :func:`compare`
+refuses anything else, naming the differing fields: protocol fields, the data identity (the data
+file's hash, or the generator and seed) and, question by question, the gold answers; a control that
+deliberately differs in one field (the prompt format control) names it in ``allow``. An audit written
+before reachlens recorded data identity is compared with a warning, on its golds alone. Budgets may differ only when both are cut to a common ``k``,
 which is exact because sample j of a question depends on (seed, question, j) alone.
 """
 
@@ -25,7 +27,11 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+import warnings
+
+from reachlens.errors import ReachlensError, ReachlensWarning
 from reachlens.protocol import ProtocolMismatch
+from reachlens.store import run_differences
 from reachlens.studies.auditing import AuditResult
 from reachlens.studies.metrics import budget_grid, crossovers, paired_bootstrap_ci, pass_at_k_matrix
 
@@ -136,7 +142,8 @@ def compare(
         allow: protocol fields allowed to differ (e.g. ``("prompt_format",)`` for the format control).
 
     Raises:
-        ProtocolMismatch: the protocols differ in a field not in ``allow``, or the question sets differ.
+        ProtocolMismatch: the protocols differ in a field not in ``allow``, the audits were made on
+            different data (data identity or any question's gold), or the question sets differ.
 
     >>> cmp = compare("runs/base", "runs/grpo")  # doctest: +SKIP
     >>> cmp.summary["gained_from_base_reachable"]  # doctest: +SKIP
@@ -145,6 +152,7 @@ def compare(
     if k is not None:
         b, t = b.restrict_k(k), t.restrict_k(k)
     b.protocol.require_match(t.protocol, ignore=allow)
+    _require_same_data(b, t)
     ids_b, ids_t = set(b.questions["question_id"]), set(t.questions["question_id"])
     if ids_b != ids_t:
         raise ProtocolMismatch(
@@ -152,7 +160,17 @@ def compare(
             what="audits cover different question sets",
         )
     cols = ["question_id", "realized", "reachable", "propensity", "n_correct", "n_scored", "gold"]
-    j = b.questions[cols].merge(t.questions[cols[:-1]], on="question_id", suffixes=("_b", "_t"))
+    j = b.questions[cols].merge(t.questions[cols], on="question_id", suffixes=("_b", "_t"))
+    differ = j[j["gold_b"].astype(str) != j["gold_t"].astype(str)]
+    if len(differ):
+        first = differ.iloc[0]
+        raise ProtocolMismatch(
+            {"gold": (f"{first['gold_b']!r} for {first['question_id']!r}", repr(first["gold_t"]))},
+            what=f"the audits disagree on the gold answer of {len(differ)} of {len(j)} questions (they were "
+                 "made on different data)",
+            fix="compare audits of the same data file",
+        )
+    j = j.rename(columns={"gold_b": "gold"})
     q = pd.DataFrame({
         "question_id": j["question_id"],
         "base_realized": j["realized_b"].astype(bool), "trained_realized": j["realized_t"].astype(bool),
@@ -166,6 +184,20 @@ def compare(
     return Comparison(b, t, q)
 
 
+def _require_same_data(b: AuditResult, t: AuditResult) -> None:
+    """Refuse audits of different data; warn when either side's data identity is unknown."""
+    if not b.data or not t.data:
+        which = " and ".join(n for n, r in (("base", b), ("trained", t)) if not r.data)
+        warnings.warn(f"the {which} audit records no data identity (written before reachlens recorded it, or "
+                      "of a hand-made task); the audits are matched on question ids and golds only",
+                      ReachlensWarning, stacklevel=3)
+        return
+    diffs, _ = run_differences({"protocol": {}, "model": {}, "data": b.data}, None, None, t.data)
+    if diffs:
+        raise ProtocolMismatch(diffs, what="the audits were made on different data",
+                               fix="compare audits of the same data file (and loader options)")
+
+
 def propensity_bins(questions: pd.DataFrame, bins: tuple[float, ...] = DEFAULT_BINS) -> pd.DataFrame:
     """Among base-reachable, base-unrealized questions: realization after training per propensity bin.
 
@@ -173,7 +205,7 @@ def propensity_bins(questions: pd.DataFrame, bins: tuple[float, ...] = DEFAULT_B
     (count), ``rate`` (NaN for an empty bin).
     """
     if list(bins) != sorted(bins) or bins[0] != 0.0 or bins[-1] != 1.0:
-        raise ValueError(f"bins={bins!r} must increase from 0.0 to 1.0")
+        raise ReachlensError(f"bins={bins!r} must increase from 0.0 to 1.0")
     pool = questions[questions["base_reachable"] & ~questions["base_realized"]]
     rows = []
     for i, (lo, hi) in enumerate(zip(bins[:-1], bins[1:])):

@@ -15,6 +15,8 @@ from collections.abc import Iterable, Sequence
 import numpy as np
 import pandas as pd
 
+from reachlens.errors import ReachlensError
+
 __all__ = ["pass_at_k", "pass_at_k_matrix", "pass_at_k_curve", "budget_grid", "crossovers", "paired_bootstrap_ci"]
 
 
@@ -27,9 +29,9 @@ def pass_at_k(n: int, c: int, k: int) -> float:
     nan
     """
     if k < 1:
-        raise ValueError(f"k={k!r} must be >= 1")
+        raise ReachlensError(f"k={k!r} must be >= 1")
     if not 0 <= c <= n:
-        raise ValueError(f"c={c!r} correct out of n={n!r} samples is impossible")
+        raise ReachlensError(f"c={c!r} correct out of n={n!r} samples is impossible")
     if n < k:
         return math.nan
     if n - c < k:
@@ -88,7 +90,7 @@ def paired_bootstrap_ci(diff: np.ndarray, *, n_boot: int = 2000, level: float = 
     d = np.asarray(diff, dtype=float)
     d = d[~np.isnan(d)]
     if not 0 < level < 1:
-        raise ValueError(f"level={level!r} must lie in (0, 1)")
+        raise ReachlensError(f"level={level!r} must lie in (0, 1)")
     if len(d) == 0:
         return math.nan, math.nan
     rng = np.random.default_rng(seed)

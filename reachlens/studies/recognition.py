@@ -31,6 +31,7 @@ import pandas as pd
 
 from reachlens.engine import Row, SamplingParams, generate, tokenizer_of
 from reachlens.engine.scoring import LoglikResult, encode_pair, loglikelihoods
+from reachlens.errors import MissingFileError, ReachlensError, UnknownNameError
 from reachlens.studies.auditing import _identity, grader_for
 from reachlens.tasks.base import Question, Task
 
@@ -71,12 +72,12 @@ class RecognitionConfig:
         if isinstance(self.stop, list):
             object.__setattr__(self, "stop", tuple(self.stop))
         if self.max_new_tokens < 1 or self.batch_size < 1 or self.max_batch_rows < 1:
-            raise ValueError(f"max_new_tokens, batch_size and max_batch_rows must be >= 1 in {self!r}")
+            raise ReachlensError(f"max_new_tokens, batch_size and max_batch_rows must be >= 1 in {self!r}")
 
     def resolved(self, task: Task) -> RecognitionConfig:
         rec = self.recognition_format or task.metadata.get("recognition_format")
         if rec is None:
-            raise ValueError(f"task {task.name!r} names no recognition format; pass recognition_format "
+            raise ReachlensError(f"task {task.name!r} names no recognition format; pass recognition_format "
                              f"(one of {sorted(task.prompt_formats)})")
         gen = self.generation_format or task.default_format
         task.format(rec), task.format(gen)  # LookupError naming the known formats
@@ -120,14 +121,14 @@ class TaskSpec:
 def gold_index(question: Question) -> int:
     """Position of the correct option: ``fields["gold_index"]``, else the gold label's position."""
     if question.choices is None:
-        raise ValueError(f"question {question.question_id!r} has no options; recognition needs a multiple-choice task")
+        raise ReachlensError(f"question {question.question_id!r} has no options; recognition needs a multiple-choice task")
     if "gold_index" in question.fields:
         return int(question.fields["gold_index"])
     if question.labels is not None and question.gold.strip() in question.labels:
         return question.labels.index(question.gold.strip())
     if question.gold in question.choices:
         return question.choices.index(question.gold)
-    raise ValueError(f"question {question.question_id!r}: gold {question.gold!r} is neither a label nor an option")
+    raise ReachlensError(f"question {question.question_id!r}: gold {question.gold!r} is neither a label nor an option")
 
 
 # --- recognition and generation ------------------------------------------------------------------
@@ -160,7 +161,7 @@ def generate_and_grade(
     ids = list(by_id) if question_ids is None else list(question_ids)
     missing = [i for i in ids if i not in by_id]
     if missing:
-        raise LookupError(f"question ids {missing[:5]!r} are not in task {task.name!r} ({len(missing)} missing)")
+        raise UnknownNameError(f"question ids {missing[:5]!r} are not in task {task.name!r} ({len(missing)} missing)")
     questions = [by_id[i] for i in ids]
     fmt = task.format(config.generation_format)
     params = SamplingParams(max_new_tokens=config.max_new_tokens, stop=tuple(config.stop or ()))
@@ -244,7 +245,7 @@ def compare_modes(model, task: Task, config: RecognitionConfig | None = None) ->
 
 
 # --- failure set and healthy panel ---------------------------------------------------------------
-class FailureSetTooSmall(ValueError):
+class FailureSetTooSmall(ReachlensError):
     """Fewer questions meet the failure rule than its ``min_failures``."""
 
 
@@ -263,13 +264,13 @@ class FailureRule:
 
     def __post_init__(self) -> None:
         if self.metric not in ("acc", "acc_norm"):
-            raise ValueError(f"metric={self.metric!r} must be 'acc' or 'acc_norm'")
+            raise ReachlensError(f"metric={self.metric!r} must be 'acc' or 'acc_norm'")
         if self.min_failures < 1:
-            raise ValueError(f"min_failures={self.min_failures!r} must be at least 1")
+            raise ReachlensError(f"min_failures={self.min_failures!r} must be at least 1")
         for name in ("max_failures", "max_healthy"):
             v = getattr(self, name)
             if v is not None and v < 1:
-                raise ValueError(f"{name}={v!r} must be at least 1 (or None for all)")
+                raise ReachlensError(f"{name}={v!r} must be at least 1 (or None for all)")
 
     def describe(self) -> str:
         return (f"failure: recognition ({self.metric}) right and greedy generation graded wrong (unscored "
@@ -312,11 +313,13 @@ class EvalSets:
         if path.is_dir():
             path = path / "sets.json"
         if not path.is_file():
-            raise FileNotFoundError(f"sets file {str(path)!r} does not exist (write one with `reachlens recognize`)")
-        d = json.loads(path.read_text())
+            raise MissingFileError(f"sets file {str(path)!r} does not exist (write one with `reachlens recognize`)")
+        from reachlens.store import read_json
+
+        d = read_json(path, "sets file")
         missing = {"rule", "config", "model", "failure", "healthy"} - set(d)
         if missing:
-            raise ValueError(f"{str(path)!r} is not a sets file: it lacks {sorted(missing)}")
+            raise ReachlensError(f"{str(path)!r} is not a sets file: it lacks {sorted(missing)}")
         return cls(
             tuple(d["failure"]), tuple(d["healthy"]), FailureRule(**d["rule"]), RecognitionConfig.from_dict(d["config"]),
             d["model"], None if d.get("task") is None else TaskSpec(**d["task"]), d.get("counts", {}),
@@ -324,12 +327,14 @@ class EvalSets:
 
     def check_model(self, model) -> None:
         """Refuse a model other than the one the sets were chosen on (its fingerprint differs)."""
+        from reachlens.models.loading import same_model
+
         ident = _identity(model)
         mine, theirs = self.model.get("fingerprint"), ident.get("fingerprint")
-        if mine != theirs:
-            raise ValueError(f"these sets were chosen on {self.model.get('spec')!r} (fingerprint {mine}), not "
-                             f"{ident.get('spec')!r} (fingerprint {theirs}); choose sets on this model with "
-                             "`reachlens recognize`, or pass --allow-other-model")
+        if not same_model(self.model, ident):  # (a sets file written before full hashing: its legacy hash)
+            raise ReachlensError(f"these sets were chosen on {self.model.get('spec')!r} (fingerprint {mine}), not "
+                                 f"{ident.get('spec')!r} (fingerprint {theirs}); choose sets on this model with "
+                                 "`reachlens recognize`, or pass --allow-other-model")
 
 
 def select_sets(result: RecognitionResult, rule: FailureRule | None = None, task: TaskSpec | None = None) -> EvalSets:

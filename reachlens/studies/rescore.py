@@ -1,12 +1,20 @@
-"""Re-grade a stored audit without sampling: the raw text is kept, so a fixed grader re-scores it."""
+"""Re-grade a stored audit without sampling: the raw text is kept, so a fixed grader re-scores it.
+
+The new tables, summary and (for a changed grader) header replace the old ones in one step that a
+crash cannot split (:meth:`~reachlens.store.AuditDir.rewrite`: staged, journaled, header last), under
+the directory's writer lock. Before anything is rewritten the directory's recorded identity is
+checked: its summary must name the model and data its header names.
+"""
 
 from __future__ import annotations
 
 import dataclasses
 from pathlib import Path
 
+from reachlens.errors import ReachlensError
 from reachlens.grading import get_grader
-from reachlens.store import AuditDir, write_json
+from reachlens.protocol import Protocol, ProtocolMismatch
+from reachlens.store import AuditDir
 from reachlens.studies.auditing import AuditResult, _question_table_update, canonical, grader_for, summarize
 
 __all__ = ["rescore"]
@@ -22,9 +30,33 @@ def rescore(path: str | Path, grader: str | None = None) -> AuditResult:
     >>> result = rescore("runs/base")  # doctest: +SKIP
     """
     store = AuditDir(path)
-    old = AuditResult.load(path)
+    with store.writer():
+        header = store.read_header()
+        _check_identity(store, header)
+        old = AuditResult(Protocol.from_dict(header["protocol"]), header["model"], store.questions(),
+                          store.samples(), dict(header.get("data") or {}))
+        return _rescore(store, header, old, grader)
+
+
+def _check_identity(store: AuditDir, header: dict) -> None:
+    """Refuse a directory whose summary names another model or data than its header."""
+    if not (store.path / "summary.json").is_file():
+        return
+    summary = store.summary()
+    diffs = {}
+    if summary.get("model_fingerprint") != header["model"].get("fingerprint"):
+        diffs["model.fingerprint"] = (header["model"].get("fingerprint"), summary.get("model_fingerprint"))
+    if "data" in summary and header.get("data") and summary["data"] != header["data"]:
+        diffs["data"] = (header["data"], summary["data"])
+    if diffs:
+        raise ProtocolMismatch(diffs, what=f"audit directory {str(store.path)!r} is not one run: its "
+                               f"protocol.json and summary.json differ",
+                               fix="restore the directory from a copy, or re-run the audit into a new directory")
+
+
+def _rescore(store: AuditDir, header: dict, old: AuditResult, grader: str | None) -> AuditResult:
     if not len(old.questions):
-        raise ValueError(f"audit directory {str(path)!r} has no finished questions to rescore")
+        raise ReachlensError(f"audit directory {str(store.path)!r} has no finished questions to rescore")
     name = grader or str(old.protocol.grader)
     get_grader(name)  # unknown names fail here, before anything is rewritten
     q = old.questions.copy()
@@ -43,11 +75,10 @@ def rescore(path: str | Path, grader: str | None = None) -> AuditResult:
     q = _question_table_update(q, s, old.protocol.k)
 
     protocol = old.protocol
+    new_header = None
     if name != protocol.grader:
         protocol = dataclasses.replace(protocol, grader=name)
-        header = store.read_header()
-        header["protocol"], header["protocol_hash"] = protocol.to_dict(), protocol.hash
-        write_json(store.header_path, header)
-    result = AuditResult(protocol, old.model, q, canonical(s))
-    store.consolidate(q, result.samples, summarize(result))
+        new_header = {**header, "protocol": protocol.to_dict(), "protocol_hash": protocol.hash}
+    result = AuditResult(protocol, old.model, q, canonical(s), old.data)
+    store.rewrite(q, result.samples, summarize(result), new_header)  # the header last
     return result

@@ -17,7 +17,6 @@ Controls:
 from __future__ import annotations
 
 import functools
-import json
 import math
 import time
 from collections.abc import Callable, Sequence
@@ -27,8 +26,9 @@ from typing import Any
 
 import pandas as pd
 
+from reachlens.errors import ReachlensError
 from reachlens.protocol import Protocol
-from reachlens.store import write_json
+from reachlens.store import read_json, write_json
 from reachlens.studies.auditing import AuditResult, audit
 from reachlens.studies.budget import extend_budget
 from reachlens.studies._progress import ProgressBoard
@@ -60,10 +60,10 @@ class StudyPlan:
         for a, b in self.pairs:
             for name in (a, b):
                 if name not in self.models:
-                    raise ValueError(f"pair ({a!r}, {b!r}) names {name!r}, which is not among the models "
+                    raise ReachlensError(f"pair ({a!r}, {b!r}) names {name!r}, which is not among the models "
                                      f"{sorted(self.models)}")
         if self.budget_k is not None and self.budget_k <= self.protocol.k:
-            raise ValueError(f"budget_k={self.budget_k!r} must exceed the protocol's k={self.protocol.k}")
+            raise ReachlensError(f"budget_k={self.budget_k!r} must exceed the protocol's k={self.protocol.k}")
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
@@ -192,17 +192,24 @@ def run_training_audit(
             here, in order. Needs the default loader.
     """
     if workers < 1:
-        raise ValueError(f"workers={workers!r} must be at least 1")
+        raise ReachlensError(f"workers={workers!r} must be at least 1")
     if workers > 1 and load is not None:
-        raise ValueError("workers > 1 audits in separate processes with reachlens.load_model; "
+        raise ReachlensError("workers > 1 audits in separate processes with reachlens.load_model; "
                          "pass load=None, or workers=1 to use a custom loader")
     root = Path(out)
-    (root / "audits").mkdir(parents=True, exist_ok=True)
     study_file = root / "study.json"
+    if root.exists() and not root.is_dir():
+        raise ReachlensError(f"study directory {str(root)!r} is a file; choose a directory for the study")
+    if root.is_dir() and not study_file.is_file():
+        foreign = sorted(p.name for p in root.iterdir() if p.name != "audits")
+        if foreign:
+            raise ReachlensError(f"{str(root)!r} is not empty ({', '.join(foreign[:5])}) and is not a study directory "
+                                 "(no study.json); choose a new or empty directory (nothing in it was touched)")
+    (root / "audits").mkdir(parents=True, exist_ok=True)
     if study_file.is_file():
-        old = StudyPlan.from_dict(json.loads(study_file.read_text())["plan"])
+        old = StudyPlan.from_dict(read_json(study_file, "study file")["plan"])
         if old != plan:
-            raise ValueError(f"study directory {str(root)!r} holds another plan; use a new --out or delete it")
+            raise ReachlensError(f"study directory {str(root)!r} holds another plan; use a new --out or delete it")
     write_json(study_file, {"plan": plan.to_dict()})
     walls: dict[str, float] = {}
     board = ProgressBoard()
@@ -215,7 +222,7 @@ def run_training_audit(
             walls = _audit_in_workers(plan, root, max_batch_rows, workers, board, log, device, dtype)
     finally:
         board.close()
-    old_walls = json.loads(study_file.read_text()).get("wall_seconds", {})
+    old_walls = read_json(study_file, "study file").get("wall_seconds", {})
     write_json(study_file, {"plan": plan.to_dict(), "wall_seconds": {**old_walls, **walls}})
     return load_training_audit(root)
 
@@ -341,7 +348,7 @@ def _audit_checkpoint(
 def load_training_audit(path: str | Path) -> TrainingAudit:
     """Read a study directory written by :func:`run_training_audit`."""
     root = Path(path)
-    meta = json.loads((root / "study.json").read_text())
+    meta = read_json(root / "study.json", "study file")
     plan = StudyPlan.from_dict(meta["plan"])
     audits, extended, formats = {}, {}, {}
     for name in plan.models:
@@ -362,7 +369,7 @@ def pairs_from_dirs(dirs: Sequence[str | Path], *, k: int | None = None) -> Trai
     Each is named by its folder's name (its path where two names coincide); ``k`` cuts every audit to its
     first k samples."""
     if len(dirs) < 2:
-        raise ValueError(f"need at least two audit directories (a base and a descendant), got {len(dirs)}")
+        raise ReachlensError(f"need at least two audit directories (a base and a descendant), got {len(dirs)}")
     names = [Path(d).name for d in dirs]
     if len(set(names)) < len(names):
         names = [str(d) for d in dirs]

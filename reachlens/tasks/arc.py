@@ -20,7 +20,7 @@ from typing import Any
 
 from reachlens.tasks.base import DataError, Question, Task
 from reachlens.tasks.hub import HubDataset, is_hub_copy, read_hub
-from reachlens.tasks.jsonl import check_fields, make_task, mc_formats, read_jsonl
+from reachlens.tasks.jsonl import check_answer, check_fields, make_task, mc_formats, read_jsonl
 from reachlens.tasks.registry import register_task, require_file
 
 __all__ = ["HUB_PATH", "load_arc"]
@@ -80,8 +80,8 @@ def load_arc(
         gold = str(record["answerKey"]).strip()
         if gold not in labels:
             raise DataError(str(source), line, f"answerKey {gold!r} is not one of the choice labels {labels}")
-        questions.append(
-            Question(str(record["id"]), {"question": stem}, gold, tuple(str(o["text"]) for o in options), labels)
-        )
+        question = Question(str(record["id"]), {"question": stem}, gold, tuple(str(o["text"]) for o in options), labels)
+        check_answer(question, "choice", source, line)
+        questions.append(question)
     return make_task("arc", source, questions, mc_formats(), default_format, "choice", STOP,
                      {"recognition_format": "lm_eval"})

@@ -35,6 +35,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from reachlens.errors import ReachlensError
 from reachlens.tasks.base import PromptFormat, Question, Task
 from reachlens.tasks.registry import register_task
 
@@ -76,14 +77,14 @@ class Tier:
 
     def __post_init__(self) -> None:
         if not self.name:
-            raise ValueError("a tier needs a non-empty name")
+            raise ReachlensError("a tier needs a non-empty name")
         if not 1 <= self.min_ops <= self.max_ops:
-            raise ValueError(f"tier {self.name!r}: need 1 <= min_ops <= max_ops, "
+            raise ReachlensError(f"tier {self.name!r}: need 1 <= min_ops <= max_ops, "
                              f"got min_ops={self.min_ops!r}, max_ops={self.max_ops!r}")
         if self.operand_max < 1:
-            raise ValueError(f"tier {self.name!r}: operand_max={self.operand_max!r} must be >= 1")
+            raise ReachlensError(f"tier {self.name!r}: operand_max={self.operand_max!r} must be >= 1")
         if not 0.0 <= self.mul_prob <= 1.0:
-            raise ValueError(f"tier {self.name!r}: mul_prob={self.mul_prob!r} must be in [0, 1]")
+            raise ReachlensError(f"tier {self.name!r}: mul_prob={self.mul_prob!r} must be in [0, 1]")
 
 
 DEFAULT_TIERS = (
@@ -106,17 +107,17 @@ class ArithConfig:
     def __post_init__(self) -> None:
         object.__setattr__(self, "tiers", tuple(self.tiers))
         if not self.tiers:
-            raise ValueError("ArithConfig needs at least one tier")
+            raise ReachlensError("ArithConfig needs at least one tier")
         names = [t.name for t in self.tiers]
         if len(set(names)) != len(names):
-            raise ValueError(f"tier names must be distinct, got {names!r}")
+            raise ReachlensError(f"tier names must be distinct, got {names!r}")
         if self.mix is not None:
             object.__setattr__(self, "mix", tuple(float(w) for w in self.mix))
             if len(self.mix) != len(self.tiers) or min(self.mix) < 0 or sum(self.mix) <= 0:
-                raise ValueError(f"mix={self.mix!r} needs one non-negative weight per tier "
+                raise ReachlensError(f"mix={self.mix!r} needs one non-negative weight per tier "
                                  f"{names!r}, with a positive sum")
         if self.n_test < 0 or self.n_train < 0:
-            raise ValueError(f"n_train={self.n_train!r} and n_test={self.n_test!r} must be >= 0")
+            raise ReachlensError(f"n_train={self.n_train!r} and n_test={self.n_test!r} must be >= 0")
 
     @property
     def weights(self) -> tuple[float, ...]:
@@ -191,7 +192,7 @@ def format_prompt(problem: Problem, style: str = "qa") -> str:
     'Q: 94+2-39-48=?\\nA:'
     """
     if style not in PROMPT_FORMATS:
-        raise ValueError(f"unknown arith prompt style {style!r}; known: {sorted(PROMPT_FORMATS)}")
+        raise ReachlensError(f"unknown arith prompt style {style!r}; known: {sorted(PROMPT_FORMATS)}")
     return PROMPT_FORMATS[style].template.format(expr=expr_of(problem), expr_spaced=expr_of(problem, " "))
 
 
@@ -275,7 +276,7 @@ def make_slipped_solution(problem: Problem, rng: random.Random, slip_rate: float
     (' 94+2=96;96-39=57;57-48=9 #### 9', None)
     """
     if not 0.0 <= slip_rate <= 1.0:
-        raise ValueError(f"slip_rate={slip_rate!r} must be in [0, 1]")
+        raise ReachlensError(f"slip_rate={slip_rate!r} must be in [0, 1]")
     slip = draw_slip(problem, rng) if rng.random() < slip_rate else None
     return format_solution(problem, slip), slip
 
@@ -301,7 +302,7 @@ def _draw(rng: random.Random, config: ArithConfig, n: int, taken: set[str], spli
             if key not in taken:
                 break
         else:
-            raise ValueError(f"tier {tier.name!r} ran out of distinct expressions for the {split} "
+            raise ReachlensError(f"tier {tier.name!r} ran out of distinct expressions for the {split} "
                              f"split: raise its operand_max or max_ops, or lower n_{split}={n!r}")
         taken.add(key)
         out.append((problem, tier))
@@ -350,10 +351,10 @@ def pretraining_texts(config: ArithConfig, n: int, slip_rate: float, seed: int =
     True
     """
     if n < 0:
-        raise ValueError(f"n={n!r} must be >= 0")
+        raise ReachlensError(f"n={n!r} must be >= 0")
     train = _problems(config, "train")
     if n and not train:
-        raise ValueError(f"config has n_train={config.n_train!r}: no train problems to draw texts from")
+        raise ReachlensError(f"config has n_train={config.n_train!r}: no train problems to draw texts from")
     rng = random.Random(f"arith/{config.seed}/texts/{seed}")
     texts: list[str] = []
     order: list[int] = []
@@ -384,13 +385,13 @@ def load_arith(path: str | Path | None = None, split: str = "test", seed: int = 
     (True, 'numeric', ('\\n',))
     """
     if path is not None:
-        raise ValueError(f"task 'arith' is generated from a seed, not read from a file; "
+        raise ReachlensError(f"task 'arith' is generated from a seed, not read from a file; "
                          f"got path {str(path)!r}: drop it (and --data)")
     if split not in ("train", "test"):
-        raise ValueError(f"arith has splits 'train' and 'test', not {split!r}")
+        raise ReachlensError(f"arith has splits 'train' and 'test', not {split!r}")
     known = {f.name for f in dataclasses.fields(ArithConfig)} - {"seed"}
     if set(options) - known:
-        raise ValueError(f"unknown arith option(s) {sorted(set(options) - known)!r}; known: {sorted(known)}")
+        raise ReachlensError(f"unknown arith option(s) {sorted(set(options) - known)!r}; known: {sorted(known)}")
     config = ArithConfig(seed=seed, **options)
     return Task("arith", _questions(config, split), PROMPT_FORMATS, "qa", "numeric", STOP,
                 source=f"generated by reachlens.tasks.arith (seed={seed}, split={split!r})",

@@ -33,6 +33,7 @@ import re
 from pathlib import Path
 from typing import Any
 
+from reachlens.errors import ReachlensError
 from reachlens.tasks.arith import PROMPT_FORMATS, STOP, Problem, draw_slip, format_solution, load_arith
 from reachlens.tasks.base import Question, Task
 from reachlens.tasks.registry import register_task
@@ -51,7 +52,7 @@ def parse_expr(expr: str) -> Problem:
     """
     tokens = _TOKEN.findall(expr)
     if "".join(tokens) != expr or len(tokens) < 3 or len(tokens) % 2 == 0:
-        raise ValueError(f"{expr!r} is not an arith expression (operands and +, -, * alternating)")
+        raise ReachlensError(f"{expr!r} is not an arith expression (operands and +, -, * alternating)")
     return tuple(int(t) if t.isdigit() else t for t in tokens)
 
 
@@ -69,7 +70,7 @@ def mc_options(expr: str, question_id: str, seed: int = 0, n_distractors: int = 
     '94+2=96;96-39=57;57-48=9 #### 9'
     """
     if n_distractors < 1:
-        raise ValueError(f"n_distractors={n_distractors!r} must be at least 1")
+        raise ReachlensError(f"n_distractors={n_distractors!r} must be at least 1")
     problem = parse_expr(expr)
     gold = format_solution(problem)[1:]
     rng = random.Random(f"arith_mc/{seed}/{question_id}")
@@ -103,7 +104,7 @@ def load_arith_mc(
     (4, ('A', 'B', 'C', 'D'), True)
     """
     if not 1 <= n_distractors < len(LABELS):
-        raise ValueError(f"n_distractors={n_distractors!r} must lie in 1..{len(LABELS) - 1}")
+        raise ReachlensError(f"n_distractors={n_distractors!r} must lie in 1..{len(LABELS) - 1}")
     base = load_arith(path, split=split, seed=seed, **options)
     questions = []
     for q in base.questions:

@@ -3,19 +3,29 @@
 A :class:`Task` is a tuple of :class:`Question` records, a set of named :class:`PromptFormat`
 templates and the name of its grader. Tasks are plain frozen data: loaders build them, studies read
 them, nothing mutates them.
+
+A task's *data identity* (``Task.data_identity``, filled by :func:`~reachlens.tasks.load_task`) says
+which data it was built from: the SHA-256 of the data file and the loader options, or the generator,
+its seed and options; and, for every task, the SHA-256 of its questions (:func:`questions_sha256`).
+Every audit records it, and resuming, extending or comparing audits checks it.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import hashlib
+import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
 
-__all__ = ["Question", "PromptFormat", "Task", "DataError"]
+from reachlens.errors import ReachlensError, UnknownNameError
+
+__all__ = ["Question", "PromptFormat", "Task", "DataError", "questions_sha256"]
 
 
-class DataError(ValueError):
+class DataError(ReachlensError):
     """A data file that cannot be read: names the file and the 1-based line number."""
 
     def __init__(self, path: str, line: int | None, reason: str) -> None:
@@ -46,7 +56,7 @@ class Question:
     def __post_init__(self) -> None:
         object.__setattr__(self, "fields", MappingProxyType(dict(self.fields)))
         if self.choices is not None and self.labels is not None and len(self.choices) != len(self.labels):
-            raise ValueError(
+            raise ReachlensError(
                 f"question {self.question_id!r}: {len(self.choices)} choices but {len(self.labels)} labels"
             )
 
@@ -73,7 +83,7 @@ class PromptFormat:
         try:
             return self.template.format(**fields)
         except KeyError as err:
-            raise KeyError(
+            raise UnknownNameError(
                 f"prompt format {self.name!r} needs field {err.args[0]!r}, but question "
                 f"{question.question_id!r} has only {sorted(fields)}"
             ) from None
@@ -94,18 +104,21 @@ class Task:
     source: str = ""
     """Where the questions came from (a path, or the generator and its seed)."""
     metadata: Mapping[str, Any] = field(default_factory=dict)
+    data_identity: Mapping[str, Any] = field(default_factory=dict)
+    """Which data the questions came from (file hash or generator and seed, and the questions' hash);
+    empty when unknown. Filled by :func:`~reachlens.tasks.load_task`; kept by :meth:`head`."""
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "prompt_formats", MappingProxyType(dict(self.prompt_formats)))
         if self.default_format not in self.prompt_formats:
-            raise ValueError(
+            raise ReachlensError(
                 f"task {self.name!r}: default format {self.default_format!r} is not one of "
                 f"{sorted(self.prompt_formats)}"
             )
         ids = [q.question_id for q in self.questions]
         if len(set(ids)) != len(ids):
             dup = next(i for i in ids if ids.count(i) > 1)
-            raise ValueError(f"task {self.name!r}: question_id {dup!r} occurs more than once")
+            raise ReachlensError(f"task {self.name!r}: question_id {dup!r} occurs more than once")
 
     def format(self, name: str | None = None) -> PromptFormat:
         """The prompt format called ``name`` (the task's default when None)."""
@@ -113,7 +126,7 @@ class Task:
         try:
             return self.prompt_formats[key]
         except KeyError:
-            raise LookupError(
+            raise UnknownNameError(
                 f"task {self.name!r} has no prompt format {key!r}; known: {sorted(self.prompt_formats)}"
             ) from None
 
@@ -125,11 +138,17 @@ class Task:
         if n is None:
             return self
         if n < 1:
-            raise ValueError(f"n={n!r} must be at least 1")
-        return Task(
-            self.name, self.questions[:n], self.prompt_formats, self.default_format, self.grader,
-            self.stop, self.source, self.metadata,
-        )
+            raise ReachlensError(f"n={n!r} must be at least 1")
+        return dataclasses.replace(self, questions=self.questions[:n])
 
     def __len__(self) -> int:
         return len(self.questions)
+
+
+def questions_sha256(questions: tuple[Question, ...]) -> str:
+    """The SHA-256 of the questions' ids, golds, fields, choices and labels (canonical JSON)."""
+    h = hashlib.sha256()
+    for q in questions:
+        row = [q.question_id, q.gold, dict(q.fields), q.choices, q.labels]
+        h.update(json.dumps(row, sort_keys=True, default=str, ensure_ascii=True).encode() + b"\n")
+    return h.hexdigest()

@@ -2,7 +2,10 @@
 
 :func:`read_jsonl` and :func:`read_csv` yield ``(line_number, record)`` pairs and raise
 :class:`~reachlens.tasks.base.DataError` naming the file and the 1-based line of the first bad
-record: invalid JSON, a line that is not an object, a missing or empty required field. Blank lines
+record: invalid JSON, a line that is not an object, a string with a lone surrogate (``"\ud800"``,
+which no tokenizer or parquet file accepts), a missing or empty required field.
+:func:`check_answer` checks, at load time, that the task's grader can read a question's gold
+answer and labels, so a bad label is reported with its line before any model runs. Blank lines
 are skipped (line numbers still count them). Required fields may be dotted paths into nested
 objects (``"question.stem"``).
 
@@ -21,11 +24,12 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from reachlens.errors import ReachlensError
 from reachlens.tasks.base import DataError, PromptFormat, Question, Task
 from reachlens.tasks.registry import register_task, require_file
 
 __all__ = [
-    "LETTERS", "QA_TEMPLATE", "mc_formats", "get_field", "check_fields", "read_jsonl", "read_csv",
+    "LETTERS", "QA_TEMPLATE", "mc_formats", "get_field", "check_answer", "check_fields", "read_jsonl", "read_csv",
     "stable_id", "make_task", "load_jsonl", "load_csv",
 ]
 
@@ -89,11 +93,50 @@ def check_fields(record: Mapping[str, Any], required: Iterable[str], path: str |
             raise DataError(str(path), line, f"required field {field!r} is empty ({value!r}); give it a value")
 
 
+def _lone_surrogate(value: Any, where: str = "") -> str | None:
+    """The field path of the first string in ``value`` holding a lone surrogate, or None."""
+    if isinstance(value, str):
+        if not value.isascii():
+            try:
+                value.encode("utf-8")
+            except UnicodeEncodeError:
+                return where or "(the record)"
+        return None
+    items = value.items() if isinstance(value, dict) else enumerate(value) if isinstance(value, list) else ()
+    for key, item in items:
+        found = _lone_surrogate(item, f"{where}.{key}" if where else str(key))
+        if found is not None:
+            return found
+    return None
+
+
+def check_answer(question: Question, grader: str, path: str | Path, line: int | None) -> None:
+    """Raise :class:`DataError` at ``path:line`` if ``grader`` cannot read the question's gold answer
+    (a numeric gold that is no number) or its labels (choice labels other than distinct single
+    letters A-J or digits 1-9, or a gold that is not one of them)."""
+    from reachlens.grading import ChoiceGrader
+    from reachlens.grading.extract import number_key
+
+    if grader == "choice":
+        labels = question.labels or ("A", "B", "C", "D")
+        try:
+            ChoiceGrader(labels=labels)
+        except ReachlensError:
+            raise DataError(str(path), line, f"choice labels {labels} cannot be graded: the choice grader takes "
+                            "distinct single letters A-J or digits 1-9 (at most 10 options); relabel them") from None
+        if question.gold.strip().upper() not in labels:
+            raise DataError(str(path), line, f"gold answer {question.gold!r} is not one of the labels {labels}")
+    elif grader == "numeric" and number_key(question.gold) is None:
+        raise DataError(str(path), line, f"gold answer {question.gold!r} is not a number, which the numeric grader "
+                        "needs (e.g. '18', '-3.5', '1,234', '3/4'); pass grader='math' for LaTeX answers")
+
+
 def read_jsonl(path: str | Path, required: Sequence[str] = ()) -> Iterator[tuple[int, dict[str, Any]]]:
     """Yield ``(line_number, record)`` for each non-blank line of a JSONL file.
 
     Raises:
-        DataError: a line is not UTF-8, not valid JSON, not an object, or lacks a required field.
+        DataError: a line is not UTF-8, not valid JSON, not an object, holds a lone surrogate, or
+            lacks a required field.
     """
     with open(path, "rb") as f:
         for number, raw in enumerate(f, start=1):
@@ -113,6 +156,10 @@ def read_jsonl(path: str | Path, required: Sequence[str] = ()) -> Iterator[tuple
             if not isinstance(record, dict):
                 got = f"{type(record).__name__} {text.strip()[:40]!r}"
                 raise DataError(str(path), number, f"expected a JSON object, got {got}")
+            bad = _lone_surrogate(record)
+            if bad is not None:
+                raise DataError(str(path), number, f"field {bad!r} holds a lone surrogate (an unpaired \\ud800-\\udfff "
+                                "escape), which is not text; fix or drop that character")
             check_fields(record, required, path, number)
             yield number, record
 
@@ -191,6 +238,7 @@ def _load_generic(
     if isinstance(choices_field, str):
         choices_field = [c.strip() for c in choices_field.split(",")]
     required = [question_field, answer_field, *([id_field] if id_field else []), *(choices_field or [])]
+    grader_name = grader or ("choice" if choices_field else "numeric")
     rows = read_jsonl(file, required) if kind == "jsonl" else read_csv(file, required)
     questions: list[Question] = []
     first_line: dict[str, int] = {}
@@ -219,11 +267,12 @@ def _load_generic(
             raise DataError(str(file), line, f"question id {qid!r} already used on line {first}; make ids unique")
         first_line[qid] = line
         scalars = {k: v for k, v in record.items() if isinstance(v, (str, int, float))}
-        questions.append(Question(qid, {**scalars, "question": text}, answer, choices, labels))
+        question = Question(qid, {**scalars, "question": text}, answer, choices, labels)
+        check_answer(question, grader_name, file, line)
+        questions.append(question)
     fmt = PromptFormat("default", prompt_template, f"template given to the {kind!r} loader")
     stops = (stop,) if isinstance(stop, str) else tuple(stop)
-    return make_task(f"{kind}:{file.stem}", file, questions, [fmt], "default",
-                     grader or ("choice" if choices_field else "numeric"), stops)
+    return make_task(f"{kind}:{file.stem}", file, questions, [fmt], "default", grader_name, stops)
 
 
 def _choices(

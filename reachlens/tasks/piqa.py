@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from reachlens.errors import ReachlensError
 from reachlens.tasks.base import DataError, Question, Task
 from reachlens.tasks.hub import HubDataset, is_hub_copy, read_hub
 from reachlens.tasks.jsonl import make_task, mc_formats, read_jsonl
@@ -38,7 +39,7 @@ def piqa_files(path: str | Path | None, split: str = "test") -> tuple[Path, Path
     """
     if path is not None and Path(path).is_dir():
         if split not in _SPLIT_FILES:
-            raise ValueError(f"PIQA has no split {split!r}; pass one of {sorted(_SPLIT_FILES)}")
+            raise ReachlensError(f"PIQA has no split {split!r}; pass one of {sorted(_SPLIT_FILES)}")
         path = Path(path) / f"{_SPLIT_FILES[split]}.jsonl"
     data = require_file("piqa", path)
     return data, require_file("piqa", data.with_name(f"{data.stem}-labels.lst"))

@@ -8,6 +8,7 @@ import torch
 from reachlens.engine import tokenizer_of
 from reachlens.engine import Row, SamplingParams, generate, row_seed
 from reachlens.engine.rng import sample_inverse_cdf
+from reachlens.errors import ReachlensError
 
 PROMPTS = ["Q: 12+34=?\nA:", "Q: 5-3+2=?\nA:", "hello world", "Q: 7*8-9+10-11=?\nA:"]
 
@@ -146,12 +147,12 @@ def test_top_p_keeps_only_the_nucleus():
 @pytest.mark.parametrize("bad", [dict(max_new_tokens=0), dict(max_new_tokens=4, temperature=0.0),
                                  dict(max_new_tokens=4, top_p=1.5), dict(max_new_tokens=4, stop=("",))])
 def test_sampling_params_validation(bad):
-    with pytest.raises(ValueError):
+    with pytest.raises(ReachlensError):
         SamplingParams(**bad)
 
 
 def test_row_pointing_at_missing_prompt_is_refused(tiny_model):
-    with pytest.raises(IndexError, match="rows\\[0\\].prompt=3"):
+    with pytest.raises(ReachlensError, match="rows\\[0\\].prompt=3"):
         generate(tiny_model, ["a"], [Row(3)], SamplingParams(2))
 
 

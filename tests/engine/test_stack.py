@@ -7,6 +7,7 @@ import torch
 
 from reachlens.engine import tokenizer_of
 from reachlens.engine import LayerStack, SlotKVCache, validate_route
+from reachlens.errors import ReachlensError
 
 
 def test_identity_route_equals_bridge_and_hf_forward(tiny_model, tiny_hf):
@@ -34,11 +35,11 @@ def test_cached_decode_equals_full_forward(tiny_model):
 
 
 def test_route_validation_names_the_bad_index():
-    with pytest.raises(ValueError, match="layer 9 is out of range for a 3-layer model \\(valid: 0-2\\)"):
+    with pytest.raises(ReachlensError, match="layer 9 is out of range for a 3-layer model \\(valid: 0-2\\)"):
         validate_route([0, 9], 3)
-    with pytest.raises(ValueError, match="at least one layer"):
+    with pytest.raises(ReachlensError, match="at least one layer"):
         validate_route([], 3)
-    with pytest.raises(TypeError, match="not an integer"):
+    with pytest.raises(ReachlensError, match="not an integer"):
         validate_route([0, 1.5], 3)
 
 

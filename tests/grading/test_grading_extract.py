@@ -8,6 +8,7 @@ from fractions import Fraction
 
 import pytest
 
+from reachlens.errors import ReachlensError
 from reachlens.grading import (
     extract_boxed,
     extract_choice,
@@ -164,7 +165,7 @@ def test_extract_choice_up_to_j() -> None:
 
 
 def test_extract_choice_rejects_empty_labels() -> None:
-    with pytest.raises(ValueError, match=r"labels \(\) is empty"):
+    with pytest.raises(ReachlensError, match=r"labels \(\) is empty"):
         extract_choice("A", ())
 
 

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from reachlens.errors import ReachlensError
 from reachlens.grading import (
     GRADERS,
     ChoiceGrader,
@@ -82,7 +83,7 @@ def test_numeric_no_number_is_scored_and_wrong() -> None:
 
 
 def test_numeric_bad_gold_names_the_value() -> None:
-    with pytest.raises(ValueError, match=r"gold answer 'eighteen' is not a number"):
+    with pytest.raises(ReachlensError, match=r"gold answer 'eighteen' is not a number"):
         NumericGrader().grade("18", "eighteen")
 
 
@@ -111,12 +112,12 @@ def test_choice_grader_accepts_a_label_string() -> None:
 
 @pytest.mark.parametrize("labels", [(), ("A", "A"), ("A", "K"), ("A", "0"), ("AB",), ("a", "b")])
 def test_choice_grader_rejects_bad_labels(labels: tuple[str, ...]) -> None:
-    with pytest.raises(ValueError, match=r"must be distinct single letters A-J or digits 1-9"):
+    with pytest.raises(ReachlensError, match=r"must be distinct single letters A-J or digits 1-9"):
         ChoiceGrader(labels=labels)
 
 
 def test_choice_grader_rejects_a_gold_outside_the_labels() -> None:
-    with pytest.raises(ValueError, match=r"gold label 'E' is not one of the labels"):
+    with pytest.raises(ReachlensError, match=r"gold label 'E' is not one of the labels"):
         ChoiceGrader().grade("E", "E")
 
 
@@ -170,12 +171,12 @@ def test_math_no_answer_is_scored_and_wrong() -> None:
     [
         ({"timeout_s": 0}, "timeout_s 0 must be a positive number"),
         ({"timeout_s": float("inf")}, "timeout_s inf must be a positive number"),
-        # Our ValueError, or the runtime type checker's TypeError when tests run with it on.
+        # Our ReachlensError, or the runtime type checker's TypeError when tests run with it on.
         ({"isolation": "thread"}, "'thread'"),
     ],
 )
 def test_math_grader_rejects_bad_configuration(kwargs: dict, message: str) -> None:
-    with pytest.raises((ValueError, TypeError), match=message):
+    with pytest.raises((ReachlensError, TypeError), match=message):
         MathGrader(**kwargs)
 
 

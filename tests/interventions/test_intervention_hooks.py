@@ -6,6 +6,7 @@ import pytest
 import torch
 
 from reachlens.engine import LayerStack, Row, SamplingParams, generate, tokenizer_of
+from reachlens.errors import ReachlensError
 from reachlens.interventions import (
     ablated,
     component_hook_names,
@@ -160,13 +161,13 @@ def test_unit_contributions_sum_to_the_projected_difference():
 
 
 def test_bad_names_fail_before_running(tiny_model):
-    with pytest.raises(ValueError, match="layer 3 is out of range for a 3-layer model \\(valid: 0-2\\)"):
+    with pytest.raises(ReachlensError, match="layer 3 is out of range for a 3-layer model \\(valid: 0-2\\)"):
         zero_ablation(tiny_model, 3, "mlp")
     with pytest.raises(LookupError, match="unknown component 'mpl'; known: mlp, attn, layer"):
         zero_ablation(tiny_model, 0, "mpl")
     with pytest.raises(LookupError, match="no hook point 'blocks.0.hook_mlp_outt'; did you mean 'blocks.0.hook_mlp_out'"):
         resolve_hook_name(tiny_model, "blocks.0.hook_mlp_outt")
-    with pytest.raises(ValueError, match="steering vector has shape \\(3,\\)"):
+    with pytest.raises(ReachlensError, match="steering vector has shape \\(3,\\)"):
         steering(tiny_model, 0, torch.ones(3), 1.0)
-    with pytest.raises(ValueError, match="out of range for block 0's MLP"):
+    with pytest.raises(ReachlensError, match="out of range for block 0's MLP"):
         unit_ablation(tiny_model, 0, [128])

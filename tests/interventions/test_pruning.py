@@ -8,6 +8,7 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
+from reachlens.errors import ReachlensError
 from reachlens.interventions import PruneConfig, magnitude_mask, prune_checkpoint
 
 
@@ -41,9 +42,9 @@ def test_prune_checkpoint_touches_only_the_chosen_layer(tiny_dir, tmp_path):
 
 
 def test_prune_refuses_bad_arguments(tiny_dir, tmp_path):
-    with pytest.raises(ValueError, match="fraction=1.5 must lie in \\[0, 1\\)"):
+    with pytest.raises(ReachlensError, match="fraction=1.5 must lie in \\[0, 1\\)"):
         PruneConfig(layers=(0,), fraction=1.5)
-    with pytest.raises(ValueError, match="each must be one of"):
+    with pytest.raises(ReachlensError, match="each must be one of"):
         PruneConfig(layers=(0,), fraction=0.1, components=("ffn",))
-    with pytest.raises(ValueError, match="layer 7 is out of range for a 3-layer model"):
+    with pytest.raises(ReachlensError, match="layer 7 is out of range for a 3-layer model"):
         prune_checkpoint(str(tiny_dir), tmp_path / "p", PruneConfig(layers=(7,), fraction=0.1))

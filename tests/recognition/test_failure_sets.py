@@ -7,6 +7,7 @@ import dataclasses
 import pandas as pd
 import pytest
 
+from reachlens.errors import ReachlensError
 from reachlens.studies.causal import best_layer, outcome, silence_sweep, steer_sweep, units_sweep
 from reachlens.studies.recognition import (
     EvalSets,
@@ -106,7 +107,7 @@ def test_silence_sweep_table(tiny_model, sweep_setup):
     none = sweep.per_question[sweep.per_question.condition == "none"].set_index("question_id")
     again = res.questions.set_index("question_id").loc[none.index]
     assert (none["gen_text"] == again["gen_text"]).all()  # same greedy text as when the sets were chosen
-    with pytest.raises(ValueError, match="layer 5 is out of range"):
+    with pytest.raises(ReachlensError, match="layer 5 is out of range"):
         silence_sweep(tiny_model, task, sets, layers=[5])
 
 
@@ -122,7 +123,7 @@ def test_steer_and_units_sweeps(tiny_model, sweep_setup, tmp_path):
     units.save(tmp_path)
     assert {p.name for p in tmp_path.iterdir()} >= {"units.csv", "units.md", "units_ranking.csv", "units.json"}
     other = dataclasses.replace(sets, model={"spec": "x", "fingerprint": "0"})
-    with pytest.raises(ValueError, match="chosen on 'x'"):
+    with pytest.raises(ReachlensError, match="chosen on 'x'"):
         silence_sweep(tiny_model, task, other)
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import torch
 
 from reachlens.engine import LayerStack, Row, SamplingParams, encode, generate, tokenizer_of
+from reachlens.errors import ReachlensError
 from reachlens.routing import RouteRequest, RouteTrie, generate_along_routes, route_logits, route_loglik
 
 PROMPTS = ["Q: 12+34=?\nA:", "Q: 7*3+5-2=?\nA:"]
@@ -161,5 +162,5 @@ def test_self_verification_scores_the_completion_under_the_full_model(tiny_model
     ref = route_loglik(tiny_model, p_ids, c_ids["input_ids"], [(0, 1, 2)])[0].mean().item()
     assert got[0] == pytest.approx(ref, abs=1e-5)
     assert got[1] != got[1]  # an empty completion has no score (NaN)
-    with pytest.raises(ValueError, match="verification prompt 'yes_no' has text the tokenizer cannot encode"):
+    with pytest.raises(ReachlensError, match="verification prompt 'yes_no' has text the tokenizer cannot encode"):
         verification_scores(tiny_model, [(prompt, completion, "3")], "yes_no")

@@ -6,6 +6,7 @@ import random
 
 import pytest
 
+from reachlens.errors import ReachlensError
 from reachlens.routing import (
     NativeSpace,
     ReorderSpace,
@@ -36,23 +37,23 @@ def test_skip_space_routes():
 
 
 def test_validation_names_the_rule_broken():
-    with pytest.raises(ValueError, match="layer 9 is out of range for a 6-layer model"):
+    with pytest.raises(ReachlensError, match="layer 9 is out of range for a 6-layer model"):
         NativeSpace(6).validate([0, 9])
-    with pytest.raises(ValueError, match="skips 3 layers \\[1, 2, 3\\]; the skip space allows at most max_skip=2"):
+    with pytest.raises(ReachlensError, match="skips 3 layers \\[1, 2, 3\\]; the skip space allows at most max_skip=2"):
         SkipSpace(6).validate([0, 4, 5])
-    with pytest.raises(ValueError, match="runs layer 1 twice; the skip space runs each layer at most once"):
+    with pytest.raises(ReachlensError, match="runs layer 1 twice; the skip space runs each layer at most once"):
         SkipSpace(6).validate([0, 1, 1, 2, 3, 4, 5])
-    with pytest.raises(ValueError, match="layer 1 runs after layer 2 at step 2"):
+    with pytest.raises(ReachlensError, match="layer 1 runs after layer 2 at step 2"):
         NativeSpace(6).validate([0, 2, 1, 3, 4, 5])
-    with pytest.raises(ValueError, match="runs layer 1 3 times"):
+    with pytest.raises(ReachlensError, match="runs layer 1 3 times"):
         NativeSpace(6).validate([0, 1, 1, 1, 2, 3, 4, 5])
-    with pytest.raises(ValueError, match="repeats 2 layers \\[1, 2\\]; the native space allows at most max_repeat=1"):
+    with pytest.raises(ReachlensError, match="repeats 2 layers \\[1, 2\\]; the native space allows at most max_repeat=1"):
         NativeSpace(6).validate([0, 1, 1, 2, 2, 3, 4, 5])
-    with pytest.raises(ValueError, match="runs layer 3 at step 1, 2 places from its own position; window=2"):
+    with pytest.raises(ReachlensError, match="runs layer 3 at step 1, 2 places from its own position; window=2"):
         ReorderSpace(6).validate([0, 3, 2, 1, 4, 5])
-    with pytest.raises(ValueError, match="leaves out layer 5"):
+    with pytest.raises(ReachlensError, match="leaves out layer 5"):
         ReorderSpace(6).validate([0, 1, 2, 3, 4])
-    with pytest.raises(TypeError, match="not an integer"):
+    with pytest.raises(ReachlensError, match="not an integer"):
         NativeSpace(6).validate([0, "1"])
 
 
@@ -89,12 +90,12 @@ def test_random_routes_are_stratified_by_edit_count():
 
 def test_make_space_and_route_strings():
     assert str(make_space("native", 6, max_skip=1)) == "native(max_skip=1,max_repeat=1)"
-    with pytest.raises(ValueError, match="the skip space has no option\\(s\\) \\['window'\\]"):
+    with pytest.raises(ReachlensError, match="the skip space has no option\\(s\\) \\['window'\\]"):
         make_space("skip", 6, window=3)
     with pytest.raises(LookupError, match="unknown route space 'loop'; known: native, reorder, skip"):
         make_space("loop", 6)
     space = ReorderSpace(6, window=3)
     assert space_from_spec(space.spec()) == space
     assert parse_route(format_route((0, 1, 1, 3))) == (0, 1, 1, 3)
-    with pytest.raises(ValueError, match="not a comma-separated list"):
+    with pytest.raises(ReachlensError, match="not a comma-separated list"):
         parse_route("0-1")

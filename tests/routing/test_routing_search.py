@@ -6,6 +6,7 @@ import math
 
 import pytest
 
+from reachlens.errors import ReachlensError
 from reachlens.routing import (
     STRATEGIES,
     Evaluation,
@@ -110,7 +111,7 @@ def test_strategy_sees_objectives_only_and_oracle_is_explicit(monkeypatch):
     seen.clear()
     run_search(ev, NativeSpace(6), "spy_for_test", SearchConfig(5, oracle=True))
     assert set(seen) <= {0.0, 1.0}
-    with pytest.raises(ValueError, match="choose it explicitly with oracle=True"):
+    with pytest.raises(ReachlensError, match="choose it explicitly with oracle=True"):
         SearchConfig(5, objective="oracle")
     with pytest.raises(LookupError, match="unknown search objective 'agreement'"):
         SearchConfig(5, objective="agreement")
@@ -175,5 +176,5 @@ def test_mcts_identity_rollouts_stay_near_the_model():
 
     near, far = mean_edits("identity"), mean_edits("random")
     assert near + 0.8 < far, (near, far)
-    with pytest.raises(ValueError, match="rollout='greedy'; known: identity, random"):
+    with pytest.raises(ReachlensError, match="rollout='greedy'; known: identity, random"):
         run_search(FakeEvaluator(6, 1, tuple(range(6))), space, "mcts", SearchConfig(4), options={"rollout": "greedy"})

@@ -9,6 +9,7 @@ import pytest
 
 from reachlens import Protocol, load_task
 from reachlens.engine import Completion
+from reachlens.errors import ReachlensError
 from reachlens.routing import (
     cell_summary,
     format_recovery,
@@ -74,7 +75,7 @@ def test_no_answer_is_wrong_and_unscored_is_undefined():
 
 
 def test_a_selector_refuses_a_pool_without_its_column():
-    with pytest.raises(ValueError, match="selector 'self_verify' needs column\\(s\\) \\['verify_logprob'\\]"):
+    with pytest.raises(ReachlensError, match="selector 'self_verify' needs column\\(s\\) \\['verify_logprob'\\]"):
         select(POOL.drop(columns="verify_logprob"), "self_verify")
     with pytest.raises(LookupError, match="unknown selector 'best'"):
         select(POOL, "best")

@@ -7,6 +7,7 @@ import json
 import pytest
 
 from reachlens.cli.main import main
+from reachlens.errors import ReachlensError
 from reachlens.protocol import ProtocolMismatch
 from reachlens.routing import RouteEvaluator, RoutingConfig, RoutingResult, run_routing
 from reachlens.tasks import load_task
@@ -42,7 +43,7 @@ def test_a_shared_evaluator_decodes_each_pair_once(tiny_model, task):
     b = run_routing(tiny_model, task, "skip", "random", config=CONFIG, evaluator=ev)
     assert ev.n_decoded == spent  # same seed, same routes: nothing new to decode
     assert a.candidates.equals(b.candidates)
-    with pytest.raises(ValueError, match="the evaluator decodes with"):
+    with pytest.raises(ReachlensError, match="the evaluator decodes with"):
         run_routing(tiny_model, task, "skip", "random", config=RoutingConfig(budget=5, max_new_tokens=9), evaluator=ev)
 
 

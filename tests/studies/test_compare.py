@@ -7,6 +7,7 @@ import pytest
 from conftest import fake_audit as fake
 
 from reachlens import Protocol, ProtocolMismatch, audit, load_task
+from reachlens.errors import ReachlensError
 from reachlens.studies import AuditResult, compare, extend_budget, propensity_bins
 
 PROTO = Protocol("arith", k=4, temperature=1.0, max_new_tokens=12)
@@ -44,7 +45,7 @@ def test_propensity_bins_by_hand():
     assert bins["n"].tolist() == [1, 1, 1]
     assert bins["realized_after"].tolist() == [1, 1, 0]
     assert bins["rate"].tolist() == [1.0, 1.0, 0.0]
-    with pytest.raises(ValueError, match="must increase from 0.0 to 1.0"):
+    with pytest.raises(ReachlensError, match="must increase from 0.0 to 1.0"):
         propensity_bins(c.questions, (0.1, 1.0))
 
 
@@ -86,7 +87,7 @@ def test_extend_budget_equals_a_fresh_audit(tiny_model, tmp_path):
     assert AuditResult.load(tmp_path / "k8").k == 8
     # the first K samples are the stored ones, untouched
     pd.testing.assert_frame_equal(ext.restrict_k(4).samples, small.samples)
-    with pytest.raises(ValueError, match="must exceed"):
+    with pytest.raises(ReachlensError, match="must exceed"):
         extend_budget(tiny_model, task, small, 4)
 
 

@@ -2,6 +2,7 @@ import math
 
 import pytest
 
+from reachlens.errors import ReachlensError
 from reachlens.studies.metrics import budget_grid, pass_at_k, pass_at_k_curve
 
 
@@ -26,7 +27,7 @@ def test_pass_at_k_is_nan_when_n_below_k():
 
 
 def test_pass_at_k_rejects_impossible_counts():
-    with pytest.raises(ValueError, match="c=5 correct out of n=3"):
+    with pytest.raises(ReachlensError, match="c=5 correct out of n=3"):
         pass_at_k(3, 5, 1)
 
 

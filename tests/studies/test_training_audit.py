@@ -8,6 +8,7 @@ import pandas as pd
 import pytest
 
 from reachlens import Protocol
+from reachlens.errors import ReachlensError
 from reachlens.studies.training_audit import StudyPlan, load_training_audit, run_training_audit
 
 
@@ -46,13 +47,13 @@ def test_runner_writes_every_audit_and_two_workers_agree(tiny_dir, tmp_path):
 
 def test_runner_refuses_bad_values(tiny_dir, tmp_path):
     plan = plan_for(tiny_dir)
-    with pytest.raises(ValueError, match="workers=0 must be at least 1"):
+    with pytest.raises(ReachlensError, match="workers=0 must be at least 1"):
         run_training_audit(plan, tmp_path / "x", workers=0)
-    with pytest.raises(ValueError, match="pass load=None, or workers=1"):
+    with pytest.raises(ReachlensError, match="pass load=None, or workers=1"):
         run_training_audit(plan, tmp_path / "x", workers=2, load=lambda spec: None)
     run_training_audit(plan, tmp_path / "y", log=lambda s: None)
     other = StudyPlan(plan.models, plan.pairs, plan.protocol.with_k(2), n=4)
-    with pytest.raises(ValueError, match="holds another plan"):
+    with pytest.raises(ReachlensError, match="holds another plan"):
         run_training_audit(other, tmp_path / "y")
 
 

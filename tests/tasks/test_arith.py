@@ -14,6 +14,7 @@ from collections import Counter
 import pytest
 
 import reachlens.tasks.arith as arith
+from reachlens.errors import ReachlensError
 from reachlens.tasks.arith import ARITH_ALPHABET, ArithConfig, Slip, Tier
 from reachlens.tasks.registry import load_task
 
@@ -182,7 +183,7 @@ def test_slip_rate_zero_is_clean_and_bad_rate_raises():
     problem = (94, "+", 2, "-", 39, "-", 48)
     clean = (arith.format_solution(problem), None)
     assert arith.make_slipped_solution(problem, random.Random(0), 0.0) == clean
-    with pytest.raises(ValueError, match="1.5"):
+    with pytest.raises(ReachlensError, match="1.5"):
         arith.make_slipped_solution(problem, random.Random(0), 1.5)
     with pytest.raises(ValueError, match="out of range"):
         arith.format_solution(problem, Slip(3, 0))
@@ -249,7 +250,7 @@ def test_custom_mix_and_tiers():
 
 
 def test_exhausted_tier_raises():
-    with pytest.raises(ValueError, match="'tiny' ran out"):
+    with pytest.raises(ReachlensError, match="'tiny' ran out"):
         arith.arith_splits(ArithConfig(n_train=100, n_test=5, tiers=(Tier("tiny", 1, 1, operand_max=2),)))
 
 
@@ -259,14 +260,14 @@ def test_exhausted_tier_raises():
     ({"tiers": (Tier("x", 1, 1), Tier("x", 2, 2))}, "distinct"),
 ])
 def test_bad_config_raises(kwargs, match):
-    with pytest.raises(ValueError, match=match):
+    with pytest.raises(ReachlensError, match=match):
         ArithConfig(**kwargs)
 
 
 def test_bad_tier_raises():
-    with pytest.raises(ValueError, match="min_ops=3"):
+    with pytest.raises(ReachlensError, match="min_ops=3"):
         Tier("t", 3, 2)
-    with pytest.raises(ValueError, match="mul_prob=2.0"):
+    with pytest.raises(ReachlensError, match="mul_prob=2.0"):
         Tier("t", 1, 2, mul_prob=2.0)
 
 
@@ -286,9 +287,9 @@ def test_loader(default_splits):
 
 
 def test_loader_errors():
-    with pytest.raises(ValueError, match="generated"):
+    with pytest.raises(ReachlensError, match="generated"):
         load_task("arith", "data/arith.jsonl")
-    with pytest.raises(ValueError, match="'dev'"):
+    with pytest.raises(ReachlensError, match="'dev'"):
         load_task("arith", split="dev")
-    with pytest.raises(ValueError, match="n_tset"):
+    with pytest.raises(ReachlensError, match="n_tset"):
         load_task("arith", n_tset=5)

@@ -11,6 +11,7 @@ import pytest
 import reachlens.tasks._file_loaders  # noqa: F401  (registers the loaders)
 import reachlens.tasks.gsm8k as gsm8k_module
 import reachlens.tasks.jsonl as jsonl_module
+from reachlens.errors import ReachlensError
 from reachlens.tasks.base import DataError
 from reachlens.tasks.jsonl import read_csv, read_jsonl, stable_id
 from reachlens.tasks.registry import load_task
@@ -120,7 +121,7 @@ def test_jsonl_loader_duplicate_ids_and_bad_template(tmp_path: Path) -> None:
     path = _write(tmp_path / "dup.jsonl", rows)
     with pytest.raises(DataError, match=r"dup\.jsonl:2: question id 'x' already used on line 1"):
         load_task("jsonl", path, id_field="id")
-    with pytest.raises(KeyError, match="needs field 'passage'"):
+    with pytest.raises(ReachlensError, match="needs field 'passage'"):
         load_task("jsonl", path, prompt_template="{passage}\n{question}")
 
 

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 import reachlens.tasks._file_loaders  # noqa: F401  (registers the loaders)
+from reachlens.errors import ReachlensError
 from reachlens.tasks.base import DataError
 from reachlens.tasks.registry import load_task
 
@@ -183,7 +184,7 @@ def test_piqa_from_file_or_folder(data: Path) -> None:
     assert first.choices is not None and "ripped paper strips" in first.choices[0]
     goal = "How do I ready a guinea pig cage for it's new occupants?"
     assert from_file.prompt(first, "lm_eval") == f"Question: {goal}\nAnswer:"
-    with pytest.raises(ValueError, match="no split 'dev2'"):
+    with pytest.raises(ReachlensError, match="no split 'dev2'"):
         load_task("piqa", data / "piqa", split="dev2")
 
 
@@ -213,7 +214,7 @@ def test_math500_fields(data: Path) -> None:
 
 
 def test_unknown_default_format_lists_the_known_ones(data: Path) -> None:
-    with pytest.raises(ValueError, match="'cot'.*'gsm8k_cot'"):
+    with pytest.raises(ReachlensError, match="'cot'.*'gsm8k_cot'"):
         load_task("gsm8k", data / "gsm8k/test.jsonl", default_format="cot")
 
 

@@ -19,6 +19,7 @@ from collections.abc import Callable, Sequence
 from typing import Any, ClassVar
 
 from reachlens._registry import Registry
+from reachlens.errors import ReachlensError
 from reachlens.routing.routes import Route, RouteSpace
 
 __all__ = ["Strategy", "STRATEGIES", "register_strategy", "make_strategy"]
@@ -67,4 +68,4 @@ def make_strategy(name: str, space: RouteSpace, rng: random.Random, **options: A
     try:
         return cls(space, rng, **options)
     except TypeError as err:
-        raise ValueError(f"bad options {options!r} for search strategy {name!r}: {err}") from None
+        raise ReachlensError(f"bad options {options!r} for search strategy {name!r}: {err}") from None

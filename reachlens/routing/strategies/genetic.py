@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import random
 
+from reachlens.errors import ReachlensError
 from reachlens.routing.routes import Route, RouteSpace
 from reachlens.routing.strategies.base import Strategy, register_strategy
 
@@ -37,7 +38,7 @@ class Genetic(Strategy):
     ) -> None:
         super().__init__(space, rng)
         if population < 2:
-            raise ValueError(f"population={population!r} must be >= 2")
+            raise ReachlensError(f"population={population!r} must be >= 2")
         self.population = population
         self.tournament = tournament
         self.crossover_rate = crossover_rate

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import random
 
+from reachlens.errors import ReachlensError
 from reachlens.routing.routes import Route, RouteSpace
 from reachlens.routing.strategies.base import Strategy, register_strategy
 
@@ -30,7 +31,7 @@ class HillClimb(Strategy):
     def __init__(self, space: RouteSpace, rng: random.Random, *, batch: int = 4, restart_tries: int = 64) -> None:
         super().__init__(space, rng)
         if batch < 1:
-            raise ValueError(f"batch={batch!r} must be >= 1")
+            raise ReachlensError(f"batch={batch!r} must be >= 1")
         self.batch = batch
         self.restart_tries = restart_tries
         self.scores: dict[Route, float] = {}

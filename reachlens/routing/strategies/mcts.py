@@ -24,6 +24,7 @@ from __future__ import annotations
 import math
 import random
 
+from reachlens.errors import ReachlensError
 from reachlens.routing.routes import Route, RouteSpace
 from reachlens.routing.strategies.base import Strategy, register_strategy
 
@@ -57,11 +58,11 @@ class MCTS(Strategy):
                  rollout: str = "identity") -> None:
         super().__init__(space, rng)
         if batch < 1:
-            raise ValueError(f"batch={batch!r} must be >= 1")
+            raise ReachlensError(f"batch={batch!r} must be >= 1")
         if c < 0:
-            raise ValueError(f"c={c!r} must be >= 0")
+            raise ReachlensError(f"c={c!r} must be >= 0")
         if rollout not in self.ROLLOUTS:
-            raise ValueError(f"rollout={rollout!r}; known: {', '.join(self.ROLLOUTS)}")
+            raise ReachlensError(f"rollout={rollout!r}; known: {', '.join(self.ROLLOUTS)}")
         self.rollout = rollout
         self.c = c
         self.batch = batch

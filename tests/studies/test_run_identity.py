@@ -1,0 +1,133 @@
+"""A run's identity is its protocol, its model and its data (issue 13, item 3).
+
+Resume, ``extend_budget``, ``rescore`` and ``compare`` check all of it and name what differs; compare
+also checks the golds question by question. Before issue 13 the data file was no part of a run:
+``--data B.jsonl`` resumed into A's directory and reported A's questions.
+"""
+
+from __future__ import annotations
+
+import json
+import warnings
+from pathlib import Path
+
+import pytest
+
+from reachlens import Protocol, ProtocolMismatch, audit, load_task, rescore
+from reachlens.studies import compare, extend_budget
+
+PROTO = Protocol("gsm8k", k=2, temperature=1.0, max_new_tokens=8)
+
+
+def gsm8k_file(path: Path, golds: list[int]) -> Path:
+    """A GSM8K-format file: same questions, these gold answers."""
+    rows = [{"question": f"What is {i}+{g - i}?", "answer": f"{i}+{g - i}={g}\n#### {g}"} for i, g in enumerate(golds)]
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return path
+
+
+@pytest.fixture
+def files(tmp_path):
+    return (gsm8k_file(tmp_path / "A.jsonl", [3, 5, 7]), gsm8k_file(tmp_path / "B.jsonl", [3, 6, 7]))
+
+
+def test_a_resume_on_another_data_file_is_refused_naming_it(tiny_model, files, tmp_path) -> None:
+    a, b = files
+    out = tmp_path / "G"
+    audit(tiny_model, load_task("gsm8k", a), PROTO, out=out, max_batch_rows=6)
+    with pytest.raises(ProtocolMismatch, match=r"data.questions_sha256, data.sha256 .*pass the same data file") as err:
+        audit(tiny_model, load_task("gsm8k", b), PROTO, out=out, max_batch_rows=6)
+    assert "data.sha256" in err.value.differences
+    # a copy of the same file elsewhere is the same data
+    copy = tmp_path / "elsewhere" / "A.jsonl"
+    copy.parent.mkdir()
+    copy.write_bytes(a.read_bytes())
+    assert audit(tiny_model, load_task("gsm8k", copy), PROTO, out=out, max_batch_rows=6).n == 3
+
+
+def test_the_data_identity_is_recorded(tiny_model, files, tmp_path) -> None:
+    import hashlib
+
+    a, _ = files
+    r = audit(tiny_model, load_task("gsm8k", a), PROTO, out=tmp_path / "G", max_batch_rows=6)
+    header = json.loads((tmp_path / "G" / "protocol.json").read_text())
+    assert header["data"]["sha256"] == hashlib.sha256(a.read_bytes()).hexdigest() == r.data["sha256"]
+    gen = load_task("arith", n=3, seed=4).data_identity
+    assert (gen["generator"], gen["seed"], gen["split"]) == ("arith", 4, "test") and gen["questions_sha256"]
+    assert load_task("arith", n=5, seed=4).data_identity == gen  # the whole task's, whatever n
+
+
+def test_compare_refuses_audits_of_different_data(tiny_model, files, tmp_path) -> None:
+    a, b = files
+    ra = audit(tiny_model, load_task("gsm8k", a), PROTO, out=tmp_path / "A", max_batch_rows=6)
+    rb = audit(tiny_model, load_task("gsm8k", b), PROTO, out=tmp_path / "B", max_batch_rows=6)
+    with pytest.raises(ProtocolMismatch, match="made on different data"):
+        compare(tmp_path / "A", tmp_path / "B")
+    # directories written before data identity: golds are compared question by question
+    for d in ("A", "B"):
+        header = json.loads((tmp_path / d / "protocol.json").read_text())
+        header.pop("data")
+        (tmp_path / d / "protocol.json").write_text(json.dumps(header))
+    with pytest.warns(UserWarning, match="no data identity"):
+        with pytest.raises(ProtocolMismatch, match=r"disagree on the gold answer of 1 of 3 questions") as err:
+            compare(tmp_path / "A", tmp_path / "B")
+    assert "gsm8k-1" in str(err.value)
+    assert compare(ra, ra).summary["n"] == 3 and rb.n == 3
+
+
+def test_an_old_directory_without_data_identity_resumes_with_a_note(tiny_model, files, tmp_path) -> None:
+    a, _ = files
+    out = tmp_path / "G"
+    first = audit(tiny_model, load_task("gsm8k", a), PROTO, out=out, max_batch_rows=6)
+    header = json.loads((out / "protocol.json").read_text())
+    del header["data"]
+    header["model"] = {"spec": header["model"]["spec"], "fingerprint": header["model"]["legacy_fingerprint"]}
+    (out / "protocol.json").write_text(json.dumps(header))  # as reachlens wrote it before issue 13
+    with pytest.warns(UserWarning, match="written before reachlens recorded data identity"):
+        again = audit(tiny_model, load_task("gsm8k", a), PROTO, out=out, max_batch_rows=6)
+    assert again.questions.equals(first.questions)
+    # recognized by its legacy fingerprint, the model's full identity is now recorded; rescore agrees
+    assert json.loads((out / "protocol.json").read_text())["model"]["fingerprint"].startswith("sha256:")
+    assert rescore(out).questions.equals(first.questions)
+
+
+def test_extend_budget_checks_model_and_data(tiny_model, files, tmp_path, monkeypatch) -> None:
+    from reachlens.models import ModelIdentity
+
+    a, b = files
+    base = audit(tiny_model, load_task("gsm8k", a), PROTO, out=tmp_path / "A", max_batch_rows=6)
+    with pytest.raises(ProtocolMismatch, match="the audit to extend was made with another model or data in .*data.sha256"):
+        extend_budget(tiny_model, load_task("gsm8k", b), tmp_path / "A", k=4)
+    monkeypatch.setattr(tiny_model, "reachlens_identity", ModelIdentity(base.model["spec"], "sha256:0000"))
+    with pytest.raises(ProtocolMismatch, match="model.fingerprint"):
+        extend_budget(tiny_model, load_task("gsm8k", a), tmp_path / "A", k=4)
+    monkeypatch.undo()
+    big = extend_budget(tiny_model, load_task("gsm8k", a), tmp_path / "A", k=4, out=tmp_path / "A4")
+    assert big.k == 4 and big.data == base.data
+
+
+def test_rescore_refuses_a_directory_that_is_not_one_run(tiny_model, files, tmp_path) -> None:
+    a, _ = files
+    out = tmp_path / "G"
+    audit(tiny_model, load_task("gsm8k", a), PROTO, out=out, max_batch_rows=6)
+    summary = json.loads((out / "summary.json").read_text())
+    summary["model_fingerprint"] = "sha256:ffffffffffffffff"  # e.g. a summary copied from another run
+    (out / "summary.json").write_text(json.dumps(summary))
+    with pytest.raises(ProtocolMismatch, match=r"is not one run: .*model.fingerprint"):
+        rescore(out)
+
+
+def test_a_jsonl_task_runs_from_the_cli(capsys, tiny_dir, tmp_path) -> None:
+    """Item 7: ``--task jsonl`` / ``--task csv`` used to be refused ("protocol is for task 'jsonl' but
+    the task given is 'jsonl:q'")."""
+    from reachlens.cli import main
+
+    (tmp_path / "q.jsonl").write_text('{"question": "1+1?", "answer": "2"}\n{"question": "2+3?", "answer": "5"}\n')
+    (tmp_path / "q.csv").write_text("question,answer\n1+1?,2\n2+3?,5\n")
+    for kind in ("jsonl", "csv"):
+        with warnings.catch_warnings():
+            code = main(["audit", str(tiny_dir), "--task", kind, "--data", str(tmp_path / f"q.{kind}"), "--k", "2",
+                         "--max-new-tokens", "6", "--out", str(tmp_path / kind)])
+        err = capsys.readouterr().err
+        assert code == 0, err
+        assert json.loads((tmp_path / kind / "summary.json").read_text())["n"] == 2
