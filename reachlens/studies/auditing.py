@@ -260,7 +260,7 @@ def check_context(model, task: Task, protocol: Protocol) -> None:
 
 def _run(
     model, task: Task, protocol: Protocol, model_id: dict[str, str], store: AuditDir | None,
-    max_batch_rows: int, sample_offset: int, progress: Callable[[int], None] | None, share_prefixes: bool,
+    max_batch_rows: int, sample_offset: int, progress: Callable[[int], None] | None, share_prefixes: bool | None,
 ) -> AuditResult:
     """The audit proper (under the directory's writer lock when ``store`` is given)."""
     done = store.finished_ids() if store is not None else set()
