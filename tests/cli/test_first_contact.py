@@ -106,8 +106,9 @@ def test_a_built_wheel_carries_the_zoo_and_runs_from_anywhere(tmp_path):
 
 def _audit_dir(path: Path, result) -> Path:
     store = AuditDir(path)
-    store.open(result.protocol, result.model)
-    store.consolidate(result.questions, result.samples, summarize(result))
+    with store.writer():
+        store.open(result.protocol, result.model, data=result.data)
+        store.consolidate(result.questions, result.samples, summarize(result))
     return path
 
 

@@ -68,7 +68,7 @@ def test_something_that_is_not_a_bridge_is_refused():
     class Fake(torch.nn.Module):
         embed = blocks = ln_final = unembed = rotary_emb = None
 
-    with pytest.raises(TypeError, match="Fake is not a TransformerLens TransformerBridge"):
+    with pytest.raises(ReachlensError, match="Fake is not a TransformerLens TransformerBridge"):
         LayerStack(Fake())
 
 
