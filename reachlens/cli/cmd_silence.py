@@ -14,10 +14,10 @@ def register(sub) -> argparse.ArgumentParser:
     p = sub.add_parser(NAME, help=HELP)
     add_study_args(p)
     p.add_argument("--layers", type=comma_list("--layers", int), default=None, help="e.g. 0,1,2 (default: all)")
-    p.add_argument("--sites", "--components", dest="components", type=comma_list("--sites", str),
+    p.add_argument("--sites", "--components", dest="components", metavar="SITES", type=comma_list("--sites", str),
                    default=["mlp", "attn", "layer"],
                    help="what to zero, one condition per item: TransformerLens sites (mlp_out, attn_out, mlp_post, "
-                        "resid_mid, ...; sites joined by '+' are zeroed together) or components: mlp (= mlp_out), "
+                        "resid_pre, ...; sites joined by '+' are zeroed together) or components: mlp (= mlp_out), "
                         "attn (= attn_out), layer (= attn_out+mlp_out, the block's whole contribution). "
                         "Default: mlp,attn,layer")
     return p

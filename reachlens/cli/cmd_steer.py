@@ -25,7 +25,7 @@ def register(sub) -> argparse.ArgumentParser:
     where = p.add_mutually_exclusive_group()
     where.add_argument("--site", default="mlp_out",
                        help="the TransformerLens site v is added to: mlp_out (default), attn_out, resid_post (the "
-                            "block's output), resid_mid, ...")
+                            "block's output), resid_pre, mlp_post, ...")
     where.add_argument("--component", choices=sorted(COMPONENT_SITES), default=None, help=argparse.SUPPRESS)
     p.add_argument("--alphas", type=comma_list("--alphas", float), default=None,
                    help="absolute alphas, e.g. 0,1,2,4 (default: 0, 0.5, 1, 2, 4, 8 x the mean difference's norm)")

@@ -11,7 +11,8 @@ site           hook (block L)                   activation
 resid_pre      ``blocks.L.hook_resid_pre``      residual stream entering the block
 attn_out       ``blocks.L.hook_attn_out``       what attention adds to the residual stream
 resid_mid      ``blocks.L.hook_resid_mid``      between attention and MLP (none on GPT-NeoX/Pythia,
-                                                whose attention and MLP run in parallel)
+                                                whose attention and MLP run in parallel); read only,
+                                                see below
 mlp_out        ``blocks.L.hook_mlp_out``        what the MLP adds to the residual stream
 resid_post     ``blocks.L.hook_resid_post``     residual stream leaving the block (its output)
 mlp_pre        ``blocks.L.mlp.hook_pre``        MLP pre-activation (the gate projection of a gated MLP)
@@ -42,6 +43,12 @@ component (``silence_sweep``, ``zero_ablation``, pruning) it means exactly these
 adds one vector at one site, so ``layer`` (two sites) cannot be steered; the block's output, where
 adding ``alpha * v`` shifts its whole contribution, is ``resid_post``.
 
+``resid_mid`` is read-only here: in TransformerLens 4's bridge the hook is the MLP's input (the
+input of its norm, ``ln2.hook_in``; OLMo 2: ``mlp.hook_in``), not the residual stream itself, so an
+edit there changes what the MLP reads but not the stream the block passes on (in
+``HookedTransformer`` it changed both). Reading it is exact. An intervention (``write=True``)
+refuses it and names the alternatives.
+
 Checks: :func:`hook_name` refuses an unknown site (naming the close ones and every known site), a
 layer out of range, a hook point the model lacks (``resid_mid`` on GPT-NeoX), one TransformerLens
 gates off until a ``set_use_*`` call, and one that exists but never fires in the model's forward
@@ -58,7 +65,7 @@ import torch
 
 from reachlens.errors import ReachlensError, UnknownNameError
 
-__all__ = ["COMPONENTS", "SITES", "SITE_ALIASES", "check_layer", "hook_name", "site_shape", "sites_of"]
+__all__ = ["COMPONENTS", "READ_ONLY", "SITES", "SITE_ALIASES", "check_layer", "hook_name", "site_shape", "sites_of"]
 
 SITES: dict[str, str] = {
     "resid_pre": "hook_resid_pre",
@@ -190,8 +197,18 @@ def _probe(model) -> dict[str, tuple[int, ...]]:
     return shapes
 
 
-def hook_name(model, layer: int, site: str) -> str:
+READ_ONLY: dict[str, str] = {
+    "resid_mid": "in TransformerLens 4's bridge this hook is the MLP's input ({hook}), so an edit there changes "
+                 "what the MLP reads but not the residual stream the block passes on; edit 'attn_out' to change "
+                 "the stream, or name the MLP's input as the hook path {path!r}",
+}
+"""Sites whose edits do not mean what TransformerLens' names say (why, for the error message)."""
+
+
+def hook_name(model, layer: int, site: str, *, write: bool = False) -> str:
     """The hook name of ``site`` in block ``layer`` of ``model``, checked against the model.
+
+    ``write=True`` (what an intervention passes) also refuses a read-only site (:data:`READ_ONLY`).
 
     Raises:
         ReachlensError: the layer is out of range, the site is unknown (an UnknownNameError, naming
@@ -227,6 +244,11 @@ def hook_name(model, layer: int, site: str) -> str:
     if name not in shapes:
         raise ReachlensError(f"site {site!r} ({name}) exists on the {kind} model but never fires in its forward "
                              "(TransformerLens' implementation of this block does not call it); pick another site")
+    canonical = SITE_ALIASES.get(site, site)
+    if write and canonical in READ_ONLY:
+        hook = hook_dict[name].name or name
+        why = READ_ONLY[canonical].format(hook=hook, path=hook.removeprefix(f"blocks.{layer}."))
+        raise ReachlensError(f"site {site!r} can be read but not edited: {why}")
     return name
 
 

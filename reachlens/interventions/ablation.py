@@ -48,7 +48,7 @@ def zero_ablation(model, layer: int, site: str | Sequence[str] = "mlp_out") -> l
     >>> zero_ablation(model, 1, "layer")  # doctest: +SKIP
     [('blocks.1.hook_attn_out', <function zero_hook ...>), ('blocks.1.hook_mlp_out', <function zero_hook ...>)]
     """
-    return [(hook_name(model, layer, s), zero_hook) for s in sites_of(site)]
+    return [(hook_name(model, layer, s, write=True), zero_hook) for s in sites_of(site)]
 
 
 @contextlib.contextmanager

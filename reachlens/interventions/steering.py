@@ -70,7 +70,7 @@ def steering_site(model, layer: int, site: str = "mlp_out") -> tuple[str, int]:
     if len(sites) != 1:
         raise ReachlensError(f"steering adds one vector at one site; {site!r} is {len(sites)} sites "
                              f"({', '.join(sites)}); to shift the block's whole output, steer site='resid_post'")
-    name = hook_name(model, layer, sites[0])
+    name = hook_name(model, layer, sites[0], write=True)
     shape = site_shape(model, name)
     if len(shape) != 1:
         raise ReachlensError(f"site {site!r} ({name}) holds {shape} per position, not one vector; steer a site such "

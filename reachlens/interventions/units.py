@@ -98,7 +98,7 @@ def unit_ablation(model, layer: int, units: Sequence[int]) -> list[FwdHook]:
     Raises:
         ReachlensError: no units, a repeated unit, or a unit outside ``0..d_mlp-1``.
     """
-    name = hook_name(model, layer, UNIT_SITE)
+    name = hook_name(model, layer, UNIT_SITE, write=True)
     (d_mlp,) = site_shape(model, name)
     units = [int(u) for u in units]
     if not units:

@@ -310,6 +310,29 @@ def test_a_site_typo_fails_before_anything_runs(fam):
         hook_name(fam.model, 0, "attn.hook_result")
 
 
+@torch.no_grad()
+def test_resid_mid_is_read_only_because_the_bridge_hooks_the_mlp_input_there(fam):
+    """In TransformerLens 4's bridge ``hook_resid_mid`` is the MLP's input: zeroing it there (with a
+    plain TransformerLens hook) leaves the residual stream after the block non-zero, which in
+    ``HookedTransformer`` it would not be. So reachlens' interventions refuse to edit it."""
+    if "resid_mid" in NO_SITE.get(fam.name, {}):  # GPT-NeoX: parallel attention and MLP, no resid_mid at all
+        with pytest.raises(UnknownNameError, match="no hook point 'blocks.0.hook_resid_mid'"):
+            zero_ablation(fam.model, 0, "resid_mid")
+        return
+    seen = {}
+
+    def grab(x, *, hook):
+        seen["post"] = x.clone()
+
+    zero = lambda x, *, hook: torch.zeros_like(x)  # noqa: E731
+    with fam.model.hooks(fwd_hooks=[(hook_name(fam.model, 0, "resid_mid"), zero),
+                                    (hook_name(fam.model, 0, "resid_post"), grab)]):
+        LayerStack(fam.model).forward(ids_of(fam, PROMPTS[0]))
+    assert seen["post"].abs().max() > 1e-3
+    with pytest.raises(ReachlensError, match="'resid_mid' can be read but not edited: .*MLP's input.*'attn_out'"):
+        zero_ablation(fam.model, 0, "resid_mid")
+
+
 @pytest.mark.parametrize("name", sorted(FUSED))
 def test_fused_and_generic_paths_agree_on_samples_and_routes(name, tmp_path_factory):
     """Both execution paths on the families that have both: same tokens, log-probabilities to rounding."""
