@@ -5,27 +5,23 @@ names where it acts with TransformerLens' own short names, the vocabulary of
 ``transformer_lens.utils.get_act_name``; :func:`hook_name` turns ``(layer, site)`` into the hook
 name of the model, checking it before anything runs.
 
-============== ================================ =================================================
-site           hook (block L)                   activation
-============== ================================ =================================================
-resid_pre      ``blocks.L.hook_resid_pre``      residual stream entering the block
-attn_out       ``blocks.L.hook_attn_out``       what attention adds to the residual stream
-resid_mid      ``blocks.L.hook_resid_mid``      between attention and MLP (none on GPT-NeoX/Pythia,
-                                                whose attention and MLP run in parallel); read only,
-                                                see below
-mlp_out        ``blocks.L.hook_mlp_out``        what the MLP adds to the residual stream
-resid_post     ``blocks.L.hook_resid_post``     residual stream leaving the block (its output)
-mlp_pre        ``blocks.L.mlp.hook_pre``        MLP pre-activation (the gate projection of a gated MLP)
-mlp_pre_linear ``blocks.L.mlp.hook_pre_linear`` the up projection of a gated MLP
-mlp_post       ``blocks.L.mlp.hook_post``       the MLP's hidden units, the input of ``W_out``
-q, k, v, z     ``blocks.L.attn.hook_{q,k,v,z}`` per head; ``z`` is the attention output before ``W_O``
-rot_q, rot_k   ``blocks.L.attn.hook_rot_{q,k}`` q and k after rotary (not in TransformerLens'
-                                                joint-qkv attention of Phi-3 and GPT-NeoX)
-attn_scores    ``blocks.L.attn.hook_attn_scores`` pre-softmax scores
-pattern        ``blocks.L.attn.hook_pattern``   attention probabilities
-============== ================================ =================================================
+* ``resid_pre`` (``blocks.L.hook_resid_pre``): the residual stream entering the block;
+* ``attn_out`` (``blocks.L.hook_attn_out``): what attention adds to the residual stream;
+* ``resid_mid`` (``blocks.L.hook_resid_mid``): between attention and MLP, read only (see below;
+  none on GPT-NeoX/Pythia, whose attention and MLP run in parallel);
+* ``mlp_out`` (``blocks.L.hook_mlp_out``): what the MLP adds to the residual stream;
+* ``resid_post`` (``blocks.L.hook_resid_post``): the residual stream leaving the block (its output);
+* ``mlp_pre`` (``blocks.L.mlp.hook_pre``): the MLP's pre-activation (the gate projection of a gated MLP);
+* ``pre_linear`` (``blocks.L.mlp.hook_pre_linear``): the up projection of a gated MLP;
+* ``mlp_post`` (``blocks.L.mlp.hook_post``): the MLP's hidden units, the input of ``W_out``;
+* ``q``, ``k``, ``v``, ``z`` (``blocks.L.attn.hook_q`` ...): per head; ``z`` is the attention output
+  before ``W_O``;
+* ``rot_q``, ``rot_k`` (``blocks.L.attn.hook_rot_q`` ...): q and k after rotary (never called by
+  TransformerLens' joint-qkv attention of Phi-3 and GPT-NeoX);
+* ``attn_scores``, ``pattern`` (``blocks.L.attn.hook_attn_scores`` ...): pre-softmax scores and
+  attention probabilities.
 
-``get_act_name``'s aliases work too (``pre``, ``post``, ``pre_linear``, ``query``, ``key``,
+``get_act_name``'s aliases work too (``pre``, ``post``, ``query``, ``key``,
 ``value``, ``attn_logits``), except ``attn``, which it reads as ``pattern`` while a reachlens
 component ``attn`` is the attention output: as a site it is refused with both meanings named. Any
 hook path inside the block is a site as well: ``mlp.hook_out`` (the MLP's own output, linear in
@@ -74,7 +70,7 @@ SITES: dict[str, str] = {
     "mlp_out": "hook_mlp_out",
     "resid_post": "hook_resid_post",
     "mlp_pre": "mlp.hook_pre",
-    "mlp_pre_linear": "mlp.hook_pre_linear",
+    "pre_linear": "mlp.hook_pre_linear",
     "mlp_post": "mlp.hook_post",
     "q": "attn.hook_q",
     "k": "attn.hook_k",
@@ -88,7 +84,7 @@ SITES: dict[str, str] = {
 """Site -> hook path inside block L (``blocks.L.`` + path), in TransformerLens' names."""
 
 SITE_ALIASES: dict[str, str] = {
-    "pre": "mlp_pre", "post": "mlp_post", "pre_linear": "mlp_pre_linear", "query": "q", "key": "k", "value": "v",
+    "pre": "mlp_pre", "post": "mlp_post", "query": "q", "key": "k", "value": "v",
     "attn_logits": "attn_scores",
 }
 """``get_act_name``'s other spellings of a site."""

@@ -234,9 +234,9 @@ def test_mlp_units_and_pruning_resolve_on_every_family(fam):
 
 
 NO_SITE = {  # site -> why it is refused on that family (every other site of SITES resolves)
-    "gpt_neox": {"resid_mid": "has no hook point", "mlp_pre_linear": "has no hook point",  # parallel; plain MLP
+    "gpt_neox": {"resid_mid": "has no hook point", "pre_linear": "has no hook point",  # parallel; plain MLP
                  "rot_q": "never fires", "rot_k": "never fires"},  # TransformerLens' joint-qkv attention
-    "gpt2": {"mlp_pre_linear": "has no hook point", "rot_q": "has no hook point", "rot_k": "has no hook point"},
+    "gpt2": {"pre_linear": "has no hook point", "rot_q": "has no hook point", "rot_k": "has no hook point"},
     "phi3": {"rot_q": "never fires", "rot_k": "never fires"},
 }
 

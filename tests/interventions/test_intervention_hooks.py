@@ -170,3 +170,20 @@ def test_bad_names_fail_before_running(tiny_model):
         steering(tiny_model, 0, torch.ones(3), 1.0)
     with pytest.raises(ReachlensError, match="out of range for block 0's MLP"):
         unit_ablation(tiny_model, 0, [128])
+
+
+def test_sites_components_and_get_act_name_aliases(tiny_model):
+    from transformer_lens.utilities.components_utils import get_act_name
+
+    from reachlens.interventions import SITES, sites_of
+
+    assert sites_of("layer") == ("attn_out", "mlp_out") and sites_of("mlp") == ("mlp_out",)
+    assert sites_of("attn_out+mlp_out") == sites_of(["attn", "mlp"]) == ("attn_out", "mlp_out")
+    # every site is TransformerLens' own name: get_act_name gives the same hook
+    for site in SITES:
+        assert hook_name(tiny_model, 2, site) == get_act_name(site, 2)
+    for alias in ("pre", "post", "query", "key", "value", "attn_logits"):
+        assert hook_name(tiny_model, 2, alias) == get_act_name(alias, 2)
+    assert hook_name(tiny_model, 0, "mlp.hook_out") == "blocks.0.mlp.hook_out"
+    with pytest.raises(ReachlensError, match="names no site"):
+        sites_of([])
