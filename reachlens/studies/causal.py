@@ -158,7 +158,7 @@ def silence_sweep(
     """Zero-ablate each ``component`` of each layer; repair and break rates per (layer, component).
 
     A component is ``mlp`` (site ``mlp_out``), ``attn`` (``attn_out``), ``layer`` (both: the block's
-    whole contribution), any other site (``mlp_post``, ``resid_mid``, ...) or sites joined by ``+``
+    whole contribution), any other site (``mlp_post``, ``resid_pre``, ...) or sites joined by ``+``
     (:func:`~reachlens.engine.sites.sites_of`); the table's ``component`` column keeps the name given
     and its ``sites`` column the sites it zeroed.
 
