@@ -35,7 +35,7 @@ from pathlib import Path
 import pandas as pd
 import torch
 
-from reachlens.interventions import PruneConfig, prune_checkpoint
+from reachlens.models.pruning import PruneConfig, prune_checkpoint
 from reachlens.models import load_model
 from reachlens.studies.causal import (
     best_alpha,
@@ -93,7 +93,7 @@ def run_case(name: str, spec: str, task_spec: TaskSpec, args: argparse.Namespace
     at = sweep.table[sweep.table["layer"] == layer].set_index("component")
     print(f"[{name}] silence sweep done, best MLP layer {layer} ({time.perf_counter() - t0:.0f}s)", flush=True)
 
-    direction = mean_difference_direction(model, task, sets, layer, "mlp")
+    direction = mean_difference_direction(model, task, sets, layer, "mlp_out")
     steer = steer_sweep(model, task, sets, layer, alphas=default_alphas(direction, args.alpha_multiples),
                         direction=direction, control_seed=0)
     steer.save(case_dir)

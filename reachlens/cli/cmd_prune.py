@@ -15,13 +15,13 @@ def register(sub) -> argparse.ArgumentParser:
     p.add_argument("model", help="zoo:NAME, a local HuggingFace folder, or a hub name")
     p.add_argument("--layers", type=comma_list("--layers", int), required=True, help="e.g. 3 or 2,3")
     p.add_argument("--fraction", type=float, default=0.5, help="share of each matrix's smallest |w| set to zero")
-    p.add_argument("--components", type=comma_list("--components", str), default=["mlp"], help="mlp and/or attn")
+    p.add_argument("--components", type=comma_list("--components", str), default=["mlp"], help="mlp, attn and/or layer (both)")
     p.add_argument("--out", required=True, help="new folder for the pruned checkpoint (must be empty)")
     return p
 
 
 def run(args: argparse.Namespace) -> int:
-    from reachlens.interventions.pruning import PruneConfig, prune_checkpoint
+    from reachlens.models.pruning import PruneConfig, prune_checkpoint
 
     config = PruneConfig(tuple(args.layers), args.fraction, tuple(args.components))
     out = prune_checkpoint(args.model, args.out, config)

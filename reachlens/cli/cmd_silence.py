@@ -14,17 +14,24 @@ def register(sub) -> argparse.ArgumentParser:
     p = sub.add_parser(NAME, help=HELP)
     add_study_args(p)
     p.add_argument("--layers", type=comma_list("--layers", int), default=None, help="e.g. 0,1,2 (default: all)")
-    p.add_argument("--components", type=comma_list("--components", str), default=["mlp", "attn", "layer"])
+    p.add_argument("--sites", "--components", dest="components", metavar="SITES", type=comma_list("--sites", str),
+                   default=["mlp", "attn", "layer"],
+                   help="what to zero, one condition per item: TransformerLens sites (mlp_out, attn_out, mlp_post, "
+                        "resid_pre, ...; sites joined by '+' are zeroed together) or components: mlp (= mlp_out), "
+                        "attn (= attn_out), layer (= attn_out+mlp_out, the block's whole contribution). "
+                        "Default: mlp,attn,layer")
     return p
 
 
 def run(args: argparse.Namespace) -> int:
+    from reachlens.engine.sites import sites_of
     from reachlens.studies.causal import best_layer, markdown_table, silence_sweep
 
     model, task, sets = open_study(args)
     result = silence_sweep(model, task, sets, layers=args.layers, components=args.components, allow_other_model=True)
     result.save(args.out)
     print(markdown_table(result.table.drop(columns=["condition"])))
-    if "mlp" in args.components:
-        print(f"best MLP layer (repair - break): {best_layer(result.table)}   -> {args.out}")
+    mlp = next((c for c in args.components if sites_of(c) == ("mlp_out",)), None)
+    if mlp is not None:
+        print(f"best MLP layer (repair - break): {best_layer(result.table, mlp)}   -> {args.out}")
     return 0

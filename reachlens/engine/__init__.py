@@ -5,6 +5,7 @@ from reachlens.engine.hooks import BatchRows, current_rows, row_agnostic, user_h
 from reachlens.engine.kv_cache import SlotKVCache
 from reachlens.engine.scoring import LoglikResult, encode_pair, loglikelihoods
 from reachlens.engine.rng import row_seed, sample_inverse_cdf, uniforms
+from reachlens.engine.sample_tree import SampleTree, TreeStep
 from reachlens.engine.stack import (
     FUSED_MODEL_TYPES,
     EngineInfo,
@@ -27,9 +28,11 @@ __all__ = [
     "LayerStack",
     "LoglikResult",
     "Row",
+    "SampleTree",
     "SamplingParams",
     "SlotKVCache",
     "StopChecker",
+    "TreeStep",
     "UnsupportedModelError",
     "check_architecture",
     "current_rows",

@@ -13,8 +13,10 @@ decoder runs one batch entry per *distinct prefix* (a node of the sample tree), 
 row still draws its own token from its node's distribution with its own counter-based uniform, and
 a node whose rows draw different tokens forks (its cache row is copied into a free or new slot).
 K samples of a confident model mostly agree on long stretches, so this computes each shared stretch
-once (on the zoo's arith models, 5-10x fewer row-steps at K=64). Finished nodes (EOS or a stop
-string) leave free slots that forks reuse; the batch is compacted when a quarter of it is free.
+once. Finished nodes (EOS or a stop string) leave free slots that forks reuse; the batch is
+compacted when a quarter of it is free. The tree is :class:`~reachlens.engine.sample_tree.SampleTree`
+(bookkeeping, tested without a model); the loop of :func:`_generate_chunk` reads choose -> advance
+the tree -> copy/select cache rows -> forward.
 
 Hooks: under sharing a batch row is a distinct prefix, not a sample. So sharing is the default only
 while no hook is attached other than reachlens' own (:func:`~reachlens.engine.hooks.row_agnostic`);
@@ -34,9 +36,8 @@ length to keep padding short.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Hashable, Sequence
+from collections.abc import Hashable, Sequence
 from dataclasses import dataclass
-from typing import Literal
 
 import torch
 from jaxtyping import Bool, Float, Int
@@ -44,15 +45,13 @@ from torch import Tensor
 
 from reachlens.engine.hooks import BatchRows, _rows, user_hooks
 from reachlens.engine.rng import sample_inverse_cdf
+from reachlens.engine.sample_tree import FinishReason, SampleTree
 from reachlens.engine.stack import LayerStack
 from reachlens.engine.stopping import StopChecker
 from reachlens.engine.tokens import encode_prompts, tokenizer_of
 from reachlens.errors import ReachlensError
 
 __all__ = ["SamplingParams", "Row", "Completion", "generate", "tokenize_prompts"]
-
-FinishReason = Literal["eos", "stop", "length"]
-
 
 @dataclass(frozen=True)
 class SamplingParams:
@@ -159,7 +158,6 @@ def generate(
     *,
     route: Sequence[int] | None = None,
     max_batch_rows: int = 256,
-    on_chunk: Callable[[list[int], list[Completion]], None] | None = None,
     fused: bool = True,
     share_prefixes: bool | None = None,
 ) -> list[Completion]:
@@ -172,7 +170,6 @@ def generate(
         params: decode length, temperature, top-p, stop strings.
         route: layer route to run (the full model when None).
         max_batch_rows: most rows decoded together.
-        on_chunk: called with (row indices, their completions) as each chunk finishes.
         fused: take the engine's fused path where it applies (:func:`~reachlens.engine.describe`);
             False runs the generic path (the family's own forward code, the bridge's own attention).
         share_prefixes: decode one batch entry per distinct token prefix instead of one per row
@@ -206,8 +203,6 @@ def generate(
                                row_ids=tuple(chunk), tags=tags)
         for i, c in zip(chunk, outs):
             results[i] = c
-        if on_chunk is not None:
-            on_chunk(chunk, outs)
     return [c for c in results if c is not None]
 
 
@@ -255,8 +250,12 @@ def _generate_chunk(
     row_ids: tuple[int, ...] | None = None,
     tags: Sequence[Hashable] | None = None,
 ) -> list[Completion]:
-    """Decode one chunk of rows. With ``share_prefixes`` a batch entry is a node of the sample tree
-    (first one per prompt); without, batch entry ``i`` is row ``i`` from the prefill to the end."""
+    """Decode one chunk of rows: prefill, then choose -> advance the sample tree -> copy/select cache
+    rows -> forward, once per new token. With ``share_prefixes`` a batch entry is a node of the sample
+    tree (first one per prompt); without, batch entry ``i`` is row ``i`` from the prefill to the end.
+
+    Reads ``params.max_new_tokens``, ``params.temperature``, ``params.top_p`` (``params.stop`` is
+    already in ``stopper``)."""
     device = stack.device
     n = len(rows)
     row_ids = tuple(range(n)) if row_ids is None else row_ids
@@ -266,17 +265,18 @@ def _generate_chunk(
     if share_prefixes:
         prompt_order = sorted({r.prompt for r in rows})
         local = {p: i for i, p in enumerate(prompt_order)}
-        row_node = torch.tensor([local[r.prompt] for r in rows])
+        start_slot = torch.tensor([local[r.prompt] for r in rows])
         ids, valid, positions = _prefill_inputs([all_ids[p] for p in prompt_order], pad_id, device)
     else:
-        row_node = torch.arange(n)
+        start_slot = torch.arange(n)
         ids, valid, positions = _prefill_inputs([all_ids[r.prompt] for r in rows], pad_id, device)
+    tree = SampleTree(start_slot, ids.shape[0], params.max_new_tokens, stopper, share=share_prefixes, pad_id=pad_id)
     width = ids.shape[1]
     padded = not bool(valid.all())
     cache = stack.new_cache(width + params.max_new_tokens, steps)
 
     def forward(inputs, pos, mask, step):
-        where = BatchRows(row_node.clone(), row_ids, tags, int(inputs.shape[0]), step)
+        where = BatchRows(tree.slot_of_row.clone(), row_ids, tags, int(inputs.shape[0]), step)
         with _rows(where):
             return stack.forward(inputs, position_ids=pos, attention_mask=mask, cache=cache, route=steps,
                                  last_only=True)[:, -1]
@@ -288,86 +288,40 @@ def _generate_chunk(
         # attention wants every row's keys as one tensor, which the plain layout returns as a view
         # (a fork copies its parent's row once instead of every step gathering the prompt's keys).
         cache.share(torch.arange(ids.shape[0], device=device))
+    # per slot: which cached positions are real tokens (left padding is not), and the next position
     key_valid = torch.ones((ids.shape[0], width + params.max_new_tokens), dtype=torch.bool, device=device)
     key_valid[:, :width] = valid
     next_pos = positions[:, -1] + 1
     seeds = torch.tensor([0 if r.seed is None else r.seed for r in rows], dtype=torch.int64, device=device)
     greedy = torch.tensor([r.seed is None for r in rows], device=device)
 
-    tokens = torch.full((n, params.max_new_tokens), pad_id, dtype=torch.long)
-    logps = torch.zeros((n, params.max_new_tokens), dtype=torch.float32)
-    lengths = torch.zeros(n, dtype=torch.long)
-    reasons: list[FinishReason] = ["length"] * n
-    live = torch.arange(n)  # rows still decoding
-    vocab = logits.shape[-1]
-
     for step in range(params.max_new_tokens):
-        live_d = live.to(device)
-        chosen, lp = _choose(logits, row_node[live].to(device), seeds[live_d], greedy[live_d], step, params)
-        chosen_cpu = chosen.cpu()
-        tokens[live, step] = chosen_cpu
-        logps[live, step] = lp.cpu()
-        lengths[live] = step + 1
-        # the children: one per distinct (node, token); sorted, so a node's children are adjacent
-        child_key, child_of_row = torch.unique(row_node[live] * vocab + chosen_cpu, return_inverse=True)
-        parent, child_token = child_key // vocab, child_key % vocab
-        rep = torch.full((child_key.shape[0],), n, dtype=torch.long).scatter_reduce_(
-            0, child_of_row, live, reduce="amin")  # one row per child, for the stop check
-        eos, stop = stopper.check(child_token, tokens, rep, step)
-        finished = eos | stop
-        if bool(finished.any()):
-            row_finished = finished[child_of_row]
-            for r, e in zip(live[row_finished].tolist(), eos[child_of_row[row_finished]].tolist()):
-                reasons[r] = "eos" if e else "stop"
-            live, child_of_row = live[~row_finished], child_of_row[~row_finished]
-        if step + 1 == params.max_new_tokens or live.numel() == 0:
+        live = tree.live.to(device)
+        chosen, logp = _choose(logits, tree.live_slots().to(device), seeds[live], greedy[live], step, params)
+        move = tree.advance(chosen.cpu(), logp.cpu())
+        if move.done:
             break
-        # place the unfinished children: a node's first child continues in its slot, the others are
-        # forks copied into slots left free (finished or childless nodes) or appended. Without
-        # sharing every node has one row, so there are no forks, and no compaction: a finished
-        # row's entry keeps its place (fed padding) so that entry i stays row i.
-        kept = (~finished).nonzero().flatten()
-        k_parent = parent[kept]
-        first = torch.ones_like(k_parent, dtype=torch.bool)
-        first[1:] = k_parent[1:] != k_parent[:-1]
-        slot = torch.full((child_key.shape[0],), -1, dtype=torch.long)
-        slot[kept[first]] = k_parent[first]
-        n_entries = int(cache.batch)
-        occupied = torch.zeros(n_entries, dtype=torch.bool)
-        occupied[k_parent[first]] = True
-        free = (~occupied).nonzero().flatten()
-        forks = kept[~first]
-        if forks.numel():
-            extra = max(0, forks.numel() - free.numel())
-            dst = torch.cat([free[: forks.numel()], torch.arange(n_entries, n_entries + extra)])
-            src = parent[forks]
-            slot[forks] = dst
-            src_d, dst_d = src.to(device), dst.to(device)
-            cache.copy_rows(src_d, dst_d)
-            if extra:
-                key_valid = torch.cat([key_valid, key_valid.new_ones((extra, key_valid.shape[1]))])
-                next_pos = torch.cat([next_pos, next_pos.new_zeros(extra)])
-            key_valid[dst_d] = key_valid[src_d]
-            next_pos[dst_d] = next_pos[src_d]
-        if share_prefixes and (int(cache.batch) - kept.numel()) * 4 > int(cache.batch):  # compact
-            order = slot[kept].to(device)
+        if move.fork_dst.numel():
+            src, dst = move.fork_src.to(device), move.fork_dst.to(device)
+            cache.copy_rows(src, dst)
+            if move.grown:
+                key_valid = torch.cat([key_valid, key_valid.new_ones((move.grown, key_valid.shape[1]))])
+                next_pos = torch.cat([next_pos, next_pos.new_zeros(move.grown)])
+            key_valid[dst] = key_valid[src]
+            next_pos[dst] = next_pos[src]
+        if move.compaction is not None:
+            order = move.compaction.to(device)
             cache.select_rows(order)
             key_valid, next_pos = key_valid[order], next_pos[order]
-            slot[kept] = torch.arange(kept.numel())
-        row_node = torch.full((n,), -1, dtype=torch.long)
-        row_node[live] = slot[child_of_row]
-        inputs = torch.full((int(cache.batch),), pad_id, dtype=torch.long)
-        inputs[slot[kept]] = child_token[kept]
-        logits = forward(inputs.to(device)[:, None], next_pos[:, None],
+        logits = forward(move.inputs.to(device)[:, None], next_pos[:, None],
                          key_valid[:, : cache.length + 1] if padded else None, step)
         next_pos = next_pos + 1
     tok = tokenizer_of(stack.model)
-    token_lists = [tokens[r, : int(lengths[r])].tolist() for r in range(n)]
+    token_lists = [tree.row_tokens(r) for r in range(n)]
     texts = tok.batch_decode(
-        [t[:-1] if reasons[r] == "eos" else t for r, t in enumerate(token_lists)], skip_special_tokens=True
+        [t[:-1] if tree.reasons[r] == "eos" else t for r, t in enumerate(token_lists)], skip_special_tokens=True
     )
     return [
-        Completion(stopper.cut(texts[r]), tuple(token_lists[r]), reasons[r],
-                   tuple(logps[r, : int(lengths[r])].tolist()))
+        Completion(stopper.cut(texts[r]), tuple(token_lists[r]), tree.reasons[r], tuple(tree.row_logprobs(r)))
         for r in range(n)
     ]

@@ -37,14 +37,19 @@ import functools
 from collections.abc import Callable, Hashable, Iterator, Sequence
 from dataclasses import dataclass
 from functools import cached_property
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from jaxtyping import Int
 from torch import Tensor
 
-__all__ = ["BatchRows", "current_rows", "row_agnostic", "user_hooks"]
+__all__ = ["BatchRows", "FwdHook", "HookFn", "current_rows", "row_agnostic", "user_hooks"]
 
 F = TypeVar("F", bound=Callable)
+
+HookFn = Callable[..., Any]
+"""A TransformerLens hook function ``fn(tensor, *, hook) -> tensor | None``."""
+FwdHook = tuple[str, HookFn]
+"""One entry of ``model.hooks(fwd_hooks=[...])``: a hook name and its function."""
 
 _ROW_AGNOSTIC = "__reachlens_row_agnostic__"
 

@@ -1,32 +1,30 @@
 """Interventions: hook factories that change how the engine runs, never the study code.
 
-Each factory returns ``fwd_hooks`` for ``with model.hooks(fwd_hooks=...)``; hook names and layers
-are resolved when the hooks are built, so a typo fails before anything runs. Every hook is live on
-every forward of a generation (prompt prefill and each decoding step).
+Each factory returns ``fwd_hooks`` for ``with model.hooks(fwd_hooks=...)``, at TransformerLens'
+sites (``mlp_out``, ``attn_out``, ``resid_post``, ``mlp_post``, ...: :mod:`reachlens.engine.sites`);
+:func:`hook_name` resolves ``(layer, site)`` against the model when the hooks are built, so a typo
+fails before anything runs. Every hook is live on every forward of a generation (prompt prefill
+and each decoding step), and every hook function here is marked
+:func:`~reachlens.engine.hooks.row_agnostic`, so the sampler keeps sharing prefixes under it.
 
-* :mod:`~reachlens.interventions.ablation`: zero the MLP, attention, or both outputs of a block;
-* :mod:`~reachlens.interventions.steering`: add ``alpha * v`` to a block's output;
-* :mod:`~reachlens.interventions.units`: zero chosen MLP hidden units, rank units along a direction;
-* :mod:`~reachlens.interventions.pruning`: unstructured magnitude pruning into a new checkpoint.
+* :mod:`~reachlens.interventions.ablation`: zero a site, a component (``mlp``, ``attn``, ``layer``) or several sites;
+* :mod:`~reachlens.interventions.steering`: add ``alpha * v`` at a site;
+* :mod:`~reachlens.interventions.units`: zero chosen MLP hidden units, rank units along a direction.
 
->>> with model.hooks(fwd_hooks=zero_ablation(model, 3, "mlp")):  # doctest: +SKIP
+Pruning, which writes a new checkpoint rather than hooking a model, is
+:mod:`reachlens.models.pruning`.
+
+>>> with model.hooks(fwd_hooks=zero_ablation(model, 3, "mlp_out")):  # doctest: +SKIP
 ...     result = audit(model, task, protocol)
 """
 
-from reachlens.interventions._hooks import (
-    COMPONENT_HOOKS,
-    INTERVENTIONS,
-    FwdHook,
-    check_layer,
-    component_hook_names,
-    resolve_hook_name,
-)
+from reachlens.engine.hooks import FwdHook, HookFn
+from reachlens.engine.sites import COMPONENTS, SITES, check_layer, hook_name, site_shape, sites_of
 from reachlens.interventions.ablation import ablated, zero_ablation, zero_hook
-from reachlens.interventions.pruning import PRUNE_COMPONENTS, PruneConfig, magnitude_mask, prune_, prune_checkpoint
-from reachlens.interventions.steering import STEER_HOOKS, add_vector_hook, steer_hook_name, steering
+from reachlens.interventions.steering import add_vector_hook, steering, steering_site
 from reachlens.interventions.units import (
-    mlp_hidden_hook_name,
-    mlp_output_hook_name,
+    MLP_OUTPUT_SITE,
+    UNIT_SITE,
     mlp_out_weight,
     top_units,
     unit_ablation,
@@ -35,25 +33,21 @@ from reachlens.interventions.units import (
 )
 
 __all__ = [
-    "COMPONENT_HOOKS",
-    "INTERVENTIONS",
-    "PRUNE_COMPONENTS",
-    "PruneConfig",
-    "STEER_HOOKS",
+    "COMPONENTS",
+    "MLP_OUTPUT_SITE",
+    "SITES",
+    "UNIT_SITE",
     "FwdHook",
+    "HookFn",
     "ablated",
     "add_vector_hook",
     "check_layer",
-    "component_hook_names",
-    "magnitude_mask",
-    "mlp_hidden_hook_name",
-    "mlp_output_hook_name",
+    "hook_name",
     "mlp_out_weight",
-    "prune_",
-    "prune_checkpoint",
-    "resolve_hook_name",
-    "steer_hook_name",
+    "site_shape",
+    "sites_of",
     "steering",
+    "steering_site",
     "top_units",
     "unit_ablation",
     "unit_contributions",

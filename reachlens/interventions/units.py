@@ -1,10 +1,11 @@
 """Unit masks: silence chosen hidden units of one MLP block, and rank units by their contribution.
 
-The hidden units of an MLP are the activations at ``blocks.L.mlp.hook_post`` (for the gated MLP of
-Llama/Qwen: ``act(gate(x)) * up(x)``, the input of the down projection ``W_out``). The block's output
-is ``W_out @ post`` plus the projection's bias where the family has one (GPT-2, GPT-NeoX), a sum of
-one term per unit, so a unit's share of a direction ``v`` in that output (``blocks.L.mlp.hook_out``,
-:func:`mlp_output_hook_name`; before Gemma's and OLMo 2's post-MLP norm) is exact:
+The hidden units of an MLP are the activations at site ``mlp_post`` (``blocks.L.mlp.hook_post``; for
+the gated MLP of Llama/Qwen: ``act(gate(x)) * up(x)``, the input of the down projection ``W_out``).
+The MLP's own output is ``W_out @ post`` plus the projection's bias where the family has one (GPT-2,
+GPT-NeoX), a sum of one term per unit, so a unit's share of a direction ``v`` in that output (site
+``mlp.hook_out``: :data:`MLP_OUTPUT_SITE`; the same hook as ``mlp_out`` except on Gemma 2/3 and
+OLMo 2, where ``mlp_out`` is after the post-MLP norm) is exact:
 
     out . v = sum_i post_i * (W_out[:, i] . v)
 
@@ -28,30 +29,19 @@ import torch
 from jaxtyping import Float, Int
 from torch import Tensor
 
-from reachlens.engine.hooks import row_agnostic
+from reachlens.engine.hooks import FwdHook, row_agnostic
+from reachlens.engine.sites import check_layer, hook_name, site_shape
 from reachlens.errors import ReachlensError
-from reachlens.interventions._hooks import INTERVENTIONS, FwdHook, check_layer, resolve_hook_name
 
 __all__ = [
-    "mlp_hidden_hook_name", "mlp_out_weight", "mlp_output_hook_name", "top_units", "unit_ablation",
-    "unit_contributions", "unit_mask_hook",
+    "MLP_OUTPUT_SITE", "UNIT_SITE", "mlp_out_weight", "top_units", "unit_ablation", "unit_contributions",
+    "unit_mask_hook",
 ]
 
-
-def mlp_output_hook_name(model, layer: int) -> str:
-    """``blocks.{layer}.mlp.hook_out``, resolved: the MLP's own output ``W_out @ post (+ b)``.
-
-    Where the family norms the MLP's output before adding it to the residual stream (Gemma 2/3,
-    OLMo 2: ``blocks.L.hook_mlp_out`` is after that post-norm), this is the hook whose value is
-    linear in the hidden units, so unit contributions are measured here."""
-    check_layer(model, layer)
-    return resolve_hook_name(model, f"blocks.{layer}.mlp.hook_out")
-
-
-def mlp_hidden_hook_name(model, layer: int) -> str:
-    """``blocks.{layer}.mlp.hook_post``, resolved (the MLP's hidden units before ``W_out``)."""
-    check_layer(model, layer)
-    return resolve_hook_name(model, f"blocks.{layer}.mlp.hook_post")
+UNIT_SITE = "mlp_post"
+"""Where the hidden units are: the input of the MLP's down projection ``W_out``."""
+MLP_OUTPUT_SITE = "mlp.hook_out"
+"""The MLP's own output ``W_out @ post (+ b)``, linear in the units (before a post-MLP norm)."""
 
 
 def mlp_out_weight(model, layer: int) -> Float[Tensor, "d_model d_mlp"]:
@@ -102,15 +92,14 @@ def unit_mask_hook(units: Int[Tensor, "k"]):
     return hook
 
 
-@INTERVENTIONS.decorator("units")
 def unit_ablation(model, layer: int, units: Sequence[int]) -> list[FwdHook]:
-    """``fwd_hooks`` that zero ``units`` of block ``layer``'s MLP hidden layer on every forward.
+    """``fwd_hooks`` that zero ``units`` of block ``layer``'s MLP hidden layer (site ``mlp_post``) on every forward.
 
     Raises:
         ReachlensError: no units, a repeated unit, or a unit outside ``0..d_mlp-1``.
     """
-    name = mlp_hidden_hook_name(model, layer)
-    d_mlp = int(model.cfg.d_mlp)
+    name = hook_name(model, layer, UNIT_SITE, write=True)
+    (d_mlp,) = site_shape(model, name)
     units = [int(u) for u in units]
     if not units:
         raise ReachlensError("unit_ablation needs at least one unit")

@@ -1,14 +1,20 @@
-"""Model loading (``load_model``), the shipped zoo and the character tokenizer it uses."""
+"""Model loading (``load_model``), the shipped zoo, the character tokenizer it uses, and magnitude
+pruning into a new checkpoint (:mod:`reachlens.models.pruning`)."""
 
 from reachlens.models.char_tokenizer import SPECIAL_TOKENS, build_char_tokenizer
 from reachlens.models.loading import ModelIdentity, ModelLoadError, load_model, model_identity, resolve_spec
+from reachlens.models.pruning import PruneConfig, magnitude_mask, prune_, prune_checkpoint
 
 __all__ = [
     "ModelIdentity",
     "ModelLoadError",
+    "PruneConfig",
     "SPECIAL_TOKENS",
     "build_char_tokenizer",
     "load_model",
+    "magnitude_mask",
     "model_identity",
+    "prune_",
+    "prune_checkpoint",
     "resolve_spec",
 ]

@@ -47,14 +47,15 @@ from torch import Tensor
 from reachlens.engine import LayerStack, tokenize_prompts, tokenizer_of
 from reachlens.errors import ReachlensError, UnknownNameError
 from reachlens.interventions import (
-    COMPONENT_HOOKS,
+    MLP_OUTPUT_SITE,
+    UNIT_SITE,
     FwdHook,
     check_layer,
-    mlp_hidden_hook_name,
+    hook_name,
     mlp_out_weight,
-    mlp_output_hook_name,
-    steer_hook_name,
+    sites_of,
     steering,
+    steering_site,
     top_units,
     unit_ablation,
     unit_contributions,
@@ -156,22 +157,26 @@ def silence_sweep(
 ) -> CausalResult:
     """Zero-ablate each ``component`` of each layer; repair and break rates per (layer, component).
 
+    A component is ``mlp`` (site ``mlp_out``), ``attn`` (``attn_out``), ``layer`` (both: the block's
+    whole contribution), any other site (``mlp_post``, ``resid_pre``, ...) or sites joined by ``+``
+    (:func:`~reachlens.engine.sites.sites_of`); the table's ``component`` column keeps the name given
+    and its ``sites`` column the sites it zeroed.
+
     >>> sweep = silence_sweep(model, task, sets)  # doctest: +SKIP
     >>> best_layer(sweep.table)  # doctest: +SKIP
     """
     _check_sets(model, sets, allow_other_model)
     layers = list(range(len(model.blocks))) if layers is None else [check_layer(model, int(x)) for x in layers]
-    bad = [c for c in components if c not in COMPONENT_HOOKS]
-    if bad:
-        raise UnknownNameError(f"unknown component(s) {bad!r}; known: {', '.join(COMPONENT_HOOKS)}")
+    sites = {c: "+".join(sites_of(c)) for c in components}  # a bad name raises before anything runs
     plan = [(None, "none", [])] + [(L, c, zero_ablation(model, L, c)) for L in layers for c in components]
     rows, per_q = [], []
     for layer, comp, hooks in plan:
         cond = "none" if layer is None else f"zero L{layer} {comp}"
         pq = evaluate_hooks(model, task, sets, hooks, cond)
         per_q.append(pq)
-        rows.append({"condition": cond, "layer": -1 if layer is None else layer, "component": comp, **outcome(pq)})
-    meta = {"kind": "silence", "layers": layers, "components": list(components), "sets": sets.counts,
+        rows.append({"condition": cond, "layer": -1 if layer is None else layer, "component": comp,
+                     "sites": sites.get(comp, ""), **outcome(pq)})
+    meta = {"kind": "silence", "layers": layers, "components": list(components), "sites": sites, "sets": sets.counts,
             "model": sets.model, "rule": sets.rule.describe()}
     return CausalResult("silence", pd.DataFrame(rows), pd.concat(per_q, ignore_index=True), meta)
 
@@ -245,15 +250,13 @@ def _prompts(task: Task, sets: EvalSets, ids: Sequence[str]) -> list[str]:
     return [fmt.render(by_id[i]) for i in ids]
 
 
-def mean_difference_direction(
-    model, task: Task, sets: EvalSets, layer: int, component: str = "mlp", *, hook_name: str | None = None
-) -> Direction:
-    """Unit vector along mean(output | failure) - mean(output | healthy) at the answer position
-    (at ``component``'s steering hook, or at ``hook_name``)."""
+def mean_difference_direction(model, task: Task, sets: EvalSets, layer: int, site: str = "mlp_out") -> Direction:
+    """Unit vector along mean(activation | failure) - mean(activation | healthy) at ``site`` of block
+    ``layer`` (:func:`~reachlens.engine.sites.hook_name`), at the answer position."""
     if not sets.failure or not sets.healthy:
         raise ReachlensError("a mean-difference direction needs a non-empty failure set and healthy panel; "
                          "pass a direction vector instead")
-    name = hook_name or steer_hook_name(model, layer, component)
+    name = hook_name(model, layer, site)
     fail = answer_activations(model, _prompts(task, sets, sets.failure), name)
     healthy = answer_activations(model, _prompts(task, sets, sets.healthy), name)
     return Direction.from_vector(fail.mean(0) - healthy.mean(0), name, "mean_difference")
@@ -267,19 +270,21 @@ def default_alphas(direction: Direction, multiples: Sequence[float] = (0.0, 0.5,
 # --- steering sweep ------------------------------------------------------------------------------
 def steer_sweep(
     model, task: Task, sets: EvalSets, layer: int, *, alphas: Sequence[float] | None = None,
-    direction: Direction | Tensor | None = None, component: str = "mlp", control_seed: int | None = None,
+    direction: Direction | Tensor | None = None, site: str = "mlp_out", control_seed: int | None = None,
     allow_other_model: bool = False,
 ) -> CausalResult:
-    """Rescue (``-alpha v`` on the failure set) and induction (``+alpha v`` on the healthy panel) per alpha.
+    """Rescue (``-alpha v`` on the failure set) and induction (``+alpha v`` on the healthy panel) per alpha,
+    ``v`` added at ``site`` of block ``layer`` (:func:`~reachlens.interventions.steering.steering`:
+    ``mlp_out``, ``attn_out``, ``resid_post`` for the block's whole output, ...).
 
     Each alpha runs both sets under ``-alpha v`` and under ``+alpha v``; the table also carries the
     side effects (``rescue_break``: healthy broken by the rescue; ``induction_repair``). With
     ``control_seed``, a random unit vector (seeded) is run at the same alphas as a control.
     """
     _check_sets(model, sets, allow_other_model)
-    name = steer_hook_name(model, layer, component)
+    name, _ = steering_site(model, layer, site)
     if direction is None:
-        direction = mean_difference_direction(model, task, sets, layer, component)
+        direction = mean_difference_direction(model, task, sets, layer, site)
     elif isinstance(direction, Tensor):
         direction = Direction.from_vector(direction, name)
     alphas = default_alphas(direction) if alphas is None else [float(a) for a in alphas]
@@ -293,9 +298,9 @@ def steer_sweep(
     rows, per_q = [], []
     for label, vec in vectors:
         for alpha in alphas:
-            minus = evaluate_hooks(model, task, sets, steering(model, layer, vec, -alpha, component),
+            minus = evaluate_hooks(model, task, sets, steering(model, layer, vec, -alpha, site),
                                    f"{label} -{alpha:g}")
-            plus = evaluate_hooks(model, task, sets, steering(model, layer, vec, alpha, component),
+            plus = evaluate_hooks(model, task, sets, steering(model, layer, vec, alpha, site),
                                   f"{label} +{alpha:g}")
             m, p = outcome(minus), outcome(plus)
             rows.append({"vector": label, "alpha": alpha, "alpha_rel": alpha / direction.norm,
@@ -303,7 +308,7 @@ def steer_sweep(
                          "induction_repair": p["repair"], "n_rescued": m["n_repaired"], "n_induced": p["n_broken"],
                          "n_failure": m["n_failure"], "n_healthy": m["n_healthy"]})
             per_q += [minus, plus]
-    meta = {"kind": "steer", "layer": layer, "component": component, "hook": name, "direction_source": direction.source,
+    meta = {"kind": "steer", "layer": layer, "site": site, "hook": name, "direction_source": direction.source,
             "direction_norm": direction.norm, "control_seed": control_seed, "sets": sets.counts, "model": sets.model,
             "positions": "every position, prompt and generated"}
     return CausalResult("steer", pd.DataFrame(rows), pd.concat(per_q, ignore_index=True), meta)
@@ -320,19 +325,19 @@ def best_alpha(table: pd.DataFrame) -> float:
 def unit_ranking(model, task: Task, sets: EvalSets, layer: int, direction: Direction | Tensor | None = None) -> pd.DataFrame:
     """The MLP's hidden units ranked by their share of the failure-minus-healthy output along ``v``.
 
-    The output is the MLP's own (``blocks.L.mlp.hook_out``, linear in the units; for most families
-    the same as ``hook_mlp_out``, before the post-MLP norm of Gemma and OLMo 2), and the default
-    ``v`` is the mean difference there. Columns: ``rank, unit, contribution, delta_post, w_dot_v``;
+    The output is the MLP's own (site ``mlp.hook_out``, linear in the units at ``mlp_post``; for most
+    families the same hook as ``mlp_out``, before the post-MLP norm of Gemma and OLMo 2), and the
+    default ``v`` is the mean difference there. Columns: ``rank, unit, contribution, delta_post, w_dot_v``;
     ``contribution`` sums over units to the mean output difference projected on ``v``.
     """
     if not sets.failure or not sets.healthy:
         raise ReachlensError("ranking units needs a non-empty failure set and healthy panel")
-    mlp_name = mlp_output_hook_name(model, layer)
+    mlp_name = hook_name(model, layer, MLP_OUTPUT_SITE)
     if direction is None:
-        direction = mean_difference_direction(model, task, sets, layer, "mlp", hook_name=mlp_name)
+        direction = mean_difference_direction(model, task, sets, layer, MLP_OUTPUT_SITE)
     elif isinstance(direction, Tensor):
         direction = Direction.from_vector(direction, mlp_name)
-    post = mlp_hidden_hook_name(model, layer)
+    post = hook_name(model, layer, UNIT_SITE)
     delta = (answer_activations(model, _prompts(task, sets, sets.failure), post).mean(0)
              - answer_activations(model, _prompts(task, sets, sets.healthy), post).mean(0))
     w = mlp_out_weight(model, layer).float().cpu()
@@ -359,7 +364,8 @@ def units_sweep(
             raise ReachlensError(f"k={k!r} must lie in 1..{d_mlp} (block {layer}'s hidden units)")
     per_q = []
     if block_repair is None:
-        pq = evaluate_hooks(model, task, sets, zero_ablation(model, layer, "mlp"), f"zero L{layer} mlp", which="failure")
+        pq = evaluate_hooks(model, task, sets, zero_ablation(model, layer, "mlp_out"), f"zero L{layer} mlp",
+                            which="failure")
         per_q.append(pq)
         block_repair = outcome(pq)["repair"]
     rows = []

@@ -11,6 +11,7 @@ log-softmax sum; none of them goes through reachlens or TransformerLens.
 from __future__ import annotations
 
 import contextlib
+from collections import Counter
 
 import pytest
 import torch
@@ -19,8 +20,9 @@ from torch import nn
 from reachlens.engine import LayerStack, Row, SamplingParams, describe, generate, loglikelihoods, tokenizer_of
 from reachlens.routing import route_logits
 from reachlens.engine.tokens import encode_prompts
-from reachlens.interventions import ablated, mlp_hidden_hook_name, mlp_out_weight, mlp_output_hook_name
-from reachlens.interventions.pruning import PruneConfig, prune_
+from reachlens.errors import ReachlensError, UnknownNameError
+from reachlens.interventions import SITES, ablated, hook_name, mlp_out_weight, zero_ablation
+from reachlens.models.pruning import PruneConfig, prune_
 from reachlens.models.testing import TINY_FAMILIES, make_tiny_model
 
 PROMPTS = ["Q: 12+34=?\nA:", "Q: 5-3+2=?\nA: 5-3=2", "hello world, a b c", "Q: 7*8-9+10-11=?\nA:"]
@@ -215,8 +217,8 @@ def test_mlp_units_and_pruning_resolve_on_every_family(fam):
             seen[key] = x
         return hook
 
-    with fam.model.hooks(fwd_hooks=[(mlp_hidden_hook_name(fam.model, 1), grab("post")),
-                                    (mlp_output_hook_name(fam.model, 1), grab("out"))]):
+    with fam.model.hooks(fwd_hooks=[(hook_name(fam.model, 1, "mlp_post"), grab("post")),
+                                    (hook_name(fam.model, 1, "mlp.hook_out"), grab("out"))]):
         LayerStack(fam.model).forward(ids_of(fam, PROMPTS[0]))
     post, out = seen["post"], seen["out"]
     w = mlp_out_weight(fam.model, 1)
@@ -229,6 +231,106 @@ def test_mlp_units_and_pruning_resolve_on_every_family(fam):
     copy = AutoModelForCausalLM.from_pretrained(str(fam.folder), use_safetensors=True)
     report = prune_(copy, PruneConfig(layers=(1,), fraction=0.5, components=("mlp", "attn")))
     assert len(report) >= 3 and all(0.5 <= r["zero_fraction"] < 0.6 for r in report.values()), report
+
+
+NO_SITE = {  # site -> why it is refused on that family (every other site of SITES resolves)
+    "gpt_neox": {"resid_mid": "has no hook point", "pre_linear": "has no hook point",  # parallel; plain MLP
+                 "rot_q": "never fires", "rot_k": "never fires"},  # TransformerLens' joint-qkv attention
+    "gpt2": {"pre_linear": "has no hook point", "rot_q": "has no hook point", "rot_k": "has no hook point"},
+    "phi3": {"rot_q": "never fires", "rot_k": "never fires"},
+}
+
+
+@torch.no_grad()
+def test_every_site_resolves_and_fires_on_every_forward_or_is_refused(fam):
+    """``hook_name`` on TransformerLens' site names: each site the family has fires on the prefill and
+    on every decoding step; the others are refused by name before anything runs."""
+    refused = NO_SITE.get(fam.name, {})
+    names = {}
+    for site, path in SITES.items():
+        if site in refused:
+            with pytest.raises(ReachlensError, match=f"site '{site}'.*" if refused[site] == "never fires" else
+                               f"{refused[site]} 'blocks.1.{path}'.*site '{site}'"):
+                hook_name(fam.model, 1, site)
+        else:
+            names[site] = hook_name(fam.model, 1, site)
+            assert names[site] == f"blocks.1.{path}"
+    fired: Counter = Counter()
+
+    def count(site):
+        def hook(x, *, hook):
+            fired[site] += 1
+        return hook
+
+    with fam.model.hooks(fwd_hooks=[(n, count(s)) for s, n in names.items()]):
+        generate(fam.model, [PROMPTS[0]], [Row(0)], SamplingParams(3, stop_at_eos=False))
+    assert fired == Counter({s: 3 for s in names}), "each site fires on the prefill and on 2 decoding steps"
+
+
+@torch.no_grad()
+def test_attn_out_and_mlp_out_are_what_a_block_adds_to_the_residual_stream(fam):
+    """TransformerLens' semantics on every family, post-norm ones included (Gemma 2/3 and OLMo 2 norm
+    the attention and MLP outputs before adding them): the residual stream is the sum of its writes,
+    and resid_pre / resid_post are HuggingFace's hidden states."""
+    seen = {}
+
+    def grab(site):
+        def hook(x, *, hook):
+            seen[site] = x.clone()
+        return hook
+
+    sites = ["resid_pre", "attn_out", "mlp_out", "resid_post"] + ([] if fam.name in NO_SITE
+                                                                  and "resid_mid" in NO_SITE[fam.name] else ["resid_mid"])
+    ids = ids_of(fam, PROMPTS[3])
+    with fam.model.hooks(fwd_hooks=[(hook_name(fam.model, 0, s), grab(s)) for s in sites]):
+        LayerStack(fam.model).forward(ids)
+    tol = dict(rtol=1e-4, atol=1e-4)
+    if "resid_mid" in seen:
+        torch.testing.assert_close(seen["resid_mid"], seen["resid_pre"] + seen["attn_out"], **tol)
+        torch.testing.assert_close(seen["resid_post"], seen["resid_mid"] + seen["mlp_out"], **tol)
+    else:  # GPT-NeoX: attention and MLP read the same input, in parallel
+        torch.testing.assert_close(seen["resid_post"], seen["resid_pre"] + seen["attn_out"] + seen["mlp_out"], **tol)
+    hidden = fam.hf(ids, output_hidden_states=True).hidden_states
+    torch.testing.assert_close(seen["resid_pre"], hidden[0], **tol)
+    torch.testing.assert_close(seen["resid_post"], hidden[1], **tol)
+    post_norm = fam.name in ("gemma2", "gemma3", "olmo2")
+    assert (hook_name(fam.model, 0, "mlp_out") == "blocks.0.hook_mlp_out"
+            and (fam.model.hook_dict["blocks.0.hook_mlp_out"] is fam.model.hook_dict["blocks.0.mlp.hook_out"])
+            != post_norm), "mlp_out is the MLP's own output except after a post-MLP norm"
+
+
+def test_a_site_typo_fails_before_anything_runs(fam):
+    with pytest.raises(UnknownNameError, match="unknown site 'mlp_outt'; did you mean 'mlp_out'.*known sites: resid_pre"):
+        zero_ablation(fam.model, 0, "mlp_outt")
+    with pytest.raises(UnknownNameError, match="'attn' is ambiguous.*'attn_out' or 'pattern'"):
+        hook_name(fam.model, 0, "attn")
+    with pytest.raises(ReachlensError, match="layer 2 is out of range for a 2-layer model"):
+        hook_name(fam.model, 2, "mlp_out")
+    with pytest.raises(ReachlensError, match="site 'attn.hook_result'.*set_use_attn_result"):
+        hook_name(fam.model, 0, "attn.hook_result")
+
+
+@torch.no_grad()
+def test_resid_mid_is_read_only_because_the_bridge_hooks_the_mlp_input_there(fam):
+    """In TransformerLens 4's bridge ``hook_resid_mid`` is the MLP's input: zeroing it there (with a
+    plain TransformerLens hook) leaves the residual stream after the block non-zero, which in
+    ``HookedTransformer`` it would not be. So reachlens' interventions refuse to edit it."""
+    if "resid_mid" in NO_SITE.get(fam.name, {}):  # GPT-NeoX: parallel attention and MLP, no resid_mid at all
+        with pytest.raises(UnknownNameError, match="no hook point 'blocks.0.hook_resid_mid'"):
+            zero_ablation(fam.model, 0, "resid_mid")
+        return
+    seen = {}
+
+    def grab(x, *, hook):
+        seen["post"] = x.clone()
+
+    zero = lambda x, *, hook: torch.zeros_like(x)  # noqa: E731
+    with fam.model.hooks(fwd_hooks=[(hook_name(fam.model, 0, "resid_mid"), zero),
+                                    (hook_name(fam.model, 0, "resid_post"), grab)]):
+        LayerStack(fam.model).forward(ids_of(fam, PROMPTS[0]))
+    assert seen["post"].abs().max() > 1e-3
+    with pytest.raises(ReachlensError, match="'resid_mid' can be read but not edited: .*MLP's input.*'attn_out'"):
+        zero_ablation(fam.model, 0, "resid_mid")
 
 
 @pytest.mark.parametrize("name", sorted(FUSED))

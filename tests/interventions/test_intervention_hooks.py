@@ -9,8 +9,7 @@ from reachlens.engine import LayerStack, Row, SamplingParams, generate, tokenize
 from reachlens.errors import ReachlensError
 from reachlens.interventions import (
     ablated,
-    component_hook_names,
-    resolve_hook_name,
+    hook_name,
     steering,
     top_units,
     unit_ablation,
@@ -81,7 +80,7 @@ def test_zero_attn_and_whole_layer(tiny_model, tiny_hf, ids):
     with ablated(tiny_model, 1, "layer"):
         whole = stack.forward(ids)
     torch.testing.assert_close(whole, hf_forward(tiny_hf, ids, zero_attn={1}, zero_mlp={1}), rtol=1e-5, atol=1e-4)
-    assert component_hook_names(tiny_model, 1, "layer") == ("blocks.1.hook_attn_out", "blocks.1.hook_mlp_out")
+    assert tuple(n for n, _ in zero_ablation(tiny_model, 1, "layer")) == ("blocks.1.hook_attn_out", "blocks.1.hook_mlp_out")
 
 
 def hf_greedy_zeroed(hf, tok, prompt, n, layer):
@@ -163,11 +162,28 @@ def test_unit_contributions_sum_to_the_projected_difference():
 def test_bad_names_fail_before_running(tiny_model):
     with pytest.raises(ReachlensError, match="layer 3 is out of range for a 3-layer model \\(valid: 0-2\\)"):
         zero_ablation(tiny_model, 3, "mlp")
-    with pytest.raises(LookupError, match="unknown component 'mpl'; known: mlp, attn, layer"):
+    with pytest.raises(LookupError, match="unknown site 'mpl'.* components: mlp, attn, layer"):
         zero_ablation(tiny_model, 0, "mpl")
     with pytest.raises(LookupError, match="no hook point 'blocks.0.hook_mlp_outt'; did you mean 'blocks.0.hook_mlp_out'"):
-        resolve_hook_name(tiny_model, "blocks.0.hook_mlp_outt")
+        hook_name(tiny_model, 0, "hook_mlp_outt")
     with pytest.raises(ReachlensError, match="steering vector has shape \\(3,\\)"):
         steering(tiny_model, 0, torch.ones(3), 1.0)
     with pytest.raises(ReachlensError, match="out of range for block 0's MLP"):
         unit_ablation(tiny_model, 0, [128])
+
+
+def test_sites_components_and_get_act_name_aliases(tiny_model):
+    from transformer_lens.utilities.components_utils import get_act_name
+
+    from reachlens.interventions import SITES, sites_of
+
+    assert sites_of("layer") == ("attn_out", "mlp_out") and sites_of("mlp") == ("mlp_out",)
+    assert sites_of("attn_out+mlp_out") == sites_of(["attn", "mlp"]) == ("attn_out", "mlp_out")
+    # every site is TransformerLens' own name: get_act_name gives the same hook
+    for site in SITES:
+        assert hook_name(tiny_model, 2, site) == get_act_name(site, 2)
+    for alias in ("pre", "post", "query", "key", "value", "attn_logits"):
+        assert hook_name(tiny_model, 2, alias) == get_act_name(alias, 2)
+    assert hook_name(tiny_model, 0, "mlp.hook_out") == "blocks.0.mlp.hook_out"
+    with pytest.raises(ReachlensError, match="names no site"):
+        sites_of([])

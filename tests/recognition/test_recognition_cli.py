@@ -70,3 +70,28 @@ def test_silence_steer_units_prune(capsys, tiny_dir, recognized, tmp_path):
     assert code == 0 and (tmp_path / "p" / "pruning.json").is_file()
     code, _, err = run(capsys, "silence", str(tmp_path / "p"), "--sets", str(recognized), "--out", str(tmp_path / "x"))
     assert code == 2 and "these sets were chosen on" in err
+
+
+def test_sites_are_transformerlens_names_and_old_flags_still_work(capsys, tiny_dir, recognized, tmp_path):
+    sets = json.loads((recognized / "sets.json").read_text())
+    others = [q for q in pd.read_csv(recognized / "questions.csv")["question_id"] if q not in sets["failure"]]
+    sets["healthy"] = others[:2]
+    (tmp_path / "sets.json").write_text(json.dumps(sets))
+    study = ["--sets", str(tmp_path / "sets.json"), "--layer", "1", "--alphas", "0"]
+    # --site names a TransformerLens site; the old --component spelling still steers the site it always did
+    for flags, hook in [(["--site", "resid_post"], "blocks.1.hook_resid_post"),
+                        (["--component", "layer"], "blocks.1.hook_resid_post"),
+                        (["--component", "attn"], "blocks.1.hook_attn_out"), ([], "blocks.1.hook_mlp_out")]:
+        out = tmp_path / f"st{len(flags)}{flags[-1] if flags else ''}"
+        code, stdout, _ = run(capsys, "steer", str(tiny_dir), *study, *flags, "--out", str(out))
+        assert code == 0 and json.loads((out / "steer.json").read_text())["hook"] == hook and hook in stdout
+    code, _, err = run(capsys, "steer", str(tiny_dir), *study, "--site", "mpl_out", "--out", str(tmp_path / "x"))
+    assert code == 2 and "unknown site 'mpl_out'; did you mean 'mlp_out'" in err and len(err.strip().splitlines()) == 1
+    code, _, err = run(capsys, "steer", str(tiny_dir), *study, "--site", "layer", "--out", str(tmp_path / "x"))
+    assert code == 2 and "steer site='resid_post'" in err
+    code, out, _ = run(capsys, "silence", str(tiny_dir), "--sets", str(tmp_path / "sets.json"), "--layers", "0",
+                       "--sites", "mlp_out,attn_out+mlp_out,mlp_post", "--out", str(tmp_path / "s"))
+    table = pd.read_csv(tmp_path / "s" / "silence.csv")
+    assert code == 0 and "best MLP layer" in out
+    assert table["component"].tolist() == ["none", "mlp_out", "attn_out+mlp_out", "mlp_post"]
+    assert table["sites"].fillna("").tolist() == ["", "mlp_out", "attn_out+mlp_out", "mlp_post"]

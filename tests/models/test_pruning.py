@@ -9,7 +9,7 @@ import torch
 from safetensors.torch import load_file
 
 from reachlens.errors import ReachlensError
-from reachlens.interventions import PruneConfig, magnitude_mask, prune_checkpoint
+from reachlens.models.pruning import PruneConfig, magnitude_mask, prune_checkpoint
 
 
 def test_mask_prunes_the_smallest_magnitudes_ties_by_index():

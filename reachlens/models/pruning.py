@@ -2,7 +2,13 @@
 
 Pruning is how a localized recognition-vs-generation failure is manufactured on purpose: zero the
 smallest-magnitude fraction of the weights of a block's MLP (or attention), and the block can no
-longer write what it wrote; a layer sweep of zero-ablations should then point at it.
+longer write what it wrote; a layer sweep of zero-ablations should then point at it. It transforms a
+checkpoint (a new folder), so it lives with the model code, not among the hook factories of
+:mod:`reachlens.interventions`.
+
+What is pruned is named by the components of :data:`reachlens.engine.sites.COMPONENTS`, the same
+words an ablation uses: ``mlp`` (the weights behind ``mlp_out``: gate/up/down projections), ``attn``
+(behind ``attn_out``: q/k/v/o) and ``layer`` (both).
 
 Rule: each chosen weight *matrix* is pruned on its own (layer-wise, per matrix): its
 ``floor(fraction * numel)`` entries of smallest ``|w|`` are set to zero, ties broken by flat index
@@ -26,13 +32,15 @@ import torch
 from jaxtyping import Bool, Float
 from torch import Tensor
 
+from reachlens.engine.sites import COMPONENTS
 from reachlens.errors import ReachlensError
 
-__all__ = ["PRUNE_COMPONENTS", "PruneConfig", "magnitude_mask", "prunable_weights", "prune_", "prune_checkpoint"]
+__all__ = ["PruneConfig", "magnitude_mask", "prunable_weights", "prune_", "prune_checkpoint"]
 
-PRUNE_COMPONENTS = {"mlp": ("mlp",), "attn": ("self_attn", "attn", "attention")}
-"""Component name -> the HuggingFace submodule of a decoder layer whose 2-D weights are pruned (the
-first name the family uses: Llama/Gemma/OLMo/Phi-3 ``self_attn``, GPT-2 ``attn``, GPT-NeoX ``attention``)."""
+_HF_MODULES = {"mlp_out": ("mlp",), "attn_out": ("self_attn", "attn", "attention")}
+"""Output site -> the HuggingFace submodule of a decoder layer that writes it, whose 2-D weights are
+pruned (the first name the family uses: Llama/Gemma/OLMo/Phi-3 ``self_attn``, GPT-2 ``attn``,
+GPT-NeoX ``attention``)."""
 
 
 @dataclass(frozen=True)
@@ -44,7 +52,8 @@ class PruneConfig:
     fraction: float
     """Share of each chosen matrix's entries set to zero, in [0, 1)."""
     components: tuple[str, ...] = ("mlp",)
-    """Which parts of each layer: ``mlp`` (gate/up/down projections) and/or ``attn`` (q/k/v/o)."""
+    """Which parts of each layer (:data:`~reachlens.engine.sites.COMPONENTS`): ``mlp`` (gate/up/down
+    projections), ``attn`` (q/k/v/o), ``layer`` (both)."""
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "layers", tuple(int(x) for x in self.layers))
@@ -53,9 +62,9 @@ class PruneConfig:
             raise ReachlensError("PruneConfig needs at least one layer")
         if not (isinstance(self.fraction, (int, float)) and math.isfinite(self.fraction) and 0 <= self.fraction < 1):
             raise ReachlensError(f"fraction={self.fraction!r} must lie in [0, 1)")
-        bad = [c for c in self.components if c not in PRUNE_COMPONENTS]
+        bad = [c for c in self.components if c not in COMPONENTS]
         if bad or not self.components:
-            raise ReachlensError(f"components {self.components!r}: each must be one of {sorted(PRUNE_COMPONENTS)}")
+            raise ReachlensError(f"components={self.components!r}: each must be one of {', '.join(COMPONENTS)}")
 
 
 def magnitude_mask(weight: Float[Tensor, "rows cols"], fraction: float) -> Bool[Tensor, "rows cols"]:
@@ -85,10 +94,11 @@ def prunable_weights(hf_model, config: PruneConfig) -> dict[str, torch.nn.Parame
     stack = _decoder_layers(hf_model, n_layers)
     params = dict(hf_model.named_parameters())
     chosen: dict[str, torch.nn.Parameter] = {}
+    sites = dict.fromkeys(s for comp in config.components for s in COMPONENTS[comp])  # ordered, no repeats
     for layer in config.layers:
-        for comp in config.components:
+        for site in sites:
             layer_module = hf_model.get_submodule(f"{stack}.{layer}")
-            part = next((n for n in PRUNE_COMPONENTS[comp] if hasattr(layer_module, n)), PRUNE_COMPONENTS[comp][0])
+            part = next((n for n in _HF_MODULES[site] if hasattr(layer_module, n)), _HF_MODULES[site][0])
             prefix = f"{stack}.{layer}.{part}."
             found = {k: p for k, p in params.items() if k.startswith(prefix) and p.ndim == 2}
             if not found:
@@ -145,7 +155,7 @@ def prune_checkpoint(spec: str, out: str | Path, config: PruneConfig) -> Path:
         f"Source: `{spec}` (fingerprint `{source.fingerprint}`).",
         f"Unstructured magnitude pruning, per matrix: the smallest {config.fraction:.0%} of |w| set to zero in "
         f"{', '.join(config.components)} of layer(s) {', '.join(map(str, config.layers))}.",
-        "Made by `reachlens.interventions.pruning.prune_checkpoint`; details in `pruning.json`.", "",
+        "Made by `reachlens.models.pruning.prune_checkpoint`; details in `pruning.json`.", "",
     ]
     (out / "README.md").write_text("\n".join(lines))
     return out
