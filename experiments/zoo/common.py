@@ -104,6 +104,8 @@ def positive(kind):
 def add_run_args(ap: argparse.ArgumentParser, *, log_every: int) -> None:
     """The arguments every fine-tuning script takes (what :func:`start_run` reads, the seed, logging)."""
     ap.add_argument("--init", required=True, help="parent checkpoint folder (e.g. reachlens/assets/zoo/base)")
+    ap.add_argument("--task", default="arith", choices=["arith", "arith_hard"],
+                    help="the generated task whose train split the data come from (default arith)")
     ap.add_argument("--prompt-format", default="qa",
                     help="arith prompt format of the training prompts (qa, verbose): the model's native format")
     ap.add_argument("--out", required=True, help="new, empty folder for the trained checkpoint")
@@ -116,13 +118,13 @@ def add_run_args(ap: argparse.ArgumentParser, *, log_every: int) -> None:
 
 
 def start_run(args):
-    """The start every fine-tuning script shares: torch threads, a fresh output folder, and the arith
-    train split (``--n-train``) with ``--prompt-format`` checked. Returns (output folder, task)."""
+    """The start every fine-tuning script shares: torch threads, a fresh output folder, and the train split
+    of ``--task`` (``--n-train``) with ``--prompt-format`` checked. Returns (output folder, task)."""
     torch.set_num_threads(args.threads)
     out = check_out_dir(Path(args.out))
     from reachlens.tasks import load_task
 
-    task = load_task("arith", split="train", **({} if args.n_train is None else {"n_train": args.n_train}))
+    task = load_task(args.task, split="train", **({} if args.n_train is None else {"n_train": args.n_train}))
     task.format(args.prompt_format)  # unknown names fail here, naming the known ones
     return out, task
 

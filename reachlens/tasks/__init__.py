@@ -1,6 +1,6 @@
 """Tasks: questions, prompt formats and loaders (``load_task``). Importing registers every built-in."""
 
-from reachlens.tasks import arith as _arith  # noqa: F401  (registers "arith")
+from reachlens.tasks import arith as _arith  # noqa: F401  (registers "arith", "arith_hard")
 from reachlens.tasks import arith_mc as _arith_mc  # noqa: F401  (registers "arith_mc")
 from reachlens.tasks._file_loaders import (
     load_arc,

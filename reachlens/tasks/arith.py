@@ -40,9 +40,9 @@ from reachlens.tasks.base import PromptFormat, Question, Task
 from reachlens.tasks.registry import register_task
 
 __all__ = [
-    "ARITH_ALPHABET", "DEFAULT_TIERS", "PROMPT_FORMATS", "STOP", "ArithConfig", "Problem", "Slip",
+    "ARITH_ALPHABET", "DEFAULT_TIERS", "HARD_TIERS", "PROMPT_FORMATS", "STOP", "ArithConfig", "Problem", "Slip",
     "Step", "Tier", "arith_splits", "clean_texts", "draw_slip", "expr_of", "format_prompt",
-    "format_solution", "generate_problem", "load_arith", "make_slipped_solution",
+    "format_solution", "generate_problem", "load_arith", "load_arith_hard", "make_slipped_solution",
     "pretraining_texts", "solve",
 ]
 
@@ -93,6 +93,9 @@ DEFAULT_TIERS = (
     Tier("hard", 4, 5, mul_prob=0.5),
 )
 
+HARD_TIERS = (Tier("hard", 3, 6, mul_prob=0.5),)
+"""The one tier of task ``arith_hard``, chosen by measurement (see :func:`load_arith_hard`)."""
+
 
 @dataclass(frozen=True)
 class ArithConfig:
@@ -103,6 +106,8 @@ class ArithConfig:
     n_test: int = 300  # distinct test problems, none of which occurs in train
     tiers: tuple[Tier, ...] = DEFAULT_TIERS  # the difficulty tiers
     mix: tuple[float, ...] | None = None  # relative weight per tier (None: equal); counts are exact
+    family: str = "arith"  # names the RNG streams and the question ids ("arith-test-00000")
+    exclude_default: bool = False  # also reject every expression of the default ``arith`` splits (same seed)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "tiers", tuple(self.tiers))
@@ -116,6 +121,8 @@ class ArithConfig:
             if len(self.mix) != len(self.tiers) or min(self.mix) < 0 or sum(self.mix) <= 0:
                 raise ReachlensError(f"mix={self.mix!r} needs one non-negative weight per tier "
                                  f"{names!r}, with a positive sum")
+        if not self.family or not self.family.replace("_", "").isalnum():
+            raise ReachlensError(f"family={self.family!r} must be a non-empty name of letters, digits and '_'")
         if self.n_test < 0 or self.n_train < 0:
             raise ReachlensError(f"n_train={self.n_train!r} and n_test={self.n_test!r} must be >= 0")
 
@@ -311,10 +318,16 @@ def _draw(rng: random.Random, config: ArithConfig, n: int, taken: set[str], spli
 
 @functools.lru_cache(maxsize=8)
 def _problems(config: ArithConfig, split: str) -> tuple[tuple[Problem, Tier], ...]:
-    """Test is drawn first (independent of ``n_train``); train rejects every test expression."""
+    """Test is drawn first (independent of ``n_train``); train rejects every test expression.
+
+    With ``exclude_default`` both splits also reject every expression of the default ``arith`` config's
+    train and test splits (the zoo base's pretraining data and the standard test set)."""
     taken = set() if split == "test" else {expr_of(p) for p, _ in _problems(config, "test")}
+    if config.exclude_default:
+        default = ArithConfig(seed=config.seed)
+        taken |= {expr_of(p) for s in ("train", "test") for p, _ in _problems(default, s)}
     n = config.n_test if split == "test" else config.n_train
-    return _draw(random.Random(f"arith/{config.seed}/{split}"), config, n, taken, split)
+    return _draw(random.Random(f"{config.family}/{config.seed}/{split}"), config, n, taken, split)
 
 
 @functools.lru_cache(maxsize=8)
@@ -326,7 +339,7 @@ def _questions(config: ArithConfig, split: str) -> tuple[Question, ...]:
         expr, (_, answer) = expr_of(problem), solve(problem)
         fields = {"expr": expr, "expr_spaced": expr_of(problem, " "), "question": f"{expr}=?",
                   "difficulty": tier.name, "n_ops": len(problem) // 2}
-        out.append(Question(f"arith-{split}-{i:0{width}d}", fields, str(answer),
+        out.append(Question(f"{config.family}-{split}-{i:0{width}d}", fields, str(answer),
                             solution=format_solution(problem)))
     return tuple(out)
 
@@ -384,15 +397,35 @@ def load_arith(path: str | Path | None = None, split: str = "test", seed: int = 
     >>> task.prompt(task.questions[0]).startswith("Q: "), task.grader, task.stop
     (True, 'numeric', ('\\n',))
     """
+    return _load("arith", path, split, seed, options, {})
+
+
+@register_task("arith_hard")
+def load_arith_hard(path: str | Path | None = None, split: str = "test", seed: int = 0, **options: Any) -> Task:
+    """``arith_hard``: the hard tier alone (:data:`HARD_TIERS`), with its own splits and question ids.
+
+    Its test and train splits are drawn from their own streams (``"arith_hard/0/test"``), are disjoint
+    from each other, and reject every expression of the default ``arith`` splits (the zoo base's
+    pretraining data and the standard test set). ``options`` are :class:`ArithConfig` fields.
+
+    >>> task = load_arith_hard(n_test=2)
+    >>> task.name, task.questions[0].question_id, task.questions[0].fields["difficulty"]
+    ('arith_hard', 'arith_hard-test-00000', 'hard')
+    """
+    return _load("arith_hard", path, split, seed, options,
+                 {"tiers": HARD_TIERS, "family": "arith_hard", "exclude_default": True})
+
+
+def _load(name: str, path, split: str, seed: int, options: dict[str, Any], defaults: dict[str, Any]) -> Task:
     if path is not None:
-        raise ReachlensError(f"task 'arith' is generated from a seed, not read from a file; "
-                         f"got path {str(path)!r}: drop it (and --data)")
+        raise ReachlensError(f"task {name!r} is generated from a seed, not read from a file; "
+                             f"got path {str(path)!r}: drop it (and --data)")
     if split not in ("train", "test"):
-        raise ReachlensError(f"arith has splits 'train' and 'test', not {split!r}")
-    known = {f.name for f in dataclasses.fields(ArithConfig)} - {"seed"}
+        raise ReachlensError(f"{name} has splits 'train' and 'test', not {split!r}")
+    known = {f.name for f in dataclasses.fields(ArithConfig)} - {"seed", "family"}
     if set(options) - known:
-        raise ReachlensError(f"unknown arith option(s) {sorted(set(options) - known)!r}; known: {sorted(known)}")
-    config = ArithConfig(seed=seed, **options)
-    return Task("arith", _questions(config, split), PROMPT_FORMATS, "qa", "numeric", STOP,
-                source=f"generated by reachlens.tasks.arith (seed={seed}, split={split!r})",
+        raise ReachlensError(f"unknown {name} option(s) {sorted(set(options) - known)!r}; known: {sorted(known)}")
+    config = ArithConfig(seed=seed, **{**defaults, **options})
+    return Task(name, _questions(config, split), PROMPT_FORMATS, "qa", "numeric", STOP,
+                source=f"generated by reachlens.tasks.arith (task {name!r}, seed={seed}, split={split!r})",
                 metadata={"split": split, "config": dataclasses.asdict(config), "alphabet": ARITH_ALPHABET})

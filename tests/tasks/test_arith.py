@@ -293,3 +293,28 @@ def test_loader_errors():
         load_task("arith", split="dev")
     with pytest.raises(ReachlensError, match="n_tset"):
         load_task("arith", n_tset=5)
+
+
+def test_arith_hard_is_its_own_tier_with_its_own_disjoint_splits():
+    """``arith_hard``: 3-6 operations only, its own ids and streams, train and test disjoint, and neither
+    split holds an expression of the default ``arith`` splits (the zoo base's pretraining data)."""
+    test = load_task("arith_hard", split="test")
+    train = load_task("arith_hard", split="train", n_train=5000)
+    assert test.name == "arith_hard" and len(test) == 300 and test.grader == "numeric" and test.stop == ("\n",)
+    assert [q.question_id for q in test.questions[:2]] == ["arith_hard-test-00000", "arith_hard-test-00001"]
+    assert train.questions[0].question_id == "arith_hard-train-00000"
+    for q in test.questions + train.questions:
+        assert q.fields["difficulty"] == "hard" and 3 <= q.fields["n_ops"] <= 6
+        check_clean(q.fields["expr"], q.solution, q.gold)
+    assert Counter(q.fields["n_ops"] for q in test.questions).keys() == {3, 4, 5, 6}
+    hard_test = {q.fields["expr"] for q in test.questions}
+    hard_train = {q.fields["expr"] for q in train.questions}
+    assert not hard_test & hard_train
+    default = arith.arith_splits(ArithConfig())
+    default_exprs = {q.fields["expr"] for split in default for q in split}
+    assert not (hard_test | hard_train) & default_exprs
+    # the default task is untouched by the new one, and the test split does not depend on n_train
+    assert [q.fields["expr"] for q in load_task("arith_hard", n_train=10).questions] == [q.fields["expr"] for q in test.questions]
+    assert load_task("arith", n=1).questions[0].question_id == "arith-test-00000"
+    with pytest.raises(ReachlensError, match="family"):
+        load_task("arith_hard", family="arith")
