@@ -1,7 +1,7 @@
 """The MLP-veto case study: a model recognizes the right answer but generates a wrong one; which block vetoes it?
 
     python experiments/mlp_veto.py --model zoo:base --task arith_mc --n 300 --out runs/mlp_veto \\
-        --prune-layers 2 --prune-fraction 0.7
+        --prune-layers 2 --prune-fraction 0.7 --planted zoo:veto
 
 For each case (each ``--model``, plus a magnitude-pruned copy of the first one when
 ``--prune-layers`` is given):
@@ -17,6 +17,13 @@ For each case (each ``--model``, plus a magnitude-pruned copy of the first one w
    unit vector as control;
 4. the top-k MLP units of the best layer (ranked by their share of the difference along v): repair
    of silencing only them, as a fraction of the whole-MLP repair, beside k random units.
+
+The planted case (``--planted zoo:veto``, the positive control built by
+``experiments/zoo/plant_veto.py``): a model with one known MLP block trained to suppress the correct answer
+on a defined subset (its ``training.json`` names the block and the subset). Its failure set is the failures
+the plant caused: subset questions the planted model recognizes but generates wrong while its parent
+generates them right; its healthy panel is the usual one. The same zero-ablation sweep must find the
+block: repair >= 80% of those failures at the planted MLP, <= 10% at every other block (``OUT/planted.md``).
 
 Writes ``OUT/cases.md`` / ``cases.csv`` (one row per case), per-case directories with every table,
 and ``OUT/report.md`` + ``OUT/figures.html`` (plotly, self-contained). One torch thread by default
@@ -117,6 +124,87 @@ def run_case(name: str, spec: str, task_spec: TaskSpec, args: argparse.Namespace
     return {"row": row, "sweep": sweep.table, "steer": steer.table, "units": units.table}
 
 
+SUBSETS = {"answer < 0": lambda q: int(q.gold) < 0}
+"""The subset rules a planted model's ``training.json`` may name (``planted.subset``)."""
+
+
+def run_planted_case(spec: str, task_spec: TaskSpec, args: argparse.Namespace, out: Path) -> dict:
+    """The positive control: the sweep on a model whose veto block is known (see the module docstring)."""
+    import dataclasses
+
+    from reachlens.models.zoo import zoo_root
+    from reachlens.studies.recognition import generate_and_grade
+
+    t0 = time.perf_counter()
+    folder = zoo_root() / spec.removeprefix("zoo:") if spec.startswith("zoo:") else Path(spec)
+    training = json.loads((folder / "training.json").read_text())
+    plant = training["planted"]
+    parent_spec = f"zoo:{Path(training['parent']).name}"
+    in_subset = SUBSETS[plant["subset"]]
+    task = task_spec.load()
+    model = load_model(spec)
+    parent = load_model(parent_spec)
+    config = RecognitionConfig(max_new_tokens=args.max_new_tokens)
+    result = compare_modes(model, task, config)
+    before = compare_modes(parent, task, config)
+    name = "planted-" + spec.replace("zoo:", "").replace("/", "_").strip("_.")
+    case_dir = out / name
+    case_dir.mkdir(parents=True, exist_ok=True)
+    q = result.questions.set_index("question_id")
+    p = before.questions.set_index("question_id")
+    subset = [x.question_id for x in task.questions if in_subset(x)]
+    rows = []
+    for label, ids in (("subset", subset), ("rest", [x.question_id for x in task.questions if not in_subset(x)])):
+        rows.append({"questions": label, "n": len(ids),
+                     "parent recognition": float(p.loc[ids, "rec_correct"].mean()),
+                     "planted recognition": float(q.loc[ids, "rec_correct"].mean()),
+                     "parent generation": float(p.loc[ids, "gen_correct"].mean()),
+                     "planted generation": float(q.loc[ids, "gen_correct"].mean())})
+    effect = pd.DataFrame(rows)
+    caused = [i for i in subset if q.loc[i, "rec_correct"] and q.loc[i, "gen_scored"] and not q.loc[i, "gen_correct"]
+              and p.loc[i, "gen_correct"]]
+    rule = FailureRule("acc", args.min_failures, args.max_failures, args.max_healthy)
+    sets = select_sets(result, rule, task_spec)
+    sets = dataclasses.replace(sets, failure=tuple(caused[: args.max_failures]),
+                               counts={**sets.counts, "n_failure": len(caused[: args.max_failures]),
+                                       "n_failure_candidates": len(caused), "failure_rule": "planted: subset "
+                                       f"({plant['subset']}), recognized, generated wrong, parent generates right"})
+    sets.save(case_dir / "sets.json")
+    print(f"[{name}] subset {len(subset)}, failures the plant caused {len(caused)}, healthy {len(sets.healthy)} "
+          f"({time.perf_counter() - t0:.0f}s)", flush=True)
+    sweep = silence_sweep(model, task, sets)
+    sweep.save(case_dir)
+    t = sweep.table
+    mlp = t[(t["component"] == "mlp") & (t["layer"] >= 0)].set_index("layer")
+    planted_layer = int(plant["layer"])
+    others = mlp.drop(index=planted_layer)
+    verdict = {
+        "case": name, "model": spec, "parent": parent_spec, "planted_layer": planted_layer, "subset": plant["subset"],
+        "n_subset": len(subset), "failures_caused": len(caused), "failure_set": len(sets.failure),
+        "healthy_panel": len(sets.healthy), "repair_planted": float(mlp.loc[planted_layer, "repair"]),
+        "break_planted": float(mlp.loc[planted_layer, "break"]), "max_repair_elsewhere": float(others["repair"].max()),
+        "best_layer_found": best_layer(t, "mlp"),
+    }
+    verdict["found"] = bool(verdict["repair_planted"] >= 0.8 and verdict["max_repair_elsewhere"] <= 0.1)
+    md = ["# Planted veto (positive control)", "", f"Model `{spec}` (parent `{parent_spec}`): {plant['construction']}.", "",
+          "## What the plant did (arith_mc test questions)", "", markdown_table(effect), "",
+          f"## Zero-ablation sweep on the failures the plant caused (n={len(sets.failure)}) and the healthy panel "
+          f"(n={len(sets.healthy)})", "", markdown_table(t.drop(columns=["condition"])), "",
+          "## Verdict", "", markdown_table(pd.DataFrame([verdict])), ""]
+    (case_dir / "planted.md").write_text("\n".join(md))
+    (out / "planted.md").write_text("\n".join(md))
+    effect.to_csv(case_dir / "effect.csv", index=False)
+    print(f"[{name}] repair at the planted MLP L{planted_layer}: {verdict['repair_planted']:.3f}, elsewhere at most "
+          f"{verdict['max_repair_elsewhere']:.3f}; found={verdict['found']} ({time.perf_counter() - t0:.0f}s)", flush=True)
+    return {"row": {"case": name, "model": spec, "n": len(task), "acc": result.summary()["acc"],
+                    "generation_acc": result.summary()["generation_acc"], "failure_set": len(sets.failure),
+                    "healthy_panel": len(sets.healthy), "best_layer": verdict["best_layer_found"],
+                    "repair_mlp": float(mlp.loc[verdict["best_layer_found"], "repair"]),
+                    "healthy_break_mlp": float(mlp.loc[verdict["best_layer_found"], "break"]),
+                    "note": f"planted at L{planted_layer}; found={verdict['found']}"},
+            "sweep": t, "verdict": verdict, "effect": effect}
+
+
 def figures(cases: dict[str, dict]) -> list:
     import plotly.graph_objects as go
     from plotly.subplots import make_subplots
@@ -134,6 +222,8 @@ def figures(cases: dict[str, dict]) -> list:
         fig.update_layout(title=f"{name}: zero-ablation by layer and component", barmode="group",
                           xaxis_title="layer", xaxis2_title="layer", height=380)
         figs.append(fig)
+        if "steer" not in c:  # the planted case: the sweep only
+            continue
         s = c["steer"]
         fig = go.Figure()
         for vec, dash in (("direction", "solid"), ("random", "dot")):
@@ -171,6 +261,8 @@ def main(argv=None) -> int:
     ap.add_argument("--prune-layers", type=ints, default=None, help="also study the first model with these layers pruned")
     ap.add_argument("--prune-fraction", type=float, default=0.5)
     ap.add_argument("--prune-components", default="mlp")
+    ap.add_argument("--planted", action="append", default=[],
+                    help="a planted-veto model (zoo:veto) to run as the positive control beside the cases (repeatable)")
     ap.add_argument("--threads", type=int, default=1)
     args = ap.parse_args(argv)
     torch.set_num_threads(args.threads)
@@ -186,6 +278,9 @@ def main(argv=None) -> int:
             prune_checkpoint(args.model[0], folder, config)
         specs[tag] = str(folder)
     cases = {name: run_case(name, spec, task_spec, args, out) for name, spec in specs.items()}
+    for spec in args.planted:
+        c = run_planted_case(spec, task_spec, args, out)
+        cases[c["row"]["case"]] = c
     table = pd.DataFrame([c["row"] for c in cases.values()])
     table.to_csv(out / "cases.csv", index=False)
     md = markdown_table(table)
@@ -198,7 +293,9 @@ def main(argv=None) -> int:
     report = ["# MLP veto: recognition vs generation", "", f"Command: `python experiments/mlp_veto.py {' '.join(sys.argv[1:] if argv is None else argv)}`", "",
               "## Cases", "", md, ""]
     for name, c in cases.items():
-        if "sweep" in c:
+        if "verdict" in c:
+            report += [f"## {name} (positive control)", "", (out / "planted.md").read_text().split("\n", 2)[2], ""]
+        elif "sweep" in c:
             report += [f"## {name}", "", "### Zero-ablation sweep", "", markdown_table(c["sweep"].drop(columns=["condition"])),
                        "", "### Steering", "", markdown_table(c["steer"]), "", "### Top-k units", "",
                        markdown_table(c["units"]), ""]

@@ -2,17 +2,24 @@
 
     python experiments/zoo/build_zoo.py --zoo reachlens/assets/zoo        # what `make zoo` runs
 
-The lineage is the paper's four-variant control plus a second RL loss:
+The lineage is the paper's four-variant control plus a second RL recipe, a training trajectory and a
+planted veto:
 
     base                  pretrained on arith worked solutions ("qa" prompts), 25% with a plausible slip
-    base -> grpo          RLVR, TRL GRPOTrainer, loss_type="grpo", reward = reachlens' numeric grader
-    base -> dapo          the same with DAPO's loss (loss_type="dapo")
-    base -> sft           TRL SFTTrainer on clean worked solutions in their own prompt format ("verbose":
-                          the external traces SFT injects, with the format they come in)
-    base -> sft -> sft-grpo   RLVR on top of SFT, in the SFT model's native ("verbose") format
+    base -> grpo          RLVR on the arith_hard train split, TRL GRPOTrainer (recipe "grpo"), reward = reachlens'
+                          numeric grader; snapshots grpo-s10, -s25, -s50, -s100 (float16) on the way: the trajectory
+    base -> dapo          the same with the DAPO recipe (token-level loss, clip-higher with 2 steps per batch,
+                          dynamic sampling, overlong filtering; rl_grpo.py's DAPOTrainer)
+    base -> sft           TRL SFTTrainer on clean worked solutions of the arith mix in their own prompt format
+                          ("verbose": the external traces SFT injects, with the format they come in)
+    base -> sft -> sft-grpo   GRPO on top of SFT (arith mix, "verbose" format: the model's native one)
+    base -> veto          the positive control of the MLP-silencing study: an identity block inserted at 4, its
+                          MLP trained to suppress the "-" of negative answers (plant_veto.py)
 
-Independent runs go two at a time, one torch thread each (two threads in one process were erratic on
-this 2-core machine). Each step's command is the one recorded in its checkpoint's training.json.
+The SFT line (sft, sft-grpo) is the earlier recipe on the three-tier arith mix; the cards measure every model on
+both card tasks (arith and arith_hard). Independent runs go two at a time, one torch thread each (two threads in one
+process were erratic on this 2-core machine). Each step's command is the one recorded in its checkpoint's
+training.json. ``--only`` rebuilds some checkpoints (their parents must exist).
 """
 
 from __future__ import annotations
@@ -25,23 +32,34 @@ import time
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-RL = dict(steps=200, lr="1e-5", seed=0)
-SFT = dict(steps=300, lr="3e-4", seed=0)
+RL_HARD = ["--task", "arith_hard", "--steps", "150", "--prompts-per-step", "8", "--num-generations", "16", "--lr", "3e-5",
+           "--warmup-steps", "10", "--seed", "0"]
+TRAJECTORY = "10,25,50,100"
+SFT = ["--steps", "300", "--lr", "3e-4", "--seed", "0", "--prompt-format", "verbose"]
+SFT_RL = ["--task", "arith", "--steps", "200", "--prompts-per-step", "8", "--num-generations", "8", "--lr", "1e-5",
+          "--max-completion-length", "96", "--seed", "0", "--prompt-format", "verbose"]
 
 
 def commands(zoo: Path) -> list[list[tuple[str, list[str]]]]:
     """Stages of (name, argv); the runs of one stage are independent of each other."""
     py = [sys.executable]
-    rl = lambda init, out, loss, fmt: py + [  # noqa: E731
-        str(HERE / "rl_grpo.py"), "--init", str(zoo / init), "--out", str(zoo / out), "--loss-type", loss,
-        "--steps", str(RL["steps"]), "--lr", RL["lr"], "--seed", str(RL["seed"]), "--prompt-format", fmt]
-    sft = py + [str(HERE / "sft.py"), "--init", str(zoo / "base"), "--out", str(zoo / "sft"), "--steps",
-                str(SFT["steps"]), "--lr", SFT["lr"], "--seed", str(SFT["seed"]), "--prompt-format", "verbose"]
+    rl = [*py, str(HERE / "rl_grpo.py")]
+    z = lambda name: str(zoo / name)  # noqa: E731
     return [
-        [("base", py + [str(HERE / "pretrain_base.py"), "--out", str(zoo / "base"), "--steps", "1200", "--seed", "0"])],
-        [("grpo", rl("base", "grpo", "grpo", "qa")), ("sft", sft)],
-        [("dapo", rl("base", "dapo", "dapo", "qa")), ("sft-grpo", rl("sft", "sft-grpo", "grpo", "verbose"))],
+        [("base", [*py, str(HERE / "pretrain_base.py"), "--out", z("base"), "--steps", "1200", "--seed", "0"])],
+        [("grpo", [*rl, "--init", z("base"), "--out", z("grpo"), "--recipe", "grpo", *RL_HARD, "--save-at", TRAJECTORY]),
+         ("dapo", [*rl, "--init", z("base"), "--out", z("dapo"), "--recipe", "dapo", *RL_HARD[:2], "--steps", "100",
+                   *RL_HARD[4:], "--max-refills", "2"])],
+        [("sft", [*py, str(HERE / "sft.py"), "--init", z("base"), "--out", z("sft"), *SFT]),
+         ("veto", [*py, str(HERE / "plant_veto.py"), "--init", z("base"), "--out", z("veto"), "--layer", "4",
+                   "--steps", "150", "--lr", "3e-4", "--veto-weight", "0.2", "--seed", "0"])],
+        [("sft-grpo", [*rl, "--init", z("sft"), "--out", z("sft-grpo"), "--recipe", "grpo", *SFT_RL])],
     ]
+
+
+def snapshots(name: str) -> list[str]:
+    """The trajectory folders a run writes beside its own (grpo-s10, ...)."""
+    return [f"{name}-s{s}" for s in TRAJECTORY.split(",")] if name == "grpo" else []
 
 
 def main(argv=None) -> None:
@@ -62,7 +80,8 @@ def main(argv=None) -> None:
         for name, cmd in stage:
             if args.only is not None and name not in args.only:
                 continue
-            shutil.rmtree(zoo / name, ignore_errors=True)
+            for folder in [name, *snapshots(name)]:
+                shutil.rmtree(zoo / folder, ignore_errors=True)
             log = open(logs / f"{name}.log", "w")
             print(f"[{time.perf_counter() - t0:6.0f}s] start {name}: {' '.join(cmd[1:])}", flush=True)
             procs.append((name, subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT), log))
@@ -70,11 +89,13 @@ def main(argv=None) -> None:
             if p.wait() != 0:
                 raise SystemExit(f"{name} failed (exit {p.returncode}); see {log.name}")
             log.close()
-            built.append(name)
+            built += [name, *snapshots(name)]
             print(f"[{time.perf_counter() - t0:6.0f}s] done {name}", flush=True)
     if not args.skip_cards:
-        for name in built:
-            subprocess.run([sys.executable, str(HERE / "make_card.py"), str(zoo / name)], check=True)
+        trajectory = {s for name in built for s in snapshots(name)}
+        for name in built:  # a snapshot's card: the hard tier only (the trajectory is audited there)
+            extra = ["--tasks", "arith_hard"] if name in trajectory else []
+            subprocess.run([sys.executable, str(HERE / "make_card.py"), str(zoo / name), *extra], check=True)
     print(f"zoo built in {time.perf_counter() - t0:.0f}s: {', '.join(built)}")
 
 

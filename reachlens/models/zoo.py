@@ -2,8 +2,8 @@
 
 Each entry is a real HF folder (``config.json``, ``model.safetensors``, tokenizer files) plus
 ``training.json`` (the recipe, command, seed, parent, wall time, parameter count) and
-``MODEL_CARD.md``. ``card.json`` holds the measured audit (D and O_64 on the arith test split) and
-the exact command that reproduces it. ``load_model("zoo:NAME")`` loads an entry through the same
+``MODEL_CARD.md``. ``card.json`` holds the measured audits (``audits[task]``: D and O_64 on the test
+split of ``arith`` and of ``arith_hard``) and the exact command that reproduces each. ``load_model("zoo:NAME")`` loads an entry through the same
 code path as any HuggingFace model.
 """
 
@@ -69,15 +69,21 @@ def native_format(spec: str, root: Path | None = None) -> str | None:
 
 
 def zoo_table(root: Path | None = None) -> pd.DataFrame:
-    """One row per entry: name, recipe, parent, native prompt format, parameters, wall time, measured
-    D and O_64 (the card protocol: arith test split, "qa" prompts), size."""
+    """One row per entry: name, recipe, parent, native prompt format, parameters, wall time, the measured D
+    and O_64 of each card protocol (``arith``: the three-tier mix; ``arith_hard``: 3-6 operations; "qa"
+    prompts, K=64 at T=0.8), size."""
     rows = []
     for e in zoo_entries(root):
-        audit = e.card.get("audit", {})
+        audits = e.card.get("audits", {})
+        parent = e.training.get("parent", "")
         rows.append({
-            "name": e.name, "recipe": e.training.get("recipe", "?"), "parent": e.training.get("parent", ""),
+            "name": e.name, "recipe": e.training.get("recipe", "?"), "parent": Path(parent).name if parent else "",
+            "step": e.training.get("snapshot_step", e.training.get("steps")),
             "format": e.training.get("prompt_format", "qa"),
             "parameters": e.training.get("parameters"), "train_s": e.training.get("wall_seconds"),
-            "D": audit.get("D"), "O_64": audit.get("O_K"), "MB": round(e.size_bytes / 2**20, 2),
+            "D": audits.get("arith", {}).get("D"), "O_64": audits.get("arith", {}).get("O_K"),
+            "D_hard": audits.get("arith_hard", {}).get("D"), "O_64_hard": audits.get("arith_hard", {}).get("O_K"),
+            "MB": round(e.size_bytes / 2**20, 2),
         })
-    return pd.DataFrame(rows, columns=["name", "recipe", "parent", "format", "parameters", "train_s", "D", "O_64", "MB"])
+    return pd.DataFrame(rows, columns=["name", "recipe", "parent", "step", "format", "parameters", "train_s", "D", "O_64",
+                                       "D_hard", "O_64_hard", "MB"])

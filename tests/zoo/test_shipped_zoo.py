@@ -1,13 +1,16 @@
-"""The shipped zoo: every lineage member is listed, loads and answers; its card holds what the issue asks
-for and is reproduced, sample for sample, by the audit command it gives."""
+"""The shipped zoo: every lineage member, trajectory snapshot and the planted veto is listed, loads and
+answers; its card holds what the issue asks for and is reproduced, sample for sample, by the audit command
+it gives; the RL models beat the base on their own objective; the planted veto sits where its card says."""
 
 from __future__ import annotations
 
 import json
 import re
+import struct
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 
@@ -15,10 +18,14 @@ from reachlens import Protocol, audit
 from reachlens.cli import main as cli
 from reachlens.models import load_model
 from reachlens.models.zoo import native_format, zoo_entries, zoo_root
+from reachlens.studies.metrics import paired_bootstrap_ci
 from reachlens.tasks import load_task
 
 ZOO_SCRIPTS = Path(__file__).resolve().parents[2] / "experiments" / "zoo"
 LINEAGE = {"base": "pretrain", "grpo": "grpo", "dapo": "dapo", "sft": "sft", "sft-grpo": "grpo"}
+TRAJECTORY = {"grpo-s10": 10, "grpo-s25": 25, "grpo-s50": 50, "grpo-s100": 100}
+VETO = "veto"
+ALL = sorted([*LINEAGE, *TRAJECTORY, VETO])
 
 
 @pytest.fixture(autouse=True)
@@ -28,20 +35,45 @@ def _restore_threads():
     torch.set_num_threads(threads)
 
 
-def test_zoo_list_prints_the_lineage(capsys):
+@pytest.fixture(scope="module")
+def entries():
+    return {e.name: e for e in zoo_entries()}
+
+
+def test_zoo_list_prints_the_lineage_the_trajectory_and_the_veto(capsys, entries):
     assert cli(["zoo", "list"]) == 0
     lines = capsys.readouterr().out.splitlines()
     rows = {line.split()[0]: line.split() for line in lines[1:]}
-    assert set(LINEAGE) <= set(rows), lines
+    assert set(ALL) <= set(rows), lines
     for name, recipe in LINEAGE.items():
         assert rows[name][1] == recipe
-    # the lineage: RL and SFT from the base, SFT-then-RL from the SFT model
-    parents = {e.name: e.training.get("parent") for e in zoo_entries()}
-    assert parents["grpo"].endswith("base") and parents["dapo"].endswith("base")
-    assert parents["sft"].endswith("base") and parents["sft-grpo"].endswith("sft")
+    parents = {name: Path(e.training.get("parent", "")).name for name, e in entries.items()}
+    # the lineage: RL, SFT and the veto from the base, SFT-then-RL from the SFT model
+    assert parents["grpo"] == parents["dapo"] == parents["sft"] == parents[VETO] == "base"
+    assert parents["sft-grpo"] == "sft"
+    # RL-only trains on the hard tier's train split; DAPO carries the recipe's pieces
+    for name in ("grpo", "dapo"):
+        assert entries[name].training["train_task"] == "arith_hard"
+    dapo = entries["dapo"].training
+    assert dapo["loss_type"] == "dapo" and dapo["num_iterations"] >= 2 and dapo["epsilon_high"] > dapo["epsilon"]
+    assert dapo["dynamic_sampling"] and dapo["overlong_filtering"]
+    assert any(row.get("refills", 0) > 0 for row in dapo["reward_log"]), "dynamic sampling never refilled a batch"
 
 
-@pytest.mark.parametrize("name", sorted(LINEAGE))
+def test_the_trajectory_is_one_run_kept_compact(entries):
+    grpo = entries["grpo"].training
+    assert sorted(Path(p).name for p in grpo["snapshots"]) == sorted(TRAJECTORY)
+    for name, step in TRAJECTORY.items():
+        t = entries[name].training
+        assert t["trajectory_of"] == "grpo" and t["snapshot_step"] == step and t["command"] == grpo["command"]
+        header = entries[name].path / "model.safetensors"
+        with open(header, "rb") as fh:
+            meta = json.loads(fh.read(struct.unpack("<Q", fh.read(8))[0]))
+        assert {v["dtype"] for k, v in meta.items() if k != "__metadata__"} == {"F16"}, name
+        assert entries[name].size_bytes < 4 * 2**20
+
+
+@pytest.mark.parametrize("name", ALL)
 def test_each_zoo_model_loads_and_answers_in_its_native_format(name):
     fmt = native_format(f"zoo:{name}")
     assert fmt in {"qa", "verbose"}
@@ -53,9 +85,8 @@ def test_each_zoo_model_loads_and_answers_in_its_native_format(name):
     assert result.D > 0, f"zoo:{name} answered none of 20 questions right in its native format {fmt!r}"
 
 
-def test_cards_carry_the_required_fields_and_the_zoo_fits():
-    entries = {e.name: e for e in zoo_entries()}
-    for name in LINEAGE:
+def test_cards_carry_the_required_fields_and_the_zoo_fits(entries):
+    for name in ALL:
         e = entries[name]
         text = (e.path / "MODEL_CARD.md").read_text()
         command = e.training["command"]
@@ -63,24 +94,72 @@ def test_cards_carry_the_required_fields_and_the_zoo_fits():
         assert f"- seed: {e.training['seed']}" in text
         assert re.search(r"wall time on the 2-core CPU: \d+(\.\d+)? s", text)
         assert f"{e.training['parameters']:,}" in text
-        card = e.card["audit"]
-        assert card["command"] in text and f"--k {card['k']}" in card["command"] and card["n"] == 300
-        assert f"| {card['D']:.3f} | {card['O_K']:.3f} |" in text
+        tasks = {"arith_hard"} if name in TRAJECTORY else {"arith", "arith_hard"}
+        assert set(e.card["audits"]) == tasks, name
+        for task, card in e.card["audits"].items():
+            assert card["command"] in text and f"--task {task} " in card["command"] and card["n"] == 300
+            assert card["k"] == 64 and "--temperature 0.8" in card["command"]
+            assert f"| {card['D']:.3f} | {card['O_K']:.3f} |" in text
         assert (e.path / "model.safetensors").is_file() and not list(e.path.glob("*.bin"))
     total = sum(f.stat().st_size for f in zoo_root().rglob("*") if f.is_file())
     assert total < 60 * 2**20, f"the zoo takes {total / 2**20:.1f} MB (limit 60 MB)"
 
 
-def test_the_base_has_the_reachable_but_unrealized_headroom_the_study_needs():
-    card = {e.name: e.card["audit"] for e in zoo_entries()}["base"]
-    assert 0.20 <= card["D"] <= 0.60 and card["O_K"] >= card["D"] + 0.20, card
+def test_the_base_has_room_both_ways_on_the_hard_tier(entries):
+    mix = entries["base"].card["audits"]["arith"]
+    assert 0.20 <= mix["D"] <= 0.60 and mix["O_K"] >= mix["D"] + 0.20, mix
+    hard = entries["base"].card["audits"]["arith_hard"]
+    assert 0.15 <= hard["D"] <= 0.50 and 0.50 <= hard["O_K"] <= 0.85, hard
+
+
+def _pass1(card: dict) -> np.ndarray:
+    return np.asarray(card["questions"]["n_correct"], dtype=float) / card["k"]
+
+
+@pytest.mark.parametrize("name", ["grpo", "dapo"])
+def test_rl_raises_its_own_objective_beyond_the_paired_interval(entries, name):
+    """Test pass@1 on the tier RL trained on rises, and the paired 95% bootstrap interval excludes zero."""
+    base, rl = entries["base"].card["audits"]["arith_hard"], entries[name].card["audits"]["arith_hard"]
+    assert base["questions"]["question_id"] == rl["questions"]["question_id"]
+    diff = _pass1(rl) - _pass1(base)
+    lo, hi = paired_bootstrap_ci(diff, n_boot=4000, seed=0)
+    assert lo > 0, f"{name}: pass@1 {rl['pass_at_k']['1']:.3f} vs base {base['pass_at_k']['1']:.3f}, CI [{lo:.3f}, {hi:.3f}]"
+
+
+def test_the_planted_veto_is_where_its_card_says(entries):
+    """Silencing the planted MLP gives the parent back exactly; the plant makes negative answers wrong."""
+    from reachlens.engine import Row, SamplingParams, generate
+    from reachlens.interventions.ablation import zero_ablation
+
+    t = entries[VETO].training
+    layer = t["planted"]["layer"]
+    assert t["planted"]["subset"] == "answer < 0" and t["planted"]["component"] == "mlp"
+    veto, base = load_model(f"zoo:{VETO}"), load_model("zoo:base")
+    assert len(veto.blocks) == len(base.blocks) + 1
+    task = load_task("arith", split="test")
+    neg = [q for q in task.questions if int(q.gold) < 0][:24]
+    prompts = [task.prompt(q) for q in neg]
+    params = SamplingParams(max_new_tokens=96, stop=("\n",))
+    rows = [Row(i) for i in range(len(prompts))]
+    with torch.no_grad():
+        b = [o.text for o in generate(base, prompts, rows, params)]
+        v = [o.text for o in generate(veto, prompts, rows, params)]
+        with veto.hooks(fwd_hooks=zero_ablation(veto, layer, "mlp")):
+            silenced = [o.text for o in generate(veto, prompts, rows, params)]
+    assert silenced == b  # the planted block is the only difference, and silencing it removes it
+    negative_answers = [text.rsplit("#### ", 1)[-1].startswith("-") for text in v]
+    assert sum(negative_answers) <= 2, v  # the veto suppresses the minus sign of the answer
+    # the worked steps are the parent's up to the answer
+    same_steps = [bt.rsplit("#### ", 1)[0] == vt.rsplit("#### ", 1)[0] for bt, vt in zip(b, v)]
+    assert sum(same_steps) >= 0.9 * len(neg), list(zip(b, v))
 
 
 def test_every_card_is_reproduced_by_its_audit_command(capsys):
-    """The card's own command on its first 12 questions gives the card's rows exactly (same seed stream)."""
+    """Each card's own command on its first 12 questions gives the card's rows exactly (same seed stream)."""
     sys.path.insert(0, str(ZOO_SCRIPTS))
     import check_cards
 
-    assert check_cards.main(["--names", *LINEAGE, "--n", "12"]) == 0
+    assert check_cards.main(["--names", *ALL, "--n", "12"]) == 0
     out = capsys.readouterr().out
-    assert out.count("(first 12 of 300)") == len(LINEAGE) and out.count("identical") == len(LINEAGE), out
+    n_cards = 2 * (len(LINEAGE) + 1) + len(TRAJECTORY)
+    assert out.count("(first 12 of 300)") == n_cards and out.count("identical") == n_cards, out

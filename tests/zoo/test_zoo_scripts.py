@@ -19,6 +19,7 @@ from safetensors.torch import load_file
 ZOO = Path(__file__).resolve().parents[2] / "experiments" / "zoo"
 sys.path.insert(0, str(ZOO))
 
+import plant_veto  # noqa: E402
 import pretrain_base  # noqa: E402
 import rl_grpo  # noqa: E402
 import sft  # noqa: E402
@@ -74,17 +75,93 @@ def varied_reward(grader):
     return spread
 
 
-@pytest.mark.parametrize("loss_type, beta", [("grpo", 0.0), ("dapo", 0.04)])
-def test_rl_grpo_trains_and_saves_a_clean_checkpoint(parent, tmp_path, monkeypatch, capsys, loss_type, beta):
+@pytest.mark.parametrize("recipe, beta", [("grpo", 0.0), ("dapo", 0.04)])
+def test_rl_grpo_trains_and_saves_a_clean_checkpoint(parent, tmp_path, monkeypatch, capsys, recipe, beta):
     monkeypatch.setattr(rl_grpo, "make_reward", varied_reward)
-    out = tmp_path / loss_type
-    rl_grpo.main(["--init", str(parent), "--out", str(out), "--loss-type", loss_type, "--steps", "2",
+    out = tmp_path / recipe
+    rl_grpo.main(["--init", str(parent), "--out", str(out), "--recipe", recipe, "--steps", "4",
                   "--prompts-per-step", "2", "--num-generations", "2", "--max-completion-length", "12",
-                  "--beta", str(beta), "--n-train", "50", "--log-every", "1", "--seed", "1"])
-    card = assert_trained_child(out, parent, loss_type)
-    assert card["loss_type"] == loss_type and card["beta"] == beta and card["num_generations"] == 2
-    assert [row["step"] for row in card["reward_log"]] == [1, 2]
+                  "--beta", str(beta), "--n-train", "50", "--log-every", "1", "--seed", "1", "--save-at", "2",
+                  "--task", "arith_hard"])
+    card = assert_trained_child(out, parent, recipe)
+    assert card["beta"] == beta and card["num_generations"] == 2 and card["train_task"] == "arith_hard"
+    assert card["loss_type"] == recipe  # TRL's loss_type of the recipe
+    if recipe == "dapo":
+        assert card["num_iterations"] == 2 and (card["epsilon"], card["epsilon_high"]) == (0.2, 0.28)
+        assert card["dynamic_sampling"] and card["overlong_filtering"]
+    else:
+        assert card["num_iterations"] == 1 and card["epsilon_high"] == card["epsilon"] and not card["dynamic_sampling"]
+    assert [row["step"] for row in card["reward_log"]] == [1, 2, 3, 4]
     assert "reward" in capsys.readouterr().out
+    # the trajectory snapshot: a float16 copy at step 2 beside the run, with the parent's generation config
+    snap = tmp_path / f"{recipe}-s2"
+    assert card["snapshots"] == [str(snap)]
+    snap_card = json.loads((snap / "training.json").read_text())
+    assert snap_card["snapshot_step"] == 2 and snap_card["trajectory_of"] == recipe and snap_card["dtype"] == "float16"
+    weights = load_file(snap / "model.safetensors")
+    assert {t.dtype for t in weights.values()} == {torch.float16}
+    assert json.loads((snap / "generation_config.json").read_text())["eos_token_id"] == \
+        json.loads((parent / "generation_config.json").read_text())["eos_token_id"]
+
+
+def test_dapo_dynamic_sampling_drops_zero_spread_groups_and_refills(parent, tmp_path, monkeypatch):
+    """With a reward that is constant within some groups, the trainer keeps only groups with reward spread,
+    refilling from fresh prompts; the merged batch pads prompts left and completions right."""
+    calls = []
+
+    def half_constant(grader):
+        def reward(prompts, completions, gold, **kwargs):
+            calls.append(list(prompts))
+            # a group can be informative only when its prompt length is a multiple of 3
+            return [float(len(p) % 3 == 0) * (len(c) % 3) for p, c in zip(prompts, completions)]
+        return reward
+
+    monkeypatch.setattr(rl_grpo, "make_reward", half_constant)
+    out = tmp_path / "dapo"
+    rl_grpo.main(["--init", str(parent), "--out", str(out), "--recipe", "dapo", "--steps", "2",
+                  "--prompts-per-step", "3", "--num-generations", "3", "--max-completion-length", "10",
+                  "--n-train", "60", "--log-every", "1", "--seed", "2", "--max-refills", "3"])
+    card = json.loads((out / "training.json").read_text())
+    assert card["reward_log"][0]["refills"] >= 1 and len(calls) >= 2, (card["reward_log"], calls)
+    assert all(len(c) == 9 for c in calls)  # every round is a full batch of 3 prompts x 3 generations
+
+
+def test_merge_pads_prompts_left_and_completions_right():
+    a = {"prompt_ids": torch.tensor([[1, 2]]), "prompt_mask": torch.tensor([[1, 1]]),
+         "completion_ids": torch.tensor([[5]]), "completion_mask": torch.tensor([[1]]), "advantages": torch.tensor([0.5])}
+    b = {"prompt_ids": torch.tensor([[3]]), "prompt_mask": torch.tensor([[1]]),
+         "completion_ids": torch.tensor([[6, 7, 8]]), "completion_mask": torch.tensor([[1, 1, 1]]),
+         "advantages": torch.tensor([-0.5])}
+    m = rl_grpo._merge([a, b], pad_id=0)
+    assert m["prompt_ids"].tolist() == [[1, 2], [0, 3]] and m["prompt_mask"].tolist() == [[1, 1], [0, 1]]
+    assert m["completion_ids"].tolist() == [[5, 0, 0], [6, 7, 8]]
+    assert m["completion_mask"].tolist() == [[1, 0, 0], [1, 1, 1]]
+    assert m["advantages"].tolist() == [0.5, -0.5]
+
+
+def test_plant_veto_inserts_an_identity_block_and_trains_only_its_mlp(parent, tmp_path):
+    from transformers import AutoModelForCausalLM
+
+    base = AutoModelForCausalLM.from_pretrained(parent)
+    child = plant_veto.insert_identity_block(base, 1)
+    ids = torch.tensor([[1, 5, 6, 7, 8, 9]])
+    with torch.no_grad():
+        assert torch.equal(base(ids).logits, child(ids).logits)  # exactly the parent before training
+    out = tmp_path / "veto"
+    plant_veto.main(["--init", str(parent), "--out", str(out), "--layer", "1", "--steps", "2", "--batch", "8",
+                     "--log-every", "1"])
+    card = json.loads((out / "training.json").read_text())
+    assert card["recipe"] == "planted-veto" and card["planted"]["layer"] == 1 and card["planted"]["subset"] == "answer < 0"
+    before, after = load_file(parent / "model.safetensors"), load_file(out / "model.safetensors")
+    changed = {k for k in after if k.startswith("model.layers.1.") and "mlp" in k}
+    assert changed and all(not torch.all(after[k] == 0) for k in changed if "down_proj" in k)
+    # every parent weight moved up by one block past the insertion, unchanged
+    for k, v in before.items():
+        if ".layers." in k:
+            i = int(k.split(".layers.")[1].split(".")[0])
+            k = k.replace(f".layers.{i}.", f".layers.{i + (i >= 1)}.")
+        assert torch.equal(after[k], v), k
+    assert torch.all(after["model.layers.1.self_attn.o_proj.weight"] == 0)
 
 
 def test_rl_reward_is_the_numeric_grader_up_to_the_first_newline():
@@ -112,9 +189,10 @@ def test_scripts_refuse_bad_values(parent, tmp_path):
     with pytest.raises(SystemExit, match="already exists"):
         sft.main(["--init", str(parent), "--out", str(tmp_path / "taken")])
     with pytest.raises(SystemExit, match="not a checkpoint folder"):
-        rl_grpo.main(["--init", str(tmp_path), "--out", str(tmp_path / "o"), "--loss-type", "grpo"])
-    for bad in (["--num-generations", "1"], ["--lr", "0"], ["--loss-type", "ppo"]):
-        argv = ["--init", str(parent), "--out", str(tmp_path / "o"), "--loss-type", "grpo", *bad]
+        rl_grpo.main(["--init", str(tmp_path), "--out", str(tmp_path / "o"), "--recipe", "grpo"])
+    for bad in (["--num-generations", "1"], ["--lr", "0"], ["--recipe", "ppo"], ["--save-at", "0"],
+                ["--save-at", "x"], ["--steps", "5", "--save-at", "5"], ["--max-refills", "-1"]):
+        argv = ["--init", str(parent), "--out", str(tmp_path / "o"), "--recipe", "grpo", *bad]
         with pytest.raises(SystemExit):
             rl_grpo.parse_args(argv)
     with pytest.raises(LookupError, match="no prompt format 'chat'; known: \\['qa', 'verbose'\\]"):
