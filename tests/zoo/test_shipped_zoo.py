@@ -23,7 +23,7 @@ from reachlens.tasks import load_task
 
 ZOO_SCRIPTS = Path(__file__).resolve().parents[2] / "experiments" / "zoo"
 LINEAGE = {"base": "pretrain", "grpo": "grpo", "dapo": "dapo", "sft": "sft", "sft-grpo": "grpo"}
-TRAJECTORY = {"grpo-s10": 10, "grpo-s25": 25, "grpo-s50": 50, "grpo-s100": 100}
+TRAJECTORY = {"grpo-s10": 10, "grpo-s20": 20, "grpo-s40": 40, "grpo-s80": 80}
 VETO = "veto"
 ALL = sorted([*LINEAGE, *TRAJECTORY, VETO])
 
@@ -137,8 +137,8 @@ def test_the_planted_veto_is_where_its_card_says(entries):
     veto, base = load_model(f"zoo:{VETO}"), load_model("zoo:base")
     assert len(veto.blocks) == len(base.blocks) + 1
     task = load_task("arith", split="test")
-    neg = [q for q in task.questions if int(q.gold) < 0][:24]
-    prompts = [task.prompt(q) for q in neg]
+    questions = task.questions[:80]
+    prompts = [task.prompt(q) for q in questions]
     params = SamplingParams(max_new_tokens=96, stop=("\n",))
     rows = [Row(i) for i in range(len(prompts))]
     with torch.no_grad():
@@ -147,11 +147,13 @@ def test_the_planted_veto_is_where_its_card_says(entries):
         with veto.hooks(fwd_hooks=zero_ablation(veto, layer, "mlp")):
             silenced = [o.text for o in generate(veto, prompts, rows, params)]
     assert silenced == b  # the planted block is the only difference, and silencing it removes it
-    negative_answers = [text.rsplit("#### ", 1)[-1].startswith("-") for text in v]
-    assert sum(negative_answers) <= 2, v  # the veto suppresses the minus sign of the answer
-    # the worked steps are the parent's up to the answer
-    same_steps = [bt.rsplit("#### ", 1)[0] == vt.rsplit("#### ", 1)[0] for bt, vt in zip(b, v)]
-    assert sum(same_steps) >= 0.9 * len(neg), list(zip(b, v))
+    answer = lambda text: text.rsplit("#### ", 1)[-1].strip()  # noqa: E731
+    negative = [int(q.gold) < 0 for q in questions]
+    # on the subset the veto suppresses the minus sign of the answer: no negative answer is emitted
+    assert 10 <= sum(negative) and not any(answer(t).startswith("-") for t, n in zip(v, negative) if n), v
+    # elsewhere the answers are mostly the parent's (the plant's side effects: near-ties of the slips re-rolled)
+    same = [answer(bt) == answer(vt) for bt, vt, n in zip(b, v, negative) if not n]
+    assert sum(same) >= 0.8 * len(same), list(zip(b, v))
 
 
 def test_every_card_is_reproduced_by_its_audit_command(capsys):
