@@ -48,8 +48,7 @@ def commands(zoo: Path) -> list[list[tuple[str, list[str]]]]:
     return [
         [("base", [*py, str(HERE / "pretrain_base.py"), "--out", z("base"), "--steps", "1200", "--seed", "0"])],
         [("grpo", [*rl, "--init", z("base"), "--out", z("grpo"), "--recipe", "grpo", *RL_HARD, "--save-at", TRAJECTORY]),
-         ("dapo", [*rl, "--init", z("base"), "--out", z("dapo"), "--recipe", "dapo", *RL_HARD[:2], "--steps", "80",
-                   *RL_HARD[4:], "--max-refills", "2"])],
+         ("dapo", [*rl, "--init", z("base"), "--out", z("dapo"), "--recipe", "dapo", *RL_HARD, "--max-refills", "2"])],
         [("sft", [*py, str(HERE / "sft.py"), "--init", z("base"), "--out", z("sft"), *SFT]),
          ("veto", [*py, str(HERE / "plant_veto.py"), "--init", z("base"), "--out", z("veto"), "--layer", "4",
                    "--steps", "150", "--lr", "3e-4", "--veto-weight", "0.2", "--seed", "0"])],

@@ -7,8 +7,9 @@ The card protocols are the zoo's fixed measurements, one per task: the test spli
 deployment, K=64 samples at T=0.8, seed 0, "qa" prompts; 96 new tokens on ``arith`` (the three-tier
 mix) and 128 on ``arith_hard`` (3-6 operations, whose worked solutions run longer). Each command it
 records reproduces its numbers exactly (same seed, same samples), e.g. `reachlens audit zoo:NAME --task
-arith_hard --n 300 --k 64 --temperature 0.8 --max-new-tokens 128 --seed 0 --out DIR`. An existing
-card.json keeps the audits of tasks not re-measured.
+arith_hard --n 300 --k 64 --temperature 0.8 --max-new-tokens 128 --seed 0 --out DIR`. A model trained
+in another prompt format (the SFT line's "verbose") is also measured in that format on ``arith_hard`` (card
+key ``arith_hard@verbose``): the prompt-format control. An existing card.json keeps the audits not re-measured.
 """
 
 from __future__ import annotations
@@ -28,20 +29,28 @@ TASK_TITLES = {"arith": "arith test split (three tiers, 2-5 operations)",
                "arith_hard": "arith_hard test split (3-6 operations)"}
 
 
-def card_command(name: str, task: str, out: Path) -> list[str]:
-    return ["audit", f"zoo:{name}", "--task", task, *CARD_TASKS[task], "--out", str(out)]
+FORMAT_CONTROL = ("arith_hard",)
+"""Tasks on which a model trained in another prompt format (SFT's "verbose") is also measured in it: the card
+key is ``TASK@FORMAT`` (the prompt-format control of the lineage on the hard tier)."""
 
 
-def measure(name: str, task: str, runs: Path) -> dict:
-    """Run the card audit of ``zoo:NAME`` on ``task`` into a fresh directory; its card entry."""
+def card_command(name: str, task: str, out: Path, prompt_format: str | None = None) -> list[str]:
+    fmt = [] if prompt_format is None else ["--prompt-format", prompt_format]
+    return ["audit", f"zoo:{name}", "--task", task, *CARD_TASKS[task], *fmt, "--out", str(out)]
+
+
+def measure(name: str, key: str, runs: Path) -> dict:
+    """Run the card audit ``key`` (``TASK`` or ``TASK@FORMAT``) of ``zoo:NAME`` into a fresh directory; its
+    card entry."""
     from reachlens.cli.main import main as cli
 
-    out = runs / task / name
+    task, _, prompt_format = key.partition("@")
+    out = runs / key.replace("@", "-") / name
     # the card measures this checkpoint: an audit directory left by an earlier build of the same name
     # would be refused (another model fingerprint), so the card's audit always starts fresh
     if out.exists():
         shutil.rmtree(out)
-    cmd = card_command(name, task, out)
+    cmd = card_command(name, task, out, prompt_format or None)
     t0 = time.perf_counter()
     code = cli(cmd)
     if code != 0:
@@ -80,10 +89,13 @@ def write_markdown(folder: Path, training: dict, audits: dict) -> None:
     ]
     if training.get("prompt_format", "qa") != "qa":
         lines += [f"Its native prompt format is `{training['prompt_format']}`; the card measures every model under "
-                  f"the shared `qa` prompt (the training audit's prompt-format control measures both).", ""]
-    for task, a in audits.items():
+                  f"the shared `qa` prompt, and this one also under its own on `arith_hard` (the prompt-format "
+                  "control).", ""]
+    for key, a in audits.items():
+        task, _, prompt_format = key.partition("@")
         lines += [
-            f"## Measured: {TASK_TITLES.get(task, task)}, n={a['n']}, \"qa\" prompts, greedy deployment, "
+            f"## Measured: {TASK_TITLES.get(task, task)}, n={a['n']}, \"{prompt_format or 'qa'}\" prompts, "
+            "greedy deployment, "
             f"K={a['k']} at T=0.8", "",
             f"| D (realized) | O_{a['k']} (reachable) | gap | pass@1 |", "|---|---|---|---|",
             f"| {a['D']:.3f} | {a['O_K']:.3f} | {a['O_K'] - a['D']:+.3f} | {a['pass_at_k']['1']:.3f} |", "",
@@ -104,10 +116,13 @@ def main(argv=None) -> None:
     card_path = folder / "card.json"
     card = json.loads(card_path.read_text()) if card_path.is_file() else {}
     audits = dict(card.get("audits", {}))
-    for task in args.tasks:
-        audits[task] = measure(folder.name, task, Path(args.runs))
-        print(f"{folder.name} on {task}: D={audits[task]['D']:.3f} O_64={audits[task]['O_K']:.3f}", flush=True)
-    audits = {t: audits[t] for t in CARD_TASKS if t in audits}
+    native = training.get("prompt_format", "qa")
+    keys = [*args.tasks, *(f"{t}@{native}" for t in args.tasks if native != "qa" and t in FORMAT_CONTROL)]
+    for key in keys:
+        audits[key] = measure(folder.name, key, Path(args.runs))
+        print(f"{folder.name} on {key}: D={audits[key]['D']:.3f} O_64={audits[key]['O_K']:.3f}", flush=True)
+    order = [*CARD_TASKS, *(f"{t}@{native}" for t in FORMAT_CONTROL)]
+    audits = {t: audits[t] for t in order if t in audits}
     card_path.write_text(json.dumps({"audits": audits}, indent=2, sort_keys=True) + "\n")
     write_markdown(folder, training, audits)
     print(f"wrote {folder / 'MODEL_CARD.md'}")
