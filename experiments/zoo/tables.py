@@ -7,7 +7,9 @@ T=0.8, each reproduced by ``check_cards.py``) and writes
 
 * ``lineage.md``: each model beside its parent: D, O_64 and pass@1 with 95% Wilson intervals (pass@1: the
   question-resampling bootstrap), and the paired differences to the parent with paired bootstrap 95%
-  intervals over questions (the same questions on both sides);
+  intervals over questions (the same questions on both sides); a model trained in another prompt format
+  (the SFT line, "verbose") has a second row ``NAME [verbose]`` measured in it, compared with its parent
+  in the parent's native format (the prompt-format control);
 * ``trajectory.md`` and ``trajectory.html``: the GRPO run's snapshots (``grpo-sN``), the base as step 0
   and ``grpo`` as its last step: D, O_64, pass@1 and pass@8 against the RL step, with intervals
   ("realization and reachability over training");
@@ -82,11 +84,23 @@ def main(argv=None) -> int:
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
 
-    rows = []
+    # the prompt-format control: a model trained in another format, measured in it too (card key TASK@FORMAT),
+    # compared with its parent in the parent's own native format
+    native = {name: e.training.get("prompt_format", "qa") for name, e in entries.items()}
     for name, e in entries.items():
+        key = f"{args.task}@{native[name]}"
+        if key in e.card["audits"]:
+            qs[f"{name} [{native[name]}]"] = per_question(e.card["audits"][key])
+
+    rows = []
+    for name in qs:
+        base_name = name.split(" [")[0]
+        e = entries[base_name]
         if "snapshot_step" in e.training:
             continue
         parent = Path(e.training.get("parent", "")).name if e.training.get("parent") else ""
+        if parent and " [" in name and native.get(parent, "qa") != "qa":
+            parent = f"{parent} [{native[parent]}]"
         q = qs[name]
         row = {"model": name, "recipe": e.training.get("recipe", "?"), "parent": parent or "-",
                "D": level(q, "realized"), "O_64": level(q, "reachable"), "pass@1": level(q, "pass1")}

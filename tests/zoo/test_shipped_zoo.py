@@ -95,9 +95,14 @@ def test_cards_carry_the_required_fields_and_the_zoo_fits(entries):
         assert re.search(r"wall time on the 2-core CPU: \d+(\.\d+)? s", text)
         assert f"{e.training['parameters']:,}" in text
         tasks = {"arith_hard"} if name in TRAJECTORY else {"arith", "arith_hard"}
+        native = e.training.get("prompt_format", "qa")
+        if native != "qa":  # the prompt-format control: also measured in its own format on the hard tier
+            tasks.add(f"arith_hard@{native}")
         assert set(e.card["audits"]) == tasks, name
-        for task, card in e.card["audits"].items():
+        for key, card in e.card["audits"].items():
+            task, _, fmt = key.partition("@")
             assert card["command"] in text and f"--task {task} " in card["command"] and card["n"] == 300
+            assert (f"--prompt-format {fmt} " in card["command"]) == bool(fmt)
             assert card["k"] == 64 and "--temperature 0.8" in card["command"]
             assert f"| {card['D']:.3f} | {card['O_K']:.3f} |" in text
         assert (e.path / "model.safetensors").is_file() and not list(e.path.glob("*.bin"))
@@ -156,12 +161,37 @@ def test_the_planted_veto_is_where_its_card_says(entries):
     assert sum(same) >= 0.8 * len(same), list(zip(b, v))
 
 
-def test_every_card_is_reproduced_by_its_audit_command(capsys):
+def test_every_card_is_reproduced_by_its_audit_command(capsys, entries):
     """Each card's own command on its first 12 questions gives the card's rows exactly (same seed stream)."""
     sys.path.insert(0, str(ZOO_SCRIPTS))
     import check_cards
 
     assert check_cards.main(["--names", *ALL, "--n", "12"]) == 0
     out = capsys.readouterr().out
-    n_cards = 2 * (len(LINEAGE) + 1) + len(TRAJECTORY)
+    n_cards = sum(len(entries[name].card["audits"]) for name in ALL)
+    assert n_cards == 2 * (len(LINEAGE) + 1) + len(TRAJECTORY) + 2  # + the SFT line's format control
     assert out.count("(first 12 of 300)") == n_cards and out.count("identical") == n_cards, out
+
+
+def test_tables_give_the_trajectory_and_the_lineage_from_the_cards(tmp_path, entries):
+    """experiments/zoo/tables.py: one row per trajectory point (base = step 0, grpo = its last step), the
+    lineage with the prompt-format control rows; the numbers are the cards' (recomputed here)."""
+    sys.path.insert(0, str(ZOO_SCRIPTS))
+    import tables
+
+    assert tables.main(["--task", "arith_hard", "--out", str(tmp_path)]) == 0
+    traj = (tmp_path / "trajectory.md").read_text().splitlines()
+    rows = [line.split(" | ") for line in traj if line.startswith("| ") and line[2].isdigit()]
+    steps = [int(r[0].strip("| ")) for r in rows]
+    assert steps == [0, *sorted(TRAJECTORY.values()), entries["grpo"].training["steps"]]
+    for r in rows:
+        card = entries[r[1]].card["audits"]["arith_hard"]
+        assert r[2].startswith(f"{card['D']:.3f} [") and r[3].startswith(f"{card['O_K']:.3f} [")
+    lineage = (tmp_path / "lineage.md").read_text()
+    assert "| sft [verbose] | sft | base |" in lineage and "| sft-grpo [verbose] | grpo | sft [verbose] |" in lineage
+    assert (tmp_path / "trajectory.html").stat().st_size > 100_000  # plotly, self-contained
+    # the 95% Wilson interval: its bounds are the roots of (phat - p)^2 = z^2 p (1 - p) / n
+    lo, hi = tables.wilson(59, 300)
+    for p in (lo, hi):
+        assert (59 / 300 - p) ** 2 == pytest.approx(tables.Z**2 * p * (1 - p) / 300, rel=1e-9)
+    assert lo < 59 / 300 < hi
