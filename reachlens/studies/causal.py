@@ -62,16 +62,16 @@ from reachlens.interventions import (
     zero_ablation,
 )
 from reachlens.engine.scoring import right_padded
+from reachlens.records import CAUSAL_COLUMNS, markdown_table
 from reachlens.studies.recognition import EvalSets, generate_and_grade
 from reachlens.tasks.base import Task
 
 __all__ = [
     "CausalResult", "Direction", "answer_activations", "best_alpha", "best_layer", "default_alphas", "evaluate_hooks",
-    "markdown_table", "mean_difference_direction", "outcome", "silence_sweep", "steer_sweep", "unit_ranking",
+    "mean_difference_direction", "outcome", "silence_sweep", "steer_sweep", "unit_ranking",
     "units_sweep",
 ]
 
-PER_QUESTION_COLUMNS = ["condition", "question_id", "set", "gen_correct", "gen_answer", "gen_text"]
 
 
 @dataclass(frozen=True)
@@ -93,24 +93,10 @@ class CausalResult:
         self.table.to_csv(out / f"{self.kind}.csv", index=False)
         for name, df in self.extra.items():
             df.to_csv(out / f"{self.kind}_{name}.csv", index=False)
-        (out / f"{self.kind}.md").write_text(markdown_table(self.table) + "\n")
+        (out / f"{self.kind}.md").write_text(markdown_table(self.table, missing="-") + "\n")
         self.per_question.to_parquet(out / f"{self.kind}_per_question.parquet", index=False)
         (out / f"{self.kind}.json").write_text(json.dumps(self.meta, indent=2, default=str) + "\n")
         return out
-
-
-def markdown_table(df: pd.DataFrame, digits: int = 3) -> str:
-    """``df`` as a GitHub Markdown table; floats rounded to ``digits``, NaN shown as ``-``."""
-
-    def cell(v: Any) -> str:
-        if isinstance(v, float):
-            return "-" if math.isnan(v) else f"{v:.{digits}f}"
-        return str(v)
-
-    head = "| " + " | ".join(map(str, df.columns)) + " |"
-    rule = "|" + "|".join("---" for _ in df.columns) + "|"
-    body = ["| " + " | ".join(cell(v) for v in row) + " |" for row in df.itertuples(index=False)]
-    return "\n".join([head, rule, *body])
 
 
 # --- one measurement -----------------------------------------------------------------------------
@@ -118,25 +104,25 @@ def evaluate_hooks(
     model, task: Task, sets: EvalSets, hooks: Sequence[FwdHook] = (), condition: str = "none",
     *, which: str = "both",
 ) -> pd.DataFrame:
-    """Greedy generation of the failure set and/or healthy panel with ``hooks`` live; ``PER_QUESTION_COLUMNS``."""
+    """Greedy generation of the failure set and/or healthy panel with ``hooks`` live; ``CAUSAL_COLUMNS``."""
     if which not in ("both", "failure", "healthy"):
         raise ReachlensError(f"which={which!r} must be 'both', 'failure' or 'healthy'")
     ids = (list(sets.failure) if which != "healthy" else []) + (list(sets.healthy) if which != "failure" else [])
     if not ids:
-        return pd.DataFrame(columns=PER_QUESTION_COLUMNS)
+        return pd.DataFrame(columns=CAUSAL_COLUMNS)
     with model.hooks(fwd_hooks=list(hooks)):
-        gen = generate_and_grade(model, task, sets.config, ids)
+        gen = generate_and_grade(model, task, sets.protocol, ids, max_batch_rows=sets.config.max_batch_rows)
     failure = set(sets.failure)
     gen["set"] = ["failure" if q in failure else "healthy" for q in gen["question_id"]]
     gen["condition"] = condition
-    return gen[PER_QUESTION_COLUMNS]
+    return gen[CAUSAL_COLUMNS]
 
 
 def outcome(per_question: pd.DataFrame) -> dict[str, Any]:
     """Repair and break rates (with counts) of one condition's per-question outcomes."""
     fail = per_question[per_question["set"] == "failure"]
     healthy = per_question[per_question["set"] == "healthy"]
-    n_rep, n_brk = int(fail["gen_correct"].sum()), int((~healthy["gen_correct"].astype(bool)).sum())
+    n_rep, n_brk = int(fail["realized"].sum()), int((~healthy["realized"].astype(bool)).sum())
     return {
         "repair": n_rep / len(fail) if len(fail) else math.nan, "break": n_brk / len(healthy) if len(healthy) else math.nan,
         "n_repaired": n_rep, "n_failure": len(fail), "n_broken": n_brk, "n_healthy": len(healthy),
@@ -246,7 +232,7 @@ def answer_activations(
 
 def _prompts(task: Task, sets: EvalSets, ids: Sequence[str]) -> list[str]:
     by_id = {q.question_id: q for q in task.questions}
-    fmt = task.format(sets.config.resolved(task).generation_format)
+    fmt = task.format(sets.protocol.resolved(task).prompt_format)
     return [fmt.render(by_id[i]) for i in ids]
 
 

@@ -30,7 +30,7 @@ def test_audit_tables_and_summary(tiny_model, task):
     assert (q["reachable"] == (q["n_correct"] > 0)).all()
     assert r.protocol.stop == ("\n",) and r.protocol.prompt_format == "qa" and r.protocol.grader == "numeric"
     assert 0 <= r.D <= 1 and r.D <= r.O_K or not r.questions["realized"].any()
-    assert list(r.pass_at_k["k"]) == [1, 2, 4]
+    assert list(r.pass_at_k_curve()["k"]) == [1, 2, 4]
 
 
 def test_grading_tables_from_hand_made_completions():

@@ -72,7 +72,7 @@ def test_compare_refuses_audits_of_different_data(tiny_model, files, tmp_path) -
         with pytest.raises(ProtocolMismatch, match=r"disagree on the gold answer of 1 of 3 questions") as err:
             compare(tmp_path / "A", tmp_path / "B")
     assert "gsm8k-1" in str(err.value)
-    assert compare(ra, ra).summary["n"] == 3 and rb.n == 3
+    assert compare(ra, ra).summary()["n"] == 3 and rb.n == 3
 
 
 def test_an_old_directory_without_data_identity_resumes_with_a_note(tiny_model, files, tmp_path) -> None:
