@@ -441,8 +441,10 @@ class RunDir:
                 raise ProtocolMismatch({"kind": (header["kind"], record.kind)},
                                        what=f"{str(self.path)!r} holds another kind of run",
                                        fix=_fix_for({"kind": None}))
-            self.check_run(record.protocol, record.model, record.data if record.data is not None else {},
-                           options=record.options)
+            # an audit of a task without data identity is checked as "unknown" (a note); a run over
+            # several audits (a comparison, a training audit) has none of its own to check
+            data = record.data if record.data is not None else ({} if record.kind == "audit" else None)
+            self.check_run(record.protocol, record.model, data, options=record.options)
             stored = header["model"].get("fingerprint")
             if stored != record.model.get("fingerprint") and "unknown" not in (stored, record.model.get("fingerprint")):
                 # the same model, recognized by the fingerprint of reachlens before full hashing:

@@ -31,7 +31,7 @@ def test_recognize_writes_tables_and_sets(recognized):
     sets = json.loads((recognized / "sets.json").read_text())
     assert sets["task"]["name"] == "arith_mc" and sets["task"]["n"] == 8
     assert sets["rule"]["min_failures"] == 1 and "recognition (acc) right" in sets["rule_text"]
-    assert sets["config"]["generation_format"] == "qa" and sets["failure"]
+    assert sets["protocol"]["prompt_format"] == "qa" and sets["failure"]
 
 
 def test_recognize_refuses_a_small_failure_set(capsys, tiny_dir, tmp_path):

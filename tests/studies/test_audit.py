@@ -107,7 +107,7 @@ def test_different_model_into_the_same_directory_is_refused(tiny_model, task, tm
     monkeypatch.setattr(tiny_model, "reachlens_identity", ModelIdentity("zoo:other", "abc"))
     with pytest.raises(ProtocolMismatch, match="model.spec, model.fingerprint") as err:
         audit(tiny_model, task.head(2), PROTO, out=tmp_path / "d")
-    assert "audit into a new directory, or delete this one to redo it" in str(err.value)
+    assert "write to a new directory (out=), or delete this one to redo it" in str(err.value)
 
 
 def test_rescore_reproduces_the_stored_grades(tiny_model, task, tmp_path):
