@@ -53,10 +53,18 @@ def run(args: argparse.Namespace) -> int:
     options = {"max_skip": args.max_skip, "max_repeat": args.max_repeat, "window": args.window}
     given = {k: v for k, v in options.items() if v is not None}
     space = make_space(args.space, len(model.blocks), **given)
-    bar = tqdm(total=len(task) * args.budget, unit="eval", desc=f"route {args.search} {space}", file=sys.stderr)
+    bars: list = []  # the bar starts with the search, after the run directory has been checked
+
+    def progress(done: int) -> None:
+        if not bars:
+            bars.append(tqdm(total=len(task) * args.budget, unit="eval", desc=f"route {args.search} {space}",
+                             file=sys.stderr))
+        bars[0].update(done - bars[0].n)
+
     result = run_routing(model, task, space, args.search, protocol=protocol, config=config, out=args.out,
-                         progress=lambda done: bar.update(done - bar.n))
-    bar.close()
+                         progress=progress)
+    for bar in bars:
+        bar.close()
     s = result.summary()
     print(f"{args.model} on {args.task} (n={s['n']}, {space}, {args.search}, K={args.budget}): "
           f"D={s['D']:.3f}  O_{args.budget}={s['O_K']:.3f}   -> {args.out}")
