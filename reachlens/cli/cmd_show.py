@@ -28,6 +28,8 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _value(v) -> str:
+    if v is None:
+        return "-"
     if isinstance(v, float):
         return "undefined" if v != v else f"{v:.4g}"
     if isinstance(v, dict):
@@ -49,9 +51,12 @@ def format_run(record, summary: dict | None) -> str:
     lines = [f"kind:       {record.kind}", f"model:      {_model(record.model)}"]
     if record.protocol is not None:
         p = record.protocol
+        stop = "(the task's)" if p.stop is None else repr(list(p.stop))
+        grader = p.grader or "(the task's)"
         lines.append(f"protocol:   task={p.task} split={p.split} k={p.k} temperature={p.temperature} top_p={p.top_p} "
-                     f"max_new_tokens={p.max_new_tokens} prompt_format={p.prompt_format} stop={list(p.stop or ())!r} "
-                     f"grader={p.grader} seed={p.seed} (hash {p.hash})")
+                     f"max_new_tokens={p.max_new_tokens} prompt_format={p.prompt_format} "
+                     f"stop={stop} grader={grader} "
+                     f"seed={p.seed} (hash {p.hash})")
     for key, value in record.options.items():
         lines.append(f"{'options:' if key == next(iter(record.options)) else '':<12}{key}: {_value(value)}")
     data = record.data or {}
@@ -65,5 +70,6 @@ def format_run(record, summary: dict | None) -> str:
         for key, value in summary.items():
             if key in ("model", "model_fingerprint", "data", "protocol_hash", "task"):
                 continue  # in the header already
-            lines.append(f"  {key}: {_value(value)}")
+            # a number the run could not define is stored as null (summary.json holds no NaN)
+            lines.append(f"  {key}: {'undefined' if value is None else _value(value)}")
     return "\n".join(lines)

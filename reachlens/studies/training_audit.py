@@ -114,6 +114,15 @@ class TrainingAudit:
         return {(a, b): compare(self.audits[a], self.audits[b]) for a, b in self.plan.pairs
                 if a in self.audits and b in self.audits}
 
+    def summary(self) -> dict[str, Any]:
+        """Each checkpoint's D and O_K (and O_2K of the budget control), each pair's fate counts."""
+        audits = {name: {"D": r.D, "O_K": r.O_K, "k": r.k, **({"O_2K": self.extended[name].O_K}
+                                                              if name in self.extended else {})}
+                  for name, r in self.audits.items()}
+        keys = ("gained", "lost", "gained_from_base_reachable", "entered", "left")
+        pairs = {f"{a} -> {b}": {k: c.summary()[k] for k in keys} for (a, b), c in self.comparisons().items()}
+        return {"audits": audits, "pairs": pairs, "wall_seconds": dict(self.wall_seconds)}
+
     def headline(self) -> pd.DataFrame:
         """Per pair: D and O_K on both sides, gained, lost, gained from base-reachable."""
         rows = []
@@ -232,7 +241,10 @@ def run_training_audit(
         board.close()
     old_walls = read_json(study_file, "study file").get("wall_seconds", {})
     write_json(study_file, {"plan": plan.to_dict(), "wall_seconds": {**old_walls, **walls}})
-    return load_training_audit(root)
+    study = load_training_audit(root)
+    with run.writer():
+        run.write_summary(study.summary())
+    return study
 
 
 def _audit_in_workers(
