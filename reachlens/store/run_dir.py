@@ -34,7 +34,6 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
-import dataclasses
 import json
 import math
 import os

@@ -16,7 +16,6 @@ is this same function called inside the ablation's context.
 
 from __future__ import annotations
 
-import dataclasses
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
