@@ -18,7 +18,8 @@ For each case (each ``--model``, plus a magnitude-pruned copy of the first one w
 4. the top-k MLP units of the best layer (ranked by their share of the difference along v): repair
    of silencing only them, as a fraction of the whole-MLP repair, beside k random units.
 
-Writes ``OUT/cases.md`` / ``cases.csv`` (one row per case), per-case directories with every table,
+Writes ``OUT/cases.md`` / ``cases.csv`` (one row per case), per-case directories (``CASE/sets.json``, and
+one run directory per sweep: ``CASE/silence``, ``CASE/steer``, ``CASE/units``) with every table,
 and ``OUT/report.md`` + ``OUT/figures.html`` (plotly, self-contained). One torch thread by default
 (the machine is shared); ``--max-failures`` / ``--max-healthy`` cap the sets to bound the run time.
 """
@@ -88,7 +89,7 @@ def run_case(name: str, spec: str, task_spec: TaskSpec, args: argparse.Namespace
           f"healthy={len(sets.healthy)} ({time.perf_counter() - t0:.0f}s)", flush=True)
 
     sweep = silence_sweep(model, task, sets)
-    sweep.save(case_dir)
+    sweep.save(case_dir / "silence")
     layer = best_layer(sweep.table, "mlp")
     at = sweep.table[sweep.table["layer"] == layer].set_index("component")
     print(f"[{name}] silence sweep done, best MLP layer {layer} ({time.perf_counter() - t0:.0f}s)", flush=True)
@@ -96,13 +97,13 @@ def run_case(name: str, spec: str, task_spec: TaskSpec, args: argparse.Namespace
     direction = mean_difference_direction(model, task, sets, layer, "mlp_out")
     steer = steer_sweep(model, task, sets, layer, alphas=default_alphas(direction, args.alpha_multiples),
                         direction=direction, control_seed=0)
-    steer.save(case_dir)
+    steer.save(case_dir / "steer")
     alpha = best_alpha(steer.table)
     st = steer.table[(steer.table["vector"] == "direction") & (steer.table["alpha"] == alpha)].iloc[0]
     print(f"[{name}] steering done, best alpha {alpha:.3g} ({time.perf_counter() - t0:.0f}s)", flush=True)
 
     units = units_sweep(model, task, sets, layer, ks=args.ks, block_repair=float(at.loc["mlp", "repair"]))
-    units.save(case_dir)
+    units.save(case_dir / "units")
     k_main = 32 if 32 in args.ks else args.ks[-1]
     u = units.table.set_index("k").loc[k_main]
     row.update({

@@ -32,7 +32,7 @@ from reachlens.engine import Row, generate
 from reachlens.engine.scoring import LoglikResult, encode_pair, loglikelihoods
 from reachlens.errors import MissingFileError, ReachlensError, UnknownNameError
 from reachlens.grading import grade_question
-from reachlens.models import identity_of, same_model
+from reachlens.models import identity_of
 from reachlens.protocol import Protocol
 from reachlens.records import GENERATION_COLUMNS, OPTION_COLUMNS, RECOGNITION_COLUMNS
 from reachlens.tasks.base import Question, Task
@@ -340,9 +340,13 @@ class EvalSets:
 
     def check_model(self, model) -> None:
         """Refuse a model other than the one the sets were chosen on (its fingerprint differs)."""
+        from reachlens.store import run_differences
+
         ident = identity_of(model)
         mine, theirs = self.model.get("fingerprint"), ident.get("fingerprint")
-        if not same_model(self.model, ident):  # (a sets file written before full hashing: its legacy hash)
+        diffs, _ = run_differences({"model": self.model}, None, ident, None)
+        # the spec may differ (a copy of the folder elsewhere); the weights may not
+        if "model.fingerprint" in diffs or (mine != theirs and "unknown" in (mine, theirs)):
             raise ReachlensError(f"these sets were chosen on {self.model.get('spec')!r} (fingerprint {mine}), not "
                                  f"{ident.get('spec')!r} (fingerprint {theirs}); choose sets on this model with "
                                  "`reachlens recognize`, or pass allow_other_model=True")

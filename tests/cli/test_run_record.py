@@ -125,3 +125,17 @@ def test_an_audit_directory_in_the_old_layout_reads_and_converts(capsys, runs, t
 def test_show_of_a_folder_that_is_not_a_run_is_one_line(capsys, tmp_path):
     code, _, err = run(capsys, "show", tmp_path)
     assert code == 2 and "is not a reachlens run directory (no run.json)" in err and err.count("\n") == 1
+
+
+def test_a_causal_sweep_is_a_run_too(capsys, runs, tiny_dir, tmp_path):
+    out = tmp_path / "silence"
+    argv = ["silence", tiny_dir, "--sets", runs / "recognize", "--layers", "0", "--components", "mlp", "--out", out]
+    code, _, err = run(capsys, *argv)
+    assert code == 0, err
+    header = json.loads((out / "run.json").read_text())
+    assert header["kind"] == "silence" and header["model"]["spec"] == str(tiny_dir)
+    assert header["protocol"] == json.loads((runs / "recognize" / "run.json").read_text())["protocol"]
+    code, shown, _ = run(capsys, "show", out)
+    assert code == 0 and "kind:       silence" in shown and "n_conditions: 2" in shown
+    code, _, err = run(capsys, *argv[:-4], "--layers", "1", "--components", "mlp", "--out", out)
+    assert code == 2 and "holds another run" in err and "options.layers" in err
