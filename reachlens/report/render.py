@@ -134,6 +134,11 @@ def _run_tables(run: RunDir, kind: str) -> list[tuple[str, pd.DataFrame]]:
     return tables
 
 
+def _kv_table(df: pd.DataFrame) -> str:
+    """A two-column (name, value) table, left-aligned."""
+    return df.to_html(index=False, header=False, classes="kv", border=0)
+
+
 def write_run_report(path: str | Path, out: str | Path | None = None) -> tuple[Path, Path]:
     """Write ``report.html`` and ``report.md`` for the run directory ``path`` (into ``out``, default
     ``path``): its run record, its summary and its main table.
@@ -153,19 +158,23 @@ def write_run_report(path: str | Path, out: str | Path | None = None) -> tuple[P
                for k, v in record.options.items()]
     header += [("reachlens", str(record.reachlens_version)), ("command", " ".join(record.command or ()) or "-")]
     head_df = pd.DataFrame(header, columns=["field", "value"])
-    flat = {k: v for k, v in summary.items() if not isinstance(v, (dict, list))}
-    summary_df = pd.DataFrame({"metric": list(flat), "value": list(flat.values())}).astype({"value": object})
+    # summary.json holds no NaN: a number the run could not define is null, shown as "undefined"
+    flat = {k: ("undefined" if v is None else f"{v:.3f}" if isinstance(v, float) and math.isfinite(v) else
+                "undefined" if isinstance(v, float) else str(v))
+            for k, v in summary.items() if not isinstance(v, (dict, list))}
+    summary_df = pd.DataFrame({"metric": list(flat), "value": list(flat.values())})
     tables = _run_tables(run, record.kind)
     title = f"reachlens {record.kind} run"
     md = [f"# {title}", "", "## Run", "", _md_table(head_df), "## Summary", "", _md_table(summary_df)]
-    body = [f"<h1>{html.escape(title)}</h1>", "<h2>Run</h2>", _html_table(head_df),
-            "<h2>Summary</h2>", _html_table(summary_df)]
+    body = [f"<h1>{html.escape(title)}</h1>", "<h2>Run</h2>", _kv_table(head_df),
+            "<h2>Summary</h2>", _kv_table(summary_df)]
     for name, df in tables:
         md += [f"## {name}", "", _md_table(df)]
-        body += [f"<h2>{html.escape(name)}</h2>", _html_table(df)]
+        body += [f"<h2>{html.escape(name)}</h2>", f'<div class="scroll">{_html_table(df)}</div>']
     page = f"""<!DOCTYPE html>
 <html><head><meta charset="utf-8"><title>{html.escape(title)}</title>
-<style>body{{font-family:sans-serif;max-width:1100px;margin:2em auto;}} .tbl td,.tbl th{{padding:4px 10px;text-align:right}}</style>
+<style>body{{font-family:sans-serif;max-width:1100px;margin:2em auto;}} .tbl td,.tbl th{{padding:4px 10px;text-align:right}}
+.kv td{{padding:2px 10px;text-align:left;vertical-align:top}} .kv td:first-child{{font-weight:bold}} .scroll{{overflow-x:auto}}</style>
 </head><body>
 {''.join(body)}
 </body></html>
