@@ -45,7 +45,7 @@ def test_silence_steer_units_prune(capsys, tiny_dir, recognized, tmp_path):
                        "--components", "mlp,attn", "--out", str(tmp_path / "s"))
     assert code == 0 and "best MLP layer" in out and (tmp_path / "s" / "silence.csv").is_file()
 
-    code, _, err = run(capsys, "steer", str(tiny_dir), "--sets", str(recognized), "--layer", "1", "--out", str(tmp_path))
+    code, _, err = run(capsys, "steer", str(tiny_dir), "--sets", str(recognized), "--layer", "1", "--out", str(tmp_path / "st0"))
     if not json.loads((recognized / "sets.json").read_text())["healthy"]:  # a random model gets nothing right
         assert code == 2 and "healthy panel" in err
     sets = json.loads((recognized / "sets.json").read_text())
