@@ -21,11 +21,12 @@ For each case (each ``--model``, plus a magnitude-pruned copy of the first one w
 The planted case (``--planted zoo:veto``, the positive control built by
 ``experiments/zoo/plant_veto.py``): a model with one known MLP block trained to suppress the correct answer
 on a defined subset (its ``training.json`` names the block and the subset). Its failure set is the failures
-the plant caused: subset questions the planted model recognizes but generates wrong while its parent
-generates them right; its healthy panel is the usual one. The same zero-ablation sweep must find the
-block: repair >= 80% of those failures at the planted MLP, <= 10% at every other block (``OUT/planted.md``).
+the plant caused: subset questions the planted model recognizes but does not realize while its parent
+realizes them; its healthy panel is the usual one. The same zero-ablation sweep must find the block:
+repair >= 80% of those failures at the planted MLP, <= 10% at every other block (``OUT/planted.md``).
 
-Writes ``OUT/cases.md`` / ``cases.csv`` (one row per case), per-case directories with every table,
+Writes ``OUT/cases.md`` / ``cases.csv`` (one row per case), per-case directories (``CASE/sets.json``, and
+one run directory per sweep: ``CASE/silence``, ``CASE/steer``, ``CASE/units``) with every table,
 and ``OUT/report.md`` + ``OUT/figures.html`` (plotly, self-contained). One torch thread by default
 (the machine is shared); ``--max-failures`` / ``--max-healthy`` cap the sets to bound the run time.
 """
@@ -44,11 +45,12 @@ import torch
 
 from reachlens.models.pruning import PruneConfig, prune_checkpoint
 from reachlens.models import load_model
+from reachlens.protocol import Protocol
+from reachlens.records import markdown_table
 from reachlens.studies.causal import (
     best_alpha,
     best_layer,
     default_alphas,
-    markdown_table,
     mean_difference_direction,
     silence_sweep,
     steer_sweep,
@@ -57,7 +59,6 @@ from reachlens.studies.causal import (
 from reachlens.studies.recognition import (
     FailureRule,
     FailureSetTooSmall,
-    RecognitionConfig,
     TaskSpec,
     compare_modes,
     select_sets,
@@ -77,25 +78,25 @@ def run_case(name: str, spec: str, task_spec: TaskSpec, args: argparse.Namespace
     t0 = time.perf_counter()
     task = task_spec.load()
     model = load_model(spec)
-    result = compare_modes(model, task, RecognitionConfig(max_new_tokens=args.max_new_tokens))
+    result = compare_modes(model, task, Protocol.greedy(task_spec.name, max_new_tokens=args.max_new_tokens))
     case_dir = out / name
     case_dir.mkdir(parents=True, exist_ok=True)
-    result.questions.drop(columns=["gen_text"]).to_csv(case_dir / "questions.csv", index=False)
+    result.questions.drop(columns=["deployed_text"]).to_csv(case_dir / "questions.csv", index=False)
     s = result.summary()
     row = {"case": name, "model": spec, "n": s["n"], "acc": s["acc"], "acc_norm": s["acc_norm"],
-           "generation_acc": s["generation_acc"], "rec_right_gen_wrong": s["rec_right_gen_wrong"]}
+           "D": s["D"], "recognized_not_realized": s["recognized_not_realized"]}
     rule = FailureRule("acc", args.min_failures, args.max_failures, args.max_healthy)
     try:
         sets = select_sets(result, rule, task_spec)
     except FailureSetTooSmall as err:
         print(f"[{name}] {err}", flush=True)
-        return {"row": {**row, "failure_set": s["rec_right_gen_wrong"], "note": "failure set below the minimum"}}
+        return {"row": {**row, "failure_set": s["recognized_not_realized"], "note": "failure set below the minimum"}}
     sets.save(case_dir / "sets.json")
-    print(f"[{name}] acc={s['acc']:.3f} generation={s['generation_acc']:.3f} failure={len(sets.failure)} "
+    print(f"[{name}] acc={s['acc']:.3f} D={s['D']:.3f} failure={len(sets.failure)} "
           f"healthy={len(sets.healthy)} ({time.perf_counter() - t0:.0f}s)", flush=True)
 
     sweep = silence_sweep(model, task, sets)
-    sweep.save(case_dir)
+    sweep.save(case_dir / "silence")
     layer = best_layer(sweep.table, "mlp")
     at = sweep.table[sweep.table["layer"] == layer].set_index("component")
     print(f"[{name}] silence sweep done, best MLP layer {layer} ({time.perf_counter() - t0:.0f}s)", flush=True)
@@ -103,13 +104,13 @@ def run_case(name: str, spec: str, task_spec: TaskSpec, args: argparse.Namespace
     direction = mean_difference_direction(model, task, sets, layer, "mlp_out")
     steer = steer_sweep(model, task, sets, layer, alphas=default_alphas(direction, args.alpha_multiples),
                         direction=direction, control_seed=0)
-    steer.save(case_dir)
+    steer.save(case_dir / "steer")
     alpha = best_alpha(steer.table)
     st = steer.table[(steer.table["vector"] == "direction") & (steer.table["alpha"] == alpha)].iloc[0]
     print(f"[{name}] steering done, best alpha {alpha:.3g} ({time.perf_counter() - t0:.0f}s)", flush=True)
 
     units = units_sweep(model, task, sets, layer, ks=args.ks, block_repair=float(at.loc["mlp", "repair"]))
-    units.save(case_dir)
+    units.save(case_dir / "units")
     k_main = 32 if 32 in args.ks else args.ks[-1]
     u = units.table.set_index("k").loc[k_main]
     row.update({
@@ -133,7 +134,6 @@ def run_planted_case(spec: str, task_spec: TaskSpec, args: argparse.Namespace, o
     import dataclasses
 
     from reachlens.models.zoo import zoo_root
-    from reachlens.studies.recognition import generate_and_grade
 
     t0 = time.perf_counter()
     folder = zoo_root() / spec.removeprefix("zoo:") if spec.startswith("zoo:") else Path(spec)
@@ -144,9 +144,9 @@ def run_planted_case(spec: str, task_spec: TaskSpec, args: argparse.Namespace, o
     task = task_spec.load()
     model = load_model(spec)
     parent = load_model(parent_spec)
-    config = RecognitionConfig(max_new_tokens=args.max_new_tokens)
-    result = compare_modes(model, task, config)
-    before = compare_modes(parent, task, config)
+    protocol = Protocol.greedy(task_spec.name, max_new_tokens=args.max_new_tokens)
+    result = compare_modes(model, task, protocol)
+    before = compare_modes(parent, task, protocol)
     name = "planted-" + spec.replace("zoo:", "").replace("/", "_").strip("_.")
     case_dir = out / name
     case_dir.mkdir(parents=True, exist_ok=True)
@@ -158,22 +158,22 @@ def run_planted_case(spec: str, task_spec: TaskSpec, args: argparse.Namespace, o
         rows.append({"questions": label, "n": len(ids),
                      "parent recognition": float(p.loc[ids, "rec_correct"].mean()),
                      "planted recognition": float(q.loc[ids, "rec_correct"].mean()),
-                     "parent generation": float(p.loc[ids, "gen_correct"].mean()),
-                     "planted generation": float(q.loc[ids, "gen_correct"].mean())})
+                     "parent D": float(p.loc[ids, "realized"].mean()),
+                     "planted D": float(q.loc[ids, "realized"].mean())})
     effect = pd.DataFrame(rows)
-    caused = [i for i in subset if q.loc[i, "rec_correct"] and q.loc[i, "gen_scored"] and not q.loc[i, "gen_correct"]
-              and p.loc[i, "gen_correct"]]
+    caused = [i for i in subset if q.loc[i, "rec_correct"] and q.loc[i, "deployed_scored"] and not q.loc[i, "realized"]
+              and p.loc[i, "realized"]]
     rule = FailureRule("acc", args.min_failures, args.max_failures, args.max_healthy)
     sets = select_sets(result, rule, task_spec)
     sets = dataclasses.replace(sets, failure=tuple(caused[: args.max_failures]),
                                counts={**sets.counts, "n_failure": len(caused[: args.max_failures]),
                                        "n_failure_candidates": len(caused), "failure_rule": "planted: subset "
-                                       f"({plant['subset']}), recognized, generated wrong, parent generates right"})
+                                       f"({plant['subset']}), recognized, not realized, realized by the parent"})
     sets.save(case_dir / "sets.json")
     print(f"[{name}] subset {len(subset)}, failures the plant caused {len(caused)}, healthy {len(sets.healthy)} "
           f"({time.perf_counter() - t0:.0f}s)", flush=True)
     sweep = silence_sweep(model, task, sets)
-    sweep.save(case_dir)
+    sweep.save(case_dir / "silence")
     t = sweep.table
     mlp = t[(t["component"] == "mlp") & (t["layer"] >= 0)].set_index("layer")
     planted_layer = int(plant["layer"])
@@ -187,17 +187,17 @@ def run_planted_case(spec: str, task_spec: TaskSpec, args: argparse.Namespace, o
     }
     verdict["found"] = bool(verdict["repair_planted"] >= 0.8 and verdict["max_repair_elsewhere"] <= 0.1)
     md = ["# Planted veto (positive control)", "", f"Model `{spec}` (parent `{parent_spec}`): {plant['construction']}.", "",
-          "## What the plant did (arith_mc test questions)", "", markdown_table(effect), "",
+          "## What the plant did (arith_mc test questions)", "", markdown_table(effect, missing="-"), "",
           f"## Zero-ablation sweep on the failures the plant caused (n={len(sets.failure)}) and the healthy panel "
-          f"(n={len(sets.healthy)})", "", markdown_table(t.drop(columns=["condition"])), "",
-          "## Verdict", "", markdown_table(pd.DataFrame([verdict])), ""]
+          f"(n={len(sets.healthy)})", "", markdown_table(t.drop(columns=["condition"]), missing="-"), "",
+          "## Verdict", "", markdown_table(pd.DataFrame([verdict]), missing="-"), ""]
     (case_dir / "planted.md").write_text("\n".join(md))
     (out / "planted.md").write_text("\n".join(md))
     effect.to_csv(case_dir / "effect.csv", index=False)
     print(f"[{name}] repair at the planted MLP L{planted_layer}: {verdict['repair_planted']:.3f}, elsewhere at most "
           f"{verdict['max_repair_elsewhere']:.3f}; found={verdict['found']} ({time.perf_counter() - t0:.0f}s)", flush=True)
     return {"row": {"case": name, "model": spec, "n": len(task), "acc": result.summary()["acc"],
-                    "generation_acc": result.summary()["generation_acc"], "failure_set": len(sets.failure),
+                    "D": result.summary()["D"], "failure_set": len(sets.failure),
                     "healthy_panel": len(sets.healthy), "best_layer": verdict["best_layer_found"],
                     "repair_mlp": float(mlp.loc[verdict["best_layer_found"], "repair"]),
                     "healthy_break_mlp": float(mlp.loc[verdict["best_layer_found"], "break"]),
@@ -283,7 +283,7 @@ def main(argv=None) -> int:
         cases[c["row"]["case"]] = c
     table = pd.DataFrame([c["row"] for c in cases.values()])
     table.to_csv(out / "cases.csv", index=False)
-    md = markdown_table(table)
+    md = markdown_table(table, missing="-")
     (out / "cases.md").write_text(md + "\n")
     figs = figures(cases)
     html = ["<html><head><meta charset='utf-8'><title>mlp_veto</title></head><body><h1>MLP veto</h1>",
@@ -296,9 +296,9 @@ def main(argv=None) -> int:
         if "verdict" in c:
             report += [f"## {name} (positive control)", "", (out / "planted.md").read_text().split("\n", 2)[2], ""]
         elif "sweep" in c:
-            report += [f"## {name}", "", "### Zero-ablation sweep", "", markdown_table(c["sweep"].drop(columns=["condition"])),
-                       "", "### Steering", "", markdown_table(c["steer"]), "", "### Top-k units", "",
-                       markdown_table(c["units"]), ""]
+            report += [f"## {name}", "", "### Zero-ablation sweep", "", markdown_table(c["sweep"].drop(columns=["condition"]), missing="-"),
+                       "", "### Steering", "", markdown_table(c["steer"], missing="-"), "", "### Top-k units", "",
+                       markdown_table(c["units"], missing="-"), ""]
     report += ["Figures: `figures.html` (plotly, self-contained).", ""]
     (out / "report.md").write_text("\n".join(report))
     (out / "run.json").write_text(json.dumps({"argv": sys.argv[1:] if argv is None else argv, "args": vars(args)}, indent=2, default=str) + "\n")

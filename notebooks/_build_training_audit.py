@@ -25,7 +25,7 @@ cells = [
         "(kept / entered / left / never). The key number: how many newly realized questions the base could already reach."),
     nbf.v4.new_code_cell(
         "cmp = compare(audits['base'], audits['grpo'])\n"
-        "summary = cmp.summary\n"
+        "summary = cmp.summary()\n"
         "assert summary['gained'] - summary['lost'] == cmp.questions['trained_realized'].sum() - cmp.questions['base_realized'].sum()\n"
         "{k: summary[k] for k in ['D_base', 'D_trained', 'O_K_base', 'O_K_trained', 'gained', 'lost', 'gained_from_base_reachable', 'entered', 'left']}"),
     nbf.v4.new_code_cell("cmp.fate_counts()"),

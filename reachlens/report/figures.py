@@ -22,7 +22,7 @@ def fate_bars(comparisons: dict[tuple[str, str], Comparison]):
     """Per pair: questions gained from the base-reachable set, gained from outside it, and lost."""
     go = _go()
     labels = [f"{a} → {b}" for a, b in comparisons]
-    s = [c.summary for c in comparisons.values()]
+    s = [c.summary() for c in comparisons.values()]
     fig = go.Figure([
         go.Bar(name="gained, already base-reachable", x=labels, y=[x["gained_from_base_reachable"] for x in s],
                marker_color=_COLORS["from_reachable"], text=[x["gained_from_base_reachable"] for x in s]),
@@ -70,15 +70,15 @@ def propensity_figure(bins: dict[str, pd.DataFrame]):
     return fig
 
 
-def pass_at_k_figure(audits: dict[str, object], crossings: dict[str, list[int]] | None = None):
+def pass_at_k_figure(audits: dict[str, object], crossovers: dict[str, list[int]] | None = None):
     """Unbiased pass@k against k per checkpoint, on a log2 axis; each pair's crossovers (``{"base / grpo":
     [64]}``, from :meth:`Comparison.crossovers`) are marked by a dotted line at the first k of the new order."""
     go = _go()
     fig = go.Figure()
     for name, r in audits.items():
-        curve = r.pass_at_k
+        curve = r.pass_at_k_curve()
         fig.add_trace(go.Scatter(x=curve["k"], y=curve["pass_at_k"], mode="lines+markers", name=name))
-    for i, (pair, ks) in enumerate((crossings or {}).items()):
+    for i, (pair, ks) in enumerate((crossovers or {}).items()):
         for k in ks:
             fig.add_vline(x=k, line_dash="dot", line_color="grey", annotation_text=f"{pair} cross",
                           annotation_position="bottom right" if i % 2 else "top left")

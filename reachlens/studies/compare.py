@@ -33,9 +33,9 @@ from reachlens.errors import ReachlensError, ReachlensWarning
 from reachlens.protocol import ProtocolMismatch
 from reachlens.store import run_differences
 from reachlens.studies.auditing import AuditResult
-from reachlens.studies.metrics import budget_grid, crossovers, paired_bootstrap_ci, pass_at_k_matrix
+from reachlens.studies.metrics import budget_grid, paired_bootstrap_ci, pass_at_k_matrix, sign_changes
 
-__all__ = ["Comparison", "compare", "crossings", "propensity_bins", "DEFAULT_BINS", "REALIZED_FATES", "REACH_FATES"]
+__all__ = ["Comparison", "compare", "crossovers", "propensity_bins", "DEFAULT_BINS", "REALIZED_FATES", "REACH_FATES"]
 
 REALIZED_FATES = ("kept", "gained", "lost", "never")
 REACH_FATES = ("kept", "entered", "left", "never")
@@ -56,8 +56,8 @@ class Comparison:
     trained: AuditResult = field(repr=False)
     questions: pd.DataFrame = field(repr=False)
 
-    @property
     def summary(self) -> dict[str, Any]:
+        """D and O_K on both sides, their deltas, the fate counts, and the protocol's hash."""
         q = self.questions
         gained = q["realized_fate"] == "gained"
         return {
@@ -79,11 +79,11 @@ class Comparison:
     def propensity_bins(self, bins: tuple[float, ...] = DEFAULT_BINS) -> pd.DataFrame:
         return propensity_bins(self.questions, bins)
 
-    def pass_at_k(self, *, n_boot: int = 2000, level: float = 0.95, seed: int = 0) -> pd.DataFrame:
+    def pass_at_k_curve(self, *, n_boot: int = 2000, level: float = 0.95, seed: int = 0) -> pd.DataFrame:
         """Both checkpoints' pass@k at k = 1, 2, 4, ... K and their difference with a paired interval.
 
         Columns ``k, base, trained, delta`` (trained - base, each the mean over the questions defined at
-        that k, as :attr:`AuditResult.pass_at_k`) and ``delta_lo, delta_hi``: the ``level`` percentile
+        that k, as :meth:`AuditResult.pass_at_k_curve`) and ``delta_lo, delta_hi``: the ``level`` percentile
         interval of the mean per-question difference, resampling questions (``n_boot`` draws, ``seed``).
         """
         q = self.questions
@@ -105,19 +105,19 @@ class Comparison:
 
         A trained model ahead at k=1 that the base overtakes at k=64 gives ``[64]``: from that budget on,
         the base reaches more questions than the trained model. With ``outside_noise=True`` only the
-        crossings whose new sign is significant at that k are kept (the paired interval of
-        :meth:`pass_at_k`, options passed on, lies wholly on the new side of 0).
+        crossovers whose new sign is significant at that k are kept (the paired interval of
+        :meth:`pass_at_k_curve`, options passed on, lies wholly on the new side of 0).
         """
-        return crossings(self.pass_at_k(**interval), outside_noise=outside_noise)
+        return crossovers(self.pass_at_k_curve(**interval), outside_noise=outside_noise)
 
     def fate_counts(self) -> pd.DataFrame:
         """Counts of every (realized fate, reach fate) pair."""
         return self.questions.groupby(["realized_fate", "reach_fate"]).size().rename("n").reset_index()
 
 
-def crossings(curve: pd.DataFrame, *, outside_noise: bool = False) -> list[int]:
-    """The crossovers of a :meth:`Comparison.pass_at_k` table (see :meth:`Comparison.crossovers`)."""
-    ks = crossovers(curve["k"].tolist(), curve["base"].tolist(), curve["trained"].tolist())
+def crossovers(curve: pd.DataFrame, *, outside_noise: bool = False) -> list[int]:
+    """The crossovers of a :meth:`Comparison.pass_at_k_curve` table (see :meth:`Comparison.crossovers`)."""
+    ks = sign_changes(curve["k"].tolist(), curve["base"].tolist(), curve["trained"].tolist())
     if not outside_noise:
         return ks
     at = curve.set_index("k")
@@ -146,7 +146,7 @@ def compare(
             different data (data identity or any question's gold), or the question sets differ.
 
     >>> cmp = compare("runs/base", "runs/grpo")  # doctest: +SKIP
-    >>> cmp.summary["gained_from_base_reachable"]  # doctest: +SKIP
+    >>> cmp.summary()["gained_from_base_reachable"]  # doctest: +SKIP
     """
     b, t = _as_result(base), _as_result(trained)
     if k is not None:

@@ -28,13 +28,22 @@ import pandas as pd
 
 from reachlens.errors import ReachlensError
 from reachlens.protocol import Protocol
-from reachlens.store import read_json, write_json
+from reachlens.store import RunDir, RunRecord, read_json, write_json
 from reachlens.studies.auditing import AuditResult, audit
 from reachlens.studies.budget import extend_budget
 from reachlens.studies._progress import ProgressBoard
-from reachlens.studies.compare import Comparison, compare, crossings
+from reachlens.studies.compare import Comparison, compare, crossovers
 
-__all__ = ["StudyPlan", "TrainingAudit", "load_training_audit", "pairs_from_dirs", "run_training_audit"]
+__all__ = ["StudyDir", "StudyPlan", "TrainingAudit", "load_training_audit", "pairs_from_dirs", "run_training_audit",
+           "single_audit"]
+
+
+class StudyDir(RunDir):
+    """A training audit's run directory: ``run.json``, ``study.json`` (the plan, wall times) and
+    ``audits/`` (one audit directory per checkpoint and control)."""
+
+    kind = "training_audit"
+    own_names = ("study.json", "audits")
 
 
 @dataclass(frozen=True)
@@ -105,11 +114,20 @@ class TrainingAudit:
         return {(a, b): compare(self.audits[a], self.audits[b]) for a, b in self.plan.pairs
                 if a in self.audits and b in self.audits}
 
+    def summary(self) -> dict[str, Any]:
+        """Each checkpoint's D and O_K (and O_2K of the budget control), each pair's fate counts."""
+        audits = {name: {"D": r.D, "O_K": r.O_K, "k": r.k, **({"O_2K": self.extended[name].O_K}
+                                                              if name in self.extended else {})}
+                  for name, r in self.audits.items()}
+        keys = ("gained", "lost", "gained_from_base_reachable", "entered", "left")
+        pairs = {f"{a} -> {b}": {k: c.summary()[k] for k in keys} for (a, b), c in self.comparisons().items()}
+        return {"audits": audits, "pairs": pairs, "wall_seconds": dict(self.wall_seconds)}
+
     def headline(self) -> pd.DataFrame:
         """Per pair: D and O_K on both sides, gained, lost, gained from base-reachable."""
         rows = []
         for (a, b), c in self.comparisons().items():
-            s = c.summary
+            s = c.summary()
             rows.append({"pair": f"{a} -> {b}", "D_base": s["D_base"], "D_trained": s["D_trained"],
                          "O_K_base": s["O_K_base"], "O_K_trained": s["O_K_trained"], "gained": s["gained"],
                          "lost": s["lost"], "gained_from_base_reachable": s["gained_from_base_reachable"],
@@ -122,12 +140,12 @@ class TrainingAudit:
         difference at that k excludes 0)."""
         rows = []
         for (a, b), c in self.comparisons().items():
-            curve = c.pass_at_k()
+            curve = c.pass_at_k_curve()
             first, last = curve.iloc[0], curve.iloc[-1]
             rows.append({"pair": f"{a} -> {b}", "pass@1_base": first["base"], "pass@1_trained": first["trained"],
                          "K": int(last["k"]), "pass@K_base": last["base"], "pass@K_trained": last["trained"],
-                         "crossover_k": ", ".join(map(str, crossings(curve))) or "none",
-                         "outside_noise": ", ".join(map(str, crossings(curve, outside_noise=True))) or "none"})
+                         "crossover_k": ", ".join(map(str, crossovers(curve))) or "none",
+                         "outside_noise": ", ".join(map(str, crossovers(curve, outside_noise=True))) or "none"})
         return pd.DataFrame(rows)
 
     def budget_control(self) -> pd.DataFrame:
@@ -198,19 +216,18 @@ def run_training_audit(
                          "pass load=None, or workers=1 to use a custom loader")
     root = Path(out)
     study_file = root / "study.json"
-    if root.exists() and not root.is_dir():
-        raise ReachlensError(f"study directory {str(root)!r} is a file; choose a directory for the study")
-    if root.is_dir() and not study_file.is_file():
-        foreign = sorted(p.name for p in root.iterdir() if p.name != "audits")
-        if foreign:
-            raise ReachlensError(f"{str(root)!r} is not empty ({', '.join(foreign[:5])}) and is not a study directory "
-                                 "(no study.json); choose a new or empty directory (nothing in it was touched)")
-    (root / "audits").mkdir(parents=True, exist_ok=True)
-    if study_file.is_file():
-        old = StudyPlan.from_dict(read_json(study_file, "study file")["plan"])
-        if old != plan:
-            raise ReachlensError(f"study directory {str(root)!r} holds another plan; use a new --out or delete it")
-    write_json(study_file, {"plan": plan.to_dict()})
+    run = StudyDir(root)
+    with run.writer():
+        if study_file.is_file():
+            old = StudyPlan.from_dict(read_json(study_file, "study file")["plan"])
+            if old != plan:
+                raise ReachlensError(f"study directory {str(root)!r} holds another plan; use a new directory (out=) "
+                                     "or delete it")
+        plan_dict = plan.to_dict()
+        options = {k: v for k, v in plan_dict.items() if k != "protocol"}
+        run.start(RunRecord.new("training_audit", plan.protocol, dict(plan.models), None, options))
+        (root / "audits").mkdir(exist_ok=True)
+        write_json(study_file, {"plan": plan_dict})
     walls: dict[str, float] = {}
     board = ProgressBoard()
     log = log or board.write
@@ -224,7 +241,10 @@ def run_training_audit(
         board.close()
     old_walls = read_json(study_file, "study file").get("wall_seconds", {})
     write_json(study_file, {"plan": plan.to_dict(), "wall_seconds": {**old_walls, **walls}})
-    return load_training_audit(root)
+    study = load_training_audit(root)
+    with run.writer():
+        run.write_summary(study.summary())
+    return study
 
 
 def _audit_in_workers(
@@ -381,3 +401,11 @@ def pairs_from_dirs(dirs: Sequence[str | Path], *, k: int | None = None) -> Trai
     plan = StudyPlan({n: r.model.get("spec", n) for n, r in results.items()},
                      tuple((names[0], n) for n in names[1:]), first.protocol)
     return TrainingAudit(plan, Path(dirs[0]).parent, results, {}, {}, {})
+
+
+def single_audit(path: str | Path) -> TrainingAudit:
+    """A study view over one audit directory (no pairs): its D, O_K, pass@k and budget table."""
+    result = AuditResult.load(path)
+    name = Path(path).name or str(path)
+    plan = StudyPlan({name: result.model.get("spec", name)}, (), result.protocol)
+    return TrainingAudit(plan, Path(path), {name: result}, {}, {}, {})

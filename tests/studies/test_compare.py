@@ -21,7 +21,7 @@ def test_fates_by_hand():
     c = compare(BASE, TRAINED)
     assert c.questions["realized_fate"].tolist() == ["kept", "lost", "gained", "gained", "never", "gained", "never"]
     assert c.questions["reach_fate"].tolist() == ["kept", "left", "kept", "kept", "entered", "entered", "left"]
-    s = c.summary
+    s = c.summary()
     assert (s["gained"], s["lost"], s["net"]) == (3, 1, 2)
     assert (s["gained_from_base_reachable"], s["gained_outside_base_reachable"]) == (2, 1)
     assert s["all_gains_base_reachable"] is False
@@ -30,7 +30,7 @@ def test_fates_by_hand():
 
 def test_fate_counts_are_consistent():
     c = compare(BASE, TRAINED)
-    q, s = c.questions, c.summary
+    q, s = c.questions, c.summary()
     assert s["gained"] - s["lost"] == q["trained_realized"].sum() - q["base_realized"].sum()
     assert s["delta_D"] == pytest.approx(s["net"] / s["n"])
     assert s["entered"] - s["left"] == q["trained_reachable"].sum() - q["base_reachable"].sum()
@@ -60,7 +60,7 @@ def test_allowed_field_lets_a_control_through():
                                                             prompt_format="verbose"))
     with pytest.raises(ProtocolMismatch, match="prompt_format"):
         compare(BASE, verbose)
-    assert compare(BASE, verbose, allow=("prompt_format",)).summary["n"] == 7
+    assert compare(BASE, verbose, allow=("prompt_format",)).summary()["n"] == 7
 
 
 def test_different_question_sets_are_refused():
@@ -73,7 +73,7 @@ def test_budgets_differ_only_with_common_k():
     big = fake([True] * 7, [8] * 7, k=8, protocol=PROTO.with_k(8))
     with pytest.raises(ProtocolMismatch, match="k"):
         compare(BASE, big)
-    assert compare(BASE, big, k=4).summary["k"] == 4
+    assert compare(BASE, big, k=4).summary()["k"] == 4
 
 
 def test_extend_budget_equals_a_fresh_audit(tiny_model, tmp_path):
@@ -96,7 +96,7 @@ def test_pass_at_k_crossover_by_hand():
     base = fake([False] * 4, [1, 1, 1, 1])
     trained = fake([True, True, False, False], [4, 4, 0, 0])
     c = compare(base, trained)
-    table = c.pass_at_k().set_index("k")
+    table = c.pass_at_k_curve().set_index("k")
     # pass@1: 0.25 vs 0.5; pass@2: 1 - C(3,2)/C(4,2) = 0.5 for the base, 0.5 for the trained (a touch);
     # pass@4: 1.0 vs 0.5. The trained model leads at k=1, ties at 2, and the base leads from k=4.
     assert table["base"].tolist() == pytest.approx([0.25, 0.5, 1.0])
@@ -111,5 +111,5 @@ def test_pass_at_k_crossover_by_hand():
     assert c.crossovers(outside_noise=True) == []
     # the same pool ten times over (40 questions): the crossing at k=4 holds beyond noise
     big = compare(fake([False] * 40, [1] * 40), fake([True, True, False, False] * 10, [4, 4, 0, 0] * 10))
-    assert big.pass_at_k().set_index("k").loc[4, "delta_hi"] < 0
+    assert big.pass_at_k_curve().set_index("k").loc[4, "delta_hi"] < 0
     assert big.crossovers(outside_noise=True) == [4]
