@@ -121,6 +121,8 @@ def _pass1(card: dict) -> np.ndarray:
     return np.asarray(card["questions"]["n_correct"], dtype=float) / card["k"]
 
 
+@pytest.mark.xfail(strict=True, reason="issue 16 not met by this zoo: 120 steps at lr 1e-5 move test pass@1 on "
+                   "arith_hard by +0.008 [-0.001, +0.018] (grpo) and -0.007 [-0.017, +0.003] (dapo); notes/zoo.md")
 @pytest.mark.parametrize("name", ["grpo", "dapo"])
 def test_rl_raises_its_own_objective_beyond_the_paired_interval(entries, name):
     """Test pass@1 on the tier RL trained on rises, and the paired 95% bootstrap interval excludes zero."""
