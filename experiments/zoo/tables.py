@@ -157,10 +157,11 @@ def write_figure(p: pd.DataFrame, path: Path, note: str) -> None:
                                  "arrayminus": p[col] - p[col + "_lo"]})
     fig.update_layout(title="Realization and reachability over training (GRPO on arith_hard)",
                       xaxis_title="RL optimizer step (0 = base)", yaxis_title="share of 300 test questions",
-                      yaxis_range=[0, 1], height=460, width=820,
-                      annotations=[{"text": note, "xref": "paper", "yref": "paper", "x": 0, "y": -0.22,
+                      yaxis_range=[0, 1], height=500, width=820,
+                      annotations=[{"text": note.replace("; 95%", ";<br>95%"), "xref": "paper", "yref": "paper",
+                                    "x": 0, "y": -0.42,
                                     "showarrow": False, "font": {"size": 10}, "align": "left"}],
-                      margin={"b": 110})
+                      margin={"b": 150})
     path.write_text(fig.to_html(include_plotlyjs=True, full_html=True))
 
 
