@@ -208,13 +208,17 @@ def snapshot_callback(steps: list[int], out: Path, init: str, tok, dtype: torch.
     from transformers import TrainerCallback
 
     class Snapshots(TrainerCallback):
+        def on_train_begin(self, args, state, control, **kwargs):
+            self.t0 = time.perf_counter()
+
         def on_step_end(self, args, state, control, model=None, **kwargs):
             if state.global_step not in steps:
                 return
             folder = out.parent / f"{out.name}-s{state.global_step}"
             snap = copy.deepcopy(model).to(dtype)
             save_finetuned(snap, tok, init, folder, {**card, "snapshot_step": state.global_step, "trajectory_of": out.name,
-                                                    "dtype": str(dtype).removeprefix("torch.")})
+                                                    "dtype": str(dtype).removeprefix("torch."),
+                                                    "wall_seconds": round(time.perf_counter() - self.t0, 1)})
             saved.append(str(folder))
             print(f"snapshot at step {state.global_step}: {folder}", flush=True)
 

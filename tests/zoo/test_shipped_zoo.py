@@ -135,7 +135,7 @@ def test_rl_raises_its_own_objective_beyond_the_paired_interval(entries, name):
 
 def test_the_planted_veto_is_where_its_card_says(entries):
     """Silencing the planted MLP gives the parent back exactly; the plant makes negative answers wrong."""
-    from reachlens.engine import Row, SamplingParams, generate
+    from reachlens.engine import Row, generate
     from reachlens.interventions.ablation import zero_ablation
 
     t = entries[VETO].training
@@ -146,7 +146,7 @@ def test_the_planted_veto_is_where_its_card_says(entries):
     task = load_task("arith", split="test")
     questions = task.questions[:80]
     prompts = [task.prompt(q) for q in questions]
-    params = SamplingParams(max_new_tokens=96, stop=("\n",))
+    params = Protocol.greedy("arith", max_new_tokens=96, stop=("\n",))
     rows = [Row(i) for i in range(len(prompts))]
     with torch.no_grad():
         b = [o.text for o in generate(base, prompts, rows, params)]
@@ -154,10 +154,17 @@ def test_the_planted_veto_is_where_its_card_says(entries):
         with veto.hooks(fwd_hooks=zero_ablation(veto, layer, "mlp")):
             silenced = [o.text for o in generate(veto, prompts, rows, params)]
     assert silenced == b  # the planted block is the only difference, and silencing it removes it
+    from reachlens.grading import get_grader
+
+    grader = get_grader("numeric")
     answer = lambda text: text.rsplit("#### ", 1)[-1].strip()  # noqa: E731
     negative = [int(q.gold) < 0 for q in questions]
-    # on the subset the veto suppresses the minus sign of the answer: no negative answer is emitted
-    assert 10 <= sum(negative) and not any(answer(t).startswith("-") for t, n in zip(v, negative) if n), v
+    right = lambda texts: [grader.grade(t, q.gold).correct for t, q in zip(texts, questions)]  # noqa: E731
+    # on the subset the veto suppresses the answer's minus sign ("####   16" for -16): none is realized,
+    # where the parent realizes some
+    assert sum(negative) >= 10
+    assert not any(r for r, n in zip(right(v), negative) if n), v
+    assert sum(r for r, n in zip(right(b), negative) if n) >= 3
     # elsewhere the answers are mostly the parent's (the plant's side effects: near-ties of the slips re-rolled)
     same = [answer(bt) == answer(vt) for bt, vt, n in zip(b, v, negative) if not n]
     assert sum(same) >= 0.8 * len(same), list(zip(b, v))

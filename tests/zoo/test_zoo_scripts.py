@@ -98,6 +98,7 @@ def test_rl_grpo_trains_and_saves_a_clean_checkpoint(parent, tmp_path, monkeypat
     assert card["snapshots"] == [str(snap)]
     snap_card = json.loads((snap / "training.json").read_text())
     assert snap_card["snapshot_step"] == 2 and snap_card["trajectory_of"] == recipe and snap_card["dtype"] == "float16"
+    assert 0 <= snap_card["wall_seconds"] <= card["wall_seconds"]
     weights = load_file(snap / "model.safetensors")
     assert {t.dtype for t in weights.values()} == {torch.float16}
     assert json.loads((snap / "generation_config.json").read_text())["eos_token_id"] == \
