@@ -79,6 +79,25 @@ def test_routing_refuses_an_unknown_prompt_format(tmp_path):
                       "--no-figures", "--out", str(tmp_path / "r")])
 
 
+def test_mlp_veto_finds_the_planted_veto(tmp_path):
+    """The positive control: on zoo:veto the sweep repairs the failures the plant caused at the planted
+    MLP (block 4) and nowhere else; the verdict is written beside the cases."""
+    out = tmp_path / "veto"
+    rc = mlp_veto.main(["--model", "zoo:base", "--n", "60", "--out", str(out), "--min-failures", "1",
+                        "--max-failures", "4", "--max-healthy", "4", "--ks", "2", "--alpha-multiples", "1",
+                        "--planted", "zoo:veto"])
+    assert rc == 0
+    cases = pd.read_csv(out / "cases.csv")
+    assert list(cases["case"]) == ["base", "planted-veto"]
+    planted = cases.set_index("case").loc["planted-veto"]
+    assert planted["best_layer"] == 4 and planted["repair_mlp"] == 1.0
+    sweep = pd.read_csv(out / "planted-veto" / "silence" / "silence.csv")
+    mlp = sweep[(sweep["component"] == "mlp") & (sweep["layer"] >= 0)].set_index("layer")
+    assert mlp.loc[4, "n_failure"] >= 1 and mlp.drop(index=4)["n_repaired"].max() == 0
+    assert (out / "planted.md").read_text().rstrip().endswith("| True |")  # the verdict's last column: found
+    assert "(positive control)" in (out / "report.md").read_text()
+
+
 def test_mlp_veto_runs_a_case_through_every_tool(tmp_path):
     out = tmp_path / "veto"
     rc = mlp_veto.main(["--model", "zoo:base", "--n", "40", "--out", str(out), "--min-failures", "1",
