@@ -32,6 +32,7 @@ from reachlens.models.loading import ModelIdentity
 from reachlens.protocol import Protocol
 from reachlens.store import AuditDir
 from reachlens.studies.metrics import budget_grid, pass_at_k_curve
+from reachlens.studies.stats import wilson_interval
 from reachlens.tasks.base import Question, Task
 
 __all__ = ["AuditResult", "audit", "check_context", "grade_questions", "grader_for", "summarize", "QUESTION_COLUMNS", "SAMPLE_COLUMNS"]
@@ -81,6 +82,27 @@ class AuditResult:
         return self.O_K - self.D
 
     @property
+    def D_ci(self) -> tuple[float, float]:
+        """95 % Wilson interval of :attr:`D` (over the questions whose deployment was graded)."""
+        q = self.questions[self.questions["deployed_scored"]]
+        return wilson_interval(int(q["realized"].sum()), len(q))
+
+    @property
+    def O_K_ci(self) -> tuple[float, float]:
+        """95 % Wilson interval of :attr:`O_K`."""
+        return wilson_interval(int(self.questions["reachable"].sum()), self.n)
+
+    @property
+    def truncated_samples(self) -> float:
+        """Share of the K samples that stopped at ``max_new_tokens`` (``finish_reason == "length"``)."""
+        return float((self.samples["finish_reason"] == "length").mean()) if len(self.samples) else math.nan
+
+    @property
+    def truncated_deployed(self) -> float:
+        """Share of the deployed (greedy) outputs that stopped at ``max_new_tokens``."""
+        return float((self.questions["deployed_finish"] == "length").mean()) if self.n else math.nan
+
+    @property
     def pass_at_k(self) -> pd.DataFrame:
         """Unbiased pass@k averaged over questions, k = 1, 2, 4, ... up to K."""
         return pass_at_k_curve(self.questions["n_scored"], self.questions["n_correct"], budget_grid(self.k))
@@ -113,7 +135,9 @@ class AuditResult:
 
 def summarize(result: AuditResult) -> dict[str, Any]:
     return {
-        "D": result.D, "O_K": result.O_K, "gap": result.gap, "n": result.n, "k": result.k,
+        "D": result.D, "D_ci": list(result.D_ci), "O_K": result.O_K, "O_K_ci": list(result.O_K_ci),
+        "gap": result.gap, "n": result.n, "k": result.k,
+        "truncated_samples": result.truncated_samples, "truncated_deployed": result.truncated_deployed,
         "protocol_hash": result.protocol.hash, "model": result.model.get("spec"),
         "model_fingerprint": result.model.get("fingerprint"),
         "n_unscored_samples": int((~result.samples["scored"]).sum()) if len(result.samples) else 0,
