@@ -133,32 +133,54 @@ _LINE = ("#3182bd", "#e6550d", "#31a354", "#756bb1", "#636363")
 
 
 def pass_at_k_delta_figure(curves: dict[str, pd.DataFrame]):
-    """Per pair: trained - base pass@k against k (log axis) with its paired 95 % bootstrap interval as a
-    band; crossings (sign changes of the difference) are open markers; 0 is a dotted line."""
+    """Per pair, one panel: descendant - parent pass@k against k (log axis) with its paired 95 % bootstrap
+    interval as a band; crossings (sign changes of the difference) are open markers; 0 is a dotted line.
+
+    Each pair has its own y axis, so a pair with a large difference does not flatten the others.
+    """
+    import math
+
+    from plotly.subplots import make_subplots
+
+    pairs = list(curves)
+    cols = 2 if len(pairs) > 1 else 1
+    rows = max(1, math.ceil(len(pairs) / cols))
+    fig = make_subplots(rows=rows, cols=cols, subplot_titles=pairs or None, vertical_spacing=0.18 if rows > 1 else 0.1,
+                        horizontal_spacing=0.1)
     go = _go()
-    fig = go.Figure()
     all_ks = sorted({int(k) for df in curves.values() for k in df["k"]})
     for i, (pair, df) in enumerate(curves.items()):
+        row, col = i // cols + 1, i % cols + 1
         line, band = _LINE[i % len(_LINE)], _BAND[i % len(_BAND)]
+        first = i == 0  # one legend entry per kind of mark
         fig.add_trace(go.Scatter(x=df["k"], y=df["delta_hi"], mode="lines", line=dict(width=0), showlegend=False,
-                                 legendgroup=pair, hoverinfo="skip"))
+                                 hoverinfo="skip"), row=row, col=col)
         fig.add_trace(go.Scatter(x=df["k"], y=df["delta_lo"], mode="lines", line=dict(width=0), fill="tonexty",
-                                 fillcolor=band, name=f"{pair}: 95 % interval", legendgroup=pair, hoverinfo="skip"))
-        fig.add_trace(go.Scatter(x=df["k"], y=df["delta"], mode="lines+markers", line=dict(color=line), name=pair,
-                                 legendgroup=pair, customdata=df[["delta_lo", "delta_hi", "p", "p_holm"]].to_numpy(),
-                                 hovertemplate="k=%{x}: %{y:+.3f} [%{customdata[0]:+.3f}, %{customdata[1]:+.3f}], "
-                                               "p=%{customdata[2]:.2g} (Holm %{customdata[3]:.2g})"))
+                                 fillcolor=band, name="paired 95 % interval", legendgroup="band", showlegend=first,
+                                 hoverinfo="skip"), row=row, col=col)
+        fig.add_trace(go.Scatter(x=df["k"], y=df["delta"], mode="lines+markers", line=dict(color=line),
+                                 name="difference (descendant - parent)", legendgroup="delta", showlegend=first,
+                                 customdata=df[["delta_lo", "delta_hi", "p", "p_holm"]].to_numpy(),
+                                 hovertemplate=f"{pair}<br>" + "k=%{x}: %{y:+.3f} [%{customdata[0]:+.3f}, "
+                                               "%{customdata[1]:+.3f}], p=%{customdata[2]:.2g} (Holm %{customdata[3]:.2g})"
+                                               "<extra></extra>"), row=row, col=col)
         ks = crossings(df)
         if ks:
             at = df.set_index("k")
             fig.add_trace(go.Scatter(x=ks, y=[float(at.loc[k, "delta"]) for k in ks], mode="markers",
-                                     marker=dict(symbol="circle-open", size=14, line=dict(width=2), color=line),
-                                     name=f"{pair}: crossing", legendgroup=pair,
-                                     hovertext=[f"{pair}: sign changes at k={k}" for k in ks], hoverinfo="text"))
-    if all_ks:
-        fig.add_trace(go.Scatter(x=[all_ks[0], all_ks[-1]], y=[0, 0], mode="lines", showlegend=False,
-                                 line=dict(color="grey", dash="dot", width=1), hoverinfo="skip"))
+                                     marker=dict(symbol="circle-open", size=14, line=dict(width=2), color="black"),
+                                     name="crossing (sign change)", legendgroup="cross",
+                                     showlegend=not any(t.legendgroup == "cross" for t in fig.data),
+                                     hovertext=[f"{pair}: sign changes at k={k}" for k in ks], hoverinfo="text"),
+                          row=row, col=col)
+        ks_pair = df["k"].tolist()
+        fig.add_trace(go.Scatter(x=[ks_pair[0], ks_pair[-1]], y=[0, 0], mode="lines", showlegend=False,
+                                 line=dict(color="grey", dash="dot", width=1), hoverinfo="skip"), row=row, col=col)
+        fig.update_xaxes(type="log", row=row, col=col, **_log2_ticks(ks_pair))
+        fig.update_yaxes(tickformat="+.0%", row=row, col=col)
+    for col in range(1, cols + 1):
+        fig.update_xaxes(title_text="k (samples, log scale)", row=rows, col=col)
+    fig.update_yaxes(title_text="pass@k difference", col=1)
     fig.update_layout(title="pass@k difference (descendant - parent) with its paired 95 % bootstrap interval",
-                      xaxis_title="k (samples, log scale)", yaxis_title="pass@k difference", xaxis_type="log",
-                      xaxis=_log2_ticks(all_ks), yaxis_tickformat="+.0%")
+                      height=max(480, 330 * rows), legend=dict(orientation="h", y=-0.12 if rows == 1 else -0.08))
     return fig

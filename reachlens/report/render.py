@@ -20,7 +20,7 @@ from reachlens.report.figures import (
     pass_at_k_figure,
     propensity_figure,
 )
-from reachlens.studies.stats import N_BOOT
+from reachlens.studies.stats import N_BOOT, N_PERM
 from reachlens.studies.training_audit import TrainingAudit
 
 __all__ = ["display_tables", "markdown_summary", "write_report"]
@@ -170,8 +170,16 @@ def _length(study: TrainingAudit) -> pd.DataFrame:
     })
 
 
+def _as_text(df: pd.DataFrame) -> pd.DataFrame:
+    return pd.DataFrame({c: [_fmt(v) for v in df[c]] for c in df.columns}) if len(df) else df
+
+
 def display_tables(study: TrainingAudit) -> list[tuple[str, pd.DataFrame, str]]:
     """``(title, table, note)`` for every table of the report, formatted for reading (strings)."""
+    return [(title, _as_text(df), note) for title, df, note in _tables(study)]
+
+
+def _tables(study: TrainingAudit) -> list[tuple[str, pd.DataFrame, str]]:
     plan = study.plan
     n_pairs = len(study.comparisons())
     realized, reachable = _headline(study)
@@ -201,8 +209,9 @@ def display_tables(study: TrainingAudit) -> list[tuple[str, pd.DataFrame, str]]:
         ("pass@k crossovers", study.pass_at_k_crossovers(), CROSSOVER_NOTE),
         ("pass@k differences", _pass_at_k_deltas(study),
          f"delta: mean over questions of the per-question difference of unbiased pass@k, with its paired bootstrap "
-         f"95% interval ({N_BOOT} resamples); sign-flip p: two-sided permutation test of that mean; Holm p: "
-         "adjusted over the ks of the pair."),
+         f"95% interval ({N_BOOT} resamples); sign-flip p: two-sided permutation test of that mean "
+         f"(exact up to {N_PERM.bit_length() - 1} non-zero differences, else {N_PERM} random sign flips, so the smallest "
+         f"p it reports is {1 / (N_PERM + 1):.1g}); Holm p: adjusted over the ks of the pair."),
         ("budget control", study.budget_control(), "O_K and O_2K from the same seed stream."),
         ("prompt-format control", study.format_control(), FORMAT_CONTROL_NOTE),
         ("temperature control", _temperature(study),
@@ -265,7 +274,8 @@ def write_report(study: TrainingAudit, out: str | Path) -> tuple[Path, Path]:
     charts = []
     for title, fig in figs:
         charts.append(f"<h2>{html.escape(title)}</h2>")
-        charts.append(fig.to_html(full_html=False, include_plotlyjs=False, default_width="100%", default_height="480px"))
+        charts.append(fig.to_html(full_html=False, include_plotlyjs=False, default_width="100%",
+                                  default_height=f"{fig.layout.height or 480}px"))
     sections = [f"<h2>{html.escape(_heading(title))}</h2>{_html_table(df)}"
                 + (f"<p class=note>{html.escape(note)}</p>" if note else "")
                 for title, df, note in display_tables(study)]

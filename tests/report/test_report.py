@@ -129,13 +129,13 @@ def _render(chromium: str, html_path: Path, work: Path) -> tuple[list[dict], Pat
 
 
 def _extent(fig: dict, axis: str) -> tuple[float, float] | None:
-    """(lo, hi) of everything plotted on ``axis`` (``xaxis``, ``yaxis``) in the axis' own units."""
+    """(lo, hi) of everything plotted on ``axis`` (``xaxis``, ``yaxis2``, ...) in the axis' own units."""
     ax = fig["axes"][axis]
-    letter = axis[0]
+    letter, ref = axis[0], axis[0] + axis[5:]  # "yaxis2" -> "y", "y2"
     values: list[float] = []
     stacks: dict[str, list[float]] = {}
     for t in fig["data"]:
-        if t[f"{letter}axis"] != letter:
+        if t[f"{letter}axis"] != ref:
             continue
         vals = t[letter]
         if ax["type"] == "category":
@@ -163,7 +163,8 @@ def _extent(fig: dict, axis: str) -> tuple[float, float] | None:
 def _check_axes(figs: list[dict]) -> None:
     """Every axis covers what it plots and nothing more (beyond plotly's padding)."""
     for fig in figs:
-        for axis in ("xaxis", "yaxis"):
+        assert fig["axes"], f"{fig['title']!r} has no axes"
+        for axis in fig["axes"]:
             ext = _extent(fig, axis)
             assert ext is not None, f"{fig['title']!r}: nothing plotted on {axis}"
             lo, hi = ext
