@@ -80,6 +80,8 @@ def reprobe_left(
     sub = dataclasses.replace(task, questions=tuple(q for q in task.questions if q.question_id in left))
     runs = {}
     for temp in temps:
+        if progress is not None:
+            progress(temp, 0, len(sub))  # the line (and its clock) starts now
         protocol = dataclasses.replace(t.protocol, temperature=temp)
         runs[temp] = audit(model, sub, protocol, out=None if out is None else Path(out) / f"T{temp:g}",
                            max_batch_rows=max_batch_rows,
