@@ -346,14 +346,17 @@ def run_training_audit(
         else:
             walls = _audit_in_workers(plan, root, max_batch_rows, workers, board, log, device, dtype)
         # the temperature and length controls need every main audit (which questions left, which pairs
-        # are flagged), so they run once those are done
-        pending = list(_pending_controls(plan, root))
-        if workers == 1 or len(pending) < 2:
-            more = {name: _control_checkpoint(plan, name, root, max_batch_rows, load, log, board.update, device, dtype)
-                    for name in pending}
+        # are flagged), so they run once those are done; one unit per re-probe temperature or rerun, so
+        # that workers share a checkpoint with many left questions
+        units = _pending_controls(plan, root)
+        if workers == 1 or len(units) < 2:
+            more: dict[str, float] = {}
+            for name in dict.fromkeys(u.name for u in units):
+                mine = [u for u in units if u.name == name]
+                more[name] = _run_controls(plan, name, root, max_batch_rows, load, log, board.update, device, dtype, mine)
         else:
             more = _audit_in_workers(plan, root, max_batch_rows, workers, board, log, device, dtype,
-                                     job=_control_checkpoint, names=pending)
+                                     job=_run_controls, calls=[(u.name, ([u],)) for u in units])
         for name, wall in more.items():
             walls[name] = walls.get(name, 0.0) + wall
     finally:
@@ -365,10 +368,12 @@ def run_training_audit(
 
 def _audit_in_workers(
     plan: StudyPlan, root: Path, max_batch_rows: int, workers: int, board: ProgressBoard, log: Callable[[str], None],
-    device: str = "cpu", dtype: Any = None, job: Callable[..., float] | None = None, names: Sequence[str] | None = None,
+    device: str = "cpu", dtype: Any = None, job: Callable[..., float] | None = None,
+    calls: Sequence[tuple[str, tuple]] | None = None,
 ) -> dict[str, float]:
-    """``job`` (default :func:`_audit_checkpoint`) for each checkpoint of ``names`` (default: all, largest
-    first) in a worker process; their progress and log lines come back through a queue."""
+    """``job`` (default :func:`_audit_checkpoint`) in worker processes, once per ``(checkpoint name, extra
+    arguments)`` of ``calls`` (default: every checkpoint, largest first, no extra arguments); their
+    progress and log lines come back through a queue. Returns the seconds spent per checkpoint."""
     import concurrent.futures
     import multiprocessing
     import queue as queue_module
@@ -377,8 +382,8 @@ def _audit_in_workers(
 
     # by expected cost, largest first, so the last worker to finish is not the one with the most
     job = job or _audit_checkpoint
-    order = list(names) if names is not None else \
-        sorted(plan.models, key=lambda n: -(1 + bool(plan.budget_k) + bool(plan.native_formats.get(n))))
+    calls = list(calls) if calls is not None else \
+        [(n, ()) for n in sorted(plan.models, key=lambda n: -(1 + bool(plan.budget_k) + bool(plan.native_formats.get(n))))]
     ctx = multiprocessing.get_context("spawn")
     events = ctx.Queue()
     walls: dict[str, float] = {}
@@ -391,8 +396,8 @@ def _audit_in_workers(
 
     with concurrent.futures.ProcessPoolExecutor(workers, mp_context=ctx, initializer=_worker_init,
                                                 initargs=(events, dependencies_quiet())) as pool:
-        futures = {pool.submit(job, plan, name, root, max_batch_rows, None, None, None, device, dtype): name
-                   for name in order}
+        futures = {pool.submit(job, plan, name, root, max_batch_rows, None, None, None, device, dtype, *extra): name
+                   for name, extra in calls}
         pending = set(futures)
         while pending:
             try:
@@ -401,7 +406,7 @@ def _audit_in_workers(
                 pass
             for fut in [f for f in pending if f.done()]:
                 pending.discard(fut)
-                walls[futures[fut]] = fut.result()
+                walls[futures[fut]] = walls.get(futures[fut], 0.0) + fut.result()
         while True:  # what the last worker sent before it returned
             try:
                 handle(events.get(timeout=0.2))
@@ -496,27 +501,40 @@ def _done(path: Path) -> bool:
     return (path / "summary.json").is_file()
 
 
-def _pending_controls(plan: StudyPlan, root: Path) -> dict[str, dict[str, Any]]:
-    """Per checkpoint, the controls still to run: ``{"temperature": [(parent, [t, ...])], "length": True}``."""
+@dataclass(frozen=True)
+class _ControlUnit:
+    """One control run: a re-probe of ``name`` at ``temperature`` of the questions that left ``parent``'s
+    reachable set, or (``temperature`` None) ``name``'s audit again at the plan's longer decode."""
+
+    name: str
+    parent: str | None = None
+    temperature: float | None = None
+    cost: int = 0
+    """Questions it decodes (the units run largest first)."""
+
+
+def _pending_controls(plan: StudyPlan, root: Path) -> list[_ControlUnit]:
+    """The control units still to run (those without a finished directory), largest first."""
     if not plan.control_temperatures and not plan.length_max_new_tokens:
-        return {}
+        return []
     audits = {n: AuditResult.load(root / "audits" / n) for n in plan.models if _done(root / "audits" / n)}
-    work: dict[str, dict[str, Any]] = {}
+    units: dict[tuple, _ControlUnit] = {}
     for a, b in plan.pairs:
         if a not in audits or b not in audits:
             continue
-        if plan.control_temperatures and left_reachable(compare(audits[a], audits[b])):
-            todo = [t for t in plan.control_temperatures if not _done(_temperature_dir(root, a, b) / f"T{t:g}")]
-            if todo:
-                work.setdefault(b, {}).setdefault("temperature", []).append((a, todo))
+        left = left_reachable(compare(audits[a], audits[b])) if plan.control_temperatures else []
+        for t in plan.control_temperatures if left else ():
+            if not _done(_temperature_dir(root, a, b) / f"T{t:g}"):
+                units[(b, a, t)] = _ControlUnit(b, a, t, len(left))
         if plan.length_max_new_tokens and truncation_parity(audits[a], audits[b], plan.truncation_margin)["flagged"]:
             for n in (a, b):
                 if not _done(_length_dir(root, plan, n)):
-                    work.setdefault(n, {})["length"] = True
-    return work
+                    units[(n, None, None)] = _ControlUnit(n, cost=audits[n].n)
+    # higher temperatures decode longer and share fewer prefixes: among equal sizes, they go first
+    return sorted(units.values(), key=lambda u: (-u.cost, -(u.temperature or 0.0)))
 
 
-def _control_checkpoint(
+def _run_controls(
     plan: StudyPlan,
     name: str,
     root: Path,
@@ -526,16 +544,16 @@ def _control_checkpoint(
     progress: Callable[[str, int, int], None] | None = None,
     device: str = "cpu",
     dtype: Any = None,
+    units: Sequence[_ControlUnit] = (),
 ) -> float:
-    """The temperature and length controls that need checkpoint ``name`` (resumable; see
-    :func:`_pending_controls`), with the same loader, logging and progress as :func:`_audit_checkpoint`."""
+    """Run the control ``units`` of checkpoint ``name`` (resumable; see :func:`_pending_controls`), with
+    the same loader, logging and progress as :func:`_audit_checkpoint`. Returns the seconds spent."""
     import torch
 
     from reachlens.models import load_model
     from reachlens.tasks import load_task
 
-    work = _pending_controls(plan, root).get(name)
-    if not work:
+    if not units:
         return 0.0
     if _EVENTS is not None:  # in a worker: report to the parent
         log = log or (lambda text: _EVENTS.put(("log", text)))
@@ -546,24 +564,27 @@ def _control_checkpoint(
     model = load_model(plan.models[name], device=device, dtype=dtype or torch.float32) if load is None \
         else load(plan.models[name])
     mine = AuditResult.load(root / "audits" / name)
-    for parent, temps in work.get("temperature", []):
-        def bar(t: float, done: int, total: int, parent=parent) -> None:
-            if progress is not None:
-                progress(f"{name} T={t:g} (left {parent}'s reach)", done, total)
+    for unit in units:
+        if unit.temperature is not None:
+            def bar(t: float, done: int, total: int, parent=unit.parent) -> None:
+                if progress is not None:
+                    progress(f"{name} T={t:g} (left {parent}'s reach)", done, total)
 
-        runs = reprobe_left(model, task, root / "audits" / parent, mine, temps,
-                            out=_temperature_dir(root, parent, name), max_batch_rows=max_batch_rows, progress=bar)
-        for t, r in runs.items():
-            log(f"{name:>10s}: T={t:g}: {int(r.questions['reachable'].sum())} of {r.n} questions that left "
-                f"{parent}'s reach are reachable again")
-    if work.get("length"):
-        n_tok = plan.length_max_new_tokens
-        label = f"{name} max_new_tokens={n_tok} (length control)"
-        if progress is not None:
-            progress(label, 0, mine.n)
-        r = rerun_at_length(model, task, mine, n_tok, out=_length_dir(root, plan, name), max_batch_rows=max_batch_rows,
-                            progress=None if progress is None else (lambda done: progress(label, done, mine.n)))
-        log(f"{name:>10s}: at max_new_tokens={n_tok}: D={r.D:.3f}  O_{r.k}={r.O_K:.3f}")
+            runs = reprobe_left(model, task, root / "audits" / unit.parent, mine, [unit.temperature],
+                                out=_temperature_dir(root, unit.parent, name), max_batch_rows=max_batch_rows,
+                                progress=bar)
+            for t, r in runs.items():
+                log(f"{name:>10s}: T={t:g}: {int(r.questions['reachable'].sum())} of {r.n} questions that left "
+                    f"{unit.parent}'s reach are reachable again")
+        else:
+            n_tok = plan.length_max_new_tokens
+            label = f"{name} max_new_tokens={n_tok} (length control)"
+            if progress is not None:
+                progress(label, 0, mine.n)
+            r = rerun_at_length(model, task, mine, n_tok, out=_length_dir(root, plan, name),
+                                max_batch_rows=max_batch_rows,
+                                progress=None if progress is None else (lambda done: progress(label, done, mine.n)))
+            log(f"{name:>10s}: at max_new_tokens={n_tok}: D={r.D:.3f}  O_{r.k}={r.O_K:.3f}")
     return time.perf_counter() - t0
 
 
