@@ -49,7 +49,7 @@ def run(args: argparse.Namespace) -> int:
     from reachlens.cli._common import CLIError
     from reachlens.models.zoo import native_format, zoo_entries
     from reachlens.protocol import Protocol
-    from reachlens.report import write_report
+    from reachlens.report import text_summary, write_report
     from reachlens.studies.training_audit import StudyPlan, run_training_audit
 
     have = {e.name for e in zoo_entries()}
@@ -68,15 +68,5 @@ def run(args: argparse.Namespace) -> int:
                                device=args.device, dtype=getattr(torch, args.dtype))
     html_path, _ = write_report(study, args.out)
     print(f"\nreport: {html_path}  ({time.perf_counter() - t0:.0f} s)\n")
-    print(study_text(study))
+    print(text_summary(study))
     return 0
-
-
-def study_text(study) -> str:
-    """Every table of a training audit as ``reachlens demo`` prints it."""
-    from reachlens.report.render import display_tables
-
-    parts = []
-    for title, df, note in display_tables(study):
-        parts.append(f"{title}:\n" + (df.to_string(index=False) if len(df) else "(none)") + (f"\n{note}" if note else ""))
-    return "\n\n".join(parts)

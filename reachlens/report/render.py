@@ -23,7 +23,7 @@ from reachlens.report.figures import (
 from reachlens.studies.stats import N_BOOT, N_PERM
 from reachlens.studies.training_audit import TrainingAudit
 
-__all__ = ["display_tables", "markdown_summary", "write_report"]
+__all__ = ["display_tables", "markdown_summary", "text_summary", "write_report"]
 
 
 def _fmt(x) -> str:
@@ -225,6 +225,14 @@ def _tables(study: TrainingAudit) -> list[tuple[str, pd.DataFrame, str]]:
         ("truncation parity", _truncation(study), length_note),
         ("length control", length, length_note_2),
     ]
+
+
+def text_summary(study: TrainingAudit) -> str:
+    """Every table of the report as plain text (what ``reachlens demo`` prints)."""
+    parts = []
+    for title, df, note in display_tables(study):
+        parts.append(f"{title}:\n" + (df.to_string(index=False) if len(df) else "(none)") + (f"\n{note}" if note else ""))
+    return "\n\n".join(parts)
 
 
 def markdown_summary(study: TrainingAudit) -> str:
