@@ -25,7 +25,7 @@ cells = [
         "(kept / entered / left / never). The key number: how many newly realized questions the base could already reach."),
     nbf.v4.new_code_cell(
         "cmp = compare(audits['base'], audits['grpo'])\n"
-        "summary = cmp.summary\n"
+        "summary = cmp.summary()\n"
         "assert summary['gained'] - summary['lost'] == cmp.questions['trained_realized'].sum() - cmp.questions['base_realized'].sum()\n"
         "{k: summary[k] for k in ['D_base', 'D_trained', 'O_K_base', 'O_K_trained', 'gained', 'lost', 'gained_from_base_reachable', 'entered', 'left']}"),
     nbf.v4.new_markdown_cell(
@@ -52,7 +52,7 @@ cells = [
         "pass_at_k_figure(audits, {'base / grpo': ('base', 'grpo', cmp.crossovers())})"),
     nbf.v4.new_markdown_cell(
         "The difference at every k with its paired interval (band), a sign-flip p and that p Holm-adjusted over the ks:"),
-    nbf.v4.new_code_cell("curve = cmp.pass_at_k()\ndisplay(curve)\npass_at_k_delta_figure({'base → grpo': curve})"),
+    nbf.v4.new_code_cell("curve = cmp.pass_at_k_curve()\ndisplay(curve)\npass_at_k_delta_figure({'base → grpo': curve})"),
     nbf.v4.new_markdown_cell(
         "## Budget control\n\nSample j of a question depends only on (seed, question, j), so an audit extends from K to 2K "
         "without redrawing its first K samples."),

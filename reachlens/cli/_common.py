@@ -119,6 +119,9 @@ def open_study(args: argparse.Namespace):
     from reachlens.cli._common import CLIError
     from reachlens.studies.recognition import EvalSets
 
+    from reachlens.store import RunDir
+
+    RunDir(args.out).check_target()  # a file or a folder of other files: refused before the model loads
     sets = EvalSets.load(args.sets)
     if sets.task is None:
         raise CLIError(f"{args.sets!r} does not say which task it was chosen on; re-run `reachlens recognize`")

@@ -2,8 +2,10 @@
 
 It prints each rate with its 95 % Wilson interval, each delta with its paired bootstrap interval over
 questions, and the exact McNemar p of the discordant counts behind it (gained vs lost, entered vs left).
-With ``--out DIR`` it writes ``comparison.parquet`` (one row per question) and ``comparison.json`` (the
-summary, plus the two audit directories and the options used), which ``reachlens report DIR`` renders.
+With ``--out DIR`` it writes a run directory of kind ``comparison``: ``run.json`` (the protocol, both
+models, the two audit directories and the options used), ``questions.parquet`` (one row per question)
+and ``summary.json`` (the summary printed here, intervals and p-values included), which ``reachlens show
+DIR`` prints and ``reachlens report DIR`` renders.
 """
 
 from __future__ import annotations
@@ -27,27 +29,33 @@ def register(sub) -> argparse.ArgumentParser:
 def run(args: argparse.Namespace) -> int:
     from pathlib import Path
 
-    from reachlens.store import write_json
+    from reachlens.store import RunDir, RunRecord
     from reachlens.studies import compare
 
+    out = None
+    if args.out:
+        out = RunDir(args.out)
+        out.check_target()  # refused before anything is read
     c = compare(args.base, args.trained, k=args.k, allow=tuple(args.allow))
-    s = c.summary
+    s = c.summary()
     print(summary_text(s))
     print(f"\npropensity bins (base-reachable, base-unrealized questions; rate with its 95 % Wilson interval):")
     print(c.propensity_bins()[["bin", "n", "realized_after", "rate", "rate_lo", "rate_hi"]].to_string(
         index=False, float_format=lambda x: f"{x:.3f}"))
-    if args.out:
-        out = Path(args.out)
-        out.mkdir(parents=True, exist_ok=True)
-        c.questions.to_parquet(out / "comparison.parquet", index=False)
-        write_json(out / "comparison.json", {**s, "base_dir": str(Path(args.base).resolve()),
-                                              "trained_dir": str(Path(args.trained).resolve()),
-                                              "k_cut": args.k, "allow": list(args.allow)})
+    if out is not None:
+        options = {"base_dir": str(Path(args.base).resolve()), "trained_dir": str(Path(args.trained).resolve()),
+                   "k_cut": args.k, "allow": list(args.allow)}
+        record = RunRecord.new("comparison", c.base.protocol, {"base": c.base.model, "trained": c.trained.model},
+                               c.base.data or None, options)
+        with out.writer():
+            out.start(record)
+            out.write_table("questions", c.questions)
+            out.write_summary(s)
     return 0
 
 
 def summary_text(s: dict) -> str:
-    """The lines ``reachlens compare`` prints for a :attr:`Comparison.summary`."""
+    """The lines ``reachlens compare`` prints for a :meth:`Comparison.summary`."""
     def ci(pair) -> str:
         return f"[{pair[0]:+.3f}, {pair[1]:+.3f}]"
 

@@ -8,8 +8,10 @@
 
 BASE and TRAINED are audit directories; each checkpoint is loaded from the spec its audit recorded
 (``--base-model``/``--trained-model`` override it: a moved folder) and checked against the audit's
-fingerprint. ``--out DIR`` receives the rerun audit directories and the table (``temperature.csv`` or
-``length.csv``); re-running the command resumes.
+fingerprint. ``--out DIR`` is a run directory of kind ``temperature_control`` or ``length_control``
+(``run.json``, ``summary.json``, the table as ``{kind}.csv``) holding the rerun audit directories
+(``T{t}/``; ``base/`` and ``trained/``); ``reachlens show DIR`` and ``reachlens report DIR`` read it, and
+re-running the command resumes.
 """
 
 from __future__ import annotations
@@ -66,6 +68,7 @@ def run(args: argparse.Namespace) -> int:
     from pathlib import Path
 
     from reachlens.cli._common import CLIError
+    from reachlens.store import RunDir, RunRecord
     from reachlens.studies import AuditResult, compare
     from reachlens.studies.controls import length_table, rerun_at_length, temperature_control
 
@@ -74,36 +77,51 @@ def run(args: argparse.Namespace) -> int:
             raise CLIError(f"{d!r} is not an audit directory")
     base, trained = AuditResult.load(args.base), AuditResult.load(args.trained)
     before = compare(base, trained)  # refuses unlike audits before any model loads
-    out = Path(args.out)
-    task = _task(trained, args.data)
-    fmt = lambda x: f"{x:.3f}"  # noqa: E731
+    kind = f"{args.control}_control"
+    options = {"base_dir": str(Path(args.base).resolve()), "trained_dir": str(Path(args.trained).resolve())}
     if args.control == "temperature":
-        if any(not t > 0 for t in args.temperatures) or not args.temperatures:
+        if not args.temperatures or any(not t > 0 for t in args.temperatures):
             raise CLIError(f"--temperatures {','.join(map(str, args.temperatures))!r}: give temperatures > 0, "
                            "e.g. 0.6,1.0,1.2")
-        model = _load(args.trained_model or trained.model["spec"], args)
-        table = temperature_control(model, task, base, trained, args.temperatures, out=out,
-                                    max_batch_rows=args.max_batch_rows)
-        out.mkdir(parents=True, exist_ok=True)
-        table.to_csv(out / "temperature.csv", index=False)
-        print(f"{len(table) and table['n_reprobed'].iloc[0]} questions left the reachable set "
-              f"(K={trained.k}, T={trained.protocol.temperature}); re-probed with {trained.model['spec']}:")
-        print(table.to_string(index=False, float_format=fmt))
+        options["temperatures"] = list(args.temperatures)
+    elif args.max_new_tokens <= base.protocol.max_new_tokens:
+        raise CLIError(f"--max-new-tokens {args.max_new_tokens} must exceed the audits' {base.protocol.max_new_tokens}")
     else:
-        if args.max_new_tokens <= base.protocol.max_new_tokens:
-            raise CLIError(f"--max-new-tokens {args.max_new_tokens} must exceed the audits' "
-                           f"{base.protocol.max_new_tokens}")
-        longer = {}
-        for side, result, spec in (("base", base, args.base_model), ("trained", trained, args.trained_model)):
-            model = _load(spec or result.model["spec"], args)
-            longer[side] = rerun_at_length(model, task, result, args.max_new_tokens, out=out / side,
-                                           max_batch_rows=args.max_batch_rows)
-            del model
-        table = length_table(before, compare(longer["base"], longer["trained"]))
-        table.to_csv(out / "length.csv", index=False)
-        t = before.summary["truncation"]
-        print(f"cut at max_new_tokens={t['max_new_tokens']}: samples {t['samples_base']:.1%} (base) vs "
-              f"{t['samples_trained']:.1%} (trained), deployed {t['deployed_base']:.1%} vs {t['deployed_trained']:.1%}")
-        print(table.to_string(index=False, float_format=fmt))
-    print(f"-> {out}")
+        options["max_new_tokens"] = args.max_new_tokens
+    run = RunDir(args.out)
+    run.check_target()  # a file or a folder of other files is refused before any model loads
+    record = RunRecord.new(kind, trained.protocol, {"base": base.model, "trained": trained.model},
+                           trained.data or None, options)
+    task = _task(trained, args.data)
+    fmt = lambda x: f"{x:.3f}"  # noqa: E731
+    with run.writer():
+        run.start(record)  # a directory holding another run is refused, naming what differs
+        if args.control == "temperature":
+            model = _load(args.trained_model or trained.model["spec"], args)
+            table = temperature_control(model, task, base, trained, args.temperatures, out=run.path,
+                                        max_batch_rows=args.max_batch_rows)
+            head = (f"{int(table['n_reprobed'].iloc[0])} questions left the reachable set (K={trained.k}, "
+                    f"T={trained.protocol.temperature}); re-probed with {trained.model['spec']}:")
+            summary = {"left": int(table["n_reprobed"].iloc[0]),
+                       "temperatures": {f"{r.temperature:g}": {"n_reprobed": r.n_reprobed, "n_reachable": r.n_reachable,
+                                                               "share": r.share, "share_ci": [r.share_lo, r.share_hi]}
+                                        for r in table[table["source"] == "re-probe"].itertuples()}}
+        else:
+            longer = {}
+            for side, result, spec in (("base", base, args.base_model), ("trained", trained, args.trained_model)):
+                model = _load(spec or result.model["spec"], args)
+                longer[side] = rerun_at_length(model, task, result, args.max_new_tokens, out=run.path / side,
+                                               max_batch_rows=args.max_batch_rows)
+                del model
+            table = length_table(before, compare(longer["base"], longer["trained"]))
+            t = before.summary()["truncation"]
+            head = (f"cut at max_new_tokens={t['max_new_tokens']}: samples {t['samples_base']:.1%} (base) vs "
+                    f"{t['samples_trained']:.1%} (trained), deployed {t['deployed_base']:.1%} vs "
+                    f"{t['deployed_trained']:.1%}")
+            summary = {"truncation": t, "lengths": table.to_dict("records")}
+        table.to_csv(run.path / f"{kind}.csv", index=False)
+        run.write_summary(summary)
+    print(head)
+    print(table.to_string(index=False, float_format=fmt))
+    print(f"-> {run.path}")
     return 0

@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import pandas as pd
 
-from reachlens.studies.compare import Comparison, crossings
+from reachlens.studies.compare import Comparison
+from reachlens.studies.metrics import sign_changes
 from reachlens.studies.stats import wilson_interval
 
 __all__ = ["fate_bars", "accuracy_bars", "propensity_figure", "pass_at_k_figure", "pass_at_k_delta_figure"]
@@ -33,7 +34,7 @@ def fate_bars(comparisons: dict[tuple[str, str], Comparison]):
     """Per pair: questions gained from the base-reachable set, gained from outside it, and lost; each
     pair's label carries the exact McNemar p of gained vs lost."""
     go = _go()
-    s = [c.summary for c in comparisons.values()]
+    s = [c.summary() for c in comparisons.values()]
     labels = [f"{a} → {b}<br>McNemar p={_p(x['mcnemar_realized_p'])}" for (a, b), x in zip(comparisons, s)]
     fig = go.Figure([
         go.Bar(name="gained, already base-reachable", x=labels, y=[x["gained_from_base_reachable"] for x in s],
@@ -96,10 +97,10 @@ def _log2_ticks(ks) -> dict:
     return dict(tickvals=ks, ticktext=[str(k) for k in ks])
 
 
-def pass_at_k_figure(audits: dict[str, object], crossed: dict[str, tuple[str, str, list[int]]] | None = None):
+def pass_at_k_figure(audits: dict[str, object], crossovers: dict[str, tuple[str, str, list[int]]] | None = None):
     """Unbiased pass@k against k per checkpoint, on a log axis.
 
-    ``crossed`` maps a pair label to ``(base name, trained name, ks)`` (the ks from
+    ``crossovers`` maps a pair label to ``(base name, trained name, ks)`` (the ks from
     :meth:`Comparison.crossovers`): each crossing is a marker on the descendant's curve at the first k of
     the new order, drawn as a trace in data coordinates.
     """
@@ -107,12 +108,12 @@ def pass_at_k_figure(audits: dict[str, object], crossed: dict[str, tuple[str, st
     fig = go.Figure()
     all_ks = []
     for name, r in audits.items():
-        curve = r.pass_at_k
+        curve = r.pass_at_k_curve()
         all_ks += curve["k"].tolist()
         fig.add_trace(go.Scatter(x=curve["k"], y=curve["pass_at_k"], mode="lines+markers", name=name))
     xs, ys, labels = [], [], []
-    for pair, (_, trained, ks) in (crossed or {}).items():
-        curve = audits[trained].pass_at_k.set_index("k")["pass_at_k"]
+    for pair, (_, trained, ks) in (crossovers or {}).items():
+        curve = audits[trained].pass_at_k_curve().set_index("k")["pass_at_k"]
         for k in ks:
             xs.append(k)
             ys.append(float(curve.loc[k]))
@@ -164,7 +165,7 @@ def pass_at_k_delta_figure(curves: dict[str, pd.DataFrame]):
                                  hovertemplate=f"{pair}<br>" + "k=%{x}: %{y:+.3f} [%{customdata[0]:+.3f}, "
                                                "%{customdata[1]:+.3f}], p=%{customdata[2]:.2g} (Holm %{customdata[3]:.2g})"
                                                "<extra></extra>"), row=row, col=col)
-        ks = crossings(df)
+        ks = sign_changes(df["k"].tolist(), df["base"].tolist(), df["trained"].tolist())
         if ks:
             at = df.set_index("k")
             fig.add_trace(go.Scatter(x=ks, y=[float(at.loc[k, "delta"]) for k in ks], mode="markers",

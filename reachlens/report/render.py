@@ -1,18 +1,25 @@
-"""The training-audit report: one self-contained HTML file (plotly.js inlined, no CDN) and Markdown.
+"""Reports: one self-contained HTML file (plotly.js inlined, no CDN) and Markdown, for any run.
 
-Both, and ``reachlens demo``'s printout, show the same tables (:func:`display_tables`): every delta with
-its paired 95 % bootstrap interval and its p-value, Holm-adjusted where a study tests several pairs or
-ks at once, and each note says which family the adjustment corrects over.
+:func:`write_report` renders a training audit (or any study view of audits: one audit, a
+comparison); :func:`write_run_report` renders any other run directory (a routing run, a recognition
+run, a causal sweep) from its run record, summary and tables.
+
+The training-audit report, its Markdown and ``reachlens demo``'s printout show the same tables
+(:func:`display_tables`): every delta with its paired 95 % bootstrap interval and its p-value,
+Holm-adjusted where a study tests several pairs or ks at once, and each note says which family the
+adjustment corrects over.
 """
 
 from __future__ import annotations
 
 import html
+import json
 import math
 from pathlib import Path
 
 import pandas as pd
 
+from reachlens.records import markdown_table
 from reachlens.report.figures import (
     accuracy_bars,
     fate_bars,
@@ -20,10 +27,11 @@ from reachlens.report.figures import (
     pass_at_k_figure,
     propensity_figure,
 )
+from reachlens.store import RunDir
 from reachlens.studies.stats import N_BOOT, N_PERM
 from reachlens.studies.training_audit import TrainingAudit
 
-__all__ = ["display_tables", "markdown_summary", "text_summary", "write_report"]
+__all__ = ["display_tables", "markdown_summary", "text_summary", "write_report", "write_run_report"]
 
 
 def _fmt(x) -> str:
@@ -55,10 +63,7 @@ def _heading(title: str) -> str:
 
 
 def _md_table(df: pd.DataFrame) -> str:
-    if df.empty:
-        return "_(none)_\n"
-    head = "| " + " | ".join(df.columns) + " |\n|" + "---|" * len(df.columns) + "\n"
-    return head + "".join("| " + " | ".join(_fmt(v) for v in row) + " |\n" for row in df.itertuples(index=False))
+    return markdown_table(df) + "\n"
 
 
 def _html_table(df: pd.DataFrame) -> str:
@@ -71,7 +76,7 @@ def _html_table(df: pd.DataFrame) -> str:
 CROSSOVER_NOTE = (
     "crossover_k: the budgets k at which trained - base pass@k changes sign (each the first k of the new "
     "sign); a trained model ahead at small k that the base overtakes at larger k reaches fewer questions "
-    "than the base from that budget on. outside_noise: those crossings whose new order holds beyond the paired "
+    "than the base from that budget on. outside_noise: those crossovers whose new order holds beyond the paired "
     "95% bootstrap interval over questions of the difference at that k (the pass@k differences table has every k)."
 )
 
@@ -273,12 +278,12 @@ def write_report(study: TrainingAudit, out: str | Path) -> tuple[Path, Path]:
     if comps:
         figs.append(("Propensity bins", propensity_figure({f"{a} → {b}": c.propensity_bins() for (a, b), c in comps.items()})))
     if study.audits:
-        crossed = {f"{a} / {b}": (a, b, c.crossovers()) for (a, b), c in comps.items()}
+        crossovers = {f"{a} / {b}": (a, b, c.crossovers()) for (a, b), c in comps.items()}
         figs.append(("pass@k curves", pass_at_k_figure(
-            {**study.audits, **{f"{n} (K={e.k})": e for n, e in study.extended.items()}}, crossed)))
+            {**study.audits, **{f"{n} (K={e.k})": e for n, e in study.extended.items()}}, crossovers)))
     if comps:
         figs.append(("pass@k difference with its interval", pass_at_k_delta_figure(
-            {f"{a} → {b}": c.pass_at_k() for (a, b), c in comps.items()})))
+            {f"{a} → {b}": c.pass_at_k_curve() for (a, b), c in comps.items()})))
     charts = []
     for title, fig in figs:
         charts.append(f"<h2>{html.escape(title)}</h2>")
@@ -311,4 +316,74 @@ with its 95% Wilson interval.</p>
     html_path, md_path = out / "report.html", out / "report.md"
     html_path.write_text(page)
     md_path.write_text(markdown_summary(study))
+    return html_path, md_path
+
+
+# --- any other run -------------------------------------------------------------------------------------
+_MAIN_TABLES = {"routing": "questions", "recognition": "questions"}
+_TEXT_COLUMNS = ("text", "deployed_text")
+
+
+def _run_tables(run: RunDir, kind: str) -> list[tuple[str, pd.DataFrame]]:
+    """The tables a report of this kind shows: the per-question table (raw text left out), or a
+    causal sweep's table."""
+    if kind in _MAIN_TABLES:
+        q = run.read_table(_MAIN_TABLES[kind])
+        return [("Per question", q.drop(columns=[c for c in _TEXT_COLUMNS if c in q.columns]))]
+    tables = []
+    for name in (kind, f"{kind}_ranking"):
+        path = run.path / f"{name}.csv"
+        if path.is_file():
+            tables.append((name, pd.read_csv(path)))
+    return tables
+
+
+def _kv_table(df: pd.DataFrame) -> str:
+    """A two-column (name, value) table, left-aligned."""
+    return df.to_html(index=False, header=False, classes="kv", border=0)
+
+
+def write_run_report(path: str | Path, out: str | Path | None = None) -> tuple[Path, Path]:
+    """Write ``report.html`` and ``report.md`` for the run directory ``path`` (into ``out``, default
+    ``path``): its run record, its summary and its main table.
+
+    >>> write_run_report("runs/route")  # doctest: +SKIP
+    """
+    run = RunDir(path)
+    record = run.record()
+    summary = run.summary() if run.has_summary() else {}
+    out = Path(out) if out is not None else run.path
+    out.mkdir(parents=True, exist_ok=True)
+    header = [("kind", record.kind), ("model", record.model.get("spec", "-")),
+              ("fingerprint", record.model.get("fingerprint", "-"))]
+    if record.protocol is not None:
+        header += [(k, str(v)) for k, v in record.protocol.to_dict().items()] + [("protocol hash", record.protocol.hash)]
+    header += [(f"options.{k}", json.dumps(v, default=str) if isinstance(v, (dict, list)) else str(v))
+               for k, v in record.options.items()]
+    header += [("reachlens", str(record.reachlens_version)), ("command", " ".join(record.command or ()) or "-")]
+    head_df = pd.DataFrame(header, columns=["field", "value"])
+    # summary.json holds no NaN: a number the run could not define is null, shown as "undefined"
+    flat = {k: ("undefined" if v is None else f"{v:.3f}" if isinstance(v, float) and math.isfinite(v) else
+                "undefined" if isinstance(v, float) else str(v))
+            for k, v in summary.items() if not isinstance(v, (dict, list))}
+    summary_df = pd.DataFrame({"metric": list(flat), "value": list(flat.values())})
+    tables = _run_tables(run, record.kind)
+    title = f"reachlens {record.kind} run"
+    md = [f"# {title}", "", "## Run", "", _md_table(head_df), "## Summary", "", _md_table(summary_df)]
+    body = [f"<h1>{html.escape(title)}</h1>", "<h2>Run</h2>", _kv_table(head_df),
+            "<h2>Summary</h2>", _kv_table(summary_df)]
+    for name, df in tables:
+        md += [f"## {name}", "", _md_table(df)]
+        body += [f"<h2>{html.escape(name)}</h2>", f'<div class="scroll">{_html_table(df)}</div>']
+    page = f"""<!DOCTYPE html>
+<html><head><meta charset="utf-8"><title>{html.escape(title)}</title>
+<style>body{{font-family:sans-serif;max-width:1100px;margin:2em auto;}} .tbl td,.tbl th{{padding:4px 10px;text-align:right}}
+.kv td{{padding:2px 10px;text-align:left;vertical-align:top}} .kv td:first-child{{font-weight:bold}} .scroll{{overflow-x:auto}}</style>
+</head><body>
+{''.join(body)}
+</body></html>
+"""
+    html_path, md_path = out / "report.html", out / "report.md"
+    html_path.write_text(page)
+    md_path.write_text("\n".join(md))
     return html_path, md_path

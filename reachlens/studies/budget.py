@@ -16,14 +16,9 @@ import pandas as pd
 from reachlens.errors import ReachlensError
 from reachlens.protocol import ProtocolMismatch
 from reachlens.store import AuditDir, run_differences
-from reachlens.studies.auditing import (
-    AuditResult,
-    _identity,
-    _in_task_order,
-    _question_table_update,
-    audit,
-    summarize,
-)
+from reachlens.models import identity_of
+from reachlens.records import in_task_order, update_question_table
+from reachlens.studies.auditing import AuditResult, audit
 from reachlens.tasks.base import Task
 
 __all__ = ["extend_budget", "require_audited_with"]
@@ -38,7 +33,7 @@ def require_audited_with(model, task: Task, result: AuditResult, what: str = "re
     this first: a control on another checkpoint would measure that checkpoint.
     """
     stored = {"protocol": result.protocol.to_dict(), "model": result.model, "data": result.data}
-    diffs, _ = run_differences(stored, None, _identity(model), task.data_identity)
+    diffs, _ = run_differences(stored, None, identity_of(model), task.data_identity)
     if diffs:
         raise ProtocolMismatch(diffs, what=f"the audit to {what} was made with another model or data",
                                fix="pass the model and the task (data file) the audit was made with")
@@ -71,13 +66,13 @@ def extend_budget(
     more = audit(model, sub, src.protocol.with_k(k - src.k), max_batch_rows=max_batch_rows, sample_offset=src.k,
                  progress=progress)
     samples = pd.concat([src.samples, more.samples], ignore_index=True)
-    questions = _question_table_update(src.questions, samples, k)
-    questions, samples = _in_task_order(questions, samples, ids)
+    questions = update_question_table(src.questions, samples, k)
+    questions, samples = in_task_order(questions, samples, ids)
     protocol = dataclasses.replace(src.protocol, k=k)
     result = AuditResult(protocol, src.model, questions, samples, src.data)
     if out is not None:
         store = AuditDir(out)
         with store.writer():
             store.open(protocol, src.model, extra={"extended_from_k": src.k}, data=src.data)
-            store.consolidate(questions, samples, summarize(result))
+            store.consolidate(questions, samples, result.summary())
     return result

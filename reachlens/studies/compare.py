@@ -34,7 +34,7 @@ from reachlens.errors import ReachlensError, ReachlensWarning
 from reachlens.protocol import ProtocolMismatch
 from reachlens.store import run_differences
 from reachlens.studies.auditing import AuditResult
-from reachlens.studies.metrics import budget_grid, crossovers, pass_at_k_matrix
+from reachlens.studies.metrics import budget_grid, pass_at_k_matrix, sign_changes
 from reachlens.studies.stats import (
     N_BOOT,
     holm,
@@ -45,7 +45,7 @@ from reachlens.studies.stats import (
     wilson_interval,
 )
 
-__all__ = ["Comparison", "compare", "crossings", "propensity_bins", "truncation_parity", "DEFAULT_BINS",
+__all__ = ["Comparison", "compare", "crossovers", "propensity_bins", "truncation_parity", "DEFAULT_BINS",
            "REALIZED_FATES", "REACH_FATES", "TRUNCATION_MARGIN"]
 
 REALIZED_FATES = ("kept", "gained", "lost", "never")
@@ -74,7 +74,6 @@ class Comparison:
     seed: int = 0
     """Seed of the bootstrap and of the Monte Carlo permutation tests."""
 
-    @property
     def summary(self) -> dict[str, Any]:
         """Counts, rates and deltas of the join, each delta with its paired test and interval.
 
@@ -103,7 +102,7 @@ class Comparison:
         ci = {col: list(wilson_interval(c, n)) for col, c in counts.items()}
         d_real = (q["trained_realized"].astype(float) - q["base_realized"].astype(float)).to_numpy()
         d_reach = (q["trained_reachable"].astype(float) - q["base_reachable"].astype(float)).to_numpy()
-        curve = self.pass_at_k()
+        curve = self.pass_at_k_curve()
         return {
             "base": self.base.model.get("spec"), "trained": self.trained.model.get("spec"),
             "n": n, "k": self.base.k,
@@ -146,11 +145,11 @@ class Comparison:
     def propensity_bins(self, bins: tuple[float, ...] = DEFAULT_BINS) -> pd.DataFrame:
         return propensity_bins(self.questions, bins)
 
-    def pass_at_k(self, *, n_boot: int | None = None, level: float = 0.95, seed: int | None = None) -> pd.DataFrame:
+    def pass_at_k_curve(self, *, n_boot: int | None = None, level: float = 0.95, seed: int | None = None) -> pd.DataFrame:
         """Both checkpoints' pass@k at k = 1, 2, 4, ... K and their difference, tested at every k.
 
         Columns ``k, base, trained, delta`` (trained - base, each the mean over the questions defined at
-        that k, as :attr:`AuditResult.pass_at_k`), ``delta_lo, delta_hi`` (the ``level`` percentile
+        that k, as :meth:`AuditResult.pass_at_k_curve`), ``delta_lo, delta_hi`` (the ``level`` percentile
         interval of the mean per-question difference, resampling questions: ``n_boot`` draws, ``seed``;
         the comparison's own by default), ``p`` (two-sided sign-flip test of the mean per-question
         difference) and ``p_holm`` (``p`` Holm-adjusted over the ks of this table).
@@ -186,19 +185,19 @@ class Comparison:
 
         A trained model ahead at k=1 that the base overtakes at k=64 gives ``[64]``: from that budget on,
         the base reaches more questions than the trained model. With ``outside_noise=True`` only the
-        crossings whose new sign is significant at that k are kept (the paired interval of
-        :meth:`pass_at_k`, options passed on, lies wholly on the new side of 0).
+        crossovers whose new sign is significant at that k are kept (the paired interval of
+        :meth:`pass_at_k_curve`, options passed on, lies wholly on the new side of 0).
         """
-        return crossings(self.pass_at_k(**interval), outside_noise=outside_noise)
+        return crossovers(self.pass_at_k_curve(**interval), outside_noise=outside_noise)
 
     def fate_counts(self) -> pd.DataFrame:
         """Counts of every (realized fate, reach fate) pair."""
         return self.questions.groupby(["realized_fate", "reach_fate"]).size().rename("n").reset_index()
 
 
-def crossings(curve: pd.DataFrame, *, outside_noise: bool = False) -> list[int]:
-    """The crossovers of a :meth:`Comparison.pass_at_k` table (see :meth:`Comparison.crossovers`)."""
-    ks = crossovers(curve["k"].tolist(), curve["base"].tolist(), curve["trained"].tolist())
+def crossovers(curve: pd.DataFrame, *, outside_noise: bool = False) -> list[int]:
+    """The crossovers of a :meth:`Comparison.pass_at_k_curve` table (see :meth:`Comparison.crossovers`)."""
+    ks = sign_changes(curve["k"].tolist(), curve["base"].tolist(), curve["trained"].tolist())
     if not outside_noise:
         return ks
     at = curve.set_index("k")
@@ -227,7 +226,7 @@ def compare(
             different data (data identity or any question's gold), or the question sets differ.
 
     >>> cmp = compare("runs/base", "runs/grpo")  # doctest: +SKIP
-    >>> cmp.summary["gained_from_base_reachable"]  # doctest: +SKIP
+    >>> cmp.summary()["gained_from_base_reachable"]  # doctest: +SKIP
     """
     b, t = _as_result(base), _as_result(trained)
     if k is not None:

@@ -149,7 +149,7 @@ def length_table(before: Comparison, after: Comparison) -> pd.DataFrame:
     both sides and their deltas with paired intervals and McNemar p-values."""
     rows = []
     for c in (before, after):
-        s = c.summary
+        s = c.summary()
         rows.append({"max_new_tokens": c.base.protocol.max_new_tokens,
                      "truncated_samples_base": s["truncation"]["samples_base"],
                      "truncated_samples_trained": s["truncation"]["samples_trained"],

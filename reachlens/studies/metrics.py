@@ -1,4 +1,4 @@
-"""Estimators shared by the studies: unbiased pass@k, its curve and crossovers.
+"""Estimators shared by the studies: unbiased pass@k, its curve and its sign changes.
 
 The tests and intervals on differences live in :mod:`reachlens.studies.stats`.
 
@@ -19,7 +19,7 @@ import pandas as pd
 
 from reachlens.errors import ReachlensError
 
-__all__ = ["pass_at_k", "pass_at_k_matrix", "pass_at_k_curve", "budget_grid", "crossovers"]
+__all__ = ["pass_at_k", "pass_at_k_matrix", "pass_at_k_curve", "budget_grid", "sign_changes"]
 
 
 def pass_at_k(n: int, c: int, k: int) -> float:
@@ -80,16 +80,16 @@ def pass_at_k_curve(n: Iterable[int], c: Iterable[int], ks: Sequence[int]) -> pd
     return pd.DataFrame(rows)
 
 
-def crossovers(ks: Sequence[int], a: Sequence[float], b: Sequence[float], tol: float = 1e-9) -> list[int]:
+def sign_changes(ks: Sequence[int], a: Sequence[float], b: Sequence[float], tol: float = 1e-9) -> list[int]:
     """The ks at which the sign of ``b - a`` flips: each is the first k of the new sign.
 
     Points where the curves are equal (within ``tol``) or undefined carry no sign and are passed over,
     so a touch without a crossing is not one. The pass@k crossover of a base ``a`` and a trained ``b``
     model is the budget from which the base reaches more questions than the trained model.
 
-    >>> crossovers([1, 2, 4, 8], [0.3, 0.5, 0.7, 0.9], [0.4, 0.55, 0.7, 0.85])
+    >>> sign_changes([1, 2, 4, 8], [0.3, 0.5, 0.7, 0.9], [0.4, 0.55, 0.7, 0.85])
     [8]
-    >>> crossovers([1, 2], [0.3, 0.5], [0.3, 0.5])
+    >>> sign_changes([1, 2], [0.3, 0.5], [0.3, 0.5])
     []
     """
     if not len(ks) == len(a) == len(b):

@@ -38,11 +38,11 @@ import pandas as pd
 
 from reachlens.errors import ReachlensError
 from reachlens.protocol import Protocol
-from reachlens.store import read_json, write_json
+from reachlens.store import RunDir, RunRecord, read_json, write_json
 from reachlens.studies.auditing import AuditResult, audit
 from reachlens.studies.budget import extend_budget
 from reachlens.studies._progress import ProgressBoard
-from reachlens.studies.compare import TRUNCATION_MARGIN, Comparison, compare, crossings, truncation_parity
+from reachlens.studies.compare import TRUNCATION_MARGIN, Comparison, compare, crossovers, truncation_parity
 from reachlens.studies.controls import (
     left_reachable,
     length_table,
@@ -50,9 +50,19 @@ from reachlens.studies.controls import (
     rerun_at_length,
     temperature_table,
 )
-from reachlens.studies.stats import holm
+from reachlens.studies.stats import N_BOOT, holm
 
-__all__ = ["StudyPlan", "TrainingAudit", "load_training_audit", "pairs_from_dirs", "run_training_audit"]
+__all__ = ["StudyDir", "StudyPlan", "TrainingAudit", "load_training_audit", "pairs_from_dirs", "run_training_audit",
+           "single_audit"]
+
+
+class StudyDir(RunDir):
+    """A training audit's run directory: ``run.json``, ``study.json`` (the plan, wall times),
+    ``audits/`` (one audit directory per checkpoint and control) and ``controls/`` (the temperature
+    control's re-probes)."""
+
+    kind = "training_audit"
+    own_names = ("study.json", "audits", "controls")
 
 
 @dataclass(frozen=True)
@@ -142,6 +152,19 @@ class TrainingAudit:
         return {(a, b): compare(self.audits[a], self.audits[b]) for a, b in self.plan.pairs
                 if a in self.audits and b in self.audits}
 
+    def summary(self) -> dict[str, Any]:
+        """Each checkpoint's D and O_K with 95 % Wilson intervals (and O_2K of the budget control) and
+        truncation shares; each pair's fate counts and deltas with their paired intervals, McNemar p and
+        Holm p (over :attr:`holm_family`)."""
+        audits = {name: {"D": r.D, "D_ci": list(r.D_ci), "O_K": r.O_K, "O_K_ci": list(r.O_K_ci), "k": r.k,
+                         "truncated_samples": r.truncated_samples, "truncated_deployed": r.truncated_deployed,
+                         **({"O_2K": self.extended[name].O_K} if name in self.extended else {})}
+                  for name, r in self.audits.items()}
+        head = self.headline()
+        pairs = {row.pop("pair"): row for row in head.to_dict("records")}
+        return {"audits": audits, "pairs": pairs, "holm_family": self.holm_family, "bootstrap_resamples": N_BOOT,
+                "wall_seconds": dict(self.wall_seconds)}
+
     def headline(self) -> pd.DataFrame:
         """Per pair: D and O_K on both sides, each delta with its paired interval and tests.
 
@@ -152,7 +175,7 @@ class TrainingAudit:
         """
         rows = []
         for (a, b), c in self.comparisons().items():
-            s = c.summary
+            s = c.summary()
             rows.append({"pair": f"{a} -> {b}", "D_base": s["D_base"], "D_trained": s["D_trained"],
                          "delta_D": s["delta_D"], "delta_D_lo": s["delta_D_ci"][0], "delta_D_hi": s["delta_D_ci"][1],
                          "gained": s["gained"], "lost": s["lost"], "p_realized": s["mcnemar_realized_p"],
@@ -187,7 +210,7 @@ class TrainingAudit:
     def pass_at_k_deltas(self) -> pd.DataFrame:
         """Per pair and k: pass@k on both sides, the difference with its paired 95 % bootstrap interval,
         the sign-flip p and that p Holm-adjusted over the ks of the pair."""
-        frames = [c.pass_at_k().assign(pair=f"{a} -> {b}") for (a, b), c in self.comparisons().items()]
+        frames = [c.pass_at_k_curve().assign(pair=f"{a} -> {b}") for (a, b), c in self.comparisons().items()]
         if not frames:
             return pd.DataFrame(columns=["pair", "k", "base", "trained", "delta", "delta_lo", "delta_hi", "p", "p_holm"])
         df = pd.concat(frames, ignore_index=True)
@@ -209,12 +232,12 @@ class TrainingAudit:
         difference at that k excludes 0)."""
         rows = []
         for (a, b), c in self.comparisons().items():
-            curve = c.pass_at_k()
+            curve = c.pass_at_k_curve()
             first, last = curve.iloc[0], curve.iloc[-1]
             rows.append({"pair": f"{a} -> {b}", "pass@1_base": first["base"], "pass@1_trained": first["trained"],
                          "K": int(last["k"]), "pass@K_base": last["base"], "pass@K_trained": last["trained"],
-                         "crossover_k": ", ".join(map(str, crossings(curve))) or "none",
-                         "outside_noise": ", ".join(map(str, crossings(curve, outside_noise=True))) or "none"})
+                         "crossover_k": ", ".join(map(str, crossovers(curve))) or "none",
+                         "outside_noise": ", ".join(map(str, crossovers(curve, outside_noise=True))) or "none"})
         return pd.DataFrame(rows)
 
     def budget_control(self) -> pd.DataFrame:
@@ -323,19 +346,18 @@ def run_training_audit(
                          "pass load=None, or workers=1 to use a custom loader")
     root = Path(out)
     study_file = root / "study.json"
-    if root.exists() and not root.is_dir():
-        raise ReachlensError(f"study directory {str(root)!r} is a file; choose a directory for the study")
-    if root.is_dir() and not study_file.is_file():
-        foreign = sorted(p.name for p in root.iterdir() if p.name != "audits")
-        if foreign:
-            raise ReachlensError(f"{str(root)!r} is not empty ({', '.join(foreign[:5])}) and is not a study directory "
-                                 "(no study.json); choose a new or empty directory (nothing in it was touched)")
-    (root / "audits").mkdir(parents=True, exist_ok=True)
-    if study_file.is_file():
-        old = StudyPlan.from_dict(read_json(study_file, "study file")["plan"])
-        if old != plan:
-            raise ReachlensError(f"study directory {str(root)!r} holds another plan; use a new --out or delete it")
-    write_json(study_file, {"plan": plan.to_dict()})
+    run = StudyDir(root)
+    with run.writer():
+        if study_file.is_file():
+            old = StudyPlan.from_dict(read_json(study_file, "study file")["plan"])
+            if old != plan:
+                raise ReachlensError(f"study directory {str(root)!r} holds another plan; use a new directory (out=) "
+                                     "or delete it")
+        plan_dict = plan.to_dict()
+        options = {k: v for k, v in plan_dict.items() if k != "protocol"}
+        run.start(RunRecord.new("training_audit", plan.protocol, dict(plan.models), None, options))
+        (root / "audits").mkdir(exist_ok=True)
+        write_json(study_file, {"plan": plan_dict})
     walls: dict[str, float] = {}
     board = ProgressBoard()
     log = log or board.write
@@ -363,7 +385,10 @@ def run_training_audit(
         board.close()
     old_walls = read_json(study_file, "study file").get("wall_seconds", {})
     write_json(study_file, {"plan": plan.to_dict(), "wall_seconds": {**old_walls, **walls}})
-    return load_training_audit(root)
+    study = load_training_audit(root)
+    with run.writer():
+        run.write_summary(study.summary())
+    return study
 
 
 def _audit_in_workers(
@@ -631,3 +656,11 @@ def pairs_from_dirs(dirs: Sequence[str | Path], *, k: int | None = None) -> Trai
     plan = StudyPlan({n: r.model.get("spec", n) for n, r in results.items()},
                      tuple((names[0], n) for n in names[1:]), first.protocol)
     return TrainingAudit(plan, Path(dirs[0]).parent, results, {}, {}, {})
+
+
+def single_audit(path: str | Path) -> TrainingAudit:
+    """A study view over one audit directory (no pairs): its D, O_K, pass@k and budget table."""
+    result = AuditResult.load(path)
+    name = Path(path).name or str(path)
+    plan = StudyPlan({name: result.model.get("spec", name)}, (), result.protocol)
+    return TrainingAudit(plan, Path(path), {name: result}, {}, {}, {})

@@ -386,7 +386,7 @@ def load_arith(path: str | Path | None = None, split: str = "test", seed: int = 
     """
     if path is not None:
         raise ReachlensError(f"task 'arith' is generated from a seed, not read from a file; "
-                         f"got path {str(path)!r}: drop it (and --data)")
+                         f"got path {str(path)!r}: drop it (and data=)")
     if split not in ("train", "test"):
         raise ReachlensError(f"arith has splits 'train' and 'test', not {split!r}")
     known = {f.name for f in dataclasses.fields(ArithConfig)} - {"seed"}

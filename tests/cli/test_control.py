@@ -23,12 +23,18 @@ def test_temperature_control_prints_and_writes_its_table(audit_dirs, tmp_path, c
     assert main(["control", "temperature", str(audit_dirs / "base"), str(audit_dirs / "sft"),
                  "--temperatures", "0.6,1.2", "--out", str(out)]) == 0
     printed = capsys.readouterr().out
-    table = pd.read_csv(out / "temperature.csv")
+    table = pd.read_csv(out / "temperature_control.csv")
     assert table["temperature"].tolist() == [0.8, 0.6, 1.2]
     n_left = int(table["n_reprobed"].iloc[0])
     assert n_left > 0 and f"{n_left} questions left the reachable set (K=4, T=0.8)" in printed
     assert (out / "T0.6" / "summary.json").is_file() and (out / "T1.2" / "summary.json").is_file()
     assert "share_lo" in printed
+    # a run directory: `reachlens show` and `reachlens report` read it
+    assert main(["show", str(out)]) == 0
+    shown = capsys.readouterr().out
+    assert "temperature_control" in shown
+    assert main(["report", str(out)]) == 0
+    assert (out / "report.html").is_file()
 
 
 def test_length_control_prints_both_lengths(audit_dirs, tmp_path, capsys):
@@ -38,7 +44,7 @@ def test_length_control_prints_both_lengths(audit_dirs, tmp_path, capsys):
                  "--out", str(out)]) == 0
     printed = capsys.readouterr().out
     assert "cut at max_new_tokens=40" in printed
-    assert pd.read_csv(out / "length.csv")["max_new_tokens"].tolist() == [40, 64]
+    assert pd.read_csv(out / "length_control.csv")["max_new_tokens"].tolist() == [40, 64]
     assert (out / "base" / "summary.json").is_file() and (out / "trained" / "summary.json").is_file()
 
 

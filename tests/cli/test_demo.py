@@ -39,7 +39,7 @@ def test_demo_audits_the_lineage_and_prints_every_table(tmp_path, capfd):
     assert (out / "report.md").read_text().startswith("# Training audit")
     # the temperature control re-probed every pair's left questions at the three temperatures
     for (a, b), c in study.comparisons().items():
-        if c.summary["left"]:
+        if c.summary()["left"]:
             assert set(study.reprobes[(a, b)]) == {0.6, 1.0, 1.2}
     assert study.plan.length_max_new_tokens == 192
 

@@ -60,7 +60,7 @@ def test_routing_runs_every_cell_and_rebuilds_its_report(tmp_path, capsys):
     assert len(cells) == 12
     # each zoo model is routed in its native prompt format (zoo:sft was trained on "verbose" prompts)
     assert set(zip(cells["model"], cells["task"])) == {("zoo:base", "arith[qa]"), ("zoo:sft", "arith[verbose]")}
-    assert (cells["n"] == 3).all() and (cells["oracle"] >= cells["greedy"]).all()
+    assert (cells["n"] == 3).all() and (cells["O_K"] >= cells["D"]).all()
     table = (out / "table.md").read_text()
     assert f"Command: `python experiments/routing.py {' '.join(argv)}`" in table
     assert "## Oracle difference at matched K (random - structured)" in table

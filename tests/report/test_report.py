@@ -23,12 +23,10 @@ P4 = Protocol("arith", k=4, temperature=1.0, max_new_tokens=12)
 
 
 def _write(study_dir: Path, name: str, result) -> None:
-    from reachlens.studies import summarize
-
     store = AuditDir(study_dir / "audits" / name)
     with store.writer():
         store.open(result.protocol, result.model, data=result.data)
-        store.consolidate(result.questions, result.samples, summarize(result))
+        store.consolidate(result.questions, result.samples, result.summary())
 
 
 @pytest.fixture()

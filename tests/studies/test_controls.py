@@ -77,7 +77,7 @@ def test_controls_refuse_another_model_and_bad_values(zoo):
 def test_length_control_reruns_both_sides_at_the_longer_decode(zoo):
     task, models, audits = zoo
     before = compare(audits["base"], audits["sft"])
-    assert before.summary["truncation"]["flagged"]  # cut at different rates at 40 new tokens
+    assert before.summary()["truncation"]["flagged"]  # cut at different rates at 40 new tokens
     longer = {n: rerun_at_length(models[n], task, audits[n], 64) for n in ("base", "sft")}
     assert longer["base"].protocol.max_new_tokens == 64 and longer["base"].k == P.k
     # a rerun at a longer decode is a fresh audit under that protocol
@@ -86,7 +86,7 @@ def test_length_control_reruns_both_sides_at_the_longer_decode(zoo):
     table = length_table(before, compare(longer["base"], longer["sft"]))
     assert table["max_new_tokens"].tolist() == [40, 64]
     assert table["truncated_samples_base"].iloc[1] <= table["truncated_samples_base"].iloc[0]
-    assert table.loc[0, "delta_D"] == pytest.approx(before.summary["delta_D"])
+    assert table.loc[0, "delta_D"] == pytest.approx(before.summary()["delta_D"])
 
 
 def test_study_runs_the_controls_and_reads_them_back(tmp_path):
