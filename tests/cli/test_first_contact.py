@@ -134,3 +134,17 @@ def test_report_of_a_folder_it_cannot_read_is_one_line(tmp_path, capsys):
     assert main(["report", str(tmp_path / "empty")]) == 2
     err = capsys.readouterr().err.strip()
     assert "\n" not in err and "is not a reachlens run directory (no run.json)" in err
+
+
+def test_audit_of_the_zoo_on_arith_runs_with_default_flags(tmp_path):
+    """`reachlens audit zoo:base --task arith` with no --max-new-tokens: the task's own decode length (96),
+    not a 256 that does not fit the zoo's 256-token context."""
+    out = tmp_path / "a"
+    assert main(["audit", "zoo:base", "--task", "arith", "--n", "2", "--k", "2", "--out", str(out)]) == 0
+    protocol = json.loads((out / "run.json").read_text())["protocol"]
+    assert protocol["max_new_tokens"] == 96
+    # an explicit flag still wins
+    out2 = tmp_path / "b"
+    assert main(["audit", "zoo:base", "--task", "arith", "--n", "2", "--k", "2", "--max-new-tokens", "40",
+                 "--out", str(out2)]) == 0
+    assert json.loads((out2 / "run.json").read_text())["protocol"]["max_new_tokens"] == 40
