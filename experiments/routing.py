@@ -208,7 +208,7 @@ def report_only(args: argparse.Namespace) -> None:
 
 
 def write_report(args, out, cells, curves, audits, ceilings, log, wall, format_recovery) -> None:
-    from reachlens.studies.metrics import paired_bootstrap_ci
+    from reachlens.studies.stats import paired_bootstrap_ci
 
     cell_df = pd.DataFrame([{k: v for k, v in c.items() if k != "_reachable_q"} for c in cells])
     curve_df = pd.concat(curves, ignore_index=True) if curves else pd.DataFrame()

@@ -60,7 +60,8 @@ RUN_FILE = "run.json"
 LEGACY_HEADER = "protocol.json"
 """The header of an audit directory written before ``run.json`` (read as an audit; ``convert`` rewrites it)."""
 FORMAT = "reachlens-run"
-KINDS = ("audit", "comparison", "routing", "recognition", "silence", "steer", "units", "training_audit")
+KINDS = ("audit", "comparison", "routing", "recognition", "silence", "steer", "units", "training_audit",
+         "temperature_control", "length_control")
 """The kinds of run a directory can hold."""
 JOURNAL = ".rewrite.json"
 _TEMP_RE = re.compile(r"\..+\.\d+\.[0-9a-f]{8}\.tmp")

@@ -32,6 +32,7 @@ from reachlens.protocol import Protocol
 from reachlens.records import QUESTION_COLUMNS, SAMPLE_COLUMNS, canonical, in_task_order, update_question_table
 from reachlens.store import AuditDir
 from reachlens.studies.metrics import budget_grid, pass_at_k_curve
+from reachlens.studies.stats import wilson_interval
 from reachlens.tasks.base import Question, Task
 
 __all__ = ["AuditResult", "audit", "check_context", "grade_questions"]
@@ -71,15 +72,39 @@ class AuditResult:
     def gap(self) -> float:
         return self.O_K - self.D
 
+    @property
+    def D_ci(self) -> tuple[float, float]:
+        """95 % Wilson interval of :attr:`D` (over the questions whose deployment was graded)."""
+        q = self.questions[self.questions["deployed_scored"]]
+        return wilson_interval(int(q["realized"].sum()), len(q))
+
+    @property
+    def O_K_ci(self) -> tuple[float, float]:
+        """95 % Wilson interval of :attr:`O_K`."""
+        return wilson_interval(int(self.questions["reachable"].sum()), self.n)
+
+    @property
+    def truncated_samples(self) -> float:
+        """Share of the K samples that stopped at ``max_new_tokens`` (``finish_reason == "length"``)."""
+        return float((self.samples["finish_reason"] == "length").mean()) if len(self.samples) else math.nan
+
+    @property
+    def truncated_deployed(self) -> float:
+        """Share of the deployed (greedy) outputs that stopped at ``max_new_tokens``."""
+        return float((self.questions["deployed_finish"] == "length").mean()) if self.n else math.nan
+
     def pass_at_k_curve(self) -> pd.DataFrame:
         """Unbiased pass@k averaged over questions, k = 1, 2, 4, ... up to K (columns ``k``, ``pass_at_k``)."""
         return pass_at_k_curve(self.questions["n_scored"], self.questions["n_correct"], budget_grid(self.k))
 
     def summary(self) -> dict[str, Any]:
-        """D, O_K, gap, n, k, the protocol's hash, the model, unscored counts, data identity, pass@k."""
+        """D and O_K with their 95 % Wilson intervals, gap, n, k, the shares of samples and deployed outputs
+        cut at ``max_new_tokens``, the protocol's hash, the model, unscored counts, data identity, pass@k."""
         curve = self.pass_at_k_curve()
         return {
-            "D": self.D, "O_K": self.O_K, "gap": self.gap, "n": self.n, "k": self.k,
+            "D": self.D, "D_ci": list(self.D_ci), "O_K": self.O_K, "O_K_ci": list(self.O_K_ci), "gap": self.gap,
+            "n": self.n, "k": self.k,
+            "truncated_samples": self.truncated_samples, "truncated_deployed": self.truncated_deployed,
             "protocol_hash": self.protocol.hash, "model": self.model.get("spec"),
             "model_fingerprint": self.model.get("fingerprint"),
             "n_unscored_samples": int((~self.samples["scored"]).sum()) if len(self.samples) else 0,

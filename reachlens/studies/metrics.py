@@ -1,4 +1,6 @@
-"""Estimators shared by the studies: unbiased pass@k, its curve, sign changes and paired intervals.
+"""Estimators shared by the studies: unbiased pass@k, its curve and its sign changes.
+
+The tests and intervals on differences live in :mod:`reachlens.studies.stats`.
 
 pass@k for one question with n graded samples of which c are correct is the probability that k
 samples drawn without replacement from those n contain a correct one:
@@ -17,7 +19,7 @@ import pandas as pd
 
 from reachlens.errors import ReachlensError
 
-__all__ = ["pass_at_k", "pass_at_k_matrix", "pass_at_k_curve", "budget_grid", "sign_changes", "paired_bootstrap_ci"]
+__all__ = ["pass_at_k", "pass_at_k_matrix", "pass_at_k_curve", "budget_grid", "sign_changes"]
 
 
 def pass_at_k(n: int, c: int, k: int) -> float:
@@ -76,27 +78,6 @@ def pass_at_k_curve(n: Iterable[int], c: Iterable[int], ks: Sequence[int]) -> pd
         rows.append({"k": int(k), "pass_at_k": float(m[defined[:, j], j].mean()) if defined[:, j].any() else math.nan,
                      "n_questions": int(defined[:, j].sum())})
     return pd.DataFrame(rows)
-
-
-def paired_bootstrap_ci(diff: np.ndarray, *, n_boot: int = 2000, level: float = 0.95,
-                        seed: int = 0) -> tuple[float, float]:
-    """Percentile interval of the mean of per-question differences, resampling questions.
-
-    NaN differences (questions undefined on either side) are left out before resampling.
-
-    >>> paired_bootstrap_ci(np.zeros(10))
-    (0.0, 0.0)
-    """
-    d = np.asarray(diff, dtype=float)
-    d = d[~np.isnan(d)]
-    if not 0 < level < 1:
-        raise ReachlensError(f"level={level!r} must lie in (0, 1)")
-    if len(d) == 0:
-        return math.nan, math.nan
-    rng = np.random.default_rng(seed)
-    means = d[rng.integers(0, len(d), size=(n_boot, len(d)))].mean(axis=1)
-    tail = (1 - level) / 2
-    return float(np.quantile(means, tail)), float(np.quantile(means, 1 - tail))
 
 
 def sign_changes(ks: Sequence[int], a: Sequence[float], b: Sequence[float], tol: float = 1e-9) -> list[int]:
