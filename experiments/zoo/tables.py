@@ -20,26 +20,20 @@ and prints both tables. No model is run: the numbers are the cards'.
 from __future__ import annotations
 
 import argparse
-import math
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
 from reachlens.models.zoo import zoo_entries
-from reachlens.studies.metrics import paired_bootstrap_ci, pass_at_k
-
-Z = 1.959963984540054
+from reachlens.studies.metrics import pass_at_k
+from reachlens.studies.stats import paired_bootstrap_ci, wilson_interval
 
 
 def wilson(successes: int, n: int) -> tuple[float, float]:
-    """The 95% Wilson score interval of a proportion."""
-    if n == 0:
-        return math.nan, math.nan
-    p = successes / n
-    centre = (p + Z * Z / (2 * n)) / (1 + Z * Z / n)
-    half = Z * math.sqrt(p * (1 - p) / n + Z * Z / (4 * n * n)) / (1 + Z * Z / n)
-    return centre - half, centre + half
+    """The 95% Wilson score interval of a proportion, as floats."""
+    lo, hi = wilson_interval(successes, n)
+    return float(lo), float(hi)
 
 
 def per_question(card: dict) -> pd.DataFrame:
