@@ -1,7 +1,7 @@
 """``reachlens demo --out DIR``: the main job. The training audit of the shipped zoo, with report.
 
-Audits base, GRPO, DAPO, SFT and SFT-then-GRPO on the arith test split with the paper's protocol
-shape (n=300, T=0.8, K=200, budget control at 400), with the prompt-format control for the models
+Audits base, GRPO, DAPO, SFT and SFT-then-GRPO on the arith_hard test split (``--task arith`` for the
+pretraining mix) with the paper's protocol shape (n=300, T=0.8, K=200, budget control at 400), with the prompt-format control for the models
 trained in their own format (SFT and SFT-then-GRPO), the temperature control (each pair's questions
 that left the reachable set re-probed at T = 0.6, 1.0, 1.2) and the length control (a pair whose
 shares of outputs cut at max_new_tokens differ by more than 2 points is audited again at twice the
@@ -29,11 +29,16 @@ def register(sub) -> argparse.ArgumentParser:
     p.add_argument("--n", type=positive_int("--n"), default=300)
     p.add_argument("--k", type=positive_int("--k"), default=200)
     p.add_argument("--budget-k", type=positive_int("--budget-k"), default=400)
-    p.add_argument("--max-new-tokens", type=positive_int("--max-new-tokens"), default=96)
+    p.add_argument("--task", default="arith_hard", choices=["arith_hard", "arith"],
+                   help="the zoo's test tier: arith_hard (3-6 operations, room both ways; default) or arith (the "
+                        "pretraining mix, near the reachable ceiling)")
+    p.add_argument("--max-new-tokens", type=positive_int("--max-new-tokens"), default=None,
+                   help="decode length (default the task's own: arith 96, arith_hard 128)")
     p.add_argument("--temperatures", type=comma_list("--temperatures", float), default=[0.6, 1.0, 1.2],
                    help="temperature control: re-probe each pair's left questions at these (default 0.6,1.0,1.2)")
     p.add_argument("--length-max-new-tokens", type=positive_int("--length-max-new-tokens"), default=None,
-                   help="length control: rerun flagged pairs at this decode length (default twice --max-new-tokens)")
+                   help="length control: rerun flagged pairs at this decode length (default twice --max-new-tokens, "
+                        "at most what the zoo's context leaves after the longest prompt)")
     p.add_argument("--max-batch-rows", type=positive_int("--max-batch-rows"), default=4096,
                    help="most completions decoded together (the zoo's models are tiny)")
     p.add_argument("--workers", type=positive_int("--workers"), default=2,
@@ -51,6 +56,7 @@ def run(args: argparse.Namespace) -> int:
     from reachlens.protocol import Protocol
     from reachlens.report import text_summary, write_report
     from reachlens.studies.training_audit import StudyPlan, run_training_audit
+    from reachlens.tasks import load_task
 
     have = {e.name for e in zoo_entries()}
     missing = sorted(set(DEMO_MODELS) - have)
@@ -58,11 +64,12 @@ def run(args: argparse.Namespace) -> int:
         raise CLIError(f"zoo models {missing} are missing; build them with `make zoo`")
     # each checkpoint's native prompt format, as its training recorded it; the audits share "qa"
     native = {name: native_format(spec) or "qa" for name, spec in DEMO_MODELS.items()}
-    plan = StudyPlan(DEMO_MODELS, DEMO_PAIRS, Protocol("arith", k=args.k, temperature=0.8,
-                                                       max_new_tokens=args.max_new_tokens),
+    task = load_task(args.task, n=args.n)
+    max_new = args.max_new_tokens or task.max_new_tokens
+    length_max_new = args.length_max_new_tokens or min(2 * max_new, _room(task, native.values()))
+    plan = StudyPlan(DEMO_MODELS, DEMO_PAIRS, Protocol(args.task, k=args.k, temperature=0.8, max_new_tokens=max_new),
                      n=args.n, budget_k=args.budget_k, native_formats={n: f for n, f in native.items() if f != "qa"},
-                     control_temperatures=tuple(args.temperatures),
-                     length_max_new_tokens=args.length_max_new_tokens or 2 * args.max_new_tokens)
+                     control_temperatures=tuple(args.temperatures), length_max_new_tokens=length_max_new)
     t0 = time.perf_counter()
     study = run_training_audit(plan, args.out, max_batch_rows=args.max_batch_rows, workers=args.workers,
                                device=args.device, dtype=getattr(torch, args.dtype))
@@ -70,3 +77,16 @@ def run(args: argparse.Namespace) -> int:
     print(f"\nreport: {html_path}  ({time.perf_counter() - t0:.0f} s)\n")
     print(text_summary(study))
     return 0
+
+
+def _room(task, formats) -> int:
+    """New tokens the zoo's context leaves after the task's longest prompt (any of ``formats``): the zoo's
+    character tokenizer writes one token per character and adds none."""
+    import json
+
+    from reachlens.models.zoo import zoo_root
+
+    n_ctx = json.loads((zoo_root() / "base" / "config.json").read_text())["max_position_embeddings"]
+    longest = max(len(task.prompt(q, f)) for q in task.questions for f in {"qa", *formats})
+    return n_ctx - longest
+

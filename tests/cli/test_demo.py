@@ -41,7 +41,14 @@ def test_demo_audits_the_lineage_and_prints_every_table(tmp_path, capfd):
     for (a, b), c in study.comparisons().items():
         if c.summary()["left"]:
             assert set(study.reprobes[(a, b)]) == {0.6, 1.0, 1.2}
-    assert study.plan.length_max_new_tokens == 192
+    # the hard tier by default, at its own decode length; the length control at twice that, capped by what the
+    # zoo's 256-token context leaves after the longest prompt (one token per character)
+    from reachlens.tasks import load_task
+
+    assert study.plan.protocol.task == "arith_hard" and study.plan.protocol.max_new_tokens == 128
+    task = load_task("arith_hard", n=4)
+    longest = max(len(task.prompt(q, f)) for q in task.questions for f in ("qa", "verbose"))
+    assert study.plan.length_max_new_tokens == min(2 * 128, 256 - longest) < 256
 
 
 def test_demo_refuses_a_budget_control_below_k(tmp_path, capsys):
