@@ -192,6 +192,12 @@ def grade_questions(
 
 
 def _identity(model) -> dict[str, str]:
+    from reachlens.engine.backends import ModelSource
+
+    if isinstance(model, (str, ModelSource)):  # a model a worker will load: the identity of its files
+        from reachlens.models.loading import model_identity
+
+        return dataclasses.asdict(model_identity(model if isinstance(model, str) else model.spec))
     ident = getattr(model, "reachlens_identity", None)
     if isinstance(ident, ModelIdentity):
         return dataclasses.asdict(ident)
