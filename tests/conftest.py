@@ -121,7 +121,7 @@ def isolated_env(scratch: Path) -> dict[str, str]:
     return {**os.environ, "HOME": str(scratch / "home"), "TMPDIR": str(scratch / "tmp"), "RAY_TMPDIR": str(scratch / "ray"),
             "RAY_AUTH_MODE": "disabled", "RAY_USAGE_STATS_ENABLED": "0", "VLLM_HOST_IP": "127.0.0.1",
             "VLLM_NO_USAGE_STATS": "1", "DO_NOT_TRACK": "1", "VLLM_CACHE_ROOT": str(scratch / "vllm"),
-            "VLLM_CPU_KVCACHE_SPACE": "1", "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1"}
+            "VLLM_CPU_KVCACHE_SPACE": "1", "HF_HUB_OFFLINE": "1"}
 
 
 def isolated_command(cmd: list[str]) -> list[str]:

@@ -44,13 +44,20 @@ def main() -> int:
     sys.stdout = sys.stderr
     try:
         setup = json.loads(sys.stdin.readline())
+        import torch
         import vllm
         from vllm import LLM, SamplingParams
         from vllm.inputs import TokensPrompt
 
+        options = dict(setup.get("options", {}))
+        if not torch.cuda.is_available():
+            # CPU: no graph compilation (start-up), and no chunked prefill: vLLM rewinds a seeded
+            # request's generator after a partial prefill, which a CPU torch.Generator cannot do
+            options.setdefault("enforce_eager", True)
+            options.setdefault("enable_chunked_prefill", False)
         llm = LLM(model=setup["model"], tokenizer=setup["tokenizer"], dtype=setup["dtype"],
                   max_model_len=setup["max_model_len"], seed=0, trust_remote_code=False,
-                  load_format="safetensors", **setup.get("options", {}))
+                  load_format="safetensors", **options)
     except Exception as err:  # noqa: BLE001 - reported to the parent, which raises it
         traceback.print_exc()
         _send(proto, {"error": f"{type(err).__name__}: {err}"})
