@@ -81,3 +81,21 @@ def test_a_killed_ray_driver_resumes_in_one_process(isolated, single, tmp_path):
                               Protocol("arith", k=K, max_new_tokens=MAX_NEW_TOKENS), out=out, max_batch_rows=MAX_BATCH_ROWS)
     pd.testing.assert_frame_equal(resumed.questions, single.questions)
     pd.testing.assert_frame_equal(resumed.samples, single.samples)
+
+
+def test_demo_ray_schedules_the_lineage_on_the_cluster_with_the_same_tables(isolated, tmp_path):
+    from reachlens.cli import main
+
+    size = ["--n", "4", "--k", "4", "--budget-k", "8", "--max-new-tokens", "48", "--max-batch-rows", "10"]
+    run = isolated([sys.executable, "-m", "reachlens", "demo", "--ray", "--workers", "2", "--out", str(tmp_path / "ray"),
+                    *size], _scratch(), timeout=900)
+    assert run.returncode == 0, run.stderr[-3000:]
+    assert "base -> grpo" in run.stdout and "budget control:" in run.stdout
+    assert main(["demo", "--workers", "1", "--out", str(tmp_path / "local"), *size]) == 0
+    names = sorted(p.name for p in (tmp_path / "local" / "audits").iterdir())
+    assert len(names) == 12  # 5 checkpoints, their budget controls, 2 format controls
+    assert sorted(p.name for p in (tmp_path / "ray" / "audits").iterdir()) == names
+    for name in names:
+        for table in ("questions", "samples"):
+            pd.testing.assert_frame_equal(pd.read_parquet(tmp_path / "ray" / "audits" / name / f"{table}.parquet"),
+                                          pd.read_parquet(tmp_path / "local" / "audits" / name / f"{table}.parquet"))
