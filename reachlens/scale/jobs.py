@@ -23,7 +23,7 @@ from typing import Any
 
 import pandas as pd
 
-from reachlens.engine.backends import ModelSource, backend_of, bind_backend
+from reachlens.engine.backends import ModelSource, backend_of
 from reachlens.errors import ReachlensError
 from reachlens.protocol import Protocol
 from reachlens.store import AuditDir
@@ -113,8 +113,12 @@ def run_audits(
         for job in jobs:
             source = _source(job)
             protocol = job.protocol.resolved(job.task)
-            if protocol.backend != source.backend:
-                protocol = bind_backend(_Backend(source.backend), protocol)
+            if protocol.backend == "engine" and source.backend != "engine":  # the default follows the model
+                protocol = dataclasses.replace(protocol, backend=source.backend)
+            elif protocol.backend != source.backend:
+                raise ReachlensError(f"backend={protocol.backend!r} but {source.spec!r} is loaded for "
+                                     f"{source.backend!r}; pass the spec alone, or ModelSource(spec, "
+                                     f"backend={protocol.backend!r})")
             model_id = dataclasses.asdict(model_identity(source.spec))
             store = None
             if job.out is not None:
@@ -142,13 +146,6 @@ def run_audits(
                 progress(i, n_done[i])
         return [finish_audit(job.task, shard.protocol, shard.model_id, store, *fr)
                 for job, (shard, _), store, fr in zip(jobs, shards, stores, frames)]
-
-
-@dataclass(frozen=True)
-class _Backend:
-    """A stand-in model that only says which backend it runs on (to bind a protocol to a source)."""
-
-    reachlens_backend: str
 
 
 class LocalExecutor:
