@@ -5,6 +5,8 @@ its writer lock; the actors only decode. Each actor loads the checkpoint a slice
 :class:`~reachlens.engine.backends.ModelSource`: the spec, on its own node; the engine on ``cuda``
 when the actor has a GPU, or vLLM) and keeps it while its next slices need the same checkpoint, so a
 lineage of checkpoints (``reachlens demo --ray``) is scheduled as checkpoints x slices over one pool.
+The pool lives as long as the executor (until :meth:`RayExecutor.close`), so consecutive audits reuse
+its actors and the models they hold.
 
 Faults: an actor that dies (its process killed, its node lost) fails the slice it held; that
 slice goes back to the queue and is decoded by another actor, and a fresh actor replaces the dead
@@ -47,14 +49,14 @@ class _ShardWorker:
         self._quiet.__enter__()
         self.source = None
         self.model = None
-        self.prepared: set[int] = set()
+        self.prepared: set[str] = set()
 
     def pid(self) -> tuple[int, str]:
         import ray
 
         return os.getpid(), ray.util.get_node_ip_address()
 
-    def run(self, job_id: int, job: ShardJob, start: int, stop: int) -> tuple[pd.DataFrame, pd.DataFrame]:
+    def run(self, job_id: str, job: ShardJob, start: int, stop: int) -> tuple[pd.DataFrame, pd.DataFrame]:
         source = job.source
         if source.backend == "engine" and self.gpus and source.device == "cpu" and source.device_map is None:
             import dataclasses
@@ -106,6 +108,11 @@ class RayExecutor:
         self.init_options = dict(init_options or {})
         self.on_event = on_event
         self._owns_cluster = False
+        self._actors: dict[int, Any] = {}  # the pool: worker id -> actor, alive between runs
+        self._holds: dict[int, Any] = {}  # worker id -> the ModelSource it holds (affinity)
+        self._actor_cls: Any = None
+        self._next_id = 0
+        self._runs = 0
 
     # --- cluster -----------------------------------------------------------------------------------
     def _ray(self):
@@ -128,7 +135,15 @@ class RayExecutor:
         return ray
 
     def close(self) -> None:
-        """Stop the local cluster this executor started (a cluster it joined is left running)."""
+        """End the pool's actors, and stop the local cluster this executor started (a cluster it joined
+        is left running)."""
+        if self._actors:
+            import ray
+
+            for actor in self._actors.values():
+                ray.kill(actor)
+            self._actors.clear()
+            self._holds.clear()
         if self._owns_cluster:
             import ray
 
@@ -152,23 +167,22 @@ class RayExecutor:
         if not queue:
             return
         ray = self._ray()
+        self._runs += 1
         refs = [ray.put(job) for job, _ in shards]
-        actor_cls = ray.remote(num_cpus=self.cpus_per_worker, num_gpus=self.gpus_per_worker)(_ShardWorker)
-        n_workers = min(self.workers, len(queue))
-        actors: dict[int, Any] = {}
-        holds: dict[int, int | None] = {}  # actor -> the job whose checkpoint it holds (affinity)
+        keys = [f"{self._runs}.{i}" for i in range(len(shards))]  # a worker prepares each job once
+        if self._actor_cls is None:
+            self._actor_cls = ray.remote(num_cpus=self.cpus_per_worker, num_gpus=self.gpus_per_worker)(_ShardWorker)
+        actors, holds = self._actors, self._holds  # the pool outlives one run: its models stay loaded
         starting: dict[Any, int] = {}  # pid() ref -> actor
         running: dict[Any, tuple[int, int, tuple[int, int]]] = {}  # run() ref -> (actor, job, slice)
-        idle: list[int] = []
+        idle: list[int] = list(actors)
         attempts: collections.Counter = collections.Counter()
         failed_starts = 0
-        next_id = 0
 
         def spawn() -> None:
-            nonlocal next_id
-            a = next_id
-            next_id += 1
-            actors[a] = actor_cls.remote(float(self.gpus_per_worker))
+            a = self._next_id
+            self._next_id += 1
+            actors[a] = self._actor_cls.remote(float(self.gpus_per_worker))
             holds[a] = None
             starting[actors[a].pid.remote()] = a
 
@@ -176,16 +190,16 @@ class RayExecutor:
             while idle and queue:
                 a = idle.pop(0)
                 # a slice of the checkpoint this actor holds, else the next one in line
-                pick = next((n for n, (i, _) in enumerate(queue) if shards[i][0].source == shards[holds[a]][0].source),
-                            0) if holds[a] is not None else 0
+                pick = next((n for n, (i, _) in enumerate(queue) if shards[i][0].source == holds[a]), 0)
                 i, s = queue[pick]
                 del queue[pick]
-                holds[a] = i
-                running[actors[a].run.remote(i, refs[i], *s)] = (a, i, s)
+                holds[a] = shards[i][0].source
+                running[actors[a].run.remote(keys[i], refs[i], *s)] = (a, i, s)
                 self._event("start", worker=a, job=i, slice=s)
 
         def died(a: int, err: BaseException, lost: tuple[int, tuple[int, int]] | None) -> None:
             actors.pop(a, None)
+            holds.pop(a, None)
             if a in idle:
                 idle.remove(a)
             if lost is not None:
@@ -201,8 +215,9 @@ class RayExecutor:
                 self._event("died", worker=a, job=None, slice=None, attempt=0, error=str(err))
             spawn()
 
-        for _ in range(n_workers):
+        for _ in range(min(self.workers, len(queue)) - len(actors)):
             spawn()
+        finished = False
         try:
             while queue or running:
                 dispatch()
@@ -214,7 +229,7 @@ class RayExecutor:
                         pid, node = ray.get(ref)
                     except _actor_errors(ray) as err:
                         failed_starts += 1
-                        if failed_starts > self.max_attempts * n_workers:
+                        if failed_starts > self.max_attempts * self.workers:
                             raise ReachlensError(f"Ray workers keep dying before they start ({err})") from None
                         died(a, err, None)
                         continue
@@ -235,9 +250,14 @@ class RayExecutor:
                 idle.append(a)
                 self._event("done", worker=a, job=i, slice=s)
                 yield i, s, q_df, s_df
+            finished = True
         finally:
-            for actor in actors.values():
-                ray.kill(actor)
+            # after a clean run only actors still starting go; after a failure every actor does (their
+            # state is unknown); close() ends the rest
+            for a in list(actors):
+                if not finished or a in starting.values():
+                    ray.kill(actors.pop(a))
+                    holds.pop(a, None)
 
 
 def _actor_errors(ray) -> tuple[type[BaseException], ...]:
