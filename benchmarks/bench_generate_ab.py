@@ -42,16 +42,23 @@ def main() -> None:
     old = importlib.util.module_from_spec(spec)
     sys.modules["old_generate"] = old
     spec.loader.exec_module(old)
-    from reachlens.engine import Row, SamplingParams, generate
+    from reachlens.engine import Row, generate
     from reachlens.models import load_model
     from reachlens.models.testing import make_tiny_model
+    from reachlens.protocol import Protocol
 
     folder = str(make_tiny_model(args.family, Path(tempfile.mkdtemp()) / args.family)) if args.family else args.model
     model = load_model(folder)
     prompt = args.prompt.encode().decode("unicode_escape")
     rows = [Row(0, seed=s) for s in range(K)]
-    params = SamplingParams(NEW, TEMP, stop_at_eos=False)
-    versions = {"old": old.generate, "new": generate}
+    # the old file takes its own SamplingParams (before issue 15); this tree's engine takes the Protocol
+    protocol = Protocol("arith", k=1, temperature=TEMP, max_new_tokens=NEW)
+    old_params = old.SamplingParams(NEW, TEMP, stop_at_eos=False) if hasattr(old, "SamplingParams") else protocol
+    old_kw = {} if hasattr(old, "SamplingParams") else {"stop_at_eos": False}
+    versions = {
+        "old": lambda share: old.generate(model, [prompt], rows, old_params, share_prefixes=share, **old_kw),
+        "new": lambda share: generate(model, [prompt], rows, protocol, stop_at_eos=False, share_prefixes=share),
+    }
     print(f"model {folder}, K={K} x {NEW} tokens at T={TEMP}, {args.reps} alternating runs per version, 1 thread")
     print(f"{'mode':<22}{'CPU s old':>10}{'CPU s new':>10}{'new/old':>9}{'wall s old':>12}{'wall s new':>11}{'new/old':>9}")
     for share in (True, False):
@@ -61,7 +68,7 @@ def main() -> None:
         for i in range(args.reps):
             for name in ("old", "new") if i % 2 == 0 else ("new", "old"):
                 c0, w0 = time.process_time(), time.perf_counter()
-                outs = versions[name](model, [prompt], rows, params, share_prefixes=share)
+                outs = versions[name](share)
                 cpu[name].append(time.process_time() - c0)
                 wall[name].append(time.perf_counter() - w0)
                 tokens[name] = [o.token_ids for o in outs]

@@ -90,7 +90,8 @@ def main() -> None:
 
     from transformers import AutoModelForCausalLM
 
-    from reachlens.engine import Row, SamplingParams, describe, generate, tokenizer_of
+    from reachlens.engine import Row, describe, generate, tokenizer_of
+    from reachlens.protocol import Protocol
     from reachlens.models import load_model
 
     dtype = getattr(torch, args.dtype)
@@ -111,7 +112,8 @@ def main() -> None:
     with torch.inference_mode():
         ref = hf.generate(ids, do_sample=False, max_new_tokens=args.new, eos_token_id=None,
                           pad_token_id=tok.pad_token_id)[0, ids.shape[1]:].tolist()
-    ours = list(generate(bridge, [PROMPT], [Row(0)], SamplingParams(args.new, stop_at_eos=False))[0].token_ids)
+    ours = list(generate(bridge, [PROMPT], [Row(0)], Protocol.greedy("arith", max_new_tokens=args.new),
+                         stop_at_eos=False)[0].token_ids)
     first_diff = next((i for i, (a, b) in enumerate(zip(ours, ref)) if a != b), None)
     print(f"greedy equal to HF generate(do_sample=False): {ours == ref}"
           + ("" if first_diff is None else f" (first difference at token {first_diff})"))
@@ -124,10 +126,10 @@ def main() -> None:
         assert out.shape == (args.k, ids.shape[1] + args.new)
 
     rows = [Row(0, seed=s) for s in range(args.k)]
-    params = SamplingParams(args.new, args.temperature, stop_at_eos=False)
+    probe = Protocol("arith", k=args.k, temperature=args.temperature, max_new_tokens=args.new)
 
     def reachlens_generate(share: bool = True):
-        outs = generate(bridge, [PROMPT], rows, params, share_prefixes=share)
+        outs = generate(bridge, [PROMPT], rows, probe, stop_at_eos=False, share_prefixes=share)
         assert all(len(o.token_ids) == args.new for o in outs)
 
     methods = {"(a) HF generate": hf_generate, "reachlens": reachlens_generate,

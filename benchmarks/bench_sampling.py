@@ -52,7 +52,8 @@ def main() -> None:
 
     from transformers import AutoModelForCausalLM
 
-    from reachlens.engine import Row, SamplingParams, describe, generate
+    from reachlens.engine import Row, describe, generate
+    from reachlens.protocol import Protocol
     from reachlens.models import load_model
     from reachlens.models.testing import make_tiny_llama, make_tiny_model
 
@@ -77,7 +78,7 @@ def main() -> None:
 
     # exactness first
     ref = hf.generate(ids, do_sample=False, max_new_tokens=NEW, eos_token_id=None, pad_token_id=tok.pad_token_id)
-    ours = generate(bridge, [prompt], [Row(0)], SamplingParams(NEW, stop_at_eos=False))[0]
+    ours = generate(bridge, [prompt], [Row(0)], Protocol.greedy("arith", max_new_tokens=NEW), stop_at_eos=False)[0]
     exact = list(ours.token_ids) == ref[0, ids.shape[1]:].tolist()
     print(f"greedy equal to HF generate(do_sample=False): {exact}")
 
@@ -94,10 +95,10 @@ def main() -> None:
         assert out.shape[0] == K
 
     rows = [Row(0, seed=s) for s in range(K)]
-    params = SamplingParams(NEW, TEMP, stop_at_eos=False)
+    probe = Protocol("arith", k=K, temperature=TEMP, max_new_tokens=NEW)
 
     def reachlens_generate(share: bool = True):
-        outs = generate(bridge, [prompt], rows, params, share_prefixes=share)
+        outs = generate(bridge, [prompt], rows, probe, stop_at_eos=False, share_prefixes=share)
         assert all(len(o.token_ids) == NEW for o in outs)
         return len({o.token_ids for o in outs})
 

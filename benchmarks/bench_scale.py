@@ -76,7 +76,8 @@ def throughput(args) -> dict:
     from transformers import AutoModelForCausalLM
 
     import reachlens
-    from reachlens.engine import Row, SamplingParams, generate, row_seed
+    from reachlens import Protocol
+    from reachlens.engine import Row, generate, row_seed
     from reachlens.engine.backends import load_vllm
     from reachlens.engine.tokens import encode_prompts
     from reachlens.models.loading import resolve_spec
@@ -85,7 +86,7 @@ def throughput(args) -> dict:
     fmt = task.format(task.default_format)
     prompts = [fmt.render(q) for q in task.questions]
     qids = [q.question_id for q in task.questions]
-    params = SamplingParams(max_new_tokens=args.max_new_tokens, temperature=0.8)
+    params = Protocol(args.task, k=args.k, temperature=0.8, max_new_tokens=args.max_new_tokens, stop=())
     rows = [Row(i, row_seed(0, q, j)) for i, q in enumerate(qids) for j in range(args.k)]
     dtype = getattr(torch, args.dtype)
     engine = reachlens.load_model(args.model, device=args.device, dtype=dtype)

@@ -18,7 +18,8 @@ For each case (each ``--model``, plus a magnitude-pruned copy of the first one w
 4. the top-k MLP units of the best layer (ranked by their share of the difference along v): repair
    of silencing only them, as a fraction of the whole-MLP repair, beside k random units.
 
-Writes ``OUT/cases.md`` / ``cases.csv`` (one row per case), per-case directories with every table,
+Writes ``OUT/cases.md`` / ``cases.csv`` (one row per case), per-case directories (``CASE/sets.json``, and
+one run directory per sweep: ``CASE/silence``, ``CASE/steer``, ``CASE/units``) with every table,
 and ``OUT/report.md`` + ``OUT/figures.html`` (plotly, self-contained). One torch thread by default
 (the machine is shared); ``--max-failures`` / ``--max-healthy`` cap the sets to bound the run time.
 """
@@ -37,11 +38,12 @@ import torch
 
 from reachlens.models.pruning import PruneConfig, prune_checkpoint
 from reachlens.models import load_model
+from reachlens.protocol import Protocol
+from reachlens.records import markdown_table
 from reachlens.studies.causal import (
     best_alpha,
     best_layer,
     default_alphas,
-    markdown_table,
     mean_difference_direction,
     silence_sweep,
     steer_sweep,
@@ -50,7 +52,6 @@ from reachlens.studies.causal import (
 from reachlens.studies.recognition import (
     FailureRule,
     FailureSetTooSmall,
-    RecognitionConfig,
     TaskSpec,
     compare_modes,
     select_sets,
@@ -70,25 +71,25 @@ def run_case(name: str, spec: str, task_spec: TaskSpec, args: argparse.Namespace
     t0 = time.perf_counter()
     task = task_spec.load()
     model = load_model(spec)
-    result = compare_modes(model, task, RecognitionConfig(max_new_tokens=args.max_new_tokens))
+    result = compare_modes(model, task, Protocol.greedy(task_spec.name, max_new_tokens=args.max_new_tokens))
     case_dir = out / name
     case_dir.mkdir(parents=True, exist_ok=True)
-    result.questions.drop(columns=["gen_text"]).to_csv(case_dir / "questions.csv", index=False)
+    result.questions.drop(columns=["deployed_text"]).to_csv(case_dir / "questions.csv", index=False)
     s = result.summary()
     row = {"case": name, "model": spec, "n": s["n"], "acc": s["acc"], "acc_norm": s["acc_norm"],
-           "generation_acc": s["generation_acc"], "rec_right_gen_wrong": s["rec_right_gen_wrong"]}
+           "D": s["D"], "recognized_not_realized": s["recognized_not_realized"]}
     rule = FailureRule("acc", args.min_failures, args.max_failures, args.max_healthy)
     try:
         sets = select_sets(result, rule, task_spec)
     except FailureSetTooSmall as err:
         print(f"[{name}] {err}", flush=True)
-        return {"row": {**row, "failure_set": s["rec_right_gen_wrong"], "note": "failure set below the minimum"}}
+        return {"row": {**row, "failure_set": s["recognized_not_realized"], "note": "failure set below the minimum"}}
     sets.save(case_dir / "sets.json")
-    print(f"[{name}] acc={s['acc']:.3f} generation={s['generation_acc']:.3f} failure={len(sets.failure)} "
+    print(f"[{name}] acc={s['acc']:.3f} D={s['D']:.3f} failure={len(sets.failure)} "
           f"healthy={len(sets.healthy)} ({time.perf_counter() - t0:.0f}s)", flush=True)
 
     sweep = silence_sweep(model, task, sets)
-    sweep.save(case_dir)
+    sweep.save(case_dir / "silence")
     layer = best_layer(sweep.table, "mlp")
     at = sweep.table[sweep.table["layer"] == layer].set_index("component")
     print(f"[{name}] silence sweep done, best MLP layer {layer} ({time.perf_counter() - t0:.0f}s)", flush=True)
@@ -96,13 +97,13 @@ def run_case(name: str, spec: str, task_spec: TaskSpec, args: argparse.Namespace
     direction = mean_difference_direction(model, task, sets, layer, "mlp_out")
     steer = steer_sweep(model, task, sets, layer, alphas=default_alphas(direction, args.alpha_multiples),
                         direction=direction, control_seed=0)
-    steer.save(case_dir)
+    steer.save(case_dir / "steer")
     alpha = best_alpha(steer.table)
     st = steer.table[(steer.table["vector"] == "direction") & (steer.table["alpha"] == alpha)].iloc[0]
     print(f"[{name}] steering done, best alpha {alpha:.3g} ({time.perf_counter() - t0:.0f}s)", flush=True)
 
     units = units_sweep(model, task, sets, layer, ks=args.ks, block_repair=float(at.loc["mlp", "repair"]))
-    units.save(case_dir)
+    units.save(case_dir / "units")
     k_main = 32 if 32 in args.ks else args.ks[-1]
     u = units.table.set_index("k").loc[k_main]
     row.update({
@@ -188,7 +189,7 @@ def main(argv=None) -> int:
     cases = {name: run_case(name, spec, task_spec, args, out) for name, spec in specs.items()}
     table = pd.DataFrame([c["row"] for c in cases.values()])
     table.to_csv(out / "cases.csv", index=False)
-    md = markdown_table(table)
+    md = markdown_table(table, missing="-")
     (out / "cases.md").write_text(md + "\n")
     figs = figures(cases)
     html = ["<html><head><meta charset='utf-8'><title>mlp_veto</title></head><body><h1>MLP veto</h1>",
@@ -199,9 +200,9 @@ def main(argv=None) -> int:
               "## Cases", "", md, ""]
     for name, c in cases.items():
         if "sweep" in c:
-            report += [f"## {name}", "", "### Zero-ablation sweep", "", markdown_table(c["sweep"].drop(columns=["condition"])),
-                       "", "### Steering", "", markdown_table(c["steer"]), "", "### Top-k units", "",
-                       markdown_table(c["units"]), ""]
+            report += [f"## {name}", "", "### Zero-ablation sweep", "", markdown_table(c["sweep"].drop(columns=["condition"]), missing="-"),
+                       "", "### Steering", "", markdown_table(c["steer"], missing="-"), "", "### Top-k units", "",
+                       markdown_table(c["units"], missing="-"), ""]
     report += ["Figures: `figures.html` (plotly, self-contained).", ""]
     (out / "report.md").write_text("\n".join(report))
     (out / "run.json").write_text(json.dumps({"argv": sys.argv[1:] if argv is None else argv, "args": vars(args)}, indent=2, default=str) + "\n")

@@ -26,6 +26,11 @@ class Config:
     n: int | None = None
     budget_k: int | None = None
     native_formats: dict[str, str] = field(default_factory=dict)
+    control_temperatures: tuple[float, ...] = (0.6, 1.0, 1.2)
+    """Temperature control: re-probe each pair's questions that left the reachable set at these."""
+    length_factor: int = 2
+    """Length control: flagged pairs (truncation shares more than 2 points apart) rerun at this many
+    times the protocol's max_new_tokens."""
 
 
 CONFIGS = {
@@ -70,13 +75,15 @@ def main(argv=None) -> None:
     ap.add_argument("--n", type=int, default=None)
     ap.add_argument("--k", type=int, default=None)
     ap.add_argument("--budget-k", type=int, default=None)
+    ap.add_argument("--temperatures", default=None,
+                    help="temperature control, comma-separated (default the configuration's: 0.6,1.0,1.2); 'none' skips it")
     ap.add_argument("--device", default="cpu")
     ap.add_argument("--max-batch-rows", type=int, default=256)
     ap.add_argument("--out", required=True)
     args = ap.parse_args(argv)
 
     from reachlens.models import load_model
-    from reachlens.report import write_report
+    from reachlens.report import text_summary, write_report
     from reachlens.studies.training_audit import StudyPlan, run_training_audit
 
     cfg = CONFIGS[args.config]
@@ -95,12 +102,16 @@ def main(argv=None) -> None:
     if args.k:
         kwargs["k"] = args.k
     task = args.task or cfg.task
-    plan = StudyPlan(models, pairs, Protocol(task, **kwargs), n=args.n or cfg.n, data=args.data,
-                     budget_k=args.budget_k or cfg.budget_k, native_formats=cfg.native_formats)
+    temps = cfg.control_temperatures if args.temperatures is None else \
+        () if args.temperatures == "none" else tuple(float(t) for t in args.temperatures.split(","))
+    protocol = Protocol(task, **kwargs)
+    plan = StudyPlan(models, pairs, protocol, n=args.n or cfg.n, data=args.data,
+                     budget_k=args.budget_k or cfg.budget_k, native_formats=cfg.native_formats,
+                     control_temperatures=temps, length_max_new_tokens=cfg.length_factor * protocol.max_new_tokens)
     study = run_training_audit(plan, args.out, load=lambda spec: load_model(spec, device=args.device),
                                max_batch_rows=args.max_batch_rows)
     html_path, md_path = write_report(study, args.out)
-    print(study.headline().to_string(index=False, float_format=lambda x: f"{x:.3f}"))
+    print(text_summary(study))
     print(f"report: {html_path}\nsummary: {md_path}")
 
 

@@ -10,19 +10,19 @@ maximizing the answer-blind confidence objective. Each model is prompted in its 
 checkpoint's ``training.json`` names it; the task's default otherwise) unless ``--prompt-format``
 names one for all. Per cell the script reports
 
-* oracle@K of random routes and of each structured search, and their difference (random -
+* O_K (reachable at budget K) of random routes and of each structured search, and their difference (random -
   structured) with a paired bootstrap 95% interval over questions; each structured search also runs in
   oracle mode (``STRATEGY+oracle``: the objective is correctness, read from the grader, as when routes
   are searched to make training labels), which bounds what search with the answer can find at K;
-* the reach-vs-K curve (oracle@k for k = 1, 2, 4, ... K, read off the anytime searches);
-* greedy, each answer-blind selector (majority, confidence, lowest window, self-verification, the
+* the reach-vs-K curve (O_K at k = 1, 2, 4, ... K, read off the anytime searches);
+* D (the deployment), each answer-blind selector (majority, confidence, lowest window, self-verification, the
   search's own pick) and the gap recovery (S - G) / (O - G), "undefined" where O == G, with the
   median over cells;
-* the space ceiling: oracle over *every* route of the space (spaces of at most --exhaustive-max
+* the space ceiling: reachable over *every* route of the space (spaces of at most --exhaustive-max
   routes are decoded exhaustively once; the searches then find their evaluations memoized, which
   changes their cost, not their budget);
 * for reference, the same selectors on ordinary temperature samples from an audit (majority@K vs
-  oracle@K at the same K).
+  O_K at the same K).
 
 ``--report-only`` rebuilds every table and figure from what a run stored in --out (an interrupted run
 keeps its finished cells; ceilings and audits are kept as they finish).
@@ -45,19 +45,9 @@ import numpy as np
 import pandas as pd
 import torch
 
+from reachlens.records import markdown_table
+
 SELECTORS = ("majority", "confidence", "lowest_window", "self_verify", "search")
-
-
-def md_table(df: pd.DataFrame, floatfmt: str = "{:.3f}", nan: str = "undefined") -> str:
-    def cell(v):
-        if isinstance(v, float):
-            return nan if math.isnan(v) else floatfmt.format(v)
-        return str(v)
-
-    head = "| " + " | ".join(df.columns) + " |"
-    sep = "|" + "|".join("---" for _ in df.columns) + "|"
-    body = ["| " + " | ".join(cell(v) for v in row) + " |" for row in df.itertuples(index=False)]
-    return "\n".join([head, sep, *body])
 
 
 def slug(spec: str) -> str:
@@ -85,8 +75,7 @@ def run(args: argparse.Namespace) -> None:
     (out / "command.txt").write_text(command_line(args.argv) + "\n")  # what --report-only quotes later
     t_start = time.time()
     cells, curves, audits, ceilings, log = [], [], [], [], []
-    config = RoutingConfig(budget=args.budget, max_new_tokens=args.max_new_tokens, seed=args.seed,
-                           objective=args.objective, selectors=SELECTORS)
+    config = RoutingConfig(budget=args.budget, seed=args.seed, objective=args.objective, selectors=SELECTORS)
     tasks = {name: load_task(name, args.data, n=args.n) for name in args.tasks}
     # every cell's prompt format, settled before any decoding (a bad --prompt-format fails here)
     formats = {(spec, t): prompt_format_for(spec, tasks[t], args.prompt_format) for spec in args.models for t in tasks}
@@ -97,9 +86,10 @@ def run(args: argparse.Namespace) -> None:
             model, loaded = load_model(spec), spec
         n_layers = len(model.blocks)
         task = tasks[task_name]
-        evaluator = RouteEvaluator(model, task, max_new_tokens=args.max_new_tokens, prompt_format=fmt)
+        greedy = Protocol.greedy(task_name, max_new_tokens=args.max_new_tokens, prompt_format=fmt or "default")
+        evaluator = RouteEvaluator(model, task, greedy)
         cell_task = f"{task_name}[{evaluator.format.name}]"
-        cell_config = dataclasses.replace(config, prompt_format=evaluator.format.name)
+        cell_config = config
         options = {"skip": {"max_skip": args.max_skip}, "native": {"max_skip": args.max_skip,
                                                                    "max_repeat": args.max_repeat},
                    "reorder": {"window": args.reorder_window}}
@@ -136,8 +126,8 @@ def run(args: argparse.Namespace) -> None:
                 cells.append(cell_row(r, spec, cell_task, str(space), label, ceiling))
                 curve = reach_curve(r.candidates)
                 curves.append(curve.assign(**keys))
-                print(f"[{spec} {cell_task}] {space} {label}: greedy={s['greedy']:.3f} oracle@{args.budget}="
-                      f"{s['oracle']:.3f} majority={s['majority']:.3f} ({time.time() - t:.0f}s)",
+                print(f"[{spec} {cell_task}] {space} {label}: D={s['D']:.3f} O_{args.budget}="
+                      f"{s['O_K']:.3f} majority={s['majority']:.3f} ({time.time() - t:.0f}s)",
                       file=sys.stderr, flush=True)
         if args.audit_k:
             t = time.time()
@@ -148,7 +138,7 @@ def run(args: argparse.Namespace) -> None:
             row = summ.iloc[0].to_dict()
             audits.append({"model": spec, "task": cell_task, "K": args.audit_k, "T": args.temperature, **row, "n": int(row["n"])})
             pd.DataFrame(audits).to_csv(out / "audits.csv", index=False)
-            print(f"[{spec} {cell_task}] audit K={args.audit_k}: greedy={row['greedy']:.3f} oracle={row['oracle']:.3f} "
+            print(f"[{spec} {cell_task}] audit K={args.audit_k}: D={row['D']:.3f} O_K={row['O_K']:.3f} "
                   f"majority={row['majority']:.3f} ({time.time() - t:.0f}s)", file=sys.stderr, flush=True)
         log.append(f"{spec} {cell_task}: {evaluator.n_decoded} (question, route) pairs decoded in {time.time() - t_model:.0f}s")
 
@@ -170,12 +160,12 @@ def prompt_format_for(spec: str, task, requested: str) -> str | None:
 
 
 def cell_row(r, spec: str, task: str, space: str, label: str, ceiling: float) -> dict:
-    """One cell's row of the accuracy table (with its per-question oracle, for the paired difference)."""
+    """One cell's row of the accuracy table (with its per-question reachability, for the paired difference)."""
     s = r.summary()
-    return {"model": spec, "task": task, "space": space, "strategy": label, **{k: s[k] for k in ("n", "greedy", "oracle", *SELECTORS)},
+    return {"model": spec, "task": task, "space": space, "strategy": label, **{k: s[k] for k in ("n", "D", "O_K", *SELECTORS)},
             **{f"recovery_{k}": s[f"recovery_{k}"] for k in SELECTORS},
             "unique_routes_per_q": s["unique_routes"] / s["n"], "space_ceiling": ceiling,
-            "_oracle_q": r.questions.set_index("question_id")["oracle"]}
+            "_reachable_q": r.questions.set_index("question_id")["reachable"]}
 
 
 def command_line(argv: list[str]) -> str:
@@ -202,11 +192,11 @@ def report_only(args: argparse.Namespace) -> None:
     audits = pd.read_csv(out / "audits.csv").to_dict("records") if (out / "audits.csv").is_file() else []
     lookup = {(r.model, r.task, r.space): r.space_ceiling for r in ceil.itertuples()}
     cells, curves, order = [], [], {s: i for i, s in enumerate(args.strategies)}
-    for cfg in sorted((out / "cells").glob("*/*/*/*/config.json")):
-        r = RoutingResult.load(cfg.parent)
-        spec, space = r.header["model_spec"], str(space_from_spec(r.header["space"]))
-        task = f"{r.header['task']}[{r.header['evaluation']['prompt_format']}]"
-        label = r.header["strategy"] + ("+oracle" if r.header["config"]["oracle"] else "")
+    for run in sorted((out / "cells").glob("*/*/*/*/run.json")):
+        r = RoutingResult.load(run.parent)
+        spec, space = r.record.model["spec"], str(space_from_spec(r.record.options["space"]))
+        task = f"{r.protocol.task}[{r.protocol.prompt_format}]"
+        label = r.strategy + ("+oracle" if r.config.oracle else "")
         cells.append(cell_row(r, spec, task, space, label, lookup.get((spec, task, space), math.nan)))
         curves.append(reach_curve(r.candidates).assign(model=spec, task=task, space=space, strategy=label))
     rank = {name: i for i, name in enumerate(args.spaces)}
@@ -218,18 +208,18 @@ def report_only(args: argparse.Namespace) -> None:
 
 
 def write_report(args, out, cells, curves, audits, ceilings, log, wall, format_recovery) -> None:
-    from reachlens.studies.metrics import paired_bootstrap_ci
+    from reachlens.studies.stats import paired_bootstrap_ci
 
-    cell_df = pd.DataFrame([{k: v for k, v in c.items() if k != "_oracle_q"} for c in cells])
+    cell_df = pd.DataFrame([{k: v for k, v in c.items() if k != "_reachable_q"} for c in cells])
     curve_df = pd.concat(curves, ignore_index=True) if curves else pd.DataFrame()
     cell_df.to_csv(out / "cells.csv", index=False)
     curve_df.to_csv(out / "reach_curve.csv", index=False)
 
-    # oracle difference random - structured, paired over questions
+    # O_K difference random - structured, paired over questions
     diffs = []
     by_cell: dict[tuple[str, str, str], dict[str, pd.Series]] = {}
     for c in cells:
-        by_cell.setdefault((c["model"], c["task"], c["space"]), {})[c["strategy"]] = c["_oracle_q"]
+        by_cell.setdefault((c["model"], c["task"], c["space"]), {})[c["strategy"]] = c["_reachable_q"]
     for (model, task, space), strat in by_cell.items():
         if "random" not in strat:
             continue
@@ -239,14 +229,14 @@ def write_report(args, out, cells, curves, audits, ceilings, log, wall, format_r
             d = (strat["random"] - q.reindex(strat["random"].index)).dropna().to_numpy(dtype=float)
             lo, hi = paired_bootstrap_ci(d)
             diffs.append({"model": model, "task": task, "space": space, "structured": name,
-                          f"random O@{args.budget}": float(strat["random"].mean()),
-                          f"structured O@{args.budget}": float(q.mean()),
+                          f"random O_{args.budget}": float(strat["random"].mean()),
+                          f"structured O_{args.budget}": float(q.mean()),
                           "random - structured": float(d.mean()), "95% CI": f"[{lo:+.3f}, {hi:+.3f}]"})
     diff_df = pd.DataFrame(diffs)
 
-    main_cols = ["model", "task", "space", "strategy", "n", "greedy", "oracle", *SELECTORS, "space_ceiling",
+    main_cols = ["model", "task", "space", "strategy", "n", "D", "O_K", *SELECTORS, "space_ceiling",
                  "unique_routes_per_q"]
-    acc = cell_df[main_cols].rename(columns={"oracle": f"oracle@{args.budget}"})
+    acc = cell_df[main_cols].rename(columns={"O_K": f"O_{args.budget}"})
     rec = cell_df[["model", "task", "space", "strategy"]].copy()
     for k in SELECTORS:
         rec[k] = cell_df[f"recovery_{k}"].map(format_recovery)
@@ -265,25 +255,25 @@ def write_report(args, out, cells, curves, audits, ceilings, log, wall, format_r
         f"# Layer routing: {', '.join(args.tasks)}, n={args.n}, K={args.budget}, objective={args.objective}\n",
         f"Command: {run_command(out, args)}  \n" +
         ("" if math.isnan(wall) else f"Wall time {wall / 60:.1f} min; ") + "; ".join(log) + ".\n",
-        "## Accuracy per cell and strategy\n\ngreedy = the full model (identity route); oracle@K = any of the "
-        "K candidates correct; selector columns = accuracy of the answer-blind pick; space_ceiling = oracle "
-        "over every route of the space (n/a: not recorded).\n\n" + md_table(acc, nan="n/a"),
+        "## Accuracy per cell and strategy\n\nD = the deployment (full model, identity route, greedy); O_K = any of the "
+        "K candidates correct; selector columns = accuracy of the answer-blind pick; space_ceiling = reachable "
+        "over every route of the space (n/a: not recorded).\n\n" + markdown_table(acc, missing="n/a"),
         "## Oracle difference at matched K (random - structured)\n\nPositive: random routes reach more "
         "questions than the structured search at the same budget. 95% CI: paired bootstrap over questions. "
         "`+oracle` rows searched with the grader's verdict as objective (not answer-blind)."
-        "\n\n" + (md_table(diff_df) if len(diff_df) else "(no random baseline run)"),
-        "## Gap recovery (S - G) / (O - G) per cell\n\n" + md_table(rec),
+        "\n\n" + (markdown_table(diff_df) if len(diff_df) else "(no random baseline run)"),
+        "## Gap recovery (S - G) / (O - G) per cell\n\n" + markdown_table(rec),
         "## Median gap recovery over cells\n\nOver the answer-blind searches (the `+oracle` pools are left "
-        "out).\n\n" + md_table(med_df),
-        "## Route spaces\n\n" + md_table(ceil_df, nan="n/a"),
-        "## Reach vs K (oracle@k)\n\n" + (md_table(curve_df.pivot_table(
-            index=["model", "task", "space", "strategy"], columns="k", values="oracle_at_k").reset_index()
+        "out).\n\n" + markdown_table(med_df),
+        "## Route spaces\n\n" + markdown_table(ceil_df, missing="n/a"),
+        "## Reach vs K (O_K at k)\n\n" + (markdown_table(curve_df.pivot_table(
+            index=["model", "task", "space", "strategy"], columns="k", values="O_K").reset_index()
             .rename(columns=lambda c: f"k={c}" if isinstance(c, (int, np.integer)) else c))
             if len(curve_df) else ""),
     ]
     if len(audit_df):
-        sections.append("## Reference: the same selectors on temperature samples (audit)\n\n" + md_table(
-            audit_df[["model", "task", "K", "T", "n", "greedy", "oracle", "majority", "confidence",
+        sections.append("## Reference: the same selectors on temperature samples (audit)\n\n" + markdown_table(
+            audit_df[["model", "task", "K", "T", "n", "D", "O_K", "majority", "confidence",
                       "recovery_majority", "recovery_confidence"]]))
     text = "\n\n".join(sections) + "\n"
     (out / "table.md").write_text(text)
@@ -301,11 +291,11 @@ def write_figures(out: Path, curve_df: pd.DataFrame, cell_df: pd.DataFrame, diff
     figs = {}
     if len(curve_df):
         curve_df = curve_df.assign(cell=curve_df["model"] + " / " + curve_df["task"] + " / " + curve_df["space"])
-        figs["reach_vs_k"] = px.line(curve_df, x="k", y="oracle_at_k", color="strategy", facet_col="cell",
+        figs["reach_vs_k"] = px.line(curve_df, x="k", y="O_K", color="strategy", facet_col="cell",
                                      facet_col_wrap=3, markers=True, log_x=True,
                                      labels={"k": "k (route evaluations per question, log scale)",
-                                             "oracle_at_k": "oracle@k (share of questions)"},
-                                     title="Reach vs K: oracle@k of each search (same budget accounting)")
+                                             "O_K": "O_K at k (share of questions reachable)"},
+                                     title="Reach vs K: O_K at k of each search (same budget accounting)")
         ks = sorted(curve_df["k"].unique())
         figs["reach_vs_k"].update_xaxes(tickvals=ks, ticktext=[str(k) for k in ks])
     rec = cell_df.melt(id_vars=["model", "task", "space", "strategy"], value_vars=[f"recovery_{k}" for k in SELECTORS],
@@ -320,7 +310,7 @@ def write_figures(out: Path, curve_df: pd.DataFrame, cell_df: pd.DataFrame, diff
         diff_df = diff_df.assign(model_task=diff_df["model"] + " / " + diff_df["task"])
         figs["oracle_difference"] = px.bar(diff_df, x="structured", y="random - structured", color="space",
                                            barmode="group", facet_col="model_task", facet_col_wrap=3,
-                                           labels={"random - structured": "oracle@K, random - structured",
+                                           labels={"random - structured": "O_K, random - structured",
                                                    "structured": "structured search"},
                                            title="Oracle@K difference, random - structured (matched K)")
     for name, fig in figs.items():

@@ -13,7 +13,7 @@ cells = [
         "import reachlens\n"
         "from reachlens import Protocol\n"
         "from reachlens.studies import compare\n"
-        "from reachlens.report import accuracy_bars, fate_bars, pass_at_k_figure, propensity_figure\n\n"
+        "from reachlens.report import accuracy_bars, fate_bars, pass_at_k_delta_figure, pass_at_k_figure, propensity_figure\n\n"
         "task = reachlens.load_task('arith', split='test', n=20)\n"
         "protocol = Protocol('arith', k=16, temperature=0.8, max_new_tokens=96)\n"
         "audits = {name: reachlens.audit(reachlens.load_model(f'zoo:{name}'), task, protocol) for name in ['base', 'grpo']}\n"
@@ -25,9 +25,17 @@ cells = [
         "(kept / entered / left / never). The key number: how many newly realized questions the base could already reach."),
     nbf.v4.new_code_cell(
         "cmp = compare(audits['base'], audits['grpo'])\n"
-        "summary = cmp.summary\n"
+        "summary = cmp.summary()\n"
         "assert summary['gained'] - summary['lost'] == cmp.questions['trained_realized'].sum() - cmp.questions['base_realized'].sum()\n"
         "{k: summary[k] for k in ['D_base', 'D_trained', 'O_K_base', 'O_K_trained', 'gained', 'lost', 'gained_from_base_reachable', 'entered', 'left']}"),
+    nbf.v4.new_markdown_cell(
+        "## Is it noise?\n\nEach delta comes with its test: the exact McNemar p of the discordant counts behind it "
+        "(gained vs lost, entered vs left) and a paired bootstrap interval over questions (2,000 resamples). "
+        "A question that left the reachable set has 0 of K samples correct: its per-sample rate is below "
+        "1 - 0.05^(1/K), about 3/K, and no more can be said at this budget."),
+    nbf.v4.new_code_cell(
+        "{k: summary[k] for k in ['delta_D', 'delta_D_ci', 'mcnemar_realized_p', 'delta_O_K', 'delta_O_K_ci', "
+        "'mcnemar_reachable_p', 'left_bound', 'bootstrap_resamples']}"),
     nbf.v4.new_code_cell("cmp.fate_counts()"),
     nbf.v4.new_code_cell("fate_bars({('base', 'grpo'): cmp})"),
     nbf.v4.new_code_cell("accuracy_bars(audits)"),
@@ -35,8 +43,16 @@ cells = [
         "## Propensity\n\nAmong questions the base could reach but did not realize: the base model's per-question "
         "sample hit rate, binned, against realization after training."),
     nbf.v4.new_code_cell("bins = cmp.propensity_bins()\npropensity_figure({'base → grpo': bins})"),
-    nbf.v4.new_markdown_cell("## pass@k\n\nThe unbiased estimator at k = 1, 2, 4, ..., K; a crossover shows where sampling catches up."),
-    nbf.v4.new_code_cell("pass_at_k_figure(audits)"),
+    nbf.v4.new_markdown_cell(
+        "## pass@k\n\nThe unbiased estimator at k = 1, 2, 4, ..., K. Where the two curves change order, the chart "
+        "marks the crossing: a trained model ahead at small k that the base overtakes at larger k reaches fewer "
+        "questions than the base from that budget on."),
+    nbf.v4.new_code_cell(
+        "print('crossovers at k =', cmp.crossovers())\n"
+        "pass_at_k_figure(audits, {'base / grpo': ('base', 'grpo', cmp.crossovers())})"),
+    nbf.v4.new_markdown_cell(
+        "The difference at every k with its paired interval (band), a sign-flip p and that p Holm-adjusted over the ks:"),
+    nbf.v4.new_code_cell("curve = cmp.pass_at_k_curve()\ndisplay(curve)\npass_at_k_delta_figure({'base → grpo': curve})"),
     nbf.v4.new_markdown_cell(
         "## Budget control\n\nSample j of a question depends only on (seed, question, j), so an audit extends from K to 2K "
         "without redrawing its first K samples."),
@@ -64,6 +80,13 @@ cells = [
         "    compare(audits['base'], sft_native)\n"
         "except ProtocolMismatch as err:\n"
         "    print(err)"),
+    nbf.v4.new_markdown_cell(
+        "## Temperature control\n\nUnder the shared prompt SFT loses most of what the base could reach. Would those "
+        "answers come back at another temperature? The questions that left the reachable set are re-probed with "
+        "the SFT model at each temperature, same K, same seed stream:"),
+    nbf.v4.new_code_cell(
+        "from reachlens.studies.controls import temperature_control\n"
+        "temperature_control(sft, task, audits['base'], sft_shared, (0.6, 1.2))"),
 ]
 nb = nbf.v4.new_notebook(cells=cells, metadata={"kernelspec": {"name": "python3", "display_name": "Python 3", "language": "python"}})
 nbf.write(nb, "notebooks/training_audit.ipynb")

@@ -12,6 +12,7 @@
 from reachlens.errors import ReachlensError
 from reachlens.models import load_model
 from reachlens.protocol import Protocol, ProtocolMismatch
+from reachlens.store import RunDir, RunRecord, read_run
 from reachlens.studies import AuditResult, audit, pass_at_k, rescore
 from reachlens.tasks import Question, Task, load_task
 
@@ -21,11 +22,14 @@ __all__ = [
     "ProtocolMismatch",
     "ReachlensError",
     "Question",
+    "RunDir",
+    "RunRecord",
     "Task",
     "audit",
     "load_model",
     "load_task",
     "pass_at_k",
+    "read_run",
     "rescore",
 ]
 

@@ -7,6 +7,12 @@ fields that differ, and every comparison in reachlens refuses unmatched protocol
 
 Deployment is always greedy with the same prompt format, decode length and stop strings as the
 samples: ``realized`` is the default deployment, ``reachable`` the K-sample probe.
+
+It is the one decode spec of reachlens: the engine decodes by it (:func:`reachlens.engine.generate`
+reads its length, temperature, top-p and stop strings), the audit probes by it, and the studies that
+decode the deployment alone (routing, recognition) use its greedy case (:meth:`Protocol.greedy`:
+``k=1``, ``temperature=0``) with their own options beside it. A run directory records it in
+``run.json`` (:mod:`reachlens.store.run_dir`).
 """
 
 from __future__ import annotations
@@ -99,6 +105,8 @@ class Protocol:
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> Protocol:
+        if not isinstance(d, dict):
+            raise ReachlensError(f"a protocol is a mapping of its fields, not {type(d).__name__}")
         known = {f.name for f in dataclasses.fields(cls)}
         unknown = set(d) - known
         if unknown:
@@ -124,6 +132,23 @@ class Protocol:
         d = self.diff(other, ignore)
         if d:
             raise ProtocolMismatch(d)
+
+    @classmethod
+    def greedy(cls, task: str, *, max_new_tokens: int = 96, **fields: Any) -> Protocol:
+        """The deployment alone: one greedy decode per question (``k=1``, ``temperature=0``).
+
+        The protocol of the studies that decode only the deployment (routing, where each route is
+        decoded greedily, and recognition's generation side).
+
+        >>> Protocol.greedy("arith", max_new_tokens=32).is_greedy
+        True
+        """
+        return cls(task, k=1, temperature=0.0, max_new_tokens=max_new_tokens, **fields)
+
+    @property
+    def is_greedy(self) -> bool:
+        """Whether this protocol decodes the deployment alone (``k=1`` at ``temperature=0``)."""
+        return self.k == 1 and self.temperature == 0
 
     def with_k(self, k: int) -> Protocol:
         """The same protocol with budget ``k`` (the budget control's K vs 2K)."""

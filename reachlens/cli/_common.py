@@ -56,7 +56,8 @@ def add_protocol_args(p: argparse.ArgumentParser, *, k_default: int = 64) -> Non
     p.add_argument("--k", type=positive_int("--k"), default=k_default, help="samples per question (budget K)")
     p.add_argument("--temperature", type=nonneg_float("--temperature"), default=0.8)
     p.add_argument("--top-p", type=float, default=1.0)
-    p.add_argument("--max-new-tokens", type=positive_int("--max-new-tokens"), default=256)
+    p.add_argument("--max-new-tokens", type=positive_int("--max-new-tokens"), default=None,
+                   help="decode length of deployment and samples (default: the task's own, else 256)")
     p.add_argument("--prompt-format", default="default")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--stop", action="append", default=None, help="stop string (repeatable; default: the task's)")
@@ -88,7 +89,8 @@ def protocol_from_args(args: argparse.Namespace, task):
 
     return Protocol(
         task=args.task, split=args.split, k=args.k, temperature=args.temperature, top_p=args.top_p,
-        max_new_tokens=args.max_new_tokens, prompt_format=args.prompt_format, seed=args.seed,
+        max_new_tokens=args.max_new_tokens or task.max_new_tokens or 256,
+        prompt_format=args.prompt_format, seed=args.seed,
         stop=tuple(args.stop) if args.stop else None, backend=getattr(args, "backend", "engine"),
     ).resolved(task)
 
@@ -119,6 +121,9 @@ def open_study(args: argparse.Namespace):
     from reachlens.cli._common import CLIError
     from reachlens.studies.recognition import EvalSets
 
+    from reachlens.store import RunDir
+
+    RunDir(args.out).check_target()  # a file or a folder of other files: refused before the model loads
     sets = EvalSets.load(args.sets)
     if sets.task is None:
         raise CLIError(f"{args.sets!r} does not say which task it was chosen on; re-run `reachlens recognize`")

@@ -1,7 +1,11 @@
 """``reachlens compare BASE_DIR TRAINED_DIR``: the question-by-question join of two audits.
 
-With ``--out DIR`` it writes ``comparison.parquet`` (one row per question) and ``comparison.json`` (the
-summary, plus the two audit directories and the options used), which ``reachlens report DIR`` renders.
+It prints each rate with its 95 % Wilson interval, each delta with its paired bootstrap interval over
+questions, and the exact McNemar p of the discordant counts behind it (gained vs lost, entered vs left).
+With ``--out DIR`` it writes a run directory of kind ``comparison``: ``run.json`` (the protocol, both
+models, the two audit directories and the options used), ``questions.parquet`` (one row per question)
+and ``summary.json`` (the summary printed here, intervals and p-values included), which ``reachlens show
+DIR`` prints and ``reachlens report DIR`` renders.
 """
 
 from __future__ import annotations
@@ -25,21 +29,62 @@ def register(sub) -> argparse.ArgumentParser:
 def run(args: argparse.Namespace) -> int:
     from pathlib import Path
 
-    from reachlens.store import write_json
+    from reachlens.store import RunDir, RunRecord
     from reachlens.studies import compare
 
-    c = compare(args.base, args.trained, k=args.k, allow=tuple(args.allow))
-    s = c.summary
-    for key in ("n", "k", "D_base", "D_trained", "delta_D", "O_K_base", "O_K_trained", "delta_O_K", "gained",
-                "lost", "net", "gained_from_base_reachable", "gained_outside_base_reachable", "entered", "left"):
-        v = s[key]
-        print(f"{key:>30s}: {v:.3f}" if isinstance(v, float) else f"{key:>30s}: {v}")
-    print(c.propensity_bins()[["bin", "n", "realized_after", "rate"]].to_string(index=False))
+    out = None
     if args.out:
-        out = Path(args.out)
-        out.mkdir(parents=True, exist_ok=True)
-        c.questions.to_parquet(out / "comparison.parquet", index=False)
-        write_json(out / "comparison.json", {**s, "base_dir": str(Path(args.base).resolve()),
-                                              "trained_dir": str(Path(args.trained).resolve()),
-                                              "k_cut": args.k, "allow": list(args.allow)})
+        out = RunDir(args.out)
+        out.check_target()  # refused before anything is read
+    c = compare(args.base, args.trained, k=args.k, allow=tuple(args.allow))
+    s = c.summary()
+    print(summary_text(s))
+    print(f"\npropensity bins (base-reachable, base-unrealized questions; rate with its 95 % Wilson interval):")
+    print(c.propensity_bins()[["bin", "n", "realized_after", "rate", "rate_lo", "rate_hi"]].to_string(
+        index=False, float_format=lambda x: f"{x:.3f}"))
+    if out is not None:
+        options = {"base_dir": str(Path(args.base).resolve()), "trained_dir": str(Path(args.trained).resolve()),
+                   "k_cut": args.k, "allow": list(args.allow)}
+        record = RunRecord.new("comparison", c.base.protocol, {"base": c.base.model, "trained": c.trained.model},
+                               c.base.data or None, options)
+        with out.writer():
+            out.start(record)
+            out.write_table("questions", c.questions)
+            out.write_summary(s)
     return 0
+
+
+def summary_text(s: dict) -> str:
+    """The lines ``reachlens compare`` prints for a :meth:`Comparison.summary`."""
+    def ci(pair) -> str:
+        return f"[{pair[0]:+.3f}, {pair[1]:+.3f}]"
+
+    def rate(key: str) -> str:
+        lo, hi = s[f"{key}_ci"]
+        return f"{s[key]:.3f} [{lo:.3f}, {hi:.3f}]"
+
+    t = s["truncation"]
+    lb = s["left_bound"]
+    lines = [
+        f"{s['base']} -> {s['trained']}: n={s['n']} questions, K={s['k']}",
+        f"  D (realized):   {rate('D_base')} -> {rate('D_trained')}   delta {s['delta_D']:+.3f} {ci(s['delta_D_ci'])}",
+        f"    gained {s['gained']}, lost {s['lost']} (net {s['net']:+d}): exact McNemar p = {s['mcnemar_realized_p']:.3g}",
+        f"    gained from base-reachable {s['gained_from_base_reachable']}, outside it "
+        f"{s['gained_outside_base_reachable']}",
+        f"  O_K (reachable): {rate('O_K_base')} -> {rate('O_K_trained')}   delta {s['delta_O_K']:+.3f} "
+        f"{ci(s['delta_O_K_ci'])}",
+        f"    entered {s['entered']}, left {s['left']}: exact McNemar p = {s['mcnemar_reachable_p']:.3g}",
+    ]
+    if lb["n"]:
+        lines.append(f"    the {lb['n']} that left: per-sample rate below {lb['max']:.4f} (one-sided 95 % bound at "
+                     f"0 of {s['k']}; median {lb['median']:.4f})")
+    lines.append("  pass@k delta [95 % CI], sign-flip p (Holm over the ks):")
+    for k, d in s["delta_pass_at_k"].items():
+        lines.append(f"    k={k:<4d} {d['delta']:+.3f} {ci(d['ci'])}  p = {d['p']:.3g} (Holm {d['p_holm']:.3g})")
+    lines.append(f"  intervals: {s['bootstrap_resamples']} paired bootstrap resamples over questions (seed "
+                 f"{s['bootstrap_seed']}); rates: Wilson")
+    flag = (f"FLAGGED: the gap exceeds {t['margin']:.0%}; rerun both at a longer decode with `reachlens control "
+            "length`") if t["flagged"] else f"within the {t['margin']:.0%} margin"
+    lines.append(f"  cut at max_new_tokens={t['max_new_tokens']}: samples {t['samples_base']:.1%} -> "
+                 f"{t['samples_trained']:.1%}, deployed {t['deployed_base']:.1%} -> {t['deployed_trained']:.1%}: {flag}")
+    return "\n".join(lines)

@@ -2,8 +2,11 @@
 
 Audits base, GRPO, DAPO, SFT and SFT-then-GRPO on the arith test split with the paper's protocol
 shape (n=300, T=0.8, K=200, budget control at 400), with the prompt-format control for the models
-trained in their own format (SFT and SFT-then-GRPO), compares each descendant with its parent,
-writes the report, and prints where it is and the headline table.
+trained in their own format (SFT and SFT-then-GRPO), the temperature control (each pair's questions
+that left the reachable set re-probed at T = 0.6, 1.0, 1.2) and the length control (a pair whose
+shares of outputs cut at max_new_tokens differ by more than 2 points is audited again at twice the
+length), compares each descendant with its parent, writes the report, and prints where it is and every
+table: each delta with its paired bootstrap interval, exact McNemar p and Holm-adjusted p.
 """
 
 from __future__ import annotations
@@ -11,7 +14,7 @@ from __future__ import annotations
 import argparse
 import time
 
-from reachlens.cli._common import DTYPES, positive_int
+from reachlens.cli._common import DTYPES, comma_list, positive_int
 from reachlens.cli._scale_args import add_scale_args, executor_from_args
 
 NAME = "demo"
@@ -28,6 +31,10 @@ def register(sub) -> argparse.ArgumentParser:
     p.add_argument("--k", type=positive_int("--k"), default=200)
     p.add_argument("--budget-k", type=positive_int("--budget-k"), default=400)
     p.add_argument("--max-new-tokens", type=positive_int("--max-new-tokens"), default=96)
+    p.add_argument("--temperatures", type=comma_list("--temperatures", float), default=[0.6, 1.0, 1.2],
+                   help="temperature control: re-probe each pair's left questions at these (default 0.6,1.0,1.2)")
+    p.add_argument("--length-max-new-tokens", type=positive_int("--length-max-new-tokens"), default=None,
+                   help="length control: rerun flagged pairs at this decode length (default twice --max-new-tokens)")
     p.add_argument("--max-batch-rows", type=positive_int("--max-batch-rows"), default=4096,
                    help="most completions decoded together (the zoo's models are tiny)")
     p.add_argument("--workers", type=positive_int("--workers"), default=2,
@@ -45,7 +52,7 @@ def run(args: argparse.Namespace) -> int:
     from reachlens.cli._common import CLIError
     from reachlens.models.zoo import native_format, zoo_entries
     from reachlens.protocol import Protocol
-    from reachlens.report import write_report
+    from reachlens.report import text_summary, write_report
     from reachlens.studies.training_audit import StudyPlan, run_training_audit
 
     have = {e.name for e in zoo_entries()}
@@ -56,7 +63,9 @@ def run(args: argparse.Namespace) -> int:
     native = {name: native_format(spec) or "qa" for name, spec in DEMO_MODELS.items()}
     plan = StudyPlan(DEMO_MODELS, DEMO_PAIRS, Protocol("arith", k=args.k, temperature=0.8,
                                                        max_new_tokens=args.max_new_tokens),
-                     n=args.n, budget_k=args.budget_k, native_formats={n: f for n, f in native.items() if f != "qa"})
+                     n=args.n, budget_k=args.budget_k, native_formats={n: f for n, f in native.items() if f != "qa"},
+                     control_temperatures=tuple(args.temperatures),
+                     length_max_new_tokens=args.length_max_new_tokens or 2 * args.max_new_tokens)
     t0 = time.perf_counter()
     executor = executor_from_args(args)  # --workers counts its actors
     try:
@@ -67,11 +76,5 @@ def run(args: argparse.Namespace) -> int:
             executor.close()
     html_path, _ = write_report(study, args.out)
     print(f"\nreport: {html_path}  ({time.perf_counter() - t0:.0f} s)\n")
-    fmt = lambda x: f"{x:.3f}"  # noqa: E731
-    print(study.headline().to_string(index=False, float_format=fmt))
-    print("\npass@k crossovers:\n" + study.pass_at_k_crossovers().to_string(index=False, float_format=fmt))
-    print("\nbudget control:\n" + study.budget_control().to_string(index=False, float_format=fmt))
-    formats = study.format_control()
-    if len(formats):
-        print("\nprompt-format control:\n" + formats.to_string(index=False, float_format=fmt))
+    print(text_summary(study))
     return 0

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-from pathlib import Path
 
 from reachlens.cli._common import add_model_args, add_task_args, load_model_from_args, positive_int
 
@@ -31,38 +30,49 @@ def register(sub) -> argparse.ArgumentParser:
 
 def run(args: argparse.Namespace) -> int:
     from reachlens.cli._common import CLIError
-    from reachlens.store import write_json
+    from reachlens.models import identity_of
+    from reachlens.protocol import Protocol
+    from reachlens.store import RunDir, RunRecord
     from reachlens.studies.recognition import (
         FailureRule,
         FailureSetTooSmall,
         RecognitionConfig,
         TaskSpec,
         compare_modes,
+        generation_protocol,
         select_sets,
     )
 
     spec = TaskSpec(args.task, args.data, args.split, args.n, args.seed)
     task = spec.load()
-    config = RecognitionConfig(args.recognition_format, args.prompt_format, args.max_new_tokens,
-                               batch_size=args.batch_size).resolved(task)
+    protocol = generation_protocol(task, Protocol.greedy(args.task, split=args.split, max_new_tokens=args.max_new_tokens,
+                                                         prompt_format=args.prompt_format or "default"))
+    config = RecognitionConfig(args.recognition_format, batch_size=args.batch_size).resolved(task)
     rule = FailureRule(args.metric, args.min_failures, args.max_failures, args.max_healthy)
+    out = RunDir(args.out)
+    out.check_target()  # a file or a folder of other files: refused before the model loads
     model = load_model_from_args(args)
-    result = compare_modes(model, task, config)
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    result.options.to_parquet(out / "options.parquet", index=False)
-    result.questions.to_parquet(out / "questions.parquet", index=False)
-    result.questions.drop(columns=["gen_text"]).to_csv(out / "questions.csv", index=False)
-    result.records.to_parquet(out / "records.parquet", index=False)
-    summary = {**result.summary(), "task": dataclasses.asdict(spec)}
-    write_json(out / "summary.json", summary)  # (an undefined number is null, never NaN)
+    options = {"config": config.to_dict(), "rule": dataclasses.asdict(rule), "task": dataclasses.asdict(spec)}
+    record = RunRecord.new("recognition", protocol, identity_of(model), task.data_identity, options)
+    out.check_run(protocol, record.model, record.data or {}, options=record.options)
+    result = compare_modes(model, task, protocol, config)
     s = result.summary()
-    print(f"{args.model} on {args.task} (n={s['n']}): acc={s['acc']:.3f}  acc_norm={s['acc_norm']:.3f}  "
-          f"generation={s['generation_acc']:.3f}  recognized-but-generated-wrong={s['rec_right_gen_wrong']}")
     try:
         sets = select_sets(result, rule, spec)
     except FailureSetTooSmall as err:
-        raise CLIError(f"{err} (tables written to {out})") from None
-    sets.save(out / "sets.json")
-    print(f"failure set: {len(sets.failure)}  healthy panel: {len(sets.healthy)}   -> {out / 'sets.json'}")
+        sets, too_small = None, err
+    with out.writer():
+        out.start(record)
+        out.write_table("options", result.options)
+        out.write_table("questions", result.questions)
+        out.write_table("records", result.records)
+        result.questions.drop(columns=["deployed_text"]).to_csv(out.path / "questions.csv", index=False)
+        out.write_summary({**s, "task": dataclasses.asdict(spec)})  # (an undefined number is null, never NaN)
+        if sets is not None:
+            sets.save(out.path / "sets.json")
+    print(f"{args.model} on {args.task} (n={s['n']}): acc={s['acc']:.3f}  acc_norm={s['acc_norm']:.3f}  "
+          f"D={s['D']:.3f}  recognized-not-realized={s['recognized_not_realized']}")
+    if sets is None:
+        raise CLIError(f"{too_small} (tables written to {out.path})") from None
+    print(f"failure set: {len(sets.failure)}  healthy panel: {len(sets.healthy)}   -> {out.path / 'sets.json'}")
     return 0

@@ -8,7 +8,7 @@ import sys
 from reachlens.cli._common import CLIError, add_model_args, add_task_args, load_model_from_args, positive_int
 
 NAME = "route"
-HELP = "search layer routes at a matched budget; oracle@K vs answer-blind selection"
+HELP = "search layer routes at a matched budget; reachable (O_K) vs answer-blind selection"
 
 
 def register(sub) -> argparse.ArgumentParser:
@@ -36,26 +36,38 @@ def register(sub) -> argparse.ArgumentParser:
 def run(args: argparse.Namespace) -> int:
     from tqdm import tqdm
 
+    from reachlens.protocol import Protocol
     from reachlens.routing import STRATEGIES, RoutingConfig, format_recovery, make_space, run_routing
+    from reachlens.store import RunDir
     from reachlens.tasks import load_task
 
     if args.search not in STRATEGIES:
         raise CLIError(f"unknown --search {args.search!r}; known: {', '.join(STRATEGIES.names())}")
     task = load_task(args.task, args.data, split=args.split, n=args.n)
+    protocol = Protocol.greedy(args.task, split=args.split, max_new_tokens=args.max_new_tokens,
+                               prompt_format=args.prompt_format or "default").resolved(task)
     config = RoutingConfig(budget=args.budget, objective=args.objective, oracle=args.oracle, seed=args.seed,
-                           max_new_tokens=args.max_new_tokens, prompt_format=args.prompt_format,
                            verification=args.verification)
+    RunDir(args.out).check_target()  # a file or a folder of other files: refused before the model loads
     model = load_model_from_args(args)
     options = {"max_skip": args.max_skip, "max_repeat": args.max_repeat, "window": args.window}
     given = {k: v for k, v in options.items() if v is not None}
     space = make_space(args.space, len(model.blocks), **given)
-    bar = tqdm(total=len(task) * args.budget, unit="eval", desc=f"route {args.search} {space}", file=sys.stderr)
-    result = run_routing(model, task, space, args.search, config=config, out=args.out,
-                         progress=lambda done: bar.update(done - bar.n))
-    bar.close()
+    bars: list = []  # the bar starts with the search, after the run directory has been checked
+
+    def progress(done: int) -> None:
+        if not bars:
+            bars.append(tqdm(total=len(task) * args.budget, unit="eval", desc=f"route {args.search} {space}",
+                             file=sys.stderr))
+        bars[0].update(done - bars[0].n)
+
+    result = run_routing(model, task, space, args.search, protocol=protocol, config=config, out=args.out,
+                         progress=progress)
+    for bar in bars:
+        bar.close()
     s = result.summary()
     print(f"{args.model} on {args.task} (n={s['n']}, {space}, {args.search}, K={args.budget}): "
-          f"greedy={s['greedy']:.3f}  oracle@{args.budget}={s['oracle']:.3f}   -> {args.out}")
+          f"D={s['D']:.3f}  O_{args.budget}={s['O_K']:.3f}   -> {args.out}")
     for name in result.selectors:
         print(f"  {name:<14} {s[name]:.3f}   gap recovery {format_recovery(s[f'recovery_{name}'])}")
     return 0

@@ -25,12 +25,13 @@ def register(sub) -> argparse.ArgumentParser:
 
 def run(args: argparse.Namespace) -> int:
     from reachlens.engine.sites import sites_of
-    from reachlens.studies.causal import best_layer, markdown_table, silence_sweep
+    from reachlens.records import markdown_table
+    from reachlens.studies.causal import best_layer, silence_sweep
 
     model, task, sets = open_study(args)
     result = silence_sweep(model, task, sets, layers=args.layers, components=args.components, allow_other_model=True)
     result.save(args.out)
-    print(markdown_table(result.table.drop(columns=["condition"])))
+    print(markdown_table(result.table.drop(columns=["condition"]), missing="-"))
     mlp = next((c for c in args.components if sites_of(c) == ("mlp_out",)), None)
     if mlp is not None:
         print(f"best MLP layer (repair - break): {best_layer(result.table, mlp)}   -> {args.out}")

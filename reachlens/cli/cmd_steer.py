@@ -38,7 +38,8 @@ def register(sub) -> argparse.ArgumentParser:
 
 def run(args: argparse.Namespace) -> int:
     from reachlens.cli._common import open_study
-    from reachlens.studies.causal import markdown_table, steer_sweep
+    from reachlens.records import markdown_table
+    from reachlens.studies.causal import steer_sweep
 
     model, task, sets = open_study(args)
     direction = read_vector(args.direction) if args.direction else None
@@ -46,7 +47,7 @@ def run(args: argparse.Namespace) -> int:
     result = steer_sweep(model, task, sets, args.layer, alphas=args.alphas, direction=direction,
                          site=site, control_seed=args.control_seed, allow_other_model=True)
     result.save(args.out)
-    print(markdown_table(result.table))
+    print(markdown_table(result.table, missing="-"))
     print(f"direction: {result.meta['direction_source']} at {result.meta['hook']} (norm {result.meta['direction_norm']:.3f})"
           f"   -> {args.out}")
     return 0

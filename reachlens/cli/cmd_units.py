@@ -23,13 +23,14 @@ def register(sub) -> argparse.ArgumentParser:
 
 def run(args: argparse.Namespace) -> int:
     from reachlens.cli._common import open_study, read_vector
-    from reachlens.studies.causal import markdown_table, units_sweep
+    from reachlens.records import markdown_table
+    from reachlens.studies.causal import units_sweep
 
     model, task, sets = open_study(args)
     direction = read_vector(args.direction) if args.direction else None
     result = units_sweep(model, task, sets, args.layer, ks=args.k, direction=direction,
                          control_seed=None if args.no_control else args.control_seed, allow_other_model=True)
     result.save(args.out)
-    print(markdown_table(result.table))
+    print(markdown_table(result.table, missing="-"))
     print(f"top units of block {args.layer}: {result.meta['top_units'][:10]} ...   -> {args.out}")
     return 0

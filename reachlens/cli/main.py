@@ -6,6 +6,10 @@ user errors (:class:`~reachlens.errors.ReachlensError`) exit with status 2 and o
 is wrong and how to fix it; a :class:`~reachlens.errors.ReachlensWarning` is one ``note:`` line;
 Ctrl-C is one line and exit status 130 (finished parts of an audit are on disk already). Anything
 else is a bug and keeps its traceback.
+
+Library messages name the Python parameter to change (``data=PATH``, ``allow_other_model=True``,
+``out=``, ``device='cpu'``); :func:`as_flags` maps them to the command's flags before printing. Every
+run directory a command writes records the command line in its ``run.json``.
 """
 
 from __future__ import annotations
@@ -13,12 +17,33 @@ from __future__ import annotations
 import argparse
 import importlib
 import pkgutil
+import re
 import sys
 import warnings
 from collections.abc import Sequence
 from types import ModuleType
 
-__all__ = ["main", "build_parser", "command_modules"]
+__all__ = ["main", "build_parser", "command_modules", "as_flags"]
+
+# library parameter (as a message names it) -> the flag that sets it
+_FLAGS = (
+    (re.compile(r"\ballow_other_model=True\b"), "--allow-other-model"),
+    (re.compile(r"\bdata=PATH\b"), "--data PATH"),
+    (re.compile(r"\bdata=(?=[)\s,;]|$)"), "--data"),
+    (re.compile(r"\bout=(?=[)\s,;]|$)"), "--out"),
+    (re.compile(r"\bdevice='([^']*)'"), r"--device \1"),
+)
+
+
+def as_flags(message: str) -> str:
+    """A library message with the parameters it names written as this command's flags.
+
+    >>> as_flags("pass a local file with data=PATH, or pass allow_other_model=True")
+    'pass a local file with --data PATH, or pass --allow-other-model'
+    """
+    for pattern, flag in _FLAGS:
+        message = pattern.sub(flag, message)
+    return message
 
 
 def command_modules() -> dict[str, ModuleType]:
@@ -53,23 +78,26 @@ def main(argv: Sequence[str] | None = None) -> int:
     from reachlens._verbosity import quiet_dependencies
     from reachlens.errors import ReachlensError, ReachlensWarning
 
+    from reachlens.store import recording_command
+
     prefix = f"reachlens {args.command}"
     with warnings.catch_warnings():
         show = warnings.showwarning
 
         def one_line(message, category, filename, lineno, file=None, line=None):
             if issubclass(category, ReachlensWarning):
-                print(f"{prefix}: note: {message}", file=sys.stderr)
+                print(f"{prefix}: note: {as_flags(str(message))}", file=sys.stderr)
             else:
                 show(message, category, filename, lineno, file, line)
 
         warnings.showwarning = one_line
         warnings.simplefilter("always", ReachlensWarning)
         try:
-            with quiet_dependencies():  # the libraries' progress bars and warnings stay out of reachlens' output
+            command = ["reachlens", *(sys.argv[1:] if argv is None else [str(a) for a in argv])]
+            with quiet_dependencies(), recording_command(command):  # the libraries stay quiet
                 return mods[args.command].run(args)
         except ReachlensError as err:
-            print(f"{prefix}: error: {err}", file=sys.stderr)
+            print(f"{prefix}: error: {as_flags(str(err))}", file=sys.stderr)
             return 2
         except KeyboardInterrupt:
             print(f"{prefix}: interrupted; finished work is saved (re-run the same command to resume)", file=sys.stderr)

@@ -1,6 +1,6 @@
 """The engine: the one way reachlens runs a hooked model (prefill, decode, routes, scoring)."""
 
-from reachlens.engine.generate import Completion, Row, SamplingParams, generate, tokenize_prompts
+from reachlens.engine.generate import Completion, Row, generate, tokenize_prompts
 from reachlens.engine.hooks import BatchRows, current_rows, row_agnostic, user_hooks
 from reachlens.engine.kv_cache import SlotKVCache
 from reachlens.engine.scoring import LoglikResult, encode_pair, loglikelihoods
@@ -29,7 +29,6 @@ __all__ = [
     "LoglikResult",
     "Row",
     "SampleTree",
-    "SamplingParams",
     "SlotKVCache",
     "StopChecker",
     "TreeStep",

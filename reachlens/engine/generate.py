@@ -50,33 +50,9 @@ from reachlens.engine.stack import LayerStack
 from reachlens.engine.stopping import StopChecker
 from reachlens.engine.tokens import encode_prompts, tokenizer_of
 from reachlens.errors import ReachlensError
+from reachlens.protocol import Protocol
 
-__all__ = ["SamplingParams", "Row", "Completion", "generate", "tokenize_prompts"]
-
-@dataclass(frozen=True)
-class SamplingParams:
-    """How every row of one :func:`generate` call decodes."""
-
-    max_new_tokens: int
-    """Most tokens a row may generate (the row finishes with ``finish_reason="length"``)."""
-    temperature: float = 1.0
-    """Sampling temperature for rows with a seed (greedy rows ignore it). Must be > 0."""
-    top_p: float = 1.0
-    """Nucleus mass for sampled rows; 1.0 keeps the whole distribution."""
-    stop: tuple[str, ...] = ()
-    """A row finishes as soon as its text contains one of these; the text is cut before it."""
-    stop_at_eos: bool = True
-    """Finish a row when it emits an end-of-sequence token (not included in the text)."""
-
-    def __post_init__(self) -> None:
-        if self.max_new_tokens < 1:
-            raise ReachlensError(f"max_new_tokens={self.max_new_tokens!r} must be at least 1")
-        if not self.temperature > 0:
-            raise ReachlensError(f"temperature={self.temperature!r} must be > 0 for sampled rows")
-        if not 0 < self.top_p <= 1:
-            raise ReachlensError(f"top_p={self.top_p!r} must lie in (0, 1]")
-        if any(not s for s in self.stop):
-            raise ReachlensError(f"stop={self.stop!r} contains an empty string")
+__all__ = ["Row", "Completion", "generate", "tokenize_prompts"]
 
 
 @dataclass(frozen=True)
@@ -154,8 +130,9 @@ def generate(
     model,
     prompts: Sequence[str],
     rows: Sequence[Row],
-    params: SamplingParams,
+    protocol: Protocol,
     *,
+    stop_at_eos: bool = True,
     route: Sequence[int] | None = None,
     max_batch_rows: int = 256,
     fused: bool = True,
@@ -167,7 +144,11 @@ def generate(
         model: a TransformerBridge (see :func:`reachlens.load_model`).
         prompts: the distinct prompt strings.
         rows: what to generate; ``rows[i].prompt`` indexes ``prompts``.
-        params: decode length, temperature, top-p, stop strings.
+        protocol: how to decode (:class:`~reachlens.protocol.Protocol`): its ``max_new_tokens``,
+            ``temperature`` and ``top_p`` (for rows with a seed; greedy rows ignore them) and ``stop``
+            strings (None or empty: none; resolve the protocol against its task for the task's own).
+            Its ``k`` and ``seed`` are the caller's business: rows carry their seeds.
+        stop_at_eos: finish a row when it emits an end-of-sequence token (not included in the text).
         route: layer route to run (the full model when None).
         max_batch_rows: most rows decoded together.
         fused: take the engine's fused path where it applies (:func:`~reachlens.engine.describe`);
@@ -181,11 +162,14 @@ def generate(
     Returns:
         Completions aligned with ``rows``.
 
-    >>> outs = generate(model, ["Q: 1+2=?\\nA:"], [Row(0), Row(0, seed=7)], SamplingParams(16, 0.8))  # doctest: +SKIP
+    >>> outs = generate(model, ["Q: 1+2=?\\nA:"], [Row(0), Row(0, seed=7)], Protocol("arith", k=1, temperature=0.8, max_new_tokens=16))  # doctest: +SKIP
     """
     for i, r in enumerate(rows):
         if not 0 <= r.prompt < len(prompts):
             raise ReachlensError(f"rows[{i}].prompt={r.prompt} but there are {len(prompts)} prompts")
+    if protocol.temperature <= 0 and any(r.seed is not None for r in rows):
+        raise ReachlensError(f"temperature={protocol.temperature!r} with sampled rows (rows with a seed); "
+                             "sampling needs temperature > 0 (greedy rows have seed=None)")
     stack = LayerStack(model, fused=fused)
     steps = stack.route(route)
     tok = tokenizer_of(model)
@@ -195,11 +179,11 @@ def generate(
             raise ReachlensError(f"prompt {i} ({prompts[i]!r}) tokenizes to nothing; a prompt needs at least one token")
     if share_prefixes is None:
         share_prefixes = not user_hooks(model)
-    stopper = StopChecker(tok, params.stop, _eos_ids(model) if params.stop_at_eos else set())
+    stopper = StopChecker(tok, tuple(protocol.stop or ()), _eos_ids(model) if stop_at_eos else set())
     tags = [r.tag for r in rows]
     results: list[Completion | None] = [None] * len(rows)
     for chunk in _chunks(rows, [len(p) for p in ids], max_batch_rows):
-        outs = _generate_chunk(stack, steps, ids, [rows[i] for i in chunk], params, stopper, share_prefixes,
+        outs = _generate_chunk(stack, steps, ids, [rows[i] for i in chunk], protocol, stopper, share_prefixes,
                                row_ids=tuple(chunk), tags=tags)
         for i, c in zip(chunk, outs):
             results[i] = c
@@ -225,13 +209,13 @@ def _choose(
     seeds: Int[Tensor, "rows"],
     greedy: Bool[Tensor, "rows"],
     step: int,
-    params: SamplingParams,
+    protocol: Protocol,
 ) -> tuple[Int[Tensor, "rows"], Float[Tensor, "rows"]]:
     """Each row's token from its node's logits, and the token's untempered log-probability."""
     if bool(greedy.all()):
         chosen = logits.argmax(-1).index_select(0, node)
     else:
-        chosen = sample_inverse_cdf(logits, seeds, step, params.temperature, params.top_p, group=node)
+        chosen = sample_inverse_cdf(logits, seeds, step, protocol.temperature, protocol.top_p, group=node)
         if bool(greedy.any()):
             chosen = torch.where(greedy, logits.argmax(-1).index_select(0, node), chosen)
     logp = torch.log_softmax(logits.float(), -1)
@@ -243,7 +227,7 @@ def _generate_chunk(
     steps: tuple[int, ...],
     all_ids: list[list[int]],
     rows: list[Row],
-    params: SamplingParams,
+    protocol: Protocol,
     stopper: StopChecker,
     share_prefixes: bool = True,
     *,
@@ -254,7 +238,7 @@ def _generate_chunk(
     rows -> forward, once per new token. With ``share_prefixes`` a batch entry is a node of the sample
     tree (first one per prompt); without, batch entry ``i`` is row ``i`` from the prefill to the end.
 
-    Reads ``params.max_new_tokens``, ``params.temperature``, ``params.top_p`` (``params.stop`` is
+    Reads ``protocol.max_new_tokens``, ``protocol.temperature``, ``protocol.top_p`` (``protocol.stop`` is
     already in ``stopper``)."""
     device = stack.device
     n = len(rows)
@@ -270,10 +254,10 @@ def _generate_chunk(
     else:
         start_slot = torch.arange(n)
         ids, valid, positions = _prefill_inputs([all_ids[r.prompt] for r in rows], pad_id, device)
-    tree = SampleTree(start_slot, ids.shape[0], params.max_new_tokens, stopper, share=share_prefixes, pad_id=pad_id)
+    tree = SampleTree(start_slot, ids.shape[0], protocol.max_new_tokens, stopper, share=share_prefixes, pad_id=pad_id)
     width = ids.shape[1]
     padded = not bool(valid.all())
-    cache = stack.new_cache(width + params.max_new_tokens, steps)
+    cache = stack.new_cache(width + protocol.max_new_tokens, steps)
 
     def forward(inputs, pos, mask, step):
         where = BatchRows(tree.slot_of_row.clone(), row_ids, tags, int(inputs.shape[0]), step)
@@ -289,15 +273,15 @@ def _generate_chunk(
         # (a fork copies its parent's row once instead of every step gathering the prompt's keys).
         cache.share(torch.arange(ids.shape[0], device=device))
     # per slot: which cached positions are real tokens (left padding is not), and the next position
-    key_valid = torch.ones((ids.shape[0], width + params.max_new_tokens), dtype=torch.bool, device=device)
+    key_valid = torch.ones((ids.shape[0], width + protocol.max_new_tokens), dtype=torch.bool, device=device)
     key_valid[:, :width] = valid
     next_pos = positions[:, -1] + 1
     seeds = torch.tensor([0 if r.seed is None else r.seed for r in rows], dtype=torch.int64, device=device)
     greedy = torch.tensor([r.seed is None for r in rows], device=device)
 
-    for step in range(params.max_new_tokens):
+    for step in range(protocol.max_new_tokens):
         live = tree.live.to(device)
-        chosen, logp = _choose(logits, tree.live_slots().to(device), seeds[live], greedy[live], step, params)
+        chosen, logp = _choose(logits, tree.live_slots().to(device), seeds[live], greedy[live], step, protocol)
         move = tree.advance(chosen.cpu(), logp.cpu())
         if move.done:
             break

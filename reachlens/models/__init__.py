@@ -2,7 +2,15 @@
 pruning into a new checkpoint (:mod:`reachlens.models.pruning`)."""
 
 from reachlens.models.char_tokenizer import SPECIAL_TOKENS, build_char_tokenizer
-from reachlens.models.loading import ModelIdentity, ModelLoadError, load_model, model_identity, resolve_spec
+from reachlens.models.loading import (
+    ModelIdentity,
+    ModelLoadError,
+    identity_of,
+    load_model,
+    model_identity,
+    resolve_spec,
+    same_model,
+)
 from reachlens.models.pruning import PruneConfig, magnitude_mask, prune_, prune_checkpoint
 
 __all__ = [
@@ -11,10 +19,12 @@ __all__ = [
     "PruneConfig",
     "SPECIAL_TOKENS",
     "build_char_tokenizer",
+    "identity_of",
     "load_model",
     "magnitude_mask",
     "model_identity",
     "prune_",
     "prune_checkpoint",
     "resolve_spec",
+    "same_model",
 ]

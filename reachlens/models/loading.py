@@ -23,6 +23,8 @@ against that same legacy hash, so old audit directories still resume.
 
 from __future__ import annotations
 
+import dataclasses
+
 import fnmatch
 import hashlib
 import json
@@ -260,6 +262,22 @@ def model_identity(spec: str) -> ModelIdentity:
     return ModelIdentity(spec, folder_fingerprint(snapshot), snapshot.name, legacy)
 
 
+def identity_of(model) -> dict[str, Any]:
+    """The identity of a loaded model as results record it (a dict of :class:`ModelIdentity`'s fields).
+
+    A model from :func:`load_model` (or a :class:`~reachlens.engine.backends.ModelSource`, or a spec
+    string) carries its identity; any other model is named by its
+    ``cfg.model_name`` (or class) with fingerprint ``unknown``, which identity checks do not compare.
+    """
+    if isinstance(model, str):  # a spec a worker will load: the identity of its files
+        return dataclasses.asdict(model_identity(model))
+    ident = getattr(model, "reachlens_identity", None)
+    if isinstance(ident, ModelIdentity):
+        return dataclasses.asdict(ident)
+    name = getattr(getattr(model, "cfg", None), "model_name", None) or type(model).__name__
+    return {"spec": str(name), "fingerprint": "unknown"}
+
+
 def same_model(stored: Mapping[str, Any], current: Mapping[str, Any]) -> bool:
     """Whether a stored model identity (a dict, as results record it) names the ``current`` model.
 
@@ -340,10 +358,10 @@ def _check_device(device: str | torch.device) -> None:
         raise ModelLoadError(f"device {str(device)!r} is not a torch device; use cpu, cuda, cuda:1 or mps") from None
     if dev.type == "cuda" and not torch.cuda.is_available():
         raise ModelLoadError(
-            f"device {str(device)!r}: this torch ({torch.__version__}) sees no CUDA GPU; use --device cpu"
+            f"device {str(device)!r}: this torch ({torch.__version__}) sees no CUDA GPU; use device='cpu'"
         )
     if dev.type == "mps" and not torch.backends.mps.is_available():
-        raise ModelLoadError(f"device {str(device)!r}: MPS is not available here; use --device cpu")
+        raise ModelLoadError(f"device {str(device)!r}: MPS is not available here; use device='cpu'")
 
 
 def _refuse_unsupported(target: str, trust_remote_code: bool) -> None:

@@ -1,12 +1,20 @@
-"""Plotly figures of a training audit. Each figure is readable on its own: titles, axis titles, units."""
+"""Plotly figures of a training audit. Each figure is readable on its own: titles, axis titles, units.
+
+Every axis is autoranged from what the figure draws, and everything drawn is a trace in data
+coordinates: on a log axis plotly reads a shape's or an annotation's x in log10 units, so a marker
+placed there at "k = 128" would stretch the axis to 10^128. Rates carry their 95 % Wilson intervals as
+error bars; differences their paired bootstrap intervals as bands.
+"""
 
 from __future__ import annotations
 
 import pandas as pd
 
 from reachlens.studies.compare import Comparison
+from reachlens.studies.metrics import sign_changes
+from reachlens.studies.stats import wilson_interval
 
-__all__ = ["fate_bars", "accuracy_bars", "propensity_figure", "pass_at_k_figure"]
+__all__ = ["fate_bars", "accuracy_bars", "propensity_figure", "pass_at_k_figure", "pass_at_k_delta_figure"]
 
 _COLORS = {"from_reachable": "#2b8cbe", "outside": "#e6550d", "lost": "#756bb1",
            "D": "#31a354", "O_K": "#3182bd"}
@@ -18,11 +26,16 @@ def _go():
     return go
 
 
+def _p(p: float) -> str:
+    return f"{p:.2g}"
+
+
 def fate_bars(comparisons: dict[tuple[str, str], Comparison]):
-    """Per pair: questions gained from the base-reachable set, gained from outside it, and lost."""
+    """Per pair: questions gained from the base-reachable set, gained from outside it, and lost; each
+    pair's label carries the exact McNemar p of gained vs lost."""
     go = _go()
-    labels = [f"{a} → {b}" for a, b in comparisons]
-    s = [c.summary for c in comparisons.values()]
+    s = [c.summary() for c in comparisons.values()]
+    labels = [f"{a} → {b}<br>McNemar p={_p(x['mcnemar_realized_p'])}" for (a, b), x in zip(comparisons, s)]
     fig = go.Figure([
         go.Bar(name="gained, already base-reachable", x=labels, y=[x["gained_from_base_reachable"] for x in s],
                marker_color=_COLORS["from_reachable"], text=[x["gained_from_base_reachable"] for x in s]),
@@ -39,50 +52,136 @@ def fate_bars(comparisons: dict[tuple[str, str], Comparison]):
     return fig
 
 
+def _error(values, lo, hi) -> dict:
+    return dict(type="data", symmetric=False, array=[h - v for v, h in zip(values, hi)],
+                arrayminus=[v - lo_ for v, lo_ in zip(values, lo)], thickness=1.2, width=4)
+
+
 def accuracy_bars(audits: dict[str, object]):
-    """D (realized) and O_K (reachable) per checkpoint."""
+    """D (realized) and O_K (reachable) per checkpoint, with 95 % Wilson intervals."""
     go = _go()
     names = list(audits)
     k = next(iter(audits.values())).k if audits else 0
-    fig = go.Figure([
-        go.Bar(name="D: deployed (greedy) accuracy", x=names, y=[audits[n].D for n in names], marker_color=_COLORS["D"],
-               text=[f"{audits[n].D:.1%}" for n in names]),
-        go.Bar(name=f"O_{k}: reachable with {k} samples", x=names, y=[audits[n].O_K for n in names],
-               marker_color=_COLORS["O_K"], text=[f"{audits[n].O_K:.1%}" for n in names]),
-    ])
-    fig.update_layout(barmode="group", title=f"Realized vs reachable per checkpoint (K={k})",
-                      xaxis_title="checkpoint", yaxis_title="share of questions", yaxis_tickformat=".0%",
-                      yaxis_range=[0, 1])
+    fig = go.Figure()
+    for key, label in (("D", "D: deployed (greedy) accuracy"), ("O_K", f"O_{k}: reachable with {k} samples")):
+        vals = [getattr(audits[n], key) for n in names]
+        cis = [getattr(audits[n], f"{key}_ci") for n in names]
+        fig.add_trace(go.Bar(name=label, x=names, y=vals, marker_color=_COLORS[key],
+                             error_y=_error(vals, [c[0] for c in cis], [c[1] for c in cis]),
+                             text=[f"{v:.1%}" for v in vals], textposition="inside", insidetextanchor="middle"))
+    fig.update_layout(barmode="group", title=f"Realized vs reachable per checkpoint (K={k}; 95 % Wilson intervals)",
+                      xaxis_title="checkpoint", yaxis_title="share of questions", yaxis_tickformat=".0%")
     return fig
 
 
 def propensity_figure(bins: dict[str, pd.DataFrame]):
-    """Realization after training against the base model's per-question sample hit rate."""
+    """Realization after training against the base model's per-question sample hit rate, each bin's rate
+    with its 95 % Wilson interval (empty bins are left out)."""
     go = _go()
     fig = go.Figure()
     for label, df in bins.items():
-        fig.add_trace(go.Scatter(x=df["bin"], y=df["rate"], mode="lines+markers+text", name=label,
-                                 text=[f"n={n}" for n in df["n"]], textposition="top center"))
+        df = df[df["n"] > 0]
+        fig.add_trace(go.Scatter(x=df["bin"], y=df["rate"], mode="lines+markers", name=label,
+                                 error_y=_error(df["rate"], df["rate_lo"], df["rate_hi"]),
+                                 customdata=df[["n", "realized_after"]].to_numpy(),
+                                 hovertemplate="%{x}: %{customdata[1]} of %{customdata[0]} realized after (%{y:.0%})"))
     fig.update_layout(title="Base-reachable, base-unrealized questions: realized after training, by base propensity",
                       xaxis_title="base propensity bin (share of the base model's K samples that are correct)",
-                      yaxis_title="realized after training (share of the bin)", yaxis_tickformat=".0%",
-                      yaxis_range=[0, 1.05])
+                      yaxis_title="realized after training (share of the bin)", yaxis_tickformat=".0%")
     return fig
 
 
-def pass_at_k_figure(audits: dict[str, object], crossings: dict[str, list[int]] | None = None):
-    """Unbiased pass@k against k per checkpoint, on a log2 axis; each pair's crossovers (``{"base / grpo":
-    [64]}``, from :meth:`Comparison.crossovers`) are marked by a dotted line at the first k of the new order."""
+def _log2_ticks(ks) -> dict:
+    """Tick labels at the ks of the data (1, 2, 4, ...) for a log x axis."""
+    ks = sorted({int(k) for k in ks})
+    return dict(tickvals=ks, ticktext=[str(k) for k in ks])
+
+
+def pass_at_k_figure(audits: dict[str, object], crossovers: dict[str, tuple[str, str, list[int]]] | None = None):
+    """Unbiased pass@k against k per checkpoint, on a log axis.
+
+    ``crossovers`` maps a pair label to ``(base name, trained name, ks)`` (the ks from
+    :meth:`Comparison.crossovers`): each crossing is a marker on the descendant's curve at the first k of
+    the new order, drawn as a trace in data coordinates.
+    """
     go = _go()
     fig = go.Figure()
+    all_ks = []
     for name, r in audits.items():
-        curve = r.pass_at_k
+        curve = r.pass_at_k_curve()
+        all_ks += curve["k"].tolist()
         fig.add_trace(go.Scatter(x=curve["k"], y=curve["pass_at_k"], mode="lines+markers", name=name))
-    for i, (pair, ks) in enumerate((crossings or {}).items()):
+    xs, ys, labels = [], [], []
+    for pair, (_, trained, ks) in (crossovers or {}).items():
+        curve = audits[trained].pass_at_k_curve().set_index("k")["pass_at_k"]
         for k in ks:
-            fig.add_vline(x=k, line_dash="dot", line_color="grey", annotation_text=f"{pair} cross",
-                          annotation_position="bottom right" if i % 2 else "top left")
+            xs.append(k)
+            ys.append(float(curve.loc[k]))
+            labels.append(f"{pair}: curves cross at k={k}")
+    if xs:
+        fig.add_trace(go.Scatter(x=xs, y=ys, mode="markers", name="crossing (first k of the new order)",
+                                 marker=dict(symbol="circle-open", size=16, line=dict(width=2), color="black"),
+                                 hovertext=labels, hoverinfo="text"))
     fig.update_layout(title="pass@k per checkpoint (unbiased estimator, mean over questions)",
                       xaxis_title="k (samples, log scale)", yaxis_title="pass@k", xaxis_type="log",
-                      xaxis=dict(tickvals=[1, 2, 4, 8, 16, 32, 64, 128, 256, 512]), yaxis_tickformat=".0%")
+                      xaxis=_log2_ticks(all_ks), yaxis_tickformat=".0%")
+    return fig
+
+
+_BAND = ("rgba(49,130,189,0.18)", "rgba(230,85,13,0.18)", "rgba(49,163,84,0.18)", "rgba(117,107,177,0.18)",
+         "rgba(99,99,99,0.18)")
+_LINE = ("#3182bd", "#e6550d", "#31a354", "#756bb1", "#636363")
+
+
+def pass_at_k_delta_figure(curves: dict[str, pd.DataFrame]):
+    """Per pair, one panel: descendant - parent pass@k against k (log axis) with its paired 95 % bootstrap
+    interval as a band; crossings (sign changes of the difference) are open markers; 0 is a dotted line.
+
+    Each pair has its own y axis, so a pair with a large difference does not flatten the others.
+    """
+    import math
+
+    from plotly.subplots import make_subplots
+
+    pairs = list(curves)
+    cols = 2 if len(pairs) > 1 else 1
+    rows = max(1, math.ceil(len(pairs) / cols))
+    fig = make_subplots(rows=rows, cols=cols, subplot_titles=pairs or None, vertical_spacing=0.18 if rows > 1 else 0.1,
+                        horizontal_spacing=0.1)
+    go = _go()
+    all_ks = sorted({int(k) for df in curves.values() for k in df["k"]})
+    for i, (pair, df) in enumerate(curves.items()):
+        row, col = i // cols + 1, i % cols + 1
+        line, band = _LINE[i % len(_LINE)], _BAND[i % len(_BAND)]
+        first = i == 0  # one legend entry per kind of mark
+        fig.add_trace(go.Scatter(x=df["k"], y=df["delta_hi"], mode="lines", line=dict(width=0), showlegend=False,
+                                 hoverinfo="skip"), row=row, col=col)
+        fig.add_trace(go.Scatter(x=df["k"], y=df["delta_lo"], mode="lines", line=dict(width=0), fill="tonexty",
+                                 fillcolor=band, name="paired 95 % interval", legendgroup="band", showlegend=first,
+                                 hoverinfo="skip"), row=row, col=col)
+        fig.add_trace(go.Scatter(x=df["k"], y=df["delta"], mode="lines+markers", line=dict(color=line),
+                                 name="difference (descendant - parent)", legendgroup="delta", showlegend=first,
+                                 customdata=df[["delta_lo", "delta_hi", "p", "p_holm"]].to_numpy(),
+                                 hovertemplate=f"{pair}<br>" + "k=%{x}: %{y:+.3f} [%{customdata[0]:+.3f}, "
+                                               "%{customdata[1]:+.3f}], p=%{customdata[2]:.2g} (Holm %{customdata[3]:.2g})"
+                                               "<extra></extra>"), row=row, col=col)
+        ks = sign_changes(df["k"].tolist(), df["base"].tolist(), df["trained"].tolist())
+        if ks:
+            at = df.set_index("k")
+            fig.add_trace(go.Scatter(x=ks, y=[float(at.loc[k, "delta"]) for k in ks], mode="markers",
+                                     marker=dict(symbol="circle-open", size=14, line=dict(width=2), color="black"),
+                                     name="crossing (sign change)", legendgroup="cross",
+                                     showlegend=not any(t.legendgroup == "cross" for t in fig.data),
+                                     hovertext=[f"{pair}: sign changes at k={k}" for k in ks], hoverinfo="text"),
+                          row=row, col=col)
+        ks_pair = df["k"].tolist()
+        fig.add_trace(go.Scatter(x=[ks_pair[0], ks_pair[-1]], y=[0, 0], mode="lines", showlegend=False,
+                                 line=dict(color="grey", dash="dot", width=1), hoverinfo="skip"), row=row, col=col)
+        fig.update_xaxes(type="log", row=row, col=col, **_log2_ticks(ks_pair))
+        fig.update_yaxes(tickformat="+.0%", row=row, col=col)
+    for col in range(1, cols + 1):
+        fig.update_xaxes(title_text="k (samples, log scale)", row=rows, col=col)
+    fig.update_yaxes(title_text="pass@k difference", col=1)
+    fig.update_layout(title="pass@k difference (descendant - parent) with its paired 95 % bootstrap interval",
+                      height=max(480, 330 * rows), legend=dict(orientation="h", y=-0.12 if rows == 1 else -0.08))
     return fig

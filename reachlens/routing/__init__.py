@@ -1,9 +1,9 @@
 """Layer routing: run a model along any route of its layers, search routes at a matched budget, and
-score oracle reachability against answer-blind selection.
+score reachability (O_K) against answer-blind selection.
 
 >>> from reachlens.routing import run_routing
 >>> result = run_routing(load_model("zoo:base"), load_task("arith", n=50), "native", "mcts", budget=32)  # doctest: +SKIP
->>> result.summary()["oracle"], result.summary()["majority"]  # doctest: +SKIP
+>>> result.summary()["O_K"], result.summary()["majority"]  # doctest: +SKIP
 
 Modules: :mod:`~reachlens.routing.routes` (routes, spaces, validation), :mod:`~reachlens.routing.executor`
 (prefix-trie scoring, generation along routes), :mod:`~reachlens.routing.evaluation` (the evaluation
@@ -37,14 +37,13 @@ from reachlens.routing.scoring import (
     question_table,
     reach_curve,
 )
-from reachlens.routing.search import CANDIDATE_COLUMNS, OBJECTIVES, SearchConfig, objective_value, run_search
-from reachlens.routing.selectors import SELECTORS, Selection, Selector, oracle, select
+from reachlens.routing.search import OBJECTIVES, RoutingConfig, objective_value, run_search
+from reachlens.routing.selectors import SELECTORS, Selection, Selector, reachable, select
 from reachlens.routing.strategies import STRATEGIES, Strategy, make_strategy, register_strategy
-from reachlens.routing.study import RoutingConfig, RoutingResult, run_routing
+from reachlens.routing.study import RoutingResult, run_routing
 from reachlens.routing.verification import VERIFICATION_PROMPTS, VerificationPrompt, verification_scores
 
 __all__ = [
-    "CANDIDATE_COLUMNS",
     "DEFAULT_SELECTORS",
     "Evaluation",
     "NativeSpace",
@@ -60,7 +59,6 @@ __all__ = [
     "SELECTORS",
     "SPACES",
     "STRATEGIES",
-    "SearchConfig",
     "Selection",
     "Selector",
     "SkipSpace",
@@ -79,9 +77,9 @@ __all__ = [
     "make_strategy",
     "median_recovery",
     "objective_value",
-    "oracle",
     "parse_route",
     "question_table",
+    "reachable",
     "reach_curve",
     "register_strategy",
     "route_logits",

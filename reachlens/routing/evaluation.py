@@ -22,11 +22,12 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from reachlens.engine import Completion, SamplingParams
+from reachlens.engine import Completion
 from reachlens.errors import ReachlensError
+from reachlens.grading import question_grader
+from reachlens.protocol import Protocol
 from reachlens.routing.executor import RouteRequest, generate_along_routes
 from reachlens.routing.routes import Route, identity_route
-from reachlens.studies.auditing import grader_for
 from reachlens.tasks.base import Task
 
 __all__ = ["Evaluation", "RouteEvaluator", "lowest_window_mean"]
@@ -77,41 +78,43 @@ class RouteEvaluator:
     Args:
         model: a TransformerBridge; hooks attached by the caller stay live.
         task: the questions (all of them; use ``task.head(n)`` for fewer).
-        max_new_tokens: decode length of every completion.
-        prompt_format: the task's prompt format (its default when None).
+        protocol: how each route decodes: the greedy case of the one decode spec
+            (:meth:`Protocol.greedy`: decode length, prompt format, stop strings, grader); resolved
+            against ``task``. None: ``Protocol.greedy(task, max_new_tokens=96)``.
         window: tokens per window of ``lowest_window_logprob``.
         max_batch_rows: most rows decoded together.
 
-    >>> ev = RouteEvaluator(model, load_task("arith", n=20))  # doctest: +SKIP
+    >>> ev = RouteEvaluator(model, task, Protocol.greedy("arith", max_new_tokens=64))  # doctest: +SKIP
     >>> ev.evaluate([(0, (0, 1, 1, 2)), (1, (0, 2))])  # doctest: +SKIP
     """
 
     def __init__(
-        self, model, task: Task, *, max_new_tokens: int = 96, prompt_format: str | None = None, window: int = 8,
-        max_batch_rows: int = 256,
+        self, model, task: Task, protocol: Protocol | None = None, *, window: int = 8, max_batch_rows: int = 256,
     ) -> None:
         if len(task) == 0:
             raise ReachlensError(f"task {task.name!r} has no questions")
+        protocol = protocol or Protocol.greedy(task.name.split(":")[0])
+        if not protocol.is_greedy:
+            raise ReachlensError(f"a route is decoded greedily; pass a greedy protocol (Protocol.greedy(...)), "
+                                 f"not k={protocol.k}, temperature={protocol.temperature}")
+        if window < 1:
+            raise ReachlensError(f"window={window!r} must be >= 1")
         self.model = model
         self.task = task
-        self.format = task.format(prompt_format)
-        self.params = SamplingParams(max_new_tokens=max_new_tokens, stop=tuple(task.stop))
+        self.protocol = protocol.resolved(task)
+        self.format = task.format(self.protocol.prompt_format)
         self.window = window
         self.max_batch_rows = max_batch_rows
         self.n_layers = len(model.blocks)
         self.prompts = [self.format.render(q) for q in task.questions]
-        self._graders = [grader_for(task.grader, "".join(q.labels) if q.labels else None) for q in task.questions]
+        self._graders = [question_grader(str(self.protocol.grader), q) for q in task.questions]
         self._memo: dict[tuple[int, Route], Evaluation] = {}
         self.n_decoded = 0
         """Distinct (question, route) pairs decoded so far (the compute actually spent)."""
 
     def spec(self) -> dict[str, Any]:
-        """What an evaluation depends on besides the model and the route (stored with results)."""
-        return {
-            "task": self.task.name, "task_source": self.task.source, "n_questions": len(self.task),
-            "prompt_format": self.format.name, "max_new_tokens": self.params.max_new_tokens,
-            "stop": list(self.params.stop), "grader": self.task.grader, "decode": "greedy", "window": self.window,
-        }
+        """What an evaluation depends on besides the model, the route and the protocol (stored with results)."""
+        return {"task_source": self.task.source, "n_questions": len(self.task), "window": self.window}
 
     @property
     def identity(self) -> Route:
@@ -133,7 +136,7 @@ class RouteEvaluator:
                 todo.append(key)
         if todo:
             comps = generate_along_routes(
-                self.model, self.prompts, [RouteRequest(qi, r) for qi, r in todo], self.params,
+                self.model, self.prompts, [RouteRequest(qi, r) for qi, r in todo], self.protocol,
                 max_batch_rows=self.max_batch_rows,
             )
             for (qi, route), comp in zip(todo, comps):
@@ -156,8 +159,8 @@ class RouteEvaluator:
             if progress is not None:
                 progress(start + len(part))
 
-    def greedy(self, indices: Sequence[int]) -> list[Evaluation]:
-        """The full model's greedy evaluation (the identity route) of each question."""
+    def deployment(self, indices: Sequence[int]) -> list[Evaluation]:
+        """The deployment of each question: the full model (the identity route), greedy."""
         return self.evaluate([(qi, self.identity) for qi in indices])
 
     def _grade(self, qi: int, route: Route, comp: Completion) -> Evaluation:

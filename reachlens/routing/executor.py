@@ -33,8 +33,9 @@ import torch
 from jaxtyping import Float, Int
 from torch import Tensor
 
-from reachlens.engine import Completion, LayerStack, Row, SamplingParams, generate
+from reachlens.engine import Completion, LayerStack, Row, generate
 from reachlens.errors import ReachlensError
+from reachlens.protocol import Protocol
 from reachlens.routing.routes import Route
 
 __all__ = ["RouteTrie", "RouteRequest", "route_logits", "route_loglik", "generate_along_routes"]
@@ -208,8 +209,9 @@ def generate_along_routes(
     model,
     prompts: Sequence[str],
     requests: Sequence[RouteRequest],
-    params: SamplingParams,
+    protocol: Protocol,
     *,
+    stop_at_eos: bool = True,
     max_batch_rows: int = 256,
     fused: bool = True,
 ) -> list[Completion]:
@@ -218,7 +220,7 @@ def generate_along_routes(
     Identical requests are decoded once and their completion is shared.
 
     >>> reqs = [RouteRequest(0, (0, 1, 1, 2)), RouteRequest(1, (0, 2), seed=7)]
-    >>> outs = generate_along_routes(model, prompts, reqs, SamplingParams(32))  # doctest: +SKIP
+    >>> outs = generate_along_routes(model, prompts, reqs, Protocol.greedy("arith", max_new_tokens=32))  # doctest: +SKIP
     """
     by_route: dict[Route, dict[tuple[int, int | None], list[int]]] = {}
     for i, req in enumerate(requests):
@@ -231,7 +233,7 @@ def generate_along_routes(
         used = sorted({p for p, _ in keys})
         local = {p: j for j, p in enumerate(used)}
         rows = [Row(local[p], seed) for p, seed in keys]
-        comps = generate(model, [prompts[p] for p in used], rows, params, route=route,
+        comps = generate(model, [prompts[p] for p in used], rows, protocol, stop_at_eos=stop_at_eos, route=route,
                          max_batch_rows=max_batch_rows, fused=fused)
         for key, comp in zip(keys, comps):
             for i in wanted[key]:

@@ -26,26 +26,25 @@ Every candidate keeps its route, raw text, answer, grade and scores (:data:`CAND
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import random
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import pandas as pd
 
 from reachlens._registry import Registry
 from reachlens.errors import ReachlensError
+from reachlens.records import CANDIDATE_COLUMNS
 from reachlens.routing.evaluation import Evaluation, RouteEvaluator
 from reachlens.routing.routes import Route, RouteSpace, format_route
+from reachlens.routing.scoring import DEFAULT_SELECTORS
 from reachlens.routing.strategies import make_strategy
 
-__all__ = ["SearchConfig", "OBJECTIVES", "CANDIDATE_COLUMNS", "run_search", "objective_value"]
+__all__ = ["RoutingConfig", "OBJECTIVES", "CANDIDATE_COLUMNS", "run_search", "objective_value"]
 
-CANDIDATE_COLUMNS = [
-    "question_id", "eval_idx", "route", "route_len", "duplicate", "text", "answer", "correct", "scored",
-    "finish_reason", "n_tokens", "mean_logprob", "lowest_window_logprob", "objective",
-]
 
 OBJECTIVES: Registry[Callable[[Evaluation], float]] = Registry("search objective")
 
@@ -70,11 +69,12 @@ def objective_value(ev: Evaluation, name: str) -> float:
 
 
 @dataclass(frozen=True)
-class SearchConfig:
-    """How one search is run on every question."""
+class RoutingConfig:
+    """A routing run's own options, beside the greedy :class:`~reachlens.protocol.Protocol` each
+    route decodes by: the search (budget, objective, seed) and the scoring of its pools."""
 
-    budget: int
-    """K: route evaluations per question, duplicates included."""
+    budget: int = 32
+    """K: route evaluations per question, duplicates included (the identity route is the first)."""
     objective: str = "confidence"
     """Answer-blind objective the strategy maximizes (``confidence`` or ``lowest_window``)."""
     oracle: bool = False
@@ -83,22 +83,51 @@ class SearchConfig:
     """Seed of the strategies' random streams (one stream per question)."""
     seed_identity: bool = True
     """Evaluate the identity route first (it counts against the budget)."""
+    verification: str = "rescore"
+    """Named verification prompt of the ``self_verify`` selector (``rescore``, ``yes_no``)."""
+    window: int = 8
+    """Tokens per window of the lowest-window confidence."""
+    selectors: tuple[str, ...] = DEFAULT_SELECTORS
+    """Selectors scored on each pool."""
+    strategy_options: Mapping[str, Any] = field(default_factory=dict)
+    """Keyword options of the strategy (``batch``, ``population``, ``c``, ...)."""
 
     def __post_init__(self) -> None:
+        if isinstance(self.selectors, list):
+            object.__setattr__(self, "selectors", tuple(self.selectors))
         if not isinstance(self.budget, int) or isinstance(self.budget, bool) or self.budget < 1:
             raise ReachlensError(f"budget={self.budget!r} must be an integer >= 1 (route evaluations per question)")
         if self.objective == "oracle" and not self.oracle:
             raise ReachlensError("objective 'oracle' reads the gold answer; choose it explicitly with oracle=True")
         if self.objective != "oracle":
             OBJECTIVES[self.objective]  # noqa: B018 (raises LookupError naming the known objectives)
+        if not isinstance(self.window, int) or self.window < 1:
+            raise ReachlensError(f"window={self.window!r} must be an integer >= 1")
 
     @property
     def objective_name(self) -> str:
         """The objective actually maximized (``oracle`` in oracle mode)."""
         return "oracle" if self.oracle else self.objective
 
+    def to_dict(self) -> dict[str, Any]:
+        d = dataclasses.asdict(self)
+        d["selectors"] = list(self.selectors)
+        d["strategy_options"] = dict(self.strategy_options)
+        return d
 
-def _rng(config: SearchConfig, strategy: str, space: RouteSpace, question_id: str) -> random.Random:
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> RoutingConfig:
+        known = {f.name for f in dataclasses.fields(cls)}
+        unknown = set(d) - known
+        if unknown:
+            raise ReachlensError(f"unknown routing options {sorted(unknown)}; known: {sorted(known)}")
+        d = dict(d)
+        if "selectors" in d:
+            d["selectors"] = tuple(d["selectors"])
+        return cls(**d)
+
+
+def _rng(config: RoutingConfig, strategy: str, space: RouteSpace, question_id: str) -> random.Random:
     # string seeds are hashed with SHA-512 by CPython: stable across processes and machines
     return random.Random(f"route-search/{config.seed}/{strategy}/{space}/{question_id}")
 
@@ -107,7 +136,7 @@ def run_search(
     evaluator: RouteEvaluator,
     space: RouteSpace,
     strategy: str,
-    config: SearchConfig,
+    config: RoutingConfig,
     *,
     questions: Sequence[int] | None = None,
     options: Mapping[str, Any] | None = None,
@@ -119,18 +148,19 @@ def run_search(
         evaluator: evaluates (question, route) pairs on one model and task.
         space: the route space searched (its depth must match the model's).
         strategy: a registered strategy name (``random``, ``hill_climb``, ``genetic``, ``mcts``).
-        config: budget, objective, seed.
+        config: budget, objective, seed (:class:`RoutingConfig`).
         questions: indices into the evaluator's task (all when None).
-        options: keyword options of the strategy (``batch=8``, ``population=12``, ...).
+        options: keyword options of the strategy (``batch=8``, ``population=12``, ...); the config's
+            ``strategy_options`` when None.
         progress: called with the evaluations spent so far, summed over questions, after each round.
 
-    >>> cands = run_search(RouteEvaluator(model, task), NativeSpace(6), "mcts", SearchConfig(32))  # doctest: +SKIP
+    >>> cands = run_search(RouteEvaluator(model, task), NativeSpace(6), "mcts", RoutingConfig(32))  # doctest: +SKIP
     """
     if space.n_layers != evaluator.n_layers:
         raise ReachlensError(f"the space is built for {space.n_layers} layers but the model has {evaluator.n_layers}")
     idx = list(range(len(evaluator.prompts))) if questions is None else list(questions)
     objective = config.objective_name
-    opts = dict(options or {})
+    opts = dict(config.strategy_options if options is None else options)
     strategies = {
         qi: make_strategy(strategy, space, _rng(config, strategy, space, evaluator.question_id(qi)), **opts)
         for qi in idx

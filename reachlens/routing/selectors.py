@@ -3,7 +3,7 @@
 A pool is a DataFrame with one row per candidate (route evaluations from a search, or the K
 temperature samples of an audit) and at least ``answer``, ``correct`` and ``scored``. A selector
 reads only answer-blind columns to choose a row; the row's grade then says whether the selection
-is right. The oracle (any candidate correct) is the ceiling a selector is measured against.
+is right. Reachability (:func:`reachable`: any candidate correct) is the ceiling a selector is measured against.
 
 Registered selectors (:data:`SELECTORS`):
 
@@ -33,7 +33,7 @@ import pandas as pd
 from reachlens._registry import Registry
 from reachlens.errors import ReachlensError
 
-__all__ = ["Selector", "Selection", "SELECTORS", "select", "oracle"]
+__all__ = ["Selector", "Selection", "SELECTORS", "select", "reachable"]
 
 
 @dataclass(frozen=True)
@@ -128,10 +128,10 @@ def select(pool: pd.DataFrame, name: str) -> Selection:
     return Selection(pos, answer, _grade(pool, pos))
 
 
-def oracle(pool: pd.DataFrame) -> float:
+def reachable(pool: pd.DataFrame) -> float:
     """1.0 if any candidate is correct, 0.0 if none is and some were graded, NaN if none was graded.
 
-    >>> oracle(pd.DataFrame({"answer": ["3", "4"], "correct": [False, True], "scored": [True, True]}))
+    >>> reachable(pd.DataFrame({"answer": ["3", "4"], "correct": [False, True], "scored": [True, True]}))
     1.0
     """
     if bool((pool["correct"].astype(bool) & pool["scored"].astype(bool)).any()):

@@ -2,13 +2,15 @@
 
 :func:`run_routing` runs one cell (a model, a task, a route space, a strategy at budget K): the
 search (:func:`~reachlens.routing.search.run_search`), the verification scores of the candidates
-(:mod:`reachlens.routing.verification`), the greedy deployment (the identity route), and the scoring
-(:mod:`reachlens.routing.scoring`). The result holds three tables and is stored as a directory:
+(:mod:`reachlens.routing.verification`), the deployment (the identity route, greedy), and the scoring
+(:mod:`reachlens.routing.scoring`). Every route decodes by one greedy
+:class:`~reachlens.protocol.Protocol`; the search's own options are a :class:`RoutingConfig`. The
+result is stored as a run directory (:class:`~reachlens.store.RunDir`, kind ``routing``):
 
-    DIR/config.json        the configuration, model identity, task, space and strategy
+    DIR/run.json           the run record: protocol, options (config, space, strategy), model, data
     DIR/candidates.parquet one row per route evaluation (route, raw text, answer, grade, scores)
-    DIR/questions.parquet  one row per question (greedy, oracle, each selector)
-    DIR/summary.json       G, O@K, each selector, gap recoveries, evaluations spent
+    DIR/questions.parquet  one row per question (realized, reachable, each selector)
+    DIR/summary.json       D, O_K, each selector, gap recoveries, evaluations spent
 
 Several cells over the same model and task can share one
 :class:`~reachlens.routing.evaluation.RouteEvaluator`, so a (question, route) pair is decoded once
@@ -18,9 +20,8 @@ however many strategies and spaces ask for it (decoding is greedy, so the answer
 from __future__ import annotations
 
 import dataclasses
-import json
 import math
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -28,102 +29,81 @@ from typing import Any
 import pandas as pd
 
 from reachlens.errors import ReachlensError
-from reachlens.protocol import ProtocolMismatch
+from reachlens.models import identity_of
+from reachlens.protocol import Protocol
 from reachlens.routing.evaluation import RouteEvaluator
 from reachlens.routing.routes import RouteSpace, make_space
-from reachlens.routing.scoring import DEFAULT_SELECTORS, cell_summary, question_table
-from reachlens.routing.search import SearchConfig, run_search
+from reachlens.routing.scoring import cell_summary, question_table
+from reachlens.routing.search import RoutingConfig, run_search
 from reachlens.routing.verification import verification_scores
-from reachlens.store import write_json, write_parquet
-from reachlens.studies.auditing import _identity
+from reachlens.store import RunDir, RunRecord
 from reachlens.tasks.base import Task
 
 __all__ = ["RoutingConfig", "RoutingResult", "run_routing"]
 
 
 @dataclass(frozen=True)
-class RoutingConfig:
-    """Everything about one routing cell except the model, the task, the space and the strategy."""
-
-    budget: int = 32
-    """K: route evaluations per question (duplicates included; the identity route is the first)."""
-    objective: str = "confidence"
-    """Answer-blind objective of the search (``confidence``, ``lowest_window``)."""
-    oracle: bool = False
-    """Search for correctness instead (reads the gold answer; the explicit oracle mode)."""
-    seed: int = 0
-    """Seed of the search's random streams."""
-    max_new_tokens: int = 96
-    """Decode length of every candidate."""
-    prompt_format: str | None = None
-    """The task's prompt format (its default when None)."""
-    verification: str = "rescore"
-    """Named verification prompt of the ``self_verify`` selector (``rescore``, ``yes_no``)."""
-    window: int = 8
-    """Tokens per window of the lowest-window confidence."""
-    seed_identity: bool = True
-    """Evaluate the identity route first in every search."""
-    selectors: tuple[str, ...] = DEFAULT_SELECTORS
-    """Selectors scored on each pool."""
-    strategy_options: Mapping[str, Any] = field(default_factory=dict)
-    """Keyword options of the strategy (``batch``, ``population``, ``c``, ...)."""
-
-    def search_config(self) -> SearchConfig:
-        return SearchConfig(self.budget, self.objective, self.oracle, self.seed, self.seed_identity)
-
-    def to_dict(self) -> dict[str, Any]:
-        d = dataclasses.asdict(self)
-        d["selectors"] = list(self.selectors)
-        d["strategy_options"] = dict(self.strategy_options)
-        return d
-
-
-@dataclass(frozen=True)
 class RoutingResult:
-    """One routing cell: its configuration and its candidate, question and summary tables."""
+    """One routing cell: its run record and its candidate and question tables."""
 
-    header: dict[str, Any]
-    """Configuration, model identity, task, space and strategy (``config.json``)."""
+    record: RunRecord
+    """The run record (``run.json``): the greedy protocol, options (``config``, ``strategy``,
+    ``space``, ``evaluation``), model and data identity."""
     candidates: pd.DataFrame = field(repr=False)
     questions: pd.DataFrame = field(repr=False)
 
     @property
+    def protocol(self) -> Protocol:
+        assert self.record.protocol is not None
+        return self.record.protocol
+
+    @property
+    def config(self) -> RoutingConfig:
+        return RoutingConfig.from_dict(self.record.options["config"])
+
+    @property
+    def strategy(self) -> str:
+        return self.record.options["strategy"]
+
+    @property
+    def space_name(self) -> str:
+        return self.record.options["space"]["space"]
+
+    @property
     def selectors(self) -> tuple[str, ...]:
-        return tuple(self.header["config"]["selectors"])
+        return tuple(self.record.options["config"]["selectors"])
 
     def summary(self) -> dict[str, Any]:
-        """G, O@K, selector accuracies, gap recoveries (NaN = undefined) and the evaluations spent."""
+        """D, O_K, selector accuracies, gap recoveries (NaN = undefined) and the evaluations spent."""
         s = cell_summary(self.questions, self.selectors).iloc[0].to_dict()
         s["n"] = int(s["n"])
-        s["budget"] = self.header["config"]["budget"]
+        s["budget"] = self.config.budget
         s["evaluations"] = len(self.candidates)
         s["unique_routes"] = int(self.candidates.groupby("question_id")["route"].nunique().sum())
-        s.update({k: self.header[k] for k in ("strategy", "space_name", "model_spec", "task")})
+        s.update(strategy=self.strategy, space_name=self.space_name, model_spec=self.record.model.get("spec"),
+                 task=self.protocol.task)
         return s
 
     def save(self, out: str | Path) -> Path:
-        """Write the result to ``out``; a directory holding a different configuration is refused."""
-        out = Path(out)
-        out.mkdir(parents=True, exist_ok=True)
-        cfg = out / "config.json"
-        if cfg.is_file():
-            old = json.loads(cfg.read_text())
-            diff = {k: (old.get(k), self.header.get(k)) for k in set(old) | set(self.header)
-                    if old.get(k) != self.header.get(k)}
-            if diff:
-                raise ProtocolMismatch(diff, what=f"{str(out)!r} holds a routing run with another configuration")
-        write_json(cfg, self.header)
-        write_parquet(out / "candidates.parquet", self.candidates)
-        write_parquet(out / "questions.parquet", self.questions)
-        summary = {k: (None if isinstance(v, float) and math.isnan(v) else v) for k, v in self.summary().items()}
-        write_json(out / "summary.json", summary)
-        return out
+        """Write the result to the run directory ``out``; a directory holding another run is refused
+        (naming what differs), one of other files too."""
+        run = RunDir(out)
+        with run.writer():
+            run.start(self.record)
+            run.write_table("candidates", self.candidates)
+            run.write_table("questions", self.questions)
+            run.write_summary({k: (None if isinstance(v, float) and math.isnan(v) else v)
+                               for k, v in self.summary().items()})
+        return run.path
 
     @classmethod
     def load(cls, path: str | Path) -> RoutingResult:
-        path = Path(path)
-        header = json.loads((path / "config.json").read_text())
-        return cls(header, pd.read_parquet(path / "candidates.parquet"), pd.read_parquet(path / "questions.parquet"))
+        """Read a routing run directory."""
+        run = RunDir(path)
+        record = run.record()
+        if record.kind != "routing":
+            raise ReachlensError(f"{str(path)!r} holds a {record.kind} run, not a routing run")
+        return cls(record, run.read_table("candidates"), run.read_table("questions"))
 
 
 def run_routing(
@@ -133,6 +113,7 @@ def run_routing(
     strategy: str,
     budget: int | None = None,
     *,
+    protocol: Protocol | None = None,
     config: RoutingConfig | None = None,
     evaluator: RouteEvaluator | None = None,
     out: str | Path | None = None,
@@ -146,13 +127,15 @@ def run_routing(
         space: a :class:`~reachlens.routing.routes.RouteSpace`, or a space name built with its defaults.
         strategy: ``random``, ``hill_climb``, ``genetic`` or ``mcts``.
         budget: K (overrides ``config.budget``).
-        config: everything else; :class:`RoutingConfig` defaults when None.
-        evaluator: a shared evaluator for this model and task (made from ``config`` when None).
+        protocol: how every route decodes, the greedy case (:meth:`Protocol.greedy`; 96 new tokens
+            in the task's default format when None); the evaluator's when one is given.
+        config: the search's own options; :class:`RoutingConfig` defaults when None.
+        evaluator: a shared evaluator for this model and task (made from ``protocol`` when None).
         out: a directory to store the result in.
         progress: called with the evaluations spent so far after each search round.
 
     >>> r = run_routing(load_model("zoo:base"), load_task("arith", n=50), "native", "mcts", budget=32)  # doctest: +SKIP
-    >>> r.summary()["oracle"], r.summary()["recovery_majority"]  # doctest: +SKIP
+    >>> r.summary()["O_K"], r.summary()["recovery_majority"]  # doctest: +SKIP
     """
     config = config or RoutingConfig()
     if budget is not None:
@@ -160,38 +143,41 @@ def run_routing(
     n_layers = len(model.blocks)
     space = make_space(space, n_layers) if isinstance(space, str) else space
     if evaluator is None:
-        evaluator = RouteEvaluator(model, task, max_new_tokens=config.max_new_tokens,
-                                   prompt_format=config.prompt_format, window=config.window)
+        evaluator = RouteEvaluator(model, task, protocol, window=config.window)
     elif evaluator.model is not model or evaluator.task is not task:
         raise ReachlensError("the evaluator was made for another model or task; pass one made for this pair")
     else:
-        want = {"max_new_tokens": config.max_new_tokens, "window": config.window,
-                "prompt_format": task.format(config.prompt_format).name}
-        have = {k: evaluator.spec()[k] for k in want}
+        want = {"window": config.window}
+        have = {"window": evaluator.window}
+        if protocol is not None:
+            want["protocol"] = protocol.resolved(task).to_dict()
+            have["protocol"] = evaluator.protocol.to_dict()
         if want != have:
-            raise ReachlensError(f"the evaluator decodes with {have} but the config asks for {want}")
+            diff = {k: (have[k], want[k]) for k in want if want[k] != have[k]}
+            raise ReachlensError(f"the evaluator decodes with {diff} (evaluator's, asked for); pass the evaluator's "
+                                 "protocol and window, or make an evaluator for these")
+    protocol = evaluator.protocol
+    options = {"config": config.to_dict(), "strategy": strategy, "space": space.spec(), "evaluation": evaluator.spec()}
+    record = RunRecord.new("routing", protocol, identity_of(model), task.data_identity, options)
+    if out is not None:  # refuse a directory of other files or another run now, not after the search
+        target = RunDir(out)
+        target.check_target()
+        target.check_run(protocol, record.model, record.data or {}, options=options)
 
-    candidates = run_search(evaluator, space, strategy, config.search_config(),
-                            options=config.strategy_options, progress=progress)
+    candidates = run_search(evaluator, space, strategy, config, progress=progress)
     qindex = {q.question_id: i for i, q in enumerate(task.questions)}
     if "self_verify" in config.selectors:
         items = [(evaluator.prompts[qindex[r.question_id]], r.text, None if pd.isna(r.answer) else r.answer)
                  for r in candidates.itertuples()]
         candidates["verify_logprob"] = verification_scores(model, items, config.verification)
-    greedy_ev = evaluator.greedy(range(len(task)))
-    greedy = pd.DataFrame({
+    deployment = evaluator.deployment(range(len(task)))
+    deployed = pd.DataFrame({
         "question_id": [q.question_id for q in task.questions],
-        "greedy_correct": [(1.0 if e.correct else 0.0) if e.scored else math.nan for e in greedy_ev],
-        "greedy_answer": [e.answer for e in greedy_ev],
+        "realized": [(1.0 if e.correct else 0.0) if e.scored else math.nan for e in deployment],
+        "deployed_answer": [e.answer for e in deployment],
     })
-    questions = question_table(candidates, greedy, config.selectors)
-    ident = _identity(model)
-    header = {
-        "study": "routing", "strategy": strategy, "space_name": space.name, "space": space.spec(),
-        "model": ident, "model_spec": ident.get("spec"), "task": task.name, "evaluation": evaluator.spec(),
-        "config": config.to_dict(),
-    }
-    result = RoutingResult(header, candidates, questions)
+    questions = question_table(candidates, deployed, config.selectors)
+    result = RoutingResult(record, candidates, questions)
     if out is not None:
         result.save(out)
     return result

@@ -16,7 +16,6 @@ is this same function called inside the ablation's context.
 
 from __future__ import annotations
 
-import dataclasses
 import math
 from collections.abc import Callable, Sequence, Set
 from dataclasses import dataclass, field
@@ -25,29 +24,19 @@ from typing import Any
 
 import pandas as pd
 
-from reachlens.engine import Completion, Row, SamplingParams, encode, row_seed
+from reachlens.engine import Completion, Row, encode, row_seed
 from reachlens.engine.backends import bind_backend, generate_rows, load_for
 from reachlens.errors import ReachlensError
-from reachlens.grading import ChoiceGrader, Grader, get_grader
-from reachlens.models.loading import ModelIdentity
+from reachlens.grading import question_grader
+from reachlens.models import identity_of
 from reachlens.protocol import Protocol
+from reachlens.records import QUESTION_COLUMNS, SAMPLE_COLUMNS, canonical, in_task_order, update_question_table
 from reachlens.store import AuditDir
 from reachlens.studies.metrics import budget_grid, pass_at_k_curve
+from reachlens.studies.stats import wilson_interval
 from reachlens.tasks.base import Question, Task
 
-__all__ = [
-    "AuditResult", "audit", "audit_batch", "batch_slices", "check_context", "finish_audit", "grade_questions",
-    "grader_for", "summarize", "QUESTION_COLUMNS", "SAMPLE_COLUMNS",
-]
-
-QUESTION_COLUMNS = [
-    "question_id", "realized", "reachable", "n_correct", "n_scored", "k", "propensity",
-    "deployed_answer", "deployed_text", "deployed_scored", "deployed_finish", "gold", "labels",
-]
-SAMPLE_COLUMNS = [
-    "question_id", "sample_idx", "text", "answer", "correct", "scored", "finish_reason", "n_tokens", "mean_logprob",
-]
-
+__all__ = ["AuditResult", "audit", "audit_batch", "batch_slices", "check_context", "finish_audit", "grade_questions"]
 
 @dataclass(frozen=True)
 class AuditResult:
@@ -85,12 +74,45 @@ class AuditResult:
         return self.O_K - self.D
 
     @property
-    def pass_at_k(self) -> pd.DataFrame:
-        """Unbiased pass@k averaged over questions, k = 1, 2, 4, ... up to K."""
+    def D_ci(self) -> tuple[float, float]:
+        """95 % Wilson interval of :attr:`D` (over the questions whose deployment was graded)."""
+        q = self.questions[self.questions["deployed_scored"]]
+        return wilson_interval(int(q["realized"].sum()), len(q))
+
+    @property
+    def O_K_ci(self) -> tuple[float, float]:
+        """95 % Wilson interval of :attr:`O_K`."""
+        return wilson_interval(int(self.questions["reachable"].sum()), self.n)
+
+    @property
+    def truncated_samples(self) -> float:
+        """Share of the K samples that stopped at ``max_new_tokens`` (``finish_reason == "length"``)."""
+        return float((self.samples["finish_reason"] == "length").mean()) if len(self.samples) else math.nan
+
+    @property
+    def truncated_deployed(self) -> float:
+        """Share of the deployed (greedy) outputs that stopped at ``max_new_tokens``."""
+        return float((self.questions["deployed_finish"] == "length").mean()) if self.n else math.nan
+
+    def pass_at_k_curve(self) -> pd.DataFrame:
+        """Unbiased pass@k averaged over questions, k = 1, 2, 4, ... up to K (columns ``k``, ``pass_at_k``)."""
         return pass_at_k_curve(self.questions["n_scored"], self.questions["n_correct"], budget_grid(self.k))
 
     def summary(self) -> dict[str, Any]:
-        return summarize(self)
+        """D and O_K with their 95 % Wilson intervals, gap, n, k, the shares of samples and deployed outputs
+        cut at ``max_new_tokens``, the protocol's hash, the model, unscored counts, data identity, pass@k."""
+        curve = self.pass_at_k_curve()
+        return {
+            "D": self.D, "D_ci": list(self.D_ci), "O_K": self.O_K, "O_K_ci": list(self.O_K_ci), "gap": self.gap,
+            "n": self.n, "k": self.k,
+            "truncated_samples": self.truncated_samples, "truncated_deployed": self.truncated_deployed,
+            "protocol_hash": self.protocol.hash, "model": self.model.get("spec"),
+            "model_fingerprint": self.model.get("fingerprint"),
+            "n_unscored_samples": int((~self.samples["scored"]).sum()) if len(self.samples) else 0,
+            "n_unscored_deployed": int((~self.questions["deployed_scored"]).sum()) if self.n else 0,
+            "data": dict(self.data) or None,
+            "pass_at_k": {int(r.k): r.pass_at_k for r in curve.itertuples()},
+        }
 
     def restrict_k(self, k: int) -> AuditResult:
         """This audit as if it had been run with budget ``k`` <= K: the first k samples of each question.
@@ -101,7 +123,7 @@ class AuditResult:
         if not 1 <= k <= self.k:
             raise ReachlensError(f"k={k!r} must lie in 1..{self.k} (this audit's budget)")
         samples = self.samples[self.samples["sample_idx"] < k].reset_index(drop=True)
-        q = _question_table_update(self.questions, samples, k)
+        q = update_question_table(self.questions, samples, k)
         return AuditResult(self.protocol.with_k(k), self.model, q, samples, self.data)
 
     @classmethod
@@ -115,51 +137,6 @@ class AuditResult:
                    dict(header.get("data") or {}))
 
 
-def summarize(result: AuditResult) -> dict[str, Any]:
-    return {
-        "D": result.D, "O_K": result.O_K, "gap": result.gap, "n": result.n, "k": result.k,
-        "protocol_hash": result.protocol.hash, "model": result.model.get("spec"),
-        "model_fingerprint": result.model.get("fingerprint"),
-        "n_unscored_samples": int((~result.samples["scored"]).sum()) if len(result.samples) else 0,
-        "n_unscored_deployed": int((~result.questions["deployed_scored"]).sum()) if result.n else 0,
-        "data": dict(result.data) or None,
-        "pass_at_k": {int(r.k): r.pass_at_k for r in result.pass_at_k.itertuples()},
-    }
-
-
-_TEXT_COLUMNS = ("text", "answer", "finish_reason", "deployed_answer", "deployed_text", "deployed_finish", "gold", "labels")
-
-
-def canonical(df: pd.DataFrame) -> pd.DataFrame:
-    """Text columns as pandas' string dtype (missing = NaN), so tables compare equal however they were made."""
-    df = df.copy()
-    for col in _TEXT_COLUMNS:
-        if col in df.columns:
-            df[col] = df[col].astype("str")
-    return df
-
-
-def grader_for(name: str, labels: str | None) -> Grader:
-    """The grader ``name``; for ``choice`` with a question's own labels (``"1234"`` in some ARC rows)."""
-    if name == "choice" and labels:
-        return ChoiceGrader(labels=tuple(labels))
-    return get_grader(name)
-
-
-def _question_table_update(questions: pd.DataFrame, samples: pd.DataFrame, k: int) -> pd.DataFrame:
-    """Recompute the per-question columns that depend on the samples (after rescoring or restricting k)."""
-    agg = samples.groupby("question_id").agg(
-        n_correct=("correct", "sum"), n_scored=("scored", "sum")
-    )
-    q = questions.drop(columns=["n_correct", "n_scored"]).join(agg, on="question_id")
-    q["n_correct"] = q["n_correct"].fillna(0).astype(int)
-    q["n_scored"] = q["n_scored"].fillna(0).astype(int)
-    q["k"] = k
-    q["reachable"] = q["n_correct"] > 0
-    q["propensity"] = q["n_correct"] / q["n_scored"].where(q["n_scored"] > 0)
-    return canonical(q[QUESTION_COLUMNS])
-
-
 def grade_questions(
     protocol: Protocol,
     questions: Sequence[Question],
@@ -170,7 +147,7 @@ def grade_questions(
     q_rows, s_rows = [], []
     for q, dep, outs in zip(questions, deployed, samples):
         labels = "".join(q.labels) if q.labels is not None else None
-        grader = grader_for(str(protocol.grader), labels)
+        grader = question_grader(str(protocol.grader), q)
         g_dep = grader.grade(dep.text, q.gold)
         grades = [grader.grade(o.text, q.gold) for o in outs]
         for j, (o, g) in enumerate(zip(outs, grades)):
@@ -189,20 +166,6 @@ def grade_questions(
             "deployed_finish": dep.finish_reason, "gold": q.gold, "labels": labels,
         })
     return canonical(pd.DataFrame(q_rows, columns=QUESTION_COLUMNS)), canonical(pd.DataFrame(s_rows, columns=SAMPLE_COLUMNS))
-
-
-def _identity(model) -> dict[str, str]:
-    from reachlens.engine.backends import ModelSource
-
-    if isinstance(model, (str, ModelSource)):  # a model a worker will load: the identity of its files
-        from reachlens.models.loading import model_identity
-
-        return dataclasses.asdict(model_identity(model if isinstance(model, str) else model.spec))
-    ident = getattr(model, "reachlens_identity", None)
-    if isinstance(ident, ModelIdentity):
-        return dataclasses.asdict(ident)
-    name = getattr(getattr(model, "cfg", None), "model_name", None) or type(model).__name__
-    return {"spec": str(name), "fingerprint": "unknown"}
 
 
 def audit(
@@ -251,7 +214,7 @@ def audit(
         return run_audits([job], executor, progress=None if progress is None else lambda i, done: progress(done))[0]
     model = load_for(model, protocol)
     protocol = bind_backend(model, protocol.resolved(task))
-    model_id = _identity(model)
+    model_id = identity_of(model)
     check_context(model, task, protocol)
     if out is None:
         return _run(model, task, protocol, model_id, None, max_batch_rows, sample_offset, progress, share_prefixes)
@@ -302,10 +265,6 @@ def audit_batch(
     their question and sample tables, less the questions in ``done``. ``protocol`` is resolved."""
     batch = list(task.questions[start:stop])
     fmt = task.format(protocol.prompt_format)
-    params = SamplingParams(
-        max_new_tokens=protocol.max_new_tokens, temperature=protocol.temperature or 1.0,
-        top_p=protocol.top_p, stop=tuple(protocol.stop or ()),
-    )
     per_q = protocol.k + 1
     prompts = [fmt.render(q) for q in batch]
     rows: list[Row] = []
@@ -315,7 +274,7 @@ def audit_batch(
             # temperature 0 (allowed with k=1 only) makes the one sample greedy too
             seed = row_seed(protocol.seed, q.question_id, sample_offset + j) if protocol.temperature > 0 else None
             rows.append(Row(i, seed, tag=(q.question_id, sample_offset + j)))
-    outs = generate_rows(model, prompts, rows, params, max_batch_rows=max(max_batch_rows, per_q),
+    outs = generate_rows(model, prompts, rows, protocol, max_batch_rows=max(max_batch_rows, per_q),
                          share_prefixes=share_prefixes)
     deployed = [outs[i * per_q] for i in range(len(batch))]
     samples = [outs[i * per_q + 1 : (i + 1) * per_q] for i in range(len(batch))]
@@ -364,18 +323,8 @@ def finish_audit(
     else:
         questions = pd.concat(q_frames, ignore_index=True) if q_frames else pd.DataFrame(columns=QUESTION_COLUMNS)
         samples = pd.concat(s_frames, ignore_index=True) if s_frames else pd.DataFrame(columns=SAMPLE_COLUMNS)
-    questions, samples = _in_task_order(questions, samples, [q.question_id for q in task.questions])
+    questions, samples = in_task_order(questions, samples, [q.question_id for q in task.questions])
     result = AuditResult(protocol, model_id, questions, samples, dict(task.data_identity))
     if store is not None:
-        store.consolidate(questions, samples, summarize(result))
+        store.consolidate(questions, samples, result.summary())
     return result
-
-
-def _in_task_order(questions: pd.DataFrame, samples: pd.DataFrame, ids: list[str]) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """Sort by the task's question order (ids it does not know go last), then by sample index."""
-    order = {qid: i for i, qid in enumerate(ids)}
-    rank = lambda s: s.map(lambda x: order.get(x, len(order)))  # noqa: E731
-    questions = questions.assign(_r=rank(questions["question_id"])).sort_values(["_r", "question_id"], kind="stable")
-    samples = samples.assign(_r=rank(samples["question_id"])).sort_values(["_r", "question_id", "sample_idx"], kind="stable")
-    return (canonical(questions.drop(columns="_r").reset_index(drop=True)[QUESTION_COLUMNS]),
-            canonical(samples.drop(columns="_r").reset_index(drop=True)[SAMPLE_COLUMNS]))

@@ -31,7 +31,6 @@ points. The tables carry the counts (``n_repaired``, ``n_broken``) beside the ra
 
 from __future__ import annotations
 
-import json
 import math
 import random
 from collections.abc import Sequence
@@ -62,16 +61,18 @@ from reachlens.interventions import (
     zero_ablation,
 )
 from reachlens.engine.scoring import right_padded
+from reachlens.models import identity_of
+from reachlens.records import CAUSAL_COLUMNS, markdown_table
+from reachlens.store import RunDir, RunRecord, write_json
 from reachlens.studies.recognition import EvalSets, generate_and_grade
 from reachlens.tasks.base import Task
 
 __all__ = [
     "CausalResult", "Direction", "answer_activations", "best_alpha", "best_layer", "default_alphas", "evaluate_hooks",
-    "markdown_table", "mean_difference_direction", "outcome", "silence_sweep", "steer_sweep", "unit_ranking",
+    "mean_difference_direction", "outcome", "silence_sweep", "steer_sweep", "unit_ranking",
     "units_sweep",
 ]
 
-PER_QUESTION_COLUMNS = ["condition", "question_id", "set", "gen_correct", "gen_answer", "gen_text"]
 
 
 @dataclass(frozen=True)
@@ -79,38 +80,43 @@ class CausalResult:
     """A sweep's table (one row per condition), its per-question outcomes, and what made it."""
 
     kind: str
+    """``silence``, ``steer`` or ``units``."""
+    record: RunRecord
+    """The run record: the greedy protocol of the sets, the sweep's options (``meta``), model, data."""
     table: pd.DataFrame = field(repr=False)
     per_question: pd.DataFrame = field(repr=False)
     meta: dict[str, Any] = field(default_factory=dict)
     extra: dict[str, pd.DataFrame] = field(default_factory=dict, repr=False)
     """Further tables by name (the unit ranking of a units sweep)."""
 
+    def summary(self) -> dict[str, Any]:
+        """How many conditions were measured, on how many failure and healthy questions."""
+        sets = self.meta.get("sets", {})
+        return {"kind": self.kind, "n_conditions": len(self.table), "n_failure": sets.get("n_failure"),
+                "n_healthy": sets.get("n_healthy"), "model": self.record.model.get("spec")}
+
     def save(self, out: str | Path) -> Path:
-        """Write ``{kind}.csv``, ``{kind}.md``, ``{kind}_per_question.parquet``, ``{kind}.json`` and
-        ``{kind}_{name}.csv`` for each extra table."""
-        out = Path(out)
-        out.mkdir(parents=True, exist_ok=True)
-        self.table.to_csv(out / f"{self.kind}.csv", index=False)
-        for name, df in self.extra.items():
-            df.to_csv(out / f"{self.kind}_{name}.csv", index=False)
-        (out / f"{self.kind}.md").write_text(markdown_table(self.table) + "\n")
-        self.per_question.to_parquet(out / f"{self.kind}_per_question.parquet", index=False)
-        (out / f"{self.kind}.json").write_text(json.dumps(self.meta, indent=2, default=str) + "\n")
-        return out
+        """Write the sweep as a run directory (:class:`~reachlens.store.RunDir`, its kind): ``run.json``,
+        ``summary.json``, ``{kind}.csv``, ``{kind}.md``, ``{kind}_per_question.parquet``,
+        ``{kind}.json`` (the sweep's options) and ``{kind}_{name}.csv`` for each extra table. A
+        directory holding another run, or other files, is refused."""
+        run = RunDir(out)
+        with run.writer():
+            run.start(self.record)
+            self.table.to_csv(run.path / f"{self.kind}.csv", index=False)
+            for name, df in self.extra.items():
+                df.to_csv(run.path / f"{self.kind}_{name}.csv", index=False)
+            (run.path / f"{self.kind}.md").write_text(markdown_table(self.table, missing="-") + "\n")
+            run.write_table(f"{self.kind}_per_question", self.per_question)
+            write_json(run.path / f"{self.kind}.json", self.meta)
+            run.write_summary(self.summary())
+        return run.path
 
 
-def markdown_table(df: pd.DataFrame, digits: int = 3) -> str:
-    """``df`` as a GitHub Markdown table; floats rounded to ``digits``, NaN shown as ``-``."""
-
-    def cell(v: Any) -> str:
-        if isinstance(v, float):
-            return "-" if math.isnan(v) else f"{v:.{digits}f}"
-        return str(v)
-
-    head = "| " + " | ".join(map(str, df.columns)) + " |"
-    rule = "|" + "|".join("---" for _ in df.columns) + "|"
-    body = ["| " + " | ".join(cell(v) for v in row) + " |" for row in df.itertuples(index=False)]
-    return "\n".join([head, rule, *body])
+def _result(kind: str, model, task: Task, sets: EvalSets, table: pd.DataFrame, per_q: pd.DataFrame,
+            meta: dict[str, Any], extra: dict[str, pd.DataFrame] | None = None) -> CausalResult:
+    record = RunRecord.new(kind, sets.protocol, identity_of(model), task.data_identity, options=meta)
+    return CausalResult(kind, record, table, per_q, meta, dict(extra or {}))
 
 
 # --- one measurement -----------------------------------------------------------------------------
@@ -118,25 +124,25 @@ def evaluate_hooks(
     model, task: Task, sets: EvalSets, hooks: Sequence[FwdHook] = (), condition: str = "none",
     *, which: str = "both",
 ) -> pd.DataFrame:
-    """Greedy generation of the failure set and/or healthy panel with ``hooks`` live; ``PER_QUESTION_COLUMNS``."""
+    """Greedy generation of the failure set and/or healthy panel with ``hooks`` live; ``CAUSAL_COLUMNS``."""
     if which not in ("both", "failure", "healthy"):
         raise ReachlensError(f"which={which!r} must be 'both', 'failure' or 'healthy'")
     ids = (list(sets.failure) if which != "healthy" else []) + (list(sets.healthy) if which != "failure" else [])
     if not ids:
-        return pd.DataFrame(columns=PER_QUESTION_COLUMNS)
+        return pd.DataFrame(columns=CAUSAL_COLUMNS)
     with model.hooks(fwd_hooks=list(hooks)):
-        gen = generate_and_grade(model, task, sets.config, ids)
+        gen = generate_and_grade(model, task, sets.protocol, ids, max_batch_rows=sets.config.max_batch_rows)
     failure = set(sets.failure)
     gen["set"] = ["failure" if q in failure else "healthy" for q in gen["question_id"]]
     gen["condition"] = condition
-    return gen[PER_QUESTION_COLUMNS]
+    return gen[CAUSAL_COLUMNS]
 
 
 def outcome(per_question: pd.DataFrame) -> dict[str, Any]:
     """Repair and break rates (with counts) of one condition's per-question outcomes."""
     fail = per_question[per_question["set"] == "failure"]
     healthy = per_question[per_question["set"] == "healthy"]
-    n_rep, n_brk = int(fail["gen_correct"].sum()), int((~healthy["gen_correct"].astype(bool)).sum())
+    n_rep, n_brk = int(fail["realized"].sum()), int((~healthy["realized"].astype(bool)).sum())
     return {
         "repair": n_rep / len(fail) if len(fail) else math.nan, "break": n_brk / len(healthy) if len(healthy) else math.nan,
         "n_repaired": n_rep, "n_failure": len(fail), "n_broken": n_brk, "n_healthy": len(healthy),
@@ -178,7 +184,7 @@ def silence_sweep(
                      "sites": sites.get(comp, ""), **outcome(pq)})
     meta = {"kind": "silence", "layers": layers, "components": list(components), "sites": sites, "sets": sets.counts,
             "model": sets.model, "rule": sets.rule.describe()}
-    return CausalResult("silence", pd.DataFrame(rows), pd.concat(per_q, ignore_index=True), meta)
+    return _result("silence", model, task, sets, pd.DataFrame(rows), pd.concat(per_q, ignore_index=True), meta)
 
 
 def best_layer(table: pd.DataFrame, component: str = "mlp") -> int:
@@ -246,7 +252,7 @@ def answer_activations(
 
 def _prompts(task: Task, sets: EvalSets, ids: Sequence[str]) -> list[str]:
     by_id = {q.question_id: q for q in task.questions}
-    fmt = task.format(sets.config.resolved(task).generation_format)
+    fmt = task.format(sets.protocol.resolved(task).prompt_format)
     return [fmt.render(by_id[i]) for i in ids]
 
 
@@ -311,7 +317,7 @@ def steer_sweep(
     meta = {"kind": "steer", "layer": layer, "site": site, "hook": name, "direction_source": direction.source,
             "direction_norm": direction.norm, "control_seed": control_seed, "sets": sets.counts, "model": sets.model,
             "positions": "every position, prompt and generated"}
-    return CausalResult("steer", pd.DataFrame(rows), pd.concat(per_q, ignore_index=True), meta)
+    return _result("steer", model, task, sets, pd.DataFrame(rows), pd.concat(per_q, ignore_index=True), meta)
 
 
 def best_alpha(table: pd.DataFrame) -> float:
@@ -388,4 +394,5 @@ def units_sweep(
     meta = {"kind": "units", "layer": layer, "ks": [int(k) for k in ks], "d_mlp": d_mlp, "control_seed": control_seed,
             "top_units": ranking["unit"].tolist()[: max(int(k) for k in ks)], "sets": sets.counts, "model": sets.model,
             "ranking": "contribution_i = (mean_failure(post_i) - mean_healthy(post_i)) * (W_out[:, i] . v)"}
-    return CausalResult("units", pd.DataFrame(rows), pd.concat(per_q, ignore_index=True), meta, {"ranking": ranking})
+    return _result("units", model, task, sets, pd.DataFrame(rows), pd.concat(per_q, ignore_index=True), meta,
+                   {"ranking": ranking})

@@ -19,6 +19,7 @@ which is exact because sample j of a question depends on (seed, question, j) alo
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -33,13 +34,26 @@ from reachlens.errors import ReachlensError, ReachlensWarning
 from reachlens.protocol import ProtocolMismatch
 from reachlens.store import run_differences
 from reachlens.studies.auditing import AuditResult
-from reachlens.studies.metrics import budget_grid, crossovers, paired_bootstrap_ci, pass_at_k_matrix
+from reachlens.studies.metrics import budget_grid, pass_at_k_matrix, sign_changes
+from reachlens.studies.stats import (
+    N_BOOT,
+    holm,
+    mcnemar_exact_p,
+    paired_bootstrap_ci,
+    paired_permutation_p,
+    unreachability_bound,
+    wilson_interval,
+)
 
-__all__ = ["Comparison", "compare", "crossings", "propensity_bins", "DEFAULT_BINS", "REALIZED_FATES", "REACH_FATES"]
+__all__ = ["Comparison", "compare", "crossovers", "propensity_bins", "truncation_parity", "DEFAULT_BINS",
+           "REALIZED_FATES", "REACH_FATES", "TRUNCATION_MARGIN"]
 
 REALIZED_FATES = ("kept", "gained", "lost", "never")
 REACH_FATES = ("kept", "entered", "left", "never")
 DEFAULT_BINS = (0.0, 0.05, 0.15, 0.35, 1.0)
+TRUNCATION_MARGIN = 0.02
+"""Truncation parity: a comparison is flagged when the two audits' shares of outputs cut at
+``max_new_tokens`` differ by more than this (2 points), samples or deployed outputs."""
 
 
 def _fate(before: pd.Series, after: pd.Series, names: tuple[str, str, str, str]) -> pd.Series:
@@ -55,37 +69,100 @@ class Comparison:
     base: AuditResult = field(repr=False)
     trained: AuditResult = field(repr=False)
     questions: pd.DataFrame = field(repr=False)
+    n_boot: int = N_BOOT
+    """Bootstrap resamples behind every interval of this comparison."""
+    seed: int = 0
+    """Seed of the bootstrap and of the Monte Carlo permutation tests."""
 
-    @property
     def summary(self) -> dict[str, Any]:
+        """Counts, rates and deltas of the join, each delta with its paired test and interval.
+
+        Realized (``gained`` vs ``lost``) and reachable (``entered`` vs ``left``) changes carry the exact
+        McNemar p-value of their discordant counts (``mcnemar_realized_p``, ``mcnemar_reachable_p``);
+        ``delta_D_ci`` and ``delta_O_K_ci`` are paired bootstrap intervals over questions
+        (``bootstrap_resamples`` draws, ``bootstrap_seed``, level ``ci_level``); each rate has its Wilson
+        interval (``D_base_ci``, ...); ``delta_pass_at_k`` has every k's delta, interval, sign-flip
+        p-value and that p Holm-adjusted over the ks of this pair. ``truncation`` compares the shares
+        of outputs cut at ``max_new_tokens`` (flagged beyond ``TRUNCATION_MARGIN``); ``left_bound`` is
+        the distribution of the trained model's unreachability bounds over the questions that left
+        the reachable set.
+        """
+        return dict(self._summary)
+
+    @functools.cached_property
+    def _summary(self) -> dict[str, Any]:
         q = self.questions
+        n = len(q)
         gained = q["realized_fate"] == "gained"
+        n_gained, n_lost = int(gained.sum()), int((q["realized_fate"] == "lost").sum())
+        n_entered, n_left = int((q["reach_fate"] == "entered").sum()), int((q["reach_fate"] == "left").sum())
+        counts = {col: int(q[col].sum()) for col in ("base_realized", "trained_realized", "base_reachable",
+                                                   "trained_reachable")}
+        rate = {col: c / n if n else math.nan for col, c in counts.items()}
+        ci = {col: list(wilson_interval(c, n)) for col, c in counts.items()}
+        d_real = (q["trained_realized"].astype(float) - q["base_realized"].astype(float)).to_numpy()
+        d_reach = (q["trained_reachable"].astype(float) - q["base_reachable"].astype(float)).to_numpy()
+        curve = self.pass_at_k_curve()
         return {
             "base": self.base.model.get("spec"), "trained": self.trained.model.get("spec"),
-            "n": len(q), "k": self.base.k,
-            "D_base": float(q["base_realized"].mean()), "D_trained": float(q["trained_realized"].mean()),
-            "delta_D": float(q["trained_realized"].mean() - q["base_realized"].mean()),
-            "O_K_base": float(q["base_reachable"].mean()), "O_K_trained": float(q["trained_reachable"].mean()),
-            "delta_O_K": float(q["trained_reachable"].mean() - q["base_reachable"].mean()),
-            "gained": int(gained.sum()), "lost": int((q["realized_fate"] == "lost").sum()),
-            "net": int(gained.sum() - (q["realized_fate"] == "lost").sum()),
+            "n": n, "k": self.base.k,
+            "D_base": rate["base_realized"], "D_base_ci": ci["base_realized"],
+            "D_trained": rate["trained_realized"], "D_trained_ci": ci["trained_realized"],
+            "delta_D": rate["trained_realized"] - rate["base_realized"],
+            "delta_D_ci": list(paired_bootstrap_ci(d_real, n_boot=self.n_boot, seed=self.seed)),
+            "gained": n_gained, "lost": n_lost, "mcnemar_realized_p": mcnemar_exact_p(n_gained, n_lost),
+            "net": n_gained - n_lost,
+            "O_K_base": rate["base_reachable"], "O_K_base_ci": ci["base_reachable"],
+            "O_K_trained": rate["trained_reachable"], "O_K_trained_ci": ci["trained_reachable"],
+            "delta_O_K": rate["trained_reachable"] - rate["base_reachable"],
+            "delta_O_K_ci": list(paired_bootstrap_ci(d_reach, n_boot=self.n_boot, seed=self.seed)),
+            "entered": n_entered, "left": n_left, "mcnemar_reachable_p": mcnemar_exact_p(n_entered, n_left),
             "gained_from_base_reachable": int((gained & q["base_reachable"]).sum()),
             "gained_outside_base_reachable": int((gained & ~q["base_reachable"]).sum()),
             "all_gains_base_reachable": bool((q.loc[gained, "base_reachable"]).all()),
-            "entered": int((q["reach_fate"] == "entered").sum()), "left": int((q["reach_fate"] == "left").sum()),
+            "delta_pass_at_k": {int(r.k): {"delta": r.delta, "ci": [r.delta_lo, r.delta_hi], "p": r.p,
+                                           "p_holm": r.p_holm} for r in curve.itertuples()},
+            "holm_family": f"the {len(curve)} ks of this pair's pass@k curve",
+            "bootstrap_resamples": self.n_boot, "bootstrap_seed": self.seed, "ci_level": 0.95,
+            "left_bound": self.left_bounds(),
+            "truncation": truncation_parity(self.base, self.trained),
             "protocol_hash": self.base.protocol.hash,
         }
+
+    def left_bounds(self) -> dict[str, Any]:
+        """The trained model's unreachability bounds over the questions that left the reachable set.
+
+        Each such question has 0 correct of its graded samples after training; its bound (the column
+        ``trained_unreachable_bound``) is the one-sided 95 % upper limit on its per-sample success rate.
+        ``{"n", "min", "median", "max"}`` of those bounds (NaN when none left): "lost from the ceiling"
+        reads as "per-sample rate below ``max`` at this budget".
+        """
+        b = self.questions.loc[self.questions["reach_fate"] == "left", "trained_unreachable_bound"]
+        if not len(b):
+            return {"n": 0, "min": math.nan, "median": math.nan, "max": math.nan}
+        return {"n": int(len(b)), "min": float(b.min()), "median": float(b.median()), "max": float(b.max())}
 
     def propensity_bins(self, bins: tuple[float, ...] = DEFAULT_BINS) -> pd.DataFrame:
         return propensity_bins(self.questions, bins)
 
-    def pass_at_k(self, *, n_boot: int = 2000, level: float = 0.95, seed: int = 0) -> pd.DataFrame:
-        """Both checkpoints' pass@k at k = 1, 2, 4, ... K and their difference with a paired interval.
+    def pass_at_k_curve(self, *, n_boot: int | None = None, level: float = 0.95, seed: int | None = None) -> pd.DataFrame:
+        """Both checkpoints' pass@k at k = 1, 2, 4, ... K and their difference, tested at every k.
 
         Columns ``k, base, trained, delta`` (trained - base, each the mean over the questions defined at
-        that k, as :attr:`AuditResult.pass_at_k`) and ``delta_lo, delta_hi``: the ``level`` percentile
-        interval of the mean per-question difference, resampling questions (``n_boot`` draws, ``seed``).
+        that k, as :meth:`AuditResult.pass_at_k_curve`), ``delta_lo, delta_hi`` (the ``level`` percentile
+        interval of the mean per-question difference, resampling questions: ``n_boot`` draws, ``seed``;
+        the comparison's own by default), ``p`` (two-sided sign-flip test of the mean per-question
+        difference) and ``p_holm`` (``p`` Holm-adjusted over the ks of this table).
         """
+        if n_boot is None and seed is None and level == 0.95:
+            return self._curve.copy()
+        return self._pass_at_k(self.n_boot if n_boot is None else n_boot, level, self.seed if seed is None else seed)
+
+    @functools.cached_property
+    def _curve(self) -> pd.DataFrame:
+        return self._pass_at_k(self.n_boot, 0.95, self.seed)
+
+    def _pass_at_k(self, n_boot: int, level: float, seed: int) -> pd.DataFrame:
         q = self.questions
         ks = budget_grid(self.base.k)
         b = pass_at_k_matrix(q["base_n_scored"], q["base_n_correct"], ks)
@@ -94,30 +171,33 @@ class Comparison:
         for j, k in enumerate(ks):
             if np.isnan(b[:, j]).all() or np.isnan(t[:, j]).all():
                 continue
-            lo, hi = paired_bootstrap_ci(t[:, j] - b[:, j], n_boot=n_boot, level=level, seed=seed)
+            d = t[:, j] - b[:, j]
+            lo, hi = paired_bootstrap_ci(d, n_boot=n_boot, level=level, seed=seed)
             base, trained = float(np.nanmean(b[:, j])), float(np.nanmean(t[:, j]))
             rows.append({"k": k, "base": base, "trained": trained, "delta": trained - base,
-                         "delta_lo": lo, "delta_hi": hi})
-        return pd.DataFrame(rows, columns=["k", "base", "trained", "delta", "delta_lo", "delta_hi"])
+                         "delta_lo": lo, "delta_hi": hi, "p": paired_permutation_p(d, seed=seed)})
+        out = pd.DataFrame(rows, columns=["k", "base", "trained", "delta", "delta_lo", "delta_hi", "p"])
+        out["p_holm"] = holm(out["p"].tolist())
+        return out
 
     def crossovers(self, *, outside_noise: bool = False, **interval) -> list[int]:
         """The ks at which trained - base pass@k changes sign (each the first k of the new sign).
 
         A trained model ahead at k=1 that the base overtakes at k=64 gives ``[64]``: from that budget on,
         the base reaches more questions than the trained model. With ``outside_noise=True`` only the
-        crossings whose new sign is significant at that k are kept (the paired interval of
-        :meth:`pass_at_k`, options passed on, lies wholly on the new side of 0).
+        crossovers whose new sign is significant at that k are kept (the paired interval of
+        :meth:`pass_at_k_curve`, options passed on, lies wholly on the new side of 0).
         """
-        return crossings(self.pass_at_k(**interval), outside_noise=outside_noise)
+        return crossovers(self.pass_at_k_curve(**interval), outside_noise=outside_noise)
 
     def fate_counts(self) -> pd.DataFrame:
         """Counts of every (realized fate, reach fate) pair."""
         return self.questions.groupby(["realized_fate", "reach_fate"]).size().rename("n").reset_index()
 
 
-def crossings(curve: pd.DataFrame, *, outside_noise: bool = False) -> list[int]:
-    """The crossovers of a :meth:`Comparison.pass_at_k` table (see :meth:`Comparison.crossovers`)."""
-    ks = crossovers(curve["k"].tolist(), curve["base"].tolist(), curve["trained"].tolist())
+def crossovers(curve: pd.DataFrame, *, outside_noise: bool = False) -> list[int]:
+    """The crossovers of a :meth:`Comparison.pass_at_k_curve` table (see :meth:`Comparison.crossovers`)."""
+    ks = sign_changes(curve["k"].tolist(), curve["base"].tolist(), curve["trained"].tolist())
     if not outside_noise:
         return ks
     at = curve.set_index("k")
@@ -146,7 +226,7 @@ def compare(
             different data (data identity or any question's gold), or the question sets differ.
 
     >>> cmp = compare("runs/base", "runs/grpo")  # doctest: +SKIP
-    >>> cmp.summary["gained_from_base_reachable"]  # doctest: +SKIP
+    >>> cmp.summary()["gained_from_base_reachable"]  # doctest: +SKIP
     """
     b, t = _as_result(base), _as_result(trained)
     if k is not None:
@@ -179,6 +259,10 @@ def compare(
         "base_n_correct": j["n_correct_b"], "trained_n_correct": j["n_correct_t"],
         "base_n_scored": j["n_scored_b"], "trained_n_scored": j["n_scored_t"], "gold": j["gold"],
     })
+    for side in ("base", "trained"):
+        # the one-sided 95 % upper bound on the per-sample rate of a question with no correct sample
+        q[f"{side}_unreachable_bound"] = np.where(q[f"{side}_n_correct"] == 0,
+                                                  unreachability_bound(q[f"{side}_n_scored"].to_numpy()), np.nan)
     q["realized_fate"] = _fate(q["base_realized"], q["trained_realized"], ("kept", "gained", "lost", "never"))
     q["reach_fate"] = _fate(q["base_reachable"], q["trained_reachable"], ("kept", "entered", "left", "never"))
     return Comparison(b, t, q)
@@ -202,7 +286,7 @@ def propensity_bins(questions: pd.DataFrame, bins: tuple[float, ...] = DEFAULT_B
     """Among base-reachable, base-unrealized questions: realization after training per propensity bin.
 
     Columns: ``bin`` (e.g. ``[0.05, 0.15)``; the last bin is closed), ``n``, ``realized_after``
-    (count), ``rate`` (NaN for an empty bin).
+    (count), ``rate`` (NaN for an empty bin) and its 95 % Wilson interval ``rate_lo, rate_hi``.
     """
     if list(bins) != sorted(bins) or bins[0] != 0.0 or bins[-1] != 1.0:
         raise ReachlensError(f"bins={bins!r} must increase from 0.0 to 1.0")
@@ -214,6 +298,23 @@ def propensity_bins(questions: pd.DataFrame, bins: tuple[float, ...] = DEFAULT_B
         sel = pool[inside]
         n = len(sel)
         hit = int(sel["trained_realized"].sum())
+        r_lo, r_hi = wilson_interval(hit, n)
         rows.append({"bin": f"[{lo:.2f}, {hi:.2f}{']' if last else ')'}", "lo": lo, "hi": hi, "n": n,
-                     "realized_after": hit, "rate": hit / n if n else math.nan})
+                     "realized_after": hit, "rate": hit / n if n else math.nan, "rate_lo": r_lo, "rate_hi": r_hi})
     return pd.DataFrame(rows)
+
+
+def truncation_parity(base: AuditResult, trained: AuditResult, margin: float = TRUNCATION_MARGIN) -> dict[str, Any]:
+    """The shares of outputs cut at ``max_new_tokens`` on both sides, their gaps and the flag.
+
+    ``samples_base``/``samples_trained``: share of the K samples that stopped at the length limit;
+    ``deployed_base``/``deployed_trained``: the same for the greedy deployed outputs; ``*_gap``:
+    trained - base; ``flagged``: either gap exceeds ``margin`` in size, so part of the comparison may be
+    a decode-length effect (rerun both at a longer budget: ``reachlens control length``).
+    """
+    out: dict[str, Any] = {"max_new_tokens": base.protocol.max_new_tokens, "margin": margin}
+    for what in ("samples", "deployed"):
+        b, t = getattr(base, f"truncated_{what}"), getattr(trained, f"truncated_{what}")
+        out.update({f"{what}_base": b, f"{what}_trained": t, f"{what}_gap": t - b})
+    out["flagged"] = bool(abs(out["samples_gap"]) > margin or abs(out["deployed_gap"]) > margin)
+    return out

@@ -1,4 +1,6 @@
-"""Estimators shared by the studies: unbiased pass@k, its curve, crossovers and paired intervals.
+"""Estimators shared by the studies: unbiased pass@k, its curve and its sign changes.
+
+The tests and intervals on differences live in :mod:`reachlens.studies.stats`.
 
 pass@k for one question with n graded samples of which c are correct is the probability that k
 samples drawn without replacement from those n contain a correct one:
@@ -17,7 +19,7 @@ import pandas as pd
 
 from reachlens.errors import ReachlensError
 
-__all__ = ["pass_at_k", "pass_at_k_matrix", "pass_at_k_curve", "budget_grid", "crossovers", "paired_bootstrap_ci"]
+__all__ = ["pass_at_k", "pass_at_k_matrix", "pass_at_k_curve", "budget_grid", "sign_changes"]
 
 
 def pass_at_k(n: int, c: int, k: int) -> float:
@@ -78,37 +80,16 @@ def pass_at_k_curve(n: Iterable[int], c: Iterable[int], ks: Sequence[int]) -> pd
     return pd.DataFrame(rows)
 
 
-def paired_bootstrap_ci(diff: np.ndarray, *, n_boot: int = 2000, level: float = 0.95,
-                        seed: int = 0) -> tuple[float, float]:
-    """Percentile interval of the mean of per-question differences, resampling questions.
-
-    NaN differences (questions undefined on either side) are left out before resampling.
-
-    >>> paired_bootstrap_ci(np.zeros(10))
-    (0.0, 0.0)
-    """
-    d = np.asarray(diff, dtype=float)
-    d = d[~np.isnan(d)]
-    if not 0 < level < 1:
-        raise ReachlensError(f"level={level!r} must lie in (0, 1)")
-    if len(d) == 0:
-        return math.nan, math.nan
-    rng = np.random.default_rng(seed)
-    means = d[rng.integers(0, len(d), size=(n_boot, len(d)))].mean(axis=1)
-    tail = (1 - level) / 2
-    return float(np.quantile(means, tail)), float(np.quantile(means, 1 - tail))
-
-
-def crossovers(ks: Sequence[int], a: Sequence[float], b: Sequence[float], tol: float = 1e-9) -> list[int]:
+def sign_changes(ks: Sequence[int], a: Sequence[float], b: Sequence[float], tol: float = 1e-9) -> list[int]:
     """The ks at which the sign of ``b - a`` flips: each is the first k of the new sign.
 
     Points where the curves are equal (within ``tol``) or undefined carry no sign and are passed over,
     so a touch without a crossing is not one. The pass@k crossover of a base ``a`` and a trained ``b``
     model is the budget from which the base reaches more questions than the trained model.
 
-    >>> crossovers([1, 2, 4, 8], [0.3, 0.5, 0.7, 0.9], [0.4, 0.55, 0.7, 0.85])
+    >>> sign_changes([1, 2, 4, 8], [0.3, 0.5, 0.7, 0.9], [0.4, 0.55, 0.7, 0.85])
     [8]
-    >>> crossovers([1, 2], [0.3, 0.5], [0.3, 0.5])
+    >>> sign_changes([1, 2], [0.3, 0.5], [0.3, 0.5])
     []
     """
     if not len(ks) == len(a) == len(b):

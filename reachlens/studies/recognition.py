@@ -21,7 +21,6 @@ questions.
 from __future__ import annotations
 
 import dataclasses
-import json
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -29,75 +28,64 @@ from typing import Any
 
 import pandas as pd
 
-from reachlens.engine import Row, SamplingParams, generate, tokenizer_of
+from reachlens.engine import Row, generate
 from reachlens.engine.scoring import LoglikResult, encode_pair, loglikelihoods
 from reachlens.errors import MissingFileError, ReachlensError, UnknownNameError
-from reachlens.studies.auditing import _identity, grader_for
+from reachlens.grading import grade_question
+from reachlens.models import identity_of
+from reachlens.protocol import Protocol
+from reachlens.records import GENERATION_COLUMNS, OPTION_COLUMNS, RECOGNITION_COLUMNS
 from reachlens.tasks.base import Question, Task
 
 __all__ = [
     "EvalSets", "FailureRule", "FailureSetTooSmall", "LoglikResult", "RecognitionConfig", "RecognitionResult",
-    "TaskSpec", "compare_modes", "encode_pair", "generate_and_grade", "gold_index", "loglikelihoods",
-    "score_options", "select_sets",
+    "TaskSpec", "compare_modes", "encode_pair", "generate_and_grade", "generation_protocol", "gold_index",
+    "loglikelihoods", "score_options", "select_sets",
 ]
 
-OPTION_COLUMNS = ["question_id", "option", "label", "text", "loglik", "n_tokens", "is_greedy", "loglik_norm", "gold"]
-QUESTION_COLUMNS = [
-    "question_id", "gold", "gold_index", "rec_choice", "rec_correct", "rec_choice_norm", "rec_correct_norm",
-    "rec_margin", "gen_text", "gen_answer", "gen_correct", "gen_scored", "gen_finish",
-]
 
 
 # --- configuration -------------------------------------------------------------------------------
 @dataclass(frozen=True)
 class RecognitionConfig:
-    """How recognition and generation are run; ``None`` fields are filled from the task."""
+    """Recognition's own options, beside the :class:`~reachlens.protocol.Protocol` of the greedy
+    generation (its decode length, prompt format, stop strings and grader)."""
 
     recognition_format: str | None = None
-    """Prompt format whose rendering is the recognition context (the task's ``recognition_format``)."""
-    generation_format: str | None = None
-    """Prompt format for greedy generation (the task's default format)."""
-    max_new_tokens: int = 96
-    """Decode length of the greedy generation."""
-    stop: tuple[str, ...] | None = None
-    """Stop strings of the generation (the task's)."""
-    grader: str | None = None
-    """Grader of the generation (the task's)."""
+    """Prompt format whose rendering is the recognition context (None: the task's ``recognition_format``)."""
     batch_size: int = 32
     """Rows per recognition forward."""
     max_batch_rows: int = 256
     """Most rows decoded together in generation."""
 
     def __post_init__(self) -> None:
-        if isinstance(self.stop, list):
-            object.__setattr__(self, "stop", tuple(self.stop))
-        if self.max_new_tokens < 1 or self.batch_size < 1 or self.max_batch_rows < 1:
-            raise ReachlensError(f"max_new_tokens, batch_size and max_batch_rows must be >= 1 in {self!r}")
+        if self.batch_size < 1 or self.max_batch_rows < 1:
+            raise ReachlensError(f"batch_size and max_batch_rows must be >= 1 in {self!r}")
 
     def resolved(self, task: Task) -> RecognitionConfig:
         rec = self.recognition_format or task.metadata.get("recognition_format")
         if rec is None:
             raise ReachlensError(f"task {task.name!r} names no recognition format; pass recognition_format "
-                             f"(one of {sorted(task.prompt_formats)})")
-        gen = self.generation_format or task.default_format
-        task.format(rec), task.format(gen)  # LookupError naming the known formats
-        return dataclasses.replace(
-            self, recognition_format=rec, generation_format=gen,
-            stop=tuple(task.stop) if self.stop is None else self.stop,
-            grader=task.grader if self.grader is None else self.grader,
-        )
+                                 f"(one of {sorted(task.prompt_formats)})")
+        task.format(rec)  # LookupError naming the known formats
+        return dataclasses.replace(self, recognition_format=rec)
 
     def to_dict(self) -> dict[str, Any]:
-        d = dataclasses.asdict(self)
-        d["stop"] = None if self.stop is None else list(self.stop)
-        return d
+        return dataclasses.asdict(self)
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> RecognitionConfig:
-        d = dict(d)
-        if d.get("stop") is not None:
-            d["stop"] = tuple(d["stop"])
         return cls(**d)
+
+
+def generation_protocol(task: Task, protocol: Protocol | None = None) -> Protocol:
+    """The protocol of recognition's generation side, resolved against ``task``: the greedy case
+    (``Protocol.greedy``, 96 new tokens unless ``protocol`` says otherwise)."""
+    protocol = protocol or Protocol.greedy(task.name.split(":")[0])
+    if not protocol.is_greedy:
+        raise ReachlensError(f"recognition's generation is the greedy deployment; pass a greedy protocol "
+                             f"(Protocol.greedy(...)), not k={protocol.k}, temperature={protocol.temperature}")
+    return protocol.resolved(task)
 
 
 @dataclass(frozen=True)
@@ -152,29 +140,36 @@ def score_options(model, task: Task, config: RecognitionConfig | None = None) ->
 
 
 def generate_and_grade(
-    model, task: Task, config: RecognitionConfig, question_ids: Sequence[str] | None = None
+    model, task: Task, protocol: Protocol | None = None, question_ids: Sequence[str] | None = None,
+    *, max_batch_rows: int = 256,
 ) -> pd.DataFrame:
-    """Greedy generation of the chosen questions, graded: ``question_id, gen_text, gen_answer,
-    gen_correct, gen_scored, gen_finish``. Hooks the caller attached are live on every step."""
-    config = config.resolved(task)
+    """Greedy generation (the deployment) of the chosen questions, graded: ``question_id,
+    deployed_text, deployed_answer, realized, deployed_scored, deployed_finish``. Hooks the caller
+    attached are live on every step.
+
+    Args:
+        protocol: the greedy protocol (:func:`generation_protocol`; 96 new tokens in the task's
+            default format when None).
+        question_ids: which questions (all when None), in this order.
+        max_batch_rows: most rows decoded together.
+    """
+    protocol = generation_protocol(task, protocol)
     by_id = {q.question_id: q for q in task.questions}
     ids = list(by_id) if question_ids is None else list(question_ids)
     missing = [i for i in ids if i not in by_id]
     if missing:
         raise UnknownNameError(f"question ids {missing[:5]!r} are not in task {task.name!r} ({len(missing)} missing)")
     questions = [by_id[i] for i in ids]
-    fmt = task.format(config.generation_format)
-    params = SamplingParams(max_new_tokens=config.max_new_tokens, stop=tuple(config.stop or ()))
-    outs = generate(model, [fmt.render(q) for q in questions], [Row(i) for i in range(len(questions))], params,
-                    max_batch_rows=config.max_batch_rows)
+    fmt = task.format(protocol.prompt_format)
+    outs = generate(model, [fmt.render(q) for q in questions], [Row(i) for i in range(len(questions))], protocol,
+                    max_batch_rows=max_batch_rows)
     rows = []
     for q, out in zip(questions, outs):
-        labels = "".join(q.labels) if q.labels is not None else None
-        g = grader_for(str(config.grader), labels).grade(out.text, q.gold)
-        rows.append({"question_id": q.question_id, "gen_text": out.text, "gen_answer": g.answer,
-                     "gen_correct": bool(g.correct and g.scored), "gen_scored": bool(g.scored),
-                     "gen_finish": out.finish_reason})
-    return pd.DataFrame(rows, columns=["question_id", "gen_text", "gen_answer", "gen_correct", "gen_scored", "gen_finish"])
+        g = grade_question(str(protocol.grader), q, out.text)
+        rows.append({"question_id": q.question_id, "deployed_text": out.text, "deployed_answer": g.answer,
+                     "realized": bool(g.correct and g.scored), "deployed_scored": bool(g.scored),
+                     "deployed_finish": out.finish_reason})
+    return pd.DataFrame(rows, columns=GENERATION_COLUMNS)
 
 
 def _first_argmax(values: Sequence[float]) -> int:
@@ -187,9 +182,12 @@ def _first_argmax(values: Sequence[float]) -> int:
 
 @dataclass(frozen=True)
 class RecognitionResult:
-    """Option scores and the per-question recognition-vs-generation table of one model on one task."""
+    """Option scores and the per-question recognition-vs-deployment table of one model on one task."""
 
+    protocol: Protocol
+    """The greedy protocol of the generation side (resolved against the task)."""
     config: RecognitionConfig
+    """Recognition's own options (resolved: the recognition format is explicit)."""
     model: dict[str, str]
     options: pd.DataFrame = field(repr=False)
     questions: pd.DataFrame = field(repr=False)
@@ -200,29 +198,39 @@ class RecognitionResult:
         q = self.questions
         rec = pd.DataFrame({"question_id": q["question_id"], "mode": "recognition", "output": q["rec_choice"].astype(str),
                             "answer": q["rec_choice"].astype(str), "correct": q["rec_correct"], "scored": True})
-        gen = pd.DataFrame({"question_id": q["question_id"], "mode": "generation", "output": q["gen_text"],
-                            "answer": q["gen_answer"], "correct": q["gen_correct"], "scored": q["gen_scored"]})
+        gen = pd.DataFrame({"question_id": q["question_id"], "mode": "generation", "output": q["deployed_text"],
+                            "answer": q["deployed_answer"], "correct": q["realized"], "scored": q["deployed_scored"]})
         return pd.concat([rec, gen], ignore_index=True)
 
     def summary(self) -> dict[str, Any]:
+        """Recognition accuracy (``acc``, ``acc_norm``), ``D`` (the greedy deployment's accuracy over
+        graded questions), and the counts of each (recognized, realized) combination."""
         q = self.questions
-        scored = q[q["gen_scored"]]
+        scored = q[q["deployed_scored"]]
         return {
             "n": len(q), "acc": float(q["rec_correct"].mean()), "acc_norm": float(q["rec_correct_norm"].mean()),
-            "generation_acc": float(scored["gen_correct"].mean()) if len(scored) else float("nan"),
-            "rec_right_gen_wrong": int((q["rec_correct"] & q["gen_scored"] & ~q["gen_correct"]).sum()),
-            "rec_wrong_gen_right": int((~q["rec_correct"] & q["gen_correct"]).sum()),
-            "both_right": int((q["rec_correct"] & q["gen_correct"]).sum()),
-            "model": self.model.get("spec"), "config": self.config.to_dict(),
+            "D": float(scored["realized"].mean()) if len(scored) else float("nan"),
+            "recognized_not_realized": int((q["rec_correct"] & q["deployed_scored"] & ~q["realized"]).sum()),
+            "realized_not_recognized": int((~q["rec_correct"] & q["realized"]).sum()),
+            "recognized_and_realized": int((q["rec_correct"] & q["realized"]).sum()),
+            "model": self.model.get("spec"), "protocol_hash": self.protocol.hash,
         }
 
 
-def compare_modes(model, task: Task, config: RecognitionConfig | None = None) -> RecognitionResult:
+def compare_modes(
+    model, task: Task, protocol: Protocol | None = None, config: RecognitionConfig | None = None,
+) -> RecognitionResult:
     """Recognition (option likelihoods) and greedy generation of every question of ``task``.
 
+    Args:
+        protocol: the greedy protocol of the generation (:func:`generation_protocol`: 96 new tokens in
+            the task's default format when None).
+        config: recognition's own options (the task's recognition format when None).
+
     >>> result = compare_modes(load_model("zoo:base"), load_task("arith_mc", n=100))  # doctest: +SKIP
-    >>> result.summary()["rec_right_gen_wrong"]  # doctest: +SKIP
+    >>> result.summary()["recognized_not_realized"]  # doctest: +SKIP
     """
+    protocol = generation_protocol(task, protocol)
     config = (config or RecognitionConfig()).resolved(task)
     options = score_options(model, task, config)
     by_question = {qid: df for qid, df in options.groupby("question_id", sort=False)}
@@ -239,9 +247,9 @@ def compare_modes(model, task: Task, config: RecognitionConfig | None = None) ->
                      "rec_choice_norm": labels[choice_norm], "rec_correct_norm": choice_norm == g,
                      "rec_margin": sums[g] - max(others) if others else float("nan")})
     rec = pd.DataFrame(rows)
-    gen = generate_and_grade(model, task, config)
-    questions = rec.merge(gen, on="question_id", how="left")[QUESTION_COLUMNS]
-    return RecognitionResult(config, _identity(model), options, questions)
+    gen = generate_and_grade(model, task, protocol, max_batch_rows=config.max_batch_rows)
+    questions = rec.merge(gen, on="question_id", how="left")[RECOGNITION_COLUMNS]
+    return RecognitionResult(protocol, config, identity_of(model), options, questions)
 
 
 # --- failure set and healthy panel ---------------------------------------------------------------
@@ -285,8 +293,10 @@ class EvalSets:
     failure: tuple[str, ...]
     healthy: tuple[str, ...]
     rule: FailureRule
+    protocol: Protocol
+    """The greedy protocol of the generation the sets were chosen under (resolved)."""
     config: RecognitionConfig
-    """The resolved recognition/generation configuration the sets were chosen under."""
+    """The recognition options the sets were chosen under (resolved)."""
     model: dict[str, str]
     """Identity of the model the sets were chosen on (spec, fingerprint)."""
     task: TaskSpec | None = None
@@ -296,15 +306,18 @@ class EvalSets:
     def to_dict(self) -> dict[str, Any]:
         return {
             "rule": dataclasses.asdict(self.rule), "rule_text": self.rule.describe(),
-            "config": self.config.to_dict(), "model": dict(self.model),
+            "protocol": self.protocol.to_dict(), "config": self.config.to_dict(), "model": dict(self.model),
             "task": None if self.task is None else dataclasses.asdict(self.task),
             "counts": dict(self.counts), "failure": list(self.failure), "healthy": list(self.healthy),
         }
 
     def save(self, path: str | Path) -> Path:
+        """Write the sets as JSON to ``path`` (durably; the folder is made if needed)."""
+        from reachlens.store import write_json
+
         path = Path(path)
         path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(json.dumps(self.to_dict(), indent=2) + "\n")
+        write_json(path, self.to_dict())
         return path
 
     @classmethod
@@ -320,21 +333,39 @@ class EvalSets:
         missing = {"rule", "config", "model", "failure", "healthy"} - set(d)
         if missing:
             raise ReachlensError(f"{str(path)!r} is not a sets file: it lacks {sorted(missing)}")
-        return cls(
-            tuple(d["failure"]), tuple(d["healthy"]), FailureRule(**d["rule"]), RecognitionConfig.from_dict(d["config"]),
-            d["model"], None if d.get("task") is None else TaskSpec(**d["task"]), d.get("counts", {}),
-        )
+        task = None if d.get("task") is None else TaskSpec(**d["task"])
+        protocol, config = _protocol_and_config(d, task)
+        return cls(tuple(d["failure"]), tuple(d["healthy"]), FailureRule(**d["rule"]), protocol, config,
+                   d["model"], task, d.get("counts", {}))
 
     def check_model(self, model) -> None:
         """Refuse a model other than the one the sets were chosen on (its fingerprint differs)."""
-        from reachlens.models.loading import same_model
+        from reachlens.store import run_differences
 
-        ident = _identity(model)
+        ident = identity_of(model)
         mine, theirs = self.model.get("fingerprint"), ident.get("fingerprint")
-        if not same_model(self.model, ident):  # (a sets file written before full hashing: its legacy hash)
+        diffs, _ = run_differences({"model": self.model}, None, ident, None)
+        # the spec may differ (a copy of the folder elsewhere); the weights may not
+        if "model.fingerprint" in diffs or (mine != theirs and "unknown" in (mine, theirs)):
             raise ReachlensError(f"these sets were chosen on {self.model.get('spec')!r} (fingerprint {mine}), not "
                                  f"{ident.get('spec')!r} (fingerprint {theirs}); choose sets on this model with "
-                                 "`reachlens recognize`, or pass --allow-other-model")
+                                 "`reachlens recognize`, or pass allow_other_model=True")
+
+
+def _protocol_and_config(d: dict[str, Any], task: TaskSpec | None) -> tuple[Protocol, RecognitionConfig]:
+    """A sets file's protocol and recognition options; a file written before recognition used the
+    Protocol kept both in one ``config`` (recognition and generation format, decode length, stop, grader)."""
+    if "protocol" in d:
+        return Protocol.from_dict(d["protocol"]), RecognitionConfig.from_dict(d["config"])
+    old = dict(d["config"])
+    config = RecognitionConfig(old.get("recognition_format"), old.get("batch_size", 32), old.get("max_batch_rows", 256))
+    stop = old.get("stop")
+    protocol = Protocol.greedy(
+        task.name if task is not None else "unknown", split=task.split if task is not None else "test",
+        max_new_tokens=old.get("max_new_tokens", 96), prompt_format=old.get("generation_format") or "default",
+        stop=None if stop is None else tuple(stop), grader=old.get("grader"),
+    )
+    return protocol, config
 
 
 def select_sets(result: RecognitionResult, rule: FailureRule | None = None, task: TaskSpec | None = None) -> EvalSets:
@@ -346,13 +377,13 @@ def select_sets(result: RecognitionResult, rule: FailureRule | None = None, task
     rule = rule or FailureRule()
     q = result.questions
     rec = q["rec_correct"] if rule.metric == "acc" else q["rec_correct_norm"]
-    fail_mask = rec & q["gen_scored"] & ~q["gen_correct"]
-    healthy_mask = rec & q["gen_correct"]
+    fail_mask = rec & q["deployed_scored"] & ~q["realized"]
+    healthy_mask = rec & q["realized"]
     failure = q.loc[fail_mask, "question_id"].tolist()
     healthy = q.loc[healthy_mask, "question_id"].tolist()
-    counts = {"n_questions": len(q), "n_recognized": int(rec.sum()), "n_generated": int(q["gen_correct"].sum()),
+    counts = {"n_questions": len(q), "n_recognized": int(rec.sum()), "n_realized": int(q["realized"].sum()),
               "n_failure_candidates": len(failure), "n_healthy_candidates": len(healthy),
-              "n_unscored_generations": int((~q["gen_scored"]).sum())}
+              "n_unscored_deployed": int((~q["deployed_scored"]).sum())}
     if len(failure) < rule.min_failures:
         raise FailureSetTooSmall(
             f"only {len(failure)} of {len(q)} questions are recognized ({rule.metric}) but generated wrong; the "
@@ -361,4 +392,4 @@ def select_sets(result: RecognitionResult, rule: FailureRule | None = None, task
     failure = failure[: rule.max_failures] if rule.max_failures else failure
     healthy = healthy[: rule.max_healthy] if rule.max_healthy else healthy
     counts.update(n_failure=len(failure), n_healthy=len(healthy))
-    return EvalSets(tuple(failure), tuple(healthy), rule, result.config, result.model, task, counts)
+    return EvalSets(tuple(failure), tuple(healthy), rule, result.protocol, result.config, result.model, task, counts)

@@ -12,10 +12,11 @@ import dataclasses
 from pathlib import Path
 
 from reachlens.errors import ReachlensError
-from reachlens.grading import get_grader
+from reachlens.grading import get_grader, grader_for
 from reachlens.protocol import Protocol, ProtocolMismatch
 from reachlens.store import AuditDir
-from reachlens.studies.auditing import AuditResult, _question_table_update, canonical, grader_for, summarize
+from reachlens.records import canonical, update_question_table
+from reachlens.studies.auditing import AuditResult
 
 __all__ = ["rescore"]
 
@@ -50,7 +51,7 @@ def _check_identity(store: AuditDir, header: dict) -> None:
         diffs["data"] = (header["data"], summary["data"])
     if diffs:
         raise ProtocolMismatch(diffs, what=f"audit directory {str(store.path)!r} is not one run: its "
-                               f"protocol.json and summary.json differ",
+                               f"run record and summary.json differ",
                                fix="restore the directory from a copy, or re-run the audit into a new directory")
 
 
@@ -72,7 +73,7 @@ def _rescore(store: AuditDir, header: dict, old: AuditResult, grader: str | None
     q["deployed_answer"] = [x.answer for x in gd]
     q["deployed_scored"] = [bool(x.scored) for x in gd]
     q["realized"] = [bool(x.correct and x.scored) for x in gd]
-    q = _question_table_update(q, s, old.protocol.k)
+    q = update_question_table(q, s, old.protocol.k)
 
     protocol = old.protocol
     new_header = None
@@ -80,5 +81,5 @@ def _rescore(store: AuditDir, header: dict, old: AuditResult, grader: str | None
         protocol = dataclasses.replace(protocol, grader=name)
         new_header = {**header, "protocol": protocol.to_dict(), "protocol_hash": protocol.hash}
     result = AuditResult(protocol, old.model, q, canonical(s), old.data)
-    store.rewrite(q, result.samples, summarize(result), new_header)  # the header last
+    store.rewrite({"samples": result.samples, "questions": q}, result.summary(), new_header)  # the header last
     return result

@@ -115,6 +115,6 @@ def load_arith_mc(
         **base.metadata, "recognition_format": "qa", "n_distractors": n_distractors,
         "options": "gold worked solution + slipped worked solutions (reachlens.tasks.arith_mc)",
     }
-    return Task("arith_mc", tuple(questions), PROMPT_FORMATS, "qa", "numeric", STOP,
+    return Task("arith_mc", tuple(questions), PROMPT_FORMATS, "qa", "numeric", STOP, max_new_tokens=96,
                 source=f"{base.source}; options by reachlens.tasks.arith_mc (seed={seed})", metadata=metadata)
 

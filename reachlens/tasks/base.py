@@ -107,6 +107,9 @@ class Task:
     data_identity: Mapping[str, Any] = field(default_factory=dict)
     """Which data the questions came from (file hash or generator and seed, and the questions' hash);
     empty when unknown. Filled by :func:`~reachlens.tasks.load_task`; kept by :meth:`head`."""
+    max_new_tokens: int | None = None
+    """The decode length a completion of this task needs, when the task knows it (the CLI's default
+    ``--max-new-tokens``; None: 256). Arith's answers fit in 96 tokens, the zoo's context in 256."""
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "prompt_formats", MappingProxyType(dict(self.prompt_formats)))

@@ -86,12 +86,12 @@ def read_hub(
             raise ReachlensError(
                 f"task {task!r} reads the hub dataset {where}, which is not in the local cache and the hub "
                 f"cannot be reached ({_reason(err)}); connect once to cache it, or pass a local file with "
-                "--data PATH"
+                "data=PATH"
             ) from err
         except datasets.exceptions.DatasetNotFoundError as err:
             raise ReachlensError(
                 f"task {task!r}: the hub dataset {where} was not found ({_reason(err)}); pass a local file "
-                "with --data PATH"
+                "with data=PATH"
             ) from err
         except RuntimeError as err:
             _refuse_script(task, where, err)
@@ -131,7 +131,7 @@ def _refuse_script(task: str, where: str, err: RuntimeError) -> None:
     if "scripts are no longer supported" in str(err):
         raise ReachlensError(
             f"task {task!r}: {where} is a loading script, which the installed datasets no longer runs "
-            f"({_reason(err)}); pass the original file with --data PATH"
+            f"({_reason(err)}); pass the original file with data=PATH"
         ) from err
 
 

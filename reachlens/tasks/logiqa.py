@@ -129,7 +129,7 @@ def load_logiqa(
     if is_hub_copy(path):
         if not lm_eval_text:
             raise ReachlensError("lm_eval_text=False keeps LogiQA's texts as the authors wrote them, which only "
-                                 "their Test.txt has (the hub holds lm-eval's text): pass its path (--data PATH)")
+                                 "their Test.txt has (the hub holds lm-eval's text): pass its path (data=PATH)")
         return _load_logiqa_hub(path, split)
     file = require_file("logiqa", path)
     questions, acbd, irregular = [], [], []

@@ -36,7 +36,7 @@ def register_task(name: str) -> Callable[[TaskLoader], TaskLoader]:
 def require_file(task: str, path: str | Path | None) -> Path:
     """``path`` as a Path, or a clear error when it was not given or does not exist."""
     if path is None:
-        raise ReachlensError(f"task {task!r} reads a data file: pass its path (--data PATH)")
+        raise ReachlensError(f"task {task!r} reads a data file: pass its path (data=PATH)")
     p = Path(path)
     if not p.is_file():
         raise MissingFileError(f"data file {str(p)!r} for task {task!r} does not exist")

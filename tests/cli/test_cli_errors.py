@@ -3,7 +3,7 @@ its traceback; Ctrl-C is one line and exit 130 and keeps what was finished (issu
 
 Before issue 13 each of these was a traceback or an unclear line: ``--out`` naming a file
 (``FileExistsError`` after the model loaded), a truncated ``model.safetensors``, a lone surrogate in a
-JSONL question, ``--max-new-tokens`` beyond the model's context, Ctrl-C, a corrupt ``protocol.json``
+JSONL question, ``--max-new-tokens`` beyond the model's context, Ctrl-C, a corrupt ``run.json``
 ("Expecting value: line 2 column 1", no file named), ``zoo:../../..``; bad multiple-choice labels
 were found at grading time; ``--n`` past the task's end said nothing.
 """
@@ -118,13 +118,13 @@ def test_max_new_tokens_beyond_the_context(capsys, tmp_path) -> None:
     assert not (tmp_path / "o").exists()
 
 
-def test_a_corrupt_protocol_json_is_named(capsys, tiny_dir, tmp_path) -> None:
+def test_a_corrupt_run_json_is_named(capsys, tiny_dir, tmp_path) -> None:
     out = tmp_path / "o"
     assert run(capsys, *audit_args(tiny_dir, out))[0] == 0
-    (out / "protocol.json").write_text('{"protocol":\n')
+    (out / "run.json").write_text('{"protocol":\n')
     for argv in (audit_args(tiny_dir, out), ["rescore", out], ["compare", out, out]):
         code, _, err = run(capsys, *argv)
-        assert code == 2 and f"{str(out / 'protocol.json')!r} is not valid JSON" in error_line(err), argv
+        assert code == 2 and f"{str(out / 'run.json')!r} is not valid JSON" in error_line(err), argv
 
 
 def test_a_zoo_name_escaping_the_zoo(capsys, tmp_path, no_model_load) -> None:

@@ -21,8 +21,14 @@ def test_demo_audits_the_lineage_and_prints_every_table(tmp_path, capfd):
     assert f"report: {out / 'report.html'}" in printed
     for pair in ("base -> grpo", "base -> dapo", "base -> sft", "sft -> sft-grpo"):
         assert pair in printed
-    for section in ("pass@k crossovers:", "budget control:", "prompt-format control:"):
-        assert section in printed
+    for section in ("headline: realized", "headline: reachable", "checkpoints:", "pass@k crossovers:",
+                    "pass@k differences:", "budget control:", "prompt-format control:", "temperature control:",
+                    "unreachability bounds:", "truncation parity:", "length control:"):
+        assert section in printed, section
+    # every headline delta with its interval and its tests, and the family the Holm adjustment corrects over
+    assert "delta_D [95% CI]" in printed and "delta_O_K [95% CI]" in printed and "McNemar p" in printed
+    assert "Holm p: adjusted over the 4 pairs of this study" in printed
+    assert "2000 resamples" in printed
     study = load_training_audit(out)
     assert set(study.audits) == {"base", "grpo", "dapo", "sft", "sft-grpo"}
     assert {name: r.k for name, r in study.extended.items()} == dict.fromkeys(study.audits, 8)
@@ -31,6 +37,11 @@ def test_demo_audits_the_lineage_and_prints_every_table(tmp_path, capfd):
         {"sft": "verbose", "sft-grpo": "verbose"}
     assert {r.protocol.prompt_format for r in study.audits.values()} == {"qa"}
     assert (out / "report.md").read_text().startswith("# Training audit")
+    # the temperature control re-probed every pair's left questions at the three temperatures
+    for (a, b), c in study.comparisons().items():
+        if c.summary()["left"]:
+            assert set(study.reprobes[(a, b)]) == {0.6, 1.0, 1.2}
+    assert study.plan.length_max_new_tokens == 192
 
 
 def test_demo_refuses_a_budget_control_below_k(tmp_path, capsys):

@@ -30,7 +30,7 @@ def test_every_study_runs_from_the_cli(family, tmp_path, capsys):
     code, out, err = run(capsys, "route", model, "--task", "arith", "--n", 2, "--space", "native", "--search",
                          "random", "--budget", 3, "--max-new-tokens", 6, "--out", tmp_path / "route")
     assert code == 0, err
-    assert "oracle@3=" in out and (tmp_path / "route" / "candidates.parquet").is_file()
+    assert "O_3=" in out and (tmp_path / "route" / "candidates.parquet").is_file()
 
     code, out, err = run(capsys, "recognize", model, "--task", "arith_mc", "--n", 12, "--max-new-tokens", 6,
                          "--min-failures", 1, "--out", tmp_path / "rec")

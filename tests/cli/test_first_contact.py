@@ -20,7 +20,6 @@ import reachlens
 from reachlens.cli import main
 from reachlens.models.zoo import zoo_entries, zoo_root
 from reachlens.store import AuditDir
-from reachlens.studies import summarize
 from reachlens.studies._progress import ProgressBoard
 
 PYPI_LIMIT = 100 * 10**6  # PyPI's default upload limit per file
@@ -108,7 +107,7 @@ def _audit_dir(path: Path, result) -> Path:
     store = AuditDir(path)
     with store.writer():
         store.open(result.protocol, result.model, data=result.data)
-        store.consolidate(result.questions, result.samples, summarize(result))
+        store.consolidate(result.questions, result.samples, result.summary())
     return path
 
 
@@ -116,8 +115,9 @@ def test_report_renders_the_directory_compare_wrote(tmp_path, capsys):
     base = _audit_dir(tmp_path / "base", fake_audit([True, False, False, False, True], [4, 2, 1, 0, 3], spec="zoo:base"))
     grpo = _audit_dir(tmp_path / "grpo", fake_audit([True, True, True, False, False], [4, 4, 3, 0, 1], spec="zoo:grpo"))
     assert main(["compare", str(base), str(grpo), "--out", str(tmp_path / "cmp")]) == 0
-    meta = json.loads((tmp_path / "cmp" / "comparison.json").read_text())
-    assert (meta["base_dir"], meta["trained_dir"], meta["gained"], meta["lost"]) == (str(base), str(grpo), 2, 1)
+    meta = json.loads((tmp_path / "cmp" / "run.json").read_text())["options"]
+    summary = json.loads((tmp_path / "cmp" / "summary.json").read_text())
+    assert (meta["base_dir"], meta["trained_dir"], summary["gained"], summary["lost"]) == (str(base), str(grpo), 2, 1)
     capsys.readouterr()
     assert main(["report", str(tmp_path / "cmp")]) == 0
     assert f"report: {tmp_path / 'cmp' / 'report.html'}" in capsys.readouterr().out
@@ -133,4 +133,18 @@ def test_report_of_a_folder_it_cannot_read_is_one_line(tmp_path, capsys):
     (tmp_path / "empty").mkdir()
     assert main(["report", str(tmp_path / "empty")]) == 2
     err = capsys.readouterr().err.strip()
-    assert "\n" not in err and "neither study.json nor comparison.json" in err
+    assert "\n" not in err and "is not a reachlens run directory (no run.json)" in err
+
+
+def test_audit_of_the_zoo_on_arith_runs_with_default_flags(tmp_path):
+    """`reachlens audit zoo:base --task arith` with no --max-new-tokens: the task's own decode length (96),
+    not a 256 that does not fit the zoo's 256-token context."""
+    out = tmp_path / "a"
+    assert main(["audit", "zoo:base", "--task", "arith", "--n", "2", "--k", "2", "--out", str(out)]) == 0
+    protocol = json.loads((out / "run.json").read_text())["protocol"]
+    assert protocol["max_new_tokens"] == 96
+    # an explicit flag still wins
+    out2 = tmp_path / "b"
+    assert main(["audit", "zoo:base", "--task", "arith", "--n", "2", "--k", "2", "--max-new-tokens", "40",
+                 "--out", str(out2)]) == 0
+    assert json.loads((out2 / "run.json").read_text())["protocol"]["max_new_tokens"] == 40

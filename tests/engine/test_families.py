@@ -17,13 +17,26 @@ import pytest
 import torch
 from torch import nn
 
-from reachlens.engine import LayerStack, Row, SamplingParams, describe, generate, loglikelihoods, tokenizer_of
+from reachlens.protocol import Protocol
+from reachlens.engine import LayerStack, Row, describe, generate, loglikelihoods, tokenizer_of
 from reachlens.routing import route_logits
 from reachlens.engine.tokens import encode_prompts
 from reachlens.errors import ReachlensError, UnknownNameError
 from reachlens.interventions import SITES, ablated, hook_name, mlp_out_weight, zero_ablation
 from reachlens.models.pruning import PruneConfig, prune_
 from reachlens.models.testing import TINY_FAMILIES, make_tiny_model
+
+
+def decode(max_new_tokens: int, **fields) -> Protocol:
+    """The engine's decode spec for these tests: a Protocol (sampled rows at temperature 1.0 unless given)."""
+    fields.setdefault("temperature", 1.0)
+    return Protocol("test", k=1, max_new_tokens=max_new_tokens, **fields)
+
+
+def generate_to_length(*args, **kwargs):
+    """:func:`generate` with EOS not stopping a row: every decode in these tests runs to its length."""
+    return generate(*args, stop_at_eos=False, **kwargs)
+
 
 PROMPTS = ["Q: 12+34=?\nA:", "Q: 5-3+2=?\nA: 5-3=2", "hello world, a b c", "Q: 7*8-9+10-11=?\nA:"]
 SKIP, REPEAT = (1,), (0, 1, 1)
@@ -105,16 +118,16 @@ def test_the_path_each_family_takes(fam):
 
 @torch.no_grad()
 def test_greedy_equals_hf_generate_alone_and_in_a_left_padded_batch(fam):
-    params = SamplingParams(12, stop_at_eos=False)
+    params = decode(12)
     for p in PROMPTS[:2]:
-        ours = generate(fam.model, [p], [Row(0)], params)[0]
+        ours = generate_to_length(fam.model, [p], [Row(0)], params)[0]
         ref = hf_greedy(fam, [p], 12)[0]
         assert list(ours.token_ids) == ref
         assert len(set(ref)) > 2, "the reference must vary, or the equality proves little"
     lengths = {len(x) for x in encode_prompts(fam.tok, PROMPTS)}
     window = getattr(fam.hf.config, "sliding_window", None)
     assert len(lengths) > 1 and (window is None or max(lengths) > 2 * window)
-    batched = generate(fam.model, PROMPTS, [Row(i) for i in range(len(PROMPTS))], params, max_batch_rows=64)
+    batched = generate_to_length(fam.model, PROMPTS, [Row(i) for i in range(len(PROMPTS))], params, max_batch_rows=64)
     assert [list(o.token_ids) for o in batched] == hf_greedy(fam, PROMPTS, 12)
 
 
@@ -157,7 +170,7 @@ def test_route_trie_equals_one_forward_per_route(fam):
 @torch.no_grad()
 def test_repeat_route_cache_equals_a_full_re_forward_each_step(fam):
     n = 10
-    ours = generate(fam.model, [PROMPTS[0]], [Row(0)], SamplingParams(n, stop_at_eos=False), route=REPEAT)[0]
+    ours = generate_to_length(fam.model, [PROMPTS[0]], [Row(0)], decode(n), route=REPEAT)[0]
     ids = ids_of(fam, PROMPTS[0])
     with hf_route(fam.hf, REPEAT) as routed:
         for _ in range(n):
@@ -263,7 +276,7 @@ def test_every_site_resolves_and_fires_on_every_forward_or_is_refused(fam):
         return hook
 
     with fam.model.hooks(fwd_hooks=[(n, count(s)) for s, n in names.items()]):
-        generate(fam.model, [PROMPTS[0]], [Row(0)], SamplingParams(3, stop_at_eos=False))
+        generate_to_length(fam.model, [PROMPTS[0]], [Row(0)], decode(3))
     assert fired == Counter({s: 3 for s in names}), "each site fires on the prefill and on 2 decoding steps"
 
 
@@ -339,10 +352,10 @@ def test_fused_and_generic_paths_agree_on_samples_and_routes(name, tmp_path_fact
     fam = family(name, tmp_path_factory)
     assert describe(fam.model).attention == "fused"
     rows = [Row(p) for p in range(2)] + [Row(p, seed=100 + j) for p in range(2) for j in range(6)]
-    params = SamplingParams(10, temperature=1.0, stop_at_eos=False)
+    params = decode(10, temperature=1.0)
     for route in (None, REPEAT):
-        fused = generate(fam.model, PROMPTS[:2], rows, params, route=route)
-        generic = generate(fam.model, PROMPTS[:2], rows, params, route=route, fused=False)
+        fused = generate_to_length(fam.model, PROMPTS[:2], rows, params, route=route)
+        generic = generate_to_length(fam.model, PROMPTS[:2], rows, params, route=route, fused=False)
         assert [o.token_ids for o in fused] == [o.token_ids for o in generic]
         for a, b in zip(fused, generic):
             assert a.logprobs == pytest.approx(b.logprobs, abs=1e-4)

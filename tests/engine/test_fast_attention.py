@@ -6,9 +6,22 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from reachlens.engine import Row, SamplingParams, generate, row_seed
+from reachlens.protocol import Protocol
+from reachlens.engine import Row, generate, row_seed
 from reachlens.engine.fast_attention import cascade_attention, fusable_attentions, fused_attention
 from reachlens.engine.kv_cache import SharedPrefix
+
+
+def decode(max_new_tokens: int, **fields) -> Protocol:
+    """The engine's decode spec for these tests: a Protocol (sampled rows at temperature 1.0 unless given)."""
+    fields.setdefault("temperature", 1.0)
+    return Protocol("test", k=1, max_new_tokens=max_new_tokens, **fields)
+
+
+def generate_to_length(*args, **kwargs):
+    """:func:`generate` with EOS not stopping a row: every decode in these tests runs to its length."""
+    return generate(*args, stop_at_eos=False, **kwargs)
+
 
 PROMPTS = ["Q: 12+34=?\nA:", "Q: 5-3+2-9=?\nA:", "hello"]
 
@@ -38,9 +51,9 @@ def test_fused_and_generic_paths_agree_on_greedy_and_samples(tiny_model, route):
     assert describe(tiny_model).path == "fused" and LayerStack(tiny_model, fused=False).path == "generic"
     assert len(fusable_attentions(tiny_model)) == 3
     rows = [Row(p) for p in range(3)] + [Row(p, row_seed(0, str(p), j)) for p in range(3) for j in range(4)]
-    params = SamplingParams(16, temperature=1.0, stop_at_eos=False)
-    fast = generate(tiny_model, PROMPTS, rows, params, max_batch_rows=64, route=route)
-    generic = generate(tiny_model, PROMPTS, rows, params, max_batch_rows=64, route=route, fused=False)
+    params = decode(16, temperature=1.0)
+    fast = generate_to_length(tiny_model, PROMPTS, rows, params, max_batch_rows=64, route=route)
+    generic = generate_to_length(tiny_model, PROMPTS, rows, params, max_batch_rows=64, route=route, fused=False)
     assert [o.token_ids for o in fast] == [o.token_ids for o in generic]
     for a, b in zip(fast, generic):
         assert max(abs(x - y) for x, y in zip(a.logprobs, b.logprobs)) < 1e-4
@@ -52,11 +65,11 @@ def test_an_attention_internal_hook_takes_the_bridge_path(tiny_model):
     def look(pattern, hook):
         seen.append(pattern.shape)
 
-    params = SamplingParams(5, stop_at_eos=False)
+    params = decode(5)
     with tiny_model.hooks(fwd_hooks=[("blocks.2.attn.hook_pattern", look)]):
-        hooked = generate(tiny_model, [PROMPTS[0]], [Row(0)], params)[0]
+        hooked = generate_to_length(tiny_model, [PROMPTS[0]], [Row(0)], params)[0]
     assert len(seen) == 5 and seen[1][-2:] == (1, seen[0][-1] + 1)  # prefill, then one query per step
-    assert hooked.token_ids == generate(tiny_model, [PROMPTS[0]], [Row(0)], params)[0].token_ids
+    assert hooked.token_ids == generate_to_length(tiny_model, [PROMPTS[0]], [Row(0)], params)[0].token_ids
 
 
 def test_fused_path_is_removed_after_a_forward(tiny_model):

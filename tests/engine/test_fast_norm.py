@@ -5,9 +5,22 @@ from __future__ import annotations
 import pytest
 import torch
 
-from reachlens.engine import LayerStack, Row, SamplingParams, generate, tokenizer_of
+from reachlens.protocol import Protocol
+from reachlens.engine import LayerStack, Row, generate, tokenizer_of
 from reachlens.engine.fast_norm import fusable_norms, fused_norms
 from reachlens.models.testing import make_tiny_model
+
+
+def decode(max_new_tokens: int, **fields) -> Protocol:
+    """The engine's decode spec for these tests: a Protocol (sampled rows at temperature 1.0 unless given)."""
+    fields.setdefault("temperature", 1.0)
+    return Protocol("test", k=1, max_new_tokens=max_new_tokens, **fields)
+
+
+def generate_to_length(*args, **kwargs):
+    """:func:`generate` with EOS not stopping a row: every decode in these tests runs to its length."""
+    return generate(*args, stop_at_eos=False, **kwargs)
+
 
 
 @pytest.fixture(scope="module")
@@ -32,10 +45,10 @@ def test_a_hook_on_the_norm_statistics_takes_the_bridge_path(gemma2):
         seen.append(scale.shape)
         return scale * 2.0  # an edit: the normalised input is halved
 
-    params = SamplingParams(4, stop_at_eos=False)
-    plain = generate(gemma2, ["Q: 1+2=?\nA:"], [Row(0)], params)[0]
+    params = decode(4)
+    plain = generate_to_length(gemma2, ["Q: 1+2=?\nA:"], [Row(0)], params)[0]
     with gemma2.hooks(fwd_hooks=[("blocks.0.ln1.hook_scale", halve)]):
-        edited = generate(gemma2, ["Q: 1+2=?\nA:"], [Row(0)], params)[0]
+        edited = generate_to_length(gemma2, ["Q: 1+2=?\nA:"], [Row(0)], params)[0]
     assert len(seen) == 4  # prefill and three decoding steps
     assert edited.logprobs != plain.logprobs
 

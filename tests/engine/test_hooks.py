@@ -8,10 +8,22 @@ import pytest
 import torch
 
 from reachlens import Protocol
-from reachlens.engine import Row, SamplingParams, current_rows, generate, row_agnostic, user_hooks
+from reachlens.engine import Row, current_rows, generate, row_agnostic, user_hooks
 from reachlens.interventions import steering, unit_ablation, zero_ablation
 from reachlens.studies import audit
 from reachlens.tasks import load_task
+
+
+def decode(max_new_tokens: int, **fields) -> Protocol:
+    """The engine's decode spec for these tests: a Protocol (sampled rows at temperature 1.0 unless given)."""
+    fields.setdefault("temperature", 1.0)
+    return Protocol("test", k=1, max_new_tokens=max_new_tokens, **fields)
+
+
+def generate_to_length(*args, **kwargs):
+    """:func:`generate` with EOS not stopping a row: every decode in these tests runs to its length."""
+    return generate(*args, stop_at_eos=False, **kwargs)
+
 
 HOOK = "blocks.0.hook_mlp_out"
 
@@ -117,8 +129,8 @@ def test_reachlens_own_interventions_keep_sharing(tiny_model):
 
     assert user_hooks(tiny_model) == []
     rows = [Row(0, seed=s) for s in range(6)]
-    params = SamplingParams(4, temperature=1.0, stop_at_eos=False)
+    params = decode(4, temperature=1.0)
     with tiny_model.hooks(fwd_hooks=zero_ablation(tiny_model, 2, "mlp")):
         with tiny_model.hooks(fwd_hooks=[(HOOK, row_agnostic(count))]):
-            generate(tiny_model, ["Q: 1+2=?\nA:"], rows, params)
+            generate_to_length(tiny_model, ["Q: 1+2=?\nA:"], rows, params)
     assert sizes[0] == 1  # the prompt prefilled once for its six samples

@@ -45,6 +45,8 @@ def test_rlvr_audit_runs_a_pair_with_both_controls(tmp_path, capsys):
     assert head["pair"] == "base -> grpo" and head["gained"] - head["lost"] == round(
         4 * (head["D_trained"] - head["D_base"]))
     assert "<h2>Budget control</h2>" in (out / "report.html").read_text()
+    assert "<h2>Temperature control</h2>" in (out / "report.html").read_text() and "McNemar p" in printed
+    assert study.plan.control_temperatures == (0.6, 1.0, 1.2)
 
 
 def test_routing_runs_every_cell_and_rebuilds_its_report(tmp_path, capsys):
@@ -58,7 +60,7 @@ def test_routing_runs_every_cell_and_rebuilds_its_report(tmp_path, capsys):
     assert len(cells) == 12
     # each zoo model is routed in its native prompt format (zoo:sft was trained on "verbose" prompts)
     assert set(zip(cells["model"], cells["task"])) == {("zoo:base", "arith[qa]"), ("zoo:sft", "arith[verbose]")}
-    assert (cells["n"] == 3).all() and (cells["oracle"] >= cells["greedy"]).all()
+    assert (cells["n"] == 3).all() and (cells["O_K"] >= cells["D"]).all()
     table = (out / "table.md").read_text()
     assert f"Command: `python experiments/routing.py {' '.join(argv)}`" in table
     assert "## Oracle difference at matched K (random - structured)" in table

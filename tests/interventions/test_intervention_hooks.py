@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from reachlens.engine import LayerStack, Row, SamplingParams, generate, tokenizer_of
+from reachlens.engine import LayerStack, Row, generate, tokenizer_of
+from reachlens.protocol import Protocol
 from reachlens.errors import ReachlensError
 from reachlens.interventions import (
     ablated,
@@ -98,20 +99,20 @@ def hf_greedy_zeroed(hf, tok, prompt, n, layer):
 def test_ablation_is_live_on_every_generated_token(tiny_model, tiny_hf):
     tok = tokenizer_of(tiny_model)
     prompts = ["Q: 12+34=?\nA:", "Q: 7*8-9=?\nA:"]
-    params = SamplingParams(16, stop_at_eos=False)
+    params = Protocol.greedy("arith", max_new_tokens=16)
     calls = []
 
     def count(x, *, hook):
         calls.append(x.shape[1])
 
     with tiny_model.hooks(fwd_hooks=zero_ablation(tiny_model, 1, "mlp") + [("blocks.1.hook_mlp_out", count)]):
-        outs = [generate(tiny_model, [p], [Row(0)], params)[0] for p in prompts]
+        outs = [generate(tiny_model, [p], [Row(0)], params, stop_at_eos=False)[0] for p in prompts]
     # one prefill (the prompt's length) then one single-token forward per further generated token
     assert calls[0] == len(tok(prompts[0])["input_ids"]) and calls[1:16] == [1] * 15
     for p, o in zip(prompts, outs):
         assert list(o.token_ids) == hf_greedy_zeroed(tiny_hf, tok, p, 16, 1)
     # an ablation of the prompt only would decode like the clean model from the second token on
-    clean = [generate(tiny_model, [p], [Row(0)], params)[0] for p in prompts]
+    clean = [generate(tiny_model, [p], [Row(0)], params, stop_at_eos=False)[0] for p in prompts]
     assert any(c.token_ids != o.token_ids for c, o in zip(clean, outs))
 
 
@@ -120,11 +121,12 @@ def test_steering_alpha_zero_changes_nothing(tiny_model, ids):
     stack = LayerStack(tiny_model)
     v = torch.randn(tiny_model.cfg.d_model)
     clean = stack.forward(ids)
+    greedy = Protocol.greedy("arith", max_new_tokens=12)
     with tiny_model.hooks(fwd_hooks=steering(tiny_model, 1, v, 0.0)):
         steered = stack.forward(ids)
-        gen = generate(tiny_model, ["Q: 12+34=?\nA:"], [Row(0)], SamplingParams(12, stop_at_eos=False))[0]
+        gen = generate(tiny_model, ["Q: 12+34=?\nA:"], [Row(0)], greedy, stop_at_eos=False)[0]
     assert torch.equal(clean, steered)
-    assert gen.token_ids == generate(tiny_model, ["Q: 12+34=?\nA:"], [Row(0)], SamplingParams(12, stop_at_eos=False))[0].token_ids
+    assert gen.token_ids == generate(tiny_model, ["Q: 12+34=?\nA:"], [Row(0)], greedy, stop_at_eos=False)[0].token_ids
 
 
 @torch.no_grad()

@@ -68,7 +68,8 @@ def test_device_map_passes_through_to_the_bridge(tiny_model, tiny_dir):
 
     A CPU machine has one torch device; TransformerLens counts CPU and disk offload as two, which is
     the split that can run here (a map over GPUs goes through the same ``device_map`` argument)."""
-    from reachlens.engine import Row, SamplingParams, generate
+    from reachlens import Protocol
+    from reachlens.engine import Row, generate
     from reachlens.models import load_model
 
     n = tiny_model.cfg.n_layers
@@ -78,7 +79,7 @@ def test_device_map_passes_through_to_the_bridge(tiny_model, tiny_dir):
     assert split.cfg.n_devices == 2 and set(split.original_model.hf_device_map.values()) == {"cpu", "disk"}
     prompts = ["12+7=", "3*4="]
     rows = [Row(0), Row(1), Row(0, seed=11), Row(1, seed=12)]
-    params = SamplingParams(max_new_tokens=10, temperature=1.0)
+    params = Protocol("arith", k=1, temperature=1.0, max_new_tokens=10, stop=())
     want = generate(tiny_model, prompts, rows, params)
     got = generate(split, prompts, rows, params)
     assert [c.token_ids for c in got] == [c.token_ids for c in want]

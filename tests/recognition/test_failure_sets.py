@@ -8,6 +8,7 @@ import pandas as pd
 import pytest
 
 from reachlens.errors import ReachlensError
+from reachlens.protocol import Protocol
 from reachlens.studies.causal import best_layer, outcome, silence_sweep, steer_sweep, units_sweep
 from reachlens.studies.recognition import (
     EvalSets,
@@ -28,9 +29,11 @@ def _result(rec, gen, scored=None) -> RecognitionResult:
     q = pd.DataFrame({
         "question_id": [f"q{i}" for i in range(n)], "gold": "1", "gold_index": 0, "rec_choice": "A",
         "rec_correct": rec, "rec_choice_norm": "A", "rec_correct_norm": [not r for r in rec], "rec_margin": 0.0,
-        "gen_text": "", "gen_answer": None, "gen_correct": gen, "gen_scored": scored or [True] * n, "gen_finish": "stop",
+        "deployed_text": "", "deployed_answer": None, "realized": gen, "deployed_scored": scored or [True] * n,
+        "deployed_finish": "stop",
     })
-    return RecognitionResult(RecognitionConfig(), {"spec": "m", "fingerprint": "f"}, pd.DataFrame(), q)
+    return RecognitionResult(Protocol.greedy("arith_mc"), RecognitionConfig(), {"spec": "m", "fingerprint": "f"},
+                             pd.DataFrame(), q)
 
 
 def test_selection_follows_the_rule_in_task_order():
@@ -39,7 +42,7 @@ def test_selection_follows_the_rule_in_task_order():
     sets = select_sets(res, FailureRule(min_failures=2))
     assert sets.failure == ("q0", "q3")  # q5's generation was not graded: excluded, not counted wrong
     assert sets.healthy == ("q1", "q4")
-    assert sets.counts["n_unscored_generations"] == 1
+    assert sets.counts["n_unscored_deployed"] == 1
     capped = select_sets(res, FailureRule(min_failures=1, max_failures=1, max_healthy=1))
     assert capped.failure == ("q0",) and capped.healthy == ("q1",)
     norm = select_sets(res, FailureRule(metric="acc_norm", min_failures=1))
@@ -49,7 +52,7 @@ def test_selection_follows_the_rule_in_task_order():
 
 
 def test_sets_round_trip_through_json(tmp_path):
-    res = dataclasses.replace(_result([True, True], [False, True]), config=RecognitionConfig(stop=("\n",)))
+    res = dataclasses.replace(_result([True, True], [False, True]), protocol=Protocol.greedy("arith_mc", stop=("\n",)))
     sets = select_sets(res, FailureRule(min_failures=1), TaskSpec("arith_mc", n=2))
     path = sets.save(tmp_path / "sets.json")
     assert EvalSets.load(tmp_path) == EvalSets.load(path) == sets
@@ -59,9 +62,9 @@ def test_sets_round_trip_through_json(tmp_path):
 
 def test_selection_on_a_model_is_deterministic(tiny_model):
     task = load_arith_mc(n_test=10)
-    cfg = RecognitionConfig(max_new_tokens=12)
-    a = select_sets(compare_modes(tiny_model, task, cfg), FailureRule(min_failures=1))
-    b = select_sets(compare_modes(tiny_model, task, cfg), FailureRule(min_failures=1))
+    greedy = Protocol.greedy("arith_mc", max_new_tokens=12)
+    a = select_sets(compare_modes(tiny_model, task, greedy), FailureRule(min_failures=1))
+    b = select_sets(compare_modes(tiny_model, task, greedy), FailureRule(min_failures=1))
     assert a == b and a.failure
     assert a.model["fingerprint"] != "unknown" and a.config.recognition_format == "qa"
 
@@ -91,8 +94,7 @@ def sweep_setup(tiny_model):
     """Sets on the tiny model: its generations are all wrong, so the healthy panel is made up here
     (ids only) to exercise the bookkeeping; the sweeps' numbers are not meaningful on a random model."""
     task = load_arith_mc(n_test=6)
-    cfg = RecognitionConfig(max_new_tokens=10)
-    res = compare_modes(tiny_model, task, cfg)
+    res = compare_modes(tiny_model, task, Protocol.greedy("arith_mc", max_new_tokens=10))
     sets = select_sets(res, FailureRule(min_failures=1))
     rest = tuple(q for q in res.questions["question_id"] if q not in sets.failure)
     return task, dataclasses.replace(sets, healthy=rest[:2]), res
@@ -106,7 +108,7 @@ def test_silence_sweep_table(tiny_model, sweep_setup):
     assert base.repair == 0.0 and base.n_failure == len(sets.failure)  # unhooked: the failures still fail
     none = sweep.per_question[sweep.per_question.condition == "none"].set_index("question_id")
     again = res.questions.set_index("question_id").loc[none.index]
-    assert (none["gen_text"] == again["gen_text"]).all()  # same greedy text as when the sets were chosen
+    assert (none["deployed_text"] == again["deployed_text"]).all()  # same greedy text as when the sets were chosen
     with pytest.raises(ReachlensError, match="layer 5 is out of range"):
         silence_sweep(tiny_model, task, sets, layers=[5])
 
@@ -128,5 +130,5 @@ def test_steer_and_units_sweeps(tiny_model, sweep_setup, tmp_path):
 
 
 def test_outcome_counts():
-    pq = pd.DataFrame({"set": ["failure", "failure", "healthy"], "gen_correct": [True, False, False]})
+    pq = pd.DataFrame({"set": ["failure", "failure", "healthy"], "realized": [True, False, False]})
     assert outcome(pq) == {"repair": 0.5, "break": 1.0, "n_repaired": 1, "n_failure": 2, "n_broken": 1, "n_healthy": 1}

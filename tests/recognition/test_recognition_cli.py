@@ -31,7 +31,7 @@ def test_recognize_writes_tables_and_sets(recognized):
     sets = json.loads((recognized / "sets.json").read_text())
     assert sets["task"]["name"] == "arith_mc" and sets["task"]["n"] == 8
     assert sets["rule"]["min_failures"] == 1 and "recognition (acc) right" in sets["rule_text"]
-    assert sets["config"]["generation_format"] == "qa" and sets["failure"]
+    assert sets["protocol"]["prompt_format"] == "qa" and sets["failure"]
 
 
 def test_recognize_refuses_a_small_failure_set(capsys, tiny_dir, tmp_path):
@@ -45,7 +45,7 @@ def test_silence_steer_units_prune(capsys, tiny_dir, recognized, tmp_path):
                        "--components", "mlp,attn", "--out", str(tmp_path / "s"))
     assert code == 0 and "best MLP layer" in out and (tmp_path / "s" / "silence.csv").is_file()
 
-    code, _, err = run(capsys, "steer", str(tiny_dir), "--sets", str(recognized), "--layer", "1", "--out", str(tmp_path))
+    code, _, err = run(capsys, "steer", str(tiny_dir), "--sets", str(recognized), "--layer", "1", "--out", str(tmp_path / "st0"))
     if not json.loads((recognized / "sets.json").read_text())["healthy"]:  # a random model gets nothing right
         assert code == 2 and "healthy panel" in err
     sets = json.loads((recognized / "sets.json").read_text())

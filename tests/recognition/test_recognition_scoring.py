@@ -7,6 +7,7 @@ import torch
 from conftest import FIXTURE_DATA
 
 from reachlens.engine import tokenizer_of
+from reachlens.protocol import Protocol
 from reachlens.studies.recognition import RecognitionConfig, compare_modes, encode_pair, loglikelihoods, score_options
 from reachlens.tasks import load_task
 from reachlens.tasks.arith_mc import load_arith_mc
@@ -75,7 +76,7 @@ def test_acc_and_acc_norm_follow_lm_eval(tiny_model, tiny_hf):
         ref = direct_loglik(tiny_hf, tok, f"Question: {q.fields['question']}\nAnswer:", " " + row.text)
         assert row.loglik == pytest.approx(ref, abs=2e-4)
         assert row.loglik_norm == pytest.approx(row.loglik / len(row.text))  # characters, without the space
-    res = compare_modes(tiny_model, task, RecognitionConfig(max_new_tokens=4))
+    res = compare_modes(tiny_model, task, Protocol.greedy(task.name, max_new_tokens=4))
     q0 = res.questions.iloc[0]
     o0 = opts[opts.question_id == "t0"]
     assert o0.loglik.iloc[0] == o0.loglik.iloc[2]  # identical options tie ...

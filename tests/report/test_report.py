@@ -1,8 +1,13 @@
-"""The report renders: figures present in the HTML as a headless browser sees it; tables in Markdown."""
+"""The report renders: each figure as headless Chromium draws it, its axes fitting its data; tables in Markdown."""
 
 from __future__ import annotations
 
+import html
+import json
+import math
+import os
 import re
+import shutil
 import subprocess
 from pathlib import Path
 
@@ -18,12 +23,10 @@ P4 = Protocol("arith", k=4, temperature=1.0, max_new_tokens=12)
 
 
 def _write(study_dir: Path, name: str, result) -> None:
-    from reachlens.studies import summarize
-
     store = AuditDir(study_dir / "audits" / name)
     with store.writer():
         store.open(result.protocol, result.model, data=result.data)
-        store.consolidate(result.questions, result.samples, summarize(result))
+        store.consolidate(result.questions, result.samples, result.summary())
 
 
 @pytest.fixture()
@@ -71,21 +74,159 @@ def test_html_is_self_contained(study, tmp_path):
     html_path, _ = write_report(study, tmp_path / "r")
     page = html_path.read_text()
     assert "<script src=" not in page and "<link " not in page  # plotly.js inlined: nothing fetched
-    assert page.count("Plotly.newPlot") >= 4
+    assert page.count("Plotly.newPlot") == 5
 
 
-def test_html_renders_in_headless_chromium(study, tmp_path, chromium):
-    html_path, _ = write_report(study, tmp_path / "r")
-    dom = subprocess.run(
-        [chromium, "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-         "--disable-background-networking", "--disable-component-update", "--disable-sync",
-         f"--user-data-dir={tmp_path / 'chrome'}", "--virtual-time-budget=10000", "--dump-dom",
-         html_path.as_uri()],
-        capture_output=True, text=True, timeout=120,
-    ).stdout
-    # plotly draws each figure into an <svg class="main-svg">; four figures, each with its title
-    assert len(re.findall(r'class="plot-container plotly"', dom)) == 4, dom[:500]
-    assert dom.count('class="main-svg"') >= 4
+# Appended to a copy of the report: once plotly has drawn, write what every figure's axes show
+# (``_fullLayout``, the ranges plotly computed) and what it plots (``_fullData``) into the DOM as JSON.
+_PROBE = """<script>
+window.addEventListener('load', () => setTimeout(() => {
+  const arr = (a) => (a === undefined || a === null) ? [] : Array.from(a);
+  const out = [];
+  for (const gd of document.querySelectorAll('.js-plotly-plot')) {
+    const fl = gd._fullLayout, axes = {};
+    for (const key of Object.keys(fl)) {
+      if (/^[xy]axis[0-9]*$/.test(key)) {
+        axes[key] = {range: arr(fl[key].range), type: fl[key].type, categories: arr(fl[key]._categories)};
+      }
+    }
+    const data = gd._fullData.filter(t => t.visible === true).map(t => ({
+      type: t.type, name: t.name, x: arr(t.x), y: arr(t.y), xaxis: t.xaxis, yaxis: t.yaxis,
+      err_plus: (t.error_y && t.error_y.visible) ? arr(t.error_y.array) : [],
+      err_minus: (t.error_y && t.error_y.visible) ? arr(t.error_y.arrayminus) : []}));
+    out.push({title: fl.title.text, barmode: fl.barmode, axes, data, width: fl.width, height: fl.height});
+  }
+  const pre = document.createElement('pre');
+  pre.id = 'reachlens-probe';
+  pre.textContent = JSON.stringify(out);
+  document.body.appendChild(pre);
+}, 200));
+</script>"""
+
+_CHROMIUM_FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+                   "--disable-background-networking", "--disable-component-update", "--disable-sync",
+                   "--hide-scrollbars", "--virtual-time-budget=15000"]
+
+
+def _render(chromium: str, html_path: Path, work: Path) -> tuple[list[dict], Path]:
+    """The figures as Chromium drew them (axes and data) and a full-page screenshot."""
+    probed = work / "probed.html"
+    probed.write_text(html_path.read_text().replace("</body>", _PROBE + "</body>"))
+    dom = subprocess.run([chromium, *_CHROMIUM_FLAGS, f"--user-data-dir={work / 'chrome-dom'}", "--dump-dom",
+                          probed.as_uri()], capture_output=True, text=True, timeout=180).stdout
+    found = re.search(r'<pre id="reachlens-probe">(.*?)</pre>', dom, re.S)
+    assert found, dom[-2000:]
+    shot = work / "report.png"
+    subprocess.run([chromium, *_CHROMIUM_FLAGS, f"--user-data-dir={work / 'chrome-shot'}", "--window-size=1280,9000",
+                    f"--screenshot={shot}", html_path.as_uri()], capture_output=True, timeout=180)
+    keep = os.environ.get("REACHLENS_SCREENSHOT_DIR")  # to look at it: REACHLENS_SCREENSHOT_DIR=/tmp/shots
+    if keep:
+        Path(keep).mkdir(parents=True, exist_ok=True)
+        shutil.copy(shot, Path(keep) / f"{html_path.parent.parent.name}-{html_path.parent.name}.png")
+    return json.loads(html.unescape(found.group(1))), shot
+
+
+def _extent(fig: dict, axis: str) -> tuple[float, float] | None:
+    """(lo, hi) of everything plotted on ``axis`` (``xaxis``, ``yaxis2``, ...) in the axis' own units."""
+    ax = fig["axes"][axis]
+    letter, ref = axis[0], axis[0] + axis[5:]  # "yaxis2" -> "y", "y2"
+    values: list[float] = []
+    stacks: dict[str, list[float]] = {}
+    for t in fig["data"]:
+        if t[f"{letter}axis"] != ref:
+            continue
+        vals = t[letter]
+        if ax["type"] == "category":
+            values += [ax["categories"].index(v) for v in vals]
+            continue
+        vals = [float(v) for v in vals if v is not None and not math.isnan(float(v))]
+        if letter == "y" and t["err_plus"]:
+            values += [v + e for v, e in zip(vals, t["err_plus"])] + [v - e for v, e in zip(vals, t["err_minus"])]
+        if t["type"] == "bar" and letter == "y":
+            values.append(0.0)  # a bar starts at 0
+            if fig["barmode"] == "relative":  # stacked: each category's positive and negative sums
+                for x, v in zip(t["x"], vals):
+                    pos_neg = stacks.setdefault(str(x), [0.0, 0.0])
+                    pos_neg[v < 0] += v
+                continue
+        values += vals
+    values += [v for pn in stacks.values() for v in pn]
+    if not values:
+        return None
+    if ax["type"] == "log":
+        values = [math.log10(v) for v in values]
+    return min(values), max(values)
+
+
+def _check_axes(figs: list[dict]) -> None:
+    """Every axis covers what it plots and nothing more (beyond plotly's padding)."""
+    for fig in figs:
+        assert fig["axes"], f"{fig['title']!r} has no axes"
+        for axis in fig["axes"]:
+            ext = _extent(fig, axis)
+            assert ext is not None, f"{fig['title']!r}: nothing plotted on {axis}"
+            lo, hi = ext
+            r0, r1 = fig["axes"][axis]["range"]
+            where = f"{fig['title']!r} {axis} ({fig['axes'][axis]['type']}): range [{r0}, {r1}], data [{lo}, {hi}]"
+            assert r0 <= lo + 1e-9 and r1 >= hi - 1e-9, "data outside the axis: " + where
+            if fig["axes"][axis]["type"] == "category":
+                assert r1 - r0 <= (hi - lo) + 2, "empty categories: " + where  # a lone category gets [-1, 1]
+            elif hi > lo:
+                assert (hi - lo) >= 0.6 * (r1 - r0), "the axis is mostly empty (data squashed): " + where
+
+
+@pytest.fixture()
+def crossing_study(tmp_path):
+    """A study whose pass@k curves cross at k=4 (the trained model ahead at k=1, the base from k=4)."""
+    import json
+
+    base = fake_audit([False] * 8, [1] * 8, spec="zoo:base")
+    rl = fake_audit([True, True, False, False] * 2, [4, 4, 0, 0] * 2, spec="zoo:grpo")
+    big_base = fake_audit([False] * 8, [2] * 8, k=8, spec="zoo:base", protocol=P4.with_k(8))
+    big_rl = fake_audit([True, True, False, False] * 2, [8, 8, 0, 0] * 2, k=8, spec="zoo:grpo", protocol=P4.with_k(8))
+    plan = StudyPlan({"base": "zoo:base", "grpo": "zoo:grpo"}, (("base", "grpo"),), base.protocol, budget_k=8)
+    root = tmp_path / "crossing"
+    (root / "audits").mkdir(parents=True)
+    (root / "study.json").write_text(json.dumps({"plan": plan.to_dict()}))
+    for name, r in (("base", base), ("grpo", rl), ("base-k8", big_base), ("grpo-k8", big_rl)):
+        _write(root, name, r)
+    return load_training_audit(root)
+
+
+@pytest.mark.parametrize("which", ["study", "crossing_study"])
+def test_html_renders_in_headless_chromium_with_axes_that_fit_the_data(which, request, tmp_path, chromium):
+    study = request.getfixturevalue(which)
+    html_path, _ = write_report(study, tmp_path / which / "r")
+    figs, shot = _render(chromium, html_path, tmp_path / which)
+    titles = [f["title"] for f in figs]
+    assert len(figs) == 5, titles
     for title in ("Per-question fates", "Realized vs reachable per checkpoint", "pass@k per checkpoint",
-                  "realized after training, by base propensity"):
-        assert title in dom
+                  "realized after training, by base propensity", "pass@k difference"):
+        assert any(title in t for t in titles), (title, titles)
+    _check_axes(figs)
+    by_title = {f["title"].split(" (")[0]: f for f in figs}
+    curves = by_title["pass@k per checkpoint"]
+    assert curves["axes"]["xaxis"]["type"] == "log"
+    marks = [t for t in curves["data"] if t["name"].startswith("crossing")]
+    if which == "crossing_study":
+        # the crossing is drawn at k=4 in data coordinates, on the log axis' own scale (log10 4 = 0.60)
+        assert [m["x"] for m in marks] == [[4]]
+        r0, r1 = curves["axes"]["xaxis"]["range"]
+        assert r0 < 0 < math.log10(4) < math.log10(8) < r1 < 1.1
+        delta = by_title["pass@k difference"]
+        band = [t for t in delta["data"] if t["name"].endswith("95 % interval")]
+        assert band and band[0]["y"] and min(band[0]["y"]) < 0  # the interval band is drawn
+    else:
+        assert marks == []
+    assert shot.is_file() and shot.stat().st_size > 50_000  # a drawn page, not a blank one
+
+
+def test_the_old_log_axis_marker_bug_would_be_caught():
+    """The check above on a figure like the old one: a line at k=8 on a log axis read as 10^8."""
+    squashed = {"title": "old", "barmode": "group",
+                "axes": {"xaxis": {"range": [-0.5, 8.4], "type": "log", "categories": []},
+                         "yaxis": {"range": [0, 1], "type": "linear", "categories": []}},
+                "data": [{"type": "scatter", "name": "base", "x": [1, 2, 4, 8], "y": [0.3, 0.5, 0.7, 0.9],
+                          "xaxis": "x", "yaxis": "y", "err_plus": [], "err_minus": []}]}
+    with pytest.raises(AssertionError, match="mostly empty"):
+        _check_axes([squashed])

@@ -5,9 +5,22 @@ from __future__ import annotations
 
 import torch
 
-from reachlens.engine import LayerStack, Row, SamplingParams, encode, generate, tokenizer_of
+from reachlens.protocol import Protocol
+from reachlens.engine import LayerStack, Row, encode, generate, tokenizer_of
 from reachlens.errors import ReachlensError
 from reachlens.routing import RouteRequest, RouteTrie, generate_along_routes, route_logits, route_loglik
+
+
+def decode(max_new_tokens: int, **fields) -> Protocol:
+    """The engine's decode spec for these tests: a Protocol (sampled rows at temperature 1.0 unless given)."""
+    fields.setdefault("temperature", 1.0)
+    return Protocol("test", k=1, max_new_tokens=max_new_tokens, **fields)
+
+
+def generate_to_length(*args, **kwargs):
+    """:func:`generate` with EOS not stopping a row: every decode in these tests runs to its length."""
+    return generate(*args, stop_at_eos=False, **kwargs)
+
 
 PROMPTS = ["Q: 12+34=?\nA:", "Q: 7*3+5-2=?\nA:"]
 
@@ -43,9 +56,9 @@ def test_identity_route_reproduces_the_model(tiny_model, tiny_hf):
     assert (ours - hf).abs().max().item() < 1e-5
     assert (ours - stack).abs().max().item() < 1e-5
     assert (hand_built_logits(tiny_hf, ids, identity) - hf).abs().max().item() < 1e-5
-    params = SamplingParams(16, stop_at_eos=False)
-    routed = generate_along_routes(tiny_model, PROMPTS, [RouteRequest(i, identity) for i in range(2)], params)
-    plain = generate(tiny_model, PROMPTS, [Row(0), Row(1)], params)
+    params = decode(16)
+    routed = generate_along_routes(tiny_model, PROMPTS, [RouteRequest(i, identity) for i in range(2)], params, stop_at_eos=False)
+    plain = generate_to_length(tiny_model, PROMPTS, [Row(0), Row(1)], params)
     for a, b in zip(routed, plain):
         assert a.token_ids == b.token_ids and a.logprobs == b.logprobs
 
@@ -94,7 +107,7 @@ def test_route_loglik_matches_full_logits(tiny_model):
 def test_repeat_route_generates_the_same_with_and_without_the_cache(tiny_model):
     route = (0, 1, 1, 2)
     n = 14
-    cached = generate(tiny_model, [PROMPTS[1]], [Row(0)], SamplingParams(n, stop_at_eos=False), route=route)[0]
+    cached = generate_to_length(tiny_model, [PROMPTS[1]], [Row(0)], decode(n), route=route)[0]
     stack = LayerStack(tiny_model)
     ids = _ids(tiny_model, PROMPTS[1])
     out = []
@@ -105,7 +118,7 @@ def test_repeat_route_generates_the_same_with_and_without_the_cache(tiny_model):
             ids = torch.cat([ids, nxt.view(1, 1)], dim=1)
     assert list(cached.token_ids) == out
     # and a layer-indexed cache would differ: the repeat route is not the identity route's output
-    plain = generate(tiny_model, [PROMPTS[1]], [Row(0)], SamplingParams(n, stop_at_eos=False))[0]
+    plain = generate_to_length(tiny_model, [PROMPTS[1]], [Row(0)], decode(n))[0]
     assert plain.token_ids != cached.token_ids
 
 
@@ -140,14 +153,14 @@ def test_a_hook_changes_routed_logits(tiny_model):
 
 
 def test_generation_groups_requests_by_route(tiny_model):
-    params = SamplingParams(10, stop_at_eos=False)
+    params = decode(10)
     reqs = [RouteRequest(0, (0, 2)), RouteRequest(1, (0, 1, 1, 2)), RouteRequest(1, (0, 2)), RouteRequest(0, (0, 2)),
             RouteRequest(1, (0, 2), seed=7)]
-    outs = generate_along_routes(tiny_model, PROMPTS, reqs, params)
+    outs = generate_along_routes(tiny_model, PROMPTS, reqs, params, stop_at_eos=False)
     assert outs[0] is outs[3]  # identical requests decoded once
-    alone = generate(tiny_model, [PROMPTS[1]], [Row(0)], params, route=(0, 1, 1, 2))[0]
+    alone = generate_to_length(tiny_model, [PROMPTS[1]], [Row(0)], params, route=(0, 1, 1, 2))[0]
     assert outs[1].token_ids == alone.token_ids
-    sampled = generate(tiny_model, [PROMPTS[1]], [Row(0, 7)], params, route=(0, 2))[0]
+    sampled = generate_to_length(tiny_model, [PROMPTS[1]], [Row(0, 7)], params, route=(0, 2))[0]
     assert outs[4].token_ids == sampled.token_ids
 
 

@@ -7,13 +7,14 @@ import math
 import pytest
 
 from reachlens.errors import ReachlensError
+from reachlens.protocol import Protocol
 from reachlens.routing import (
     STRATEGIES,
     Evaluation,
     NativeSpace,
     ReorderSpace,
     RouteEvaluator,
-    SearchConfig,
+    RoutingConfig,
     SkipSpace,
     Strategy,
     format_route,
@@ -58,7 +59,7 @@ class FakeEvaluator(RouteEvaluator):
 @pytest.mark.parametrize("budget", [1, 7, 40])
 def test_every_strategy_spends_exactly_k(strategy, space, budget):
     ev = FakeEvaluator(6, 5, (0, 1, 2, 3, 4, 5))
-    cands = run_search(ev, space, strategy, SearchConfig(budget))
+    cands = run_search(ev, space, strategy, RoutingConfig(budget))
     assert (cands.groupby("question_id").size() == budget).all()
     assert len(ev.calls) == 5 * budget  # duplicates are charged too
     assert list(cands[cands["question_id"] == "q0"]["eval_idx"]) == list(range(budget))
@@ -77,8 +78,8 @@ def test_all_four_strategies_are_registered():
 def test_strategies_are_anytime(strategy):
     """The first k evaluations of a budget-K run are a budget-k run (reach@k is read off one run)."""
     space = NativeSpace(6)
-    big = run_search(FakeEvaluator(6, 3, (0, 2, 2, 3, 5)), space, strategy, SearchConfig(30, seed=3))
-    small = run_search(FakeEvaluator(6, 3, (0, 2, 2, 3, 5)), space, strategy, SearchConfig(13, seed=3))
+    big = run_search(FakeEvaluator(6, 3, (0, 2, 2, 3, 5)), space, strategy, RoutingConfig(30, seed=3))
+    small = run_search(FakeEvaluator(6, 3, (0, 2, 2, 3, 5)), space, strategy, RoutingConfig(13, seed=3))
     assert list(big[big["eval_idx"] < 13]["route"]) == list(small["route"])
 
 
@@ -88,7 +89,7 @@ def test_structured_search_climbs_a_smooth_objective():
     target = (0, 2, 2, 3, 5)  # skips 1 and 4, repeats 2: 1 of 118 routes
     found = {}
     for strategy in STRATEGY_NAMES:
-        cands = run_search(FakeEvaluator(6, 20, target, NativeSpace(6)), NativeSpace(6), strategy, SearchConfig(24))
+        cands = run_search(FakeEvaluator(6, 20, target, NativeSpace(6)), NativeSpace(6), strategy, RoutingConfig(24))
         found[strategy] = cands.groupby("question_id")["correct"].any().mean()
     assert found["hill_climb"] > found["random"] and found["genetic"] > found["random"]
     assert found["mcts"] >= found["random"]
@@ -106,15 +107,15 @@ def test_strategy_sees_objectives_only_and_oracle_is_explicit(monkeypatch):
 
     monkeypatch.setitem(STRATEGIES._items, "spy_for_test", Spy)  # registered for this test only
     ev = FakeEvaluator(6, 2, (0, 1, 2, 3, 4, 5))
-    run_search(ev, NativeSpace(6), "spy_for_test", SearchConfig(5))
+    run_search(ev, NativeSpace(6), "spy_for_test", RoutingConfig(5))
     assert all(0.0 <= s <= 1.0 for s in seen) and any(0 < s < 1 for s in seen)  # confidences, not grades
     seen.clear()
-    run_search(ev, NativeSpace(6), "spy_for_test", SearchConfig(5, oracle=True))
+    run_search(ev, NativeSpace(6), "spy_for_test", RoutingConfig(5, oracle=True))
     assert set(seen) <= {0.0, 1.0}
     with pytest.raises(ReachlensError, match="choose it explicitly with oracle=True"):
-        SearchConfig(5, objective="oracle")
+        RoutingConfig(5, objective="oracle")
     with pytest.raises(LookupError, match="unknown search objective 'agreement'"):
-        SearchConfig(5, objective="agreement")
+        RoutingConfig(5, objective="agreement")
 
 
 def test_a_strategy_that_overspends_is_refused(monkeypatch):
@@ -124,7 +125,7 @@ def test_a_strategy_that_overspends_is_refused(monkeypatch):
 
     monkeypatch.setitem(STRATEGIES._items, "overspend_for_test", Greedy)
     with pytest.raises(RuntimeError, match="proposed 5 routes with 4 left of the budget"):
-        run_search(FakeEvaluator(6, 1, (0,)), NativeSpace(6), "overspend_for_test", SearchConfig(5))
+        run_search(FakeEvaluator(6, 1, (0,)), NativeSpace(6), "overspend_for_test", RoutingConfig(5))
 
 
 def test_objectives_are_answer_blind_confidences():
@@ -137,13 +138,13 @@ def test_objectives_are_answer_blind_confidences():
 
 def test_search_on_a_real_model_records_every_candidate(tiny_model):
     task = load_task("arith", n=3)
-    ev = RouteEvaluator(tiny_model, task, max_new_tokens=8)
-    cands = run_search(ev, NativeSpace(3), "mcts", SearchConfig(6))
+    ev = RouteEvaluator(tiny_model, task, Protocol.greedy("arith", max_new_tokens=8))
+    cands = run_search(ev, NativeSpace(3), "mcts", RoutingConfig(6))
     assert len(cands) == 18
     assert ev.n_decoded == len(set(zip(cands["question_id"], cands["route"])))
-    greedy = ev.greedy([0])[0]
+    deployed = ev.deployment([0])[0]
     first = cands.iloc[0]
-    assert first["route"] == format_route(greedy.route) and first["text"] == greedy.text
+    assert first["route"] == format_route(deployed.route) and first["text"] == deployed.text
     assert cands["text"].map(len).gt(0).any() and cands["mean_logprob"].lt(0).all()
 
 
@@ -153,7 +154,7 @@ def test_mcts_tries_every_route_before_repeating_one(space):
     # while untried routes remain (its in-tree leaves are marked exhausted).
     size = space.size()
     ev = FakeEvaluator(space.n_layers, 2, tuple(range(space.n_layers)), space=space)
-    cands = run_search(ev, space, "mcts", SearchConfig(size + 3))
+    cands = run_search(ev, space, "mcts", RoutingConfig(size + 3))
     for _, pool in cands.groupby("question_id"):
         routes = pool["route"].tolist()
         assert len(routes) == size + 3
@@ -170,11 +171,11 @@ def test_mcts_identity_rollouts_stay_near_the_model():
 
     def mean_edits(rollout):
         ev = FakeEvaluator(6, 4, tuple(range(6)), space=space)
-        cands = run_search(ev, space, "mcts", SearchConfig(16), options={"rollout": rollout})
+        cands = run_search(ev, space, "mcts", RoutingConfig(16), options={"rollout": rollout})
         return sum(sum(a != b for a, b in zip(space.encode(tuple(map(int, r.split(",")))), ident))
                    for r in cands["route"]) / len(cands)
 
     near, far = mean_edits("identity"), mean_edits("random")
     assert near + 0.8 < far, (near, far)
     with pytest.raises(ReachlensError, match="rollout='greedy'; known: identity, random"):
-        run_search(FakeEvaluator(6, 1, tuple(range(6))), space, "mcts", SearchConfig(4), options={"rollout": "greedy"})
+        run_search(FakeEvaluator(6, 1, tuple(range(6))), space, "mcts", RoutingConfig(4), options={"rollout": "greedy"})

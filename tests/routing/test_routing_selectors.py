@@ -16,7 +16,7 @@ from reachlens.routing import (
     gap_recovery,
     lowest_window_mean,
     median_recovery,
-    oracle,
+    reachable,
     question_table,
     reach_curve,
     select,
@@ -54,7 +54,7 @@ def test_selectors_on_a_hand_made_pool():
     assert (got["lowest_window"].position, got["lowest_window"].answer) == (5, "9")
     assert (got["self_verify"].position, got["self_verify"].correct) == (1, 1.0)
     assert (got["search"].position, got["search"].answer) == (2, "7")
-    assert oracle(POOL) == 1.0
+    assert reachable(POOL) == 1.0
 
 
 def test_majority_breaks_ties_by_first_appearance_and_counts_votes():
@@ -70,8 +70,8 @@ def test_no_answer_is_wrong_and_unscored_is_undefined():
     assert s.position is None and s.correct == 0.0
     unscored = POOL.assign(scored=[True, False, True, True, True, True])
     assert math.isnan(select(unscored, "self_verify").correct)
-    assert oracle(POOL.assign(correct=False)) == 0.0
-    assert math.isnan(oracle(POOL.assign(correct=False, scored=False)))
+    assert reachable(POOL.assign(correct=False)) == 0.0
+    assert math.isnan(reachable(POOL.assign(correct=False, scored=False)))
 
 
 def test_a_selector_refuses_a_pool_without_its_column():
@@ -92,20 +92,20 @@ def test_gap_recovery_by_hand():
 def test_question_table_and_cell_summary_by_hand():
     cands = pd.concat([POOL.assign(question_id="a"), POOL.assign(question_id="b", correct=False)], ignore_index=True)
     cands["route"] = [f"r{i}" for i in range(len(cands))]
-    greedy = pd.DataFrame({"question_id": ["a", "b"], "greedy_correct": [0.0, 0.0], "greedy_answer": ["7", "7"]})
-    q = question_table(cands, greedy, SELECTORS)
-    assert q["oracle"].tolist() == [1.0, 0.0]
+    deployed = pd.DataFrame({"question_id": ["a", "b"], "realized": [0.0, 0.0], "deployed_answer": ["7", "7"]})
+    q = question_table(cands, deployed, SELECTORS)
+    assert q["reachable"].tolist() == [1.0, 0.0]
     assert q["self_verify"].tolist() == [1.0, 0.0] and q["majority"].tolist() == [0.0, 0.0]
     s = cell_summary(q, SELECTORS).iloc[0]
-    assert (s["greedy"], s["oracle"], s["self_verify"]) == (0.0, 0.5, 0.5)
+    assert (s["D"], s["O_K"], s["self_verify"]) == (0.0, 0.5, 0.5)
     assert s["recovery_self_verify"] == 1.0 and s["recovery_majority"] == 0.0
 
 
-def test_recovery_is_undefined_when_the_oracle_equals_greedy():
+def test_recovery_is_undefined_when_O_K_equals_D():
     cands = POOL.assign(question_id="a", route="r")
-    greedy = pd.DataFrame({"question_id": ["a"], "greedy_correct": [1.0], "greedy_answer": ["5"]})
-    s = cell_summary(question_table(cands, greedy, SELECTORS), SELECTORS, by=())
-    assert s.loc[0, "oracle"] == s.loc[0, "greedy"] == 1.0
+    deployed = pd.DataFrame({"question_id": ["a"], "realized": [1.0], "deployed_answer": ["5"]})
+    s = cell_summary(question_table(cands, deployed, SELECTORS), SELECTORS, by=())
+    assert s.loc[0, "O_K"] == s.loc[0, "D"] == 1.0
     assert all(math.isnan(s.loc[0, f"recovery_{n}"]) for n in SELECTORS)
     assert format_recovery(s.loc[0, "recovery_majority"]) == "undefined"
     med = median_recovery(s, SELECTORS)
@@ -124,7 +124,7 @@ def test_reach_curve_counts_the_first_k_evaluations():
         "correct": [False, False, True, False, False, False, False, False], "scored": True,
     })
     curve = reach_curve(cands)
-    assert curve.set_index("k")["oracle_at_k"].to_dict() == {1: 0.0, 2: 0.0, 4: 0.5}
+    assert curve.set_index("k")["O_K"].to_dict() == {1: 0.0, 2: 0.0, 4: 0.5}
 
 
 def test_lowest_window_mean():
@@ -134,7 +134,7 @@ def test_lowest_window_mean():
 
 
 def test_selectors_on_audit_temperature_samples():
-    """majority@K vs oracle@K on an audit's own samples (no routes involved)."""
+    """majority@K vs O_K on an audit's own samples (no routes involved)."""
     proto = Protocol("arith", k=4, temperature=1.0, max_new_tokens=12).resolved(load_task("arith", n=1))
     qs = [Question("a", {"expr": "1+1"}, "2"), Question("b", {"expr": "2+2"}, "4")]
 
@@ -148,7 +148,7 @@ def test_selectors_on_audit_temperature_samples():
     table, summary = audit_selector_table(AuditResult(proto, {"spec": "x", "fingerprint": "y"}, q, s))
     assert table["majority"].tolist() == [1.0, 0.0] and table["confidence"].tolist() == [1.0, 0.0]
     row = summary.iloc[0]
-    assert (row["greedy"], row["oracle"], row["majority"]) == (0.5, 1.0, 0.5)
+    assert (row["D"], row["O_K"], row["majority"]) == (0.5, 1.0, 0.5)
     assert row["recovery_majority"] == 0.0
 
 
@@ -159,6 +159,6 @@ def test_a_route_evaluated_twice_is_one_vote():
         "question_id": ["a"] * 5, "route": ["r1", "r1", "r1", "r2", "r3"],
         "answer": ["9", "9", "9", "5", "5"], "correct": [False, False, False, True, True], "scored": [True] * 5,
     })
-    greedy = pd.DataFrame({"question_id": ["a"], "greedy_correct": [0.0], "greedy_answer": ["9"]})
-    q = question_table(cands, greedy, ["majority"]).iloc[0]
+    deployed = pd.DataFrame({"question_id": ["a"], "realized": [0.0], "deployed_answer": ["9"]})
+    q = question_table(cands, deployed, ["majority"]).iloc[0]
     assert (q["majority_answer"], q["majority"], q["n_candidates"], q["n_unique"]) == ("5", 1.0, 5, 3)

@@ -8,11 +8,12 @@ import pytest
 
 from reachlens.cli.main import main
 from reachlens.errors import ReachlensError
-from reachlens.protocol import ProtocolMismatch
+from reachlens.protocol import Protocol, ProtocolMismatch
 from reachlens.routing import RouteEvaluator, RoutingConfig, RoutingResult, run_routing
 from reachlens.tasks import load_task
 
-CONFIG = RoutingConfig(budget=5, max_new_tokens=8)
+CONFIG = RoutingConfig(budget=5)
+GREEDY = Protocol.greedy("arith", max_new_tokens=8)
 
 
 @pytest.fixture(scope="module")
@@ -21,30 +22,32 @@ def task():
 
 
 def test_run_routing_tables_and_summary(tiny_model, task, tmp_path):
-    r = run_routing(tiny_model, task, "native", "genetic", config=CONFIG, out=tmp_path / "cell")
+    r = run_routing(tiny_model, task, "native", "genetic", protocol=GREEDY, config=CONFIG, out=tmp_path / "cell")
     assert len(r.candidates) == 15 and set(r.candidates["question_id"]) == {q.question_id for q in task.questions}
     assert {"verify_logprob", "objective", "text", "route"} <= set(r.candidates.columns)
     assert list(r.questions["question_id"]) == [q.question_id for q in task.questions]
     s = r.summary()
     assert s["evaluations"] == 15 and s["budget"] == 5 and s["strategy"] == "genetic" and s["space_name"] == "native"
-    assert 0 <= s["greedy"] <= s["oracle"] <= 1  # the identity route is in every pool
+    assert 0 <= s["D"] <= s["O_K"] <= 1  # the identity route is in every pool
+    assert {"realized", "reachable", "deployed_answer"} <= set(r.questions.columns)
     loaded = RoutingResult.load(tmp_path / "cell")
-    assert loaded.header == r.header and len(loaded.candidates) == 15
+    assert loaded.record == r.record and len(loaded.candidates) == 15
     stored = json.loads((tmp_path / "cell" / "summary.json").read_text())
     assert stored["evaluations"] == 15
-    with pytest.raises(ProtocolMismatch, match="another configuration"):
-        run_routing(tiny_model, task, "skip", "genetic", config=CONFIG, out=tmp_path / "cell")
+    with pytest.raises(ProtocolMismatch, match="holds another run"):
+        run_routing(tiny_model, task, "skip", "genetic", protocol=GREEDY, config=CONFIG, out=tmp_path / "cell")
 
 
 def test_a_shared_evaluator_decodes_each_pair_once(tiny_model, task):
-    ev = RouteEvaluator(tiny_model, task, max_new_tokens=8)
+    ev = RouteEvaluator(tiny_model, task, GREEDY)
     a = run_routing(tiny_model, task, "skip", "random", config=CONFIG, evaluator=ev)
     spent = ev.n_decoded
     b = run_routing(tiny_model, task, "skip", "random", config=CONFIG, evaluator=ev)
     assert ev.n_decoded == spent  # same seed, same routes: nothing new to decode
     assert a.candidates.equals(b.candidates)
     with pytest.raises(ReachlensError, match="the evaluator decodes with"):
-        run_routing(tiny_model, task, "skip", "random", config=RoutingConfig(budget=5, max_new_tokens=9), evaluator=ev)
+        run_routing(tiny_model, task, "skip", "random", protocol=Protocol.greedy("arith", max_new_tokens=9), config=CONFIG,
+                    evaluator=ev)
 
 
 def test_cli_route(tiny_dir, tmp_path, capsys):
@@ -55,7 +58,7 @@ def test_cli_route(tiny_dir, tmp_path, capsys):
     ])
     assert rc == 0
     printed = capsys.readouterr().out
-    assert "oracle@4=" in printed and "majority" in printed and "gap recovery" in printed
+    assert "O_4=" in printed and "majority" in printed and "gap recovery" in printed
     assert (out / "candidates.parquet").is_file() and (out / "summary.json").is_file()
 
 
@@ -74,7 +77,7 @@ def test_cli_route_bad_arguments_exit_2(tiny_dir, tmp_path, capsys, args, messag
 def test_prefetch_covers_a_whole_space(tiny_model, task):
     from reachlens.routing import SkipSpace
 
-    ev = RouteEvaluator(tiny_model, task, max_new_tokens=8)
+    ev = RouteEvaluator(tiny_model, task, GREEDY)
     space = SkipSpace(3, max_skip=1)
     ev.prefetch(list(space.enumerate()))
     assert ev.n_decoded == len(task) * space.size()

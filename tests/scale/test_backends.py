@@ -36,7 +36,7 @@ def test_a_comparison_across_backends_is_refused_unless_allowed_as_a_control():
                                                                backend="vllm"))
     with pytest.raises(ProtocolMismatch, match=r"backend: 'engine' != 'vllm'"):
         compare(base, other)
-    assert compare(base, other, allow=("backend",)).summary["gained"] == 1
+    assert compare(base, other, allow=("backend",)).summary()["gained"] == 1
 
 
 def test_vllm_with_a_hooked_bridge_is_refused_naming_the_hooks(tiny_model):

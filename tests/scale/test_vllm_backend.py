@@ -60,7 +60,7 @@ def test_vllm_pass_at_k_is_the_engines_within_a_paired_95_interval(runs, engine_
     v = AuditResult.load(runs[0] / "k200")
     with pytest.raises(ProtocolMismatch, match="backend"):
         compare(engine_audit, v)  # two backends' draws differ: only a control may compare them
-    curve = compare(engine_audit, v, allow=("backend",)).pass_at_k()
+    curve = compare(engine_audit, v, allow=("backend",)).pass_at_k_curve()
     assert list(curve["k"]) == [1, 2, 4, 8, 16, 32, 64, 128, 200]
     assert ((curve["delta_lo"] <= 0) & (curve["delta_hi"] >= 0)).all(), curve
     # the same, recomputed with scipy: a paired t interval over questions of the per-question difference

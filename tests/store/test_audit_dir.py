@@ -42,7 +42,7 @@ def test_a_directory_of_other_files_is_refused_and_left_untouched(tiny_model, ta
     (out / "summary.json").write_text('{"mine": true}\n')
     pd.DataFrame({"x": [1, 2]}).to_parquet(out / "questions.parquet")
     before = snapshot(out)
-    with pytest.raises(ReachlensError, match=r"is not empty .* and is not an audit directory \(no protocol.json\)"):
+    with pytest.raises(ReachlensError, match=r"is not empty .* and is not a reachlens run directory \(no run.json\)"):
         audit(tiny_model, task, PROTO, out=out, max_batch_rows=8)
     assert snapshot(out) == before
 
@@ -70,10 +70,10 @@ def test_an_empty_directory_is_used_and_a_finished_audit_keeps_foreign_files(tin
 def test_a_corrupt_header_is_named_in_one_line(tiny_model, task, tmp_path) -> None:
     out = tmp_path / "d"
     audit(tiny_model, task, PROTO, out=out, max_batch_rows=8)
-    (out / "protocol.json").write_text('{\n')
-    with pytest.raises(ReachlensError, match=re.escape(str(out / "protocol.json")) + r".* is not valid JSON"):
+    (out / "run.json").write_text('{\n')
+    with pytest.raises(ReachlensError, match=re.escape(str(out / "run.json")) + r".* is not valid JSON"):
         audit(tiny_model, task, PROTO, out=out, max_batch_rows=8)
-    with pytest.raises(ReachlensError, match="protocol.json"):
+    with pytest.raises(ReachlensError, match="run.json"):
         AuditResult.load(out)
 
 
@@ -119,7 +119,7 @@ def test_temporary_names_are_unique_to_the_writer(tmp_path, monkeypatch) -> None
 # --- item 9: rescore writes the header last ---------------------------------------------------------
 
 def _crash_when_moving(monkeypatch, name: str):
-    import reachlens.store.audit_dir as mod
+    import reachlens.store.run_dir as mod
 
     real = os.replace
 
@@ -134,7 +134,7 @@ def _crash_when_moving(monkeypatch, name: str):
 def test_a_rescore_that_crashes_before_it_commits_changes_nothing(tiny_model, task, tmp_path, monkeypatch) -> None:
     out = tmp_path / "d"
     first = audit(tiny_model, task, PROTO, out=out, max_batch_rows=8)
-    import reachlens.store.audit_dir as mod
+    import reachlens.store.run_dir as mod
 
     real = mod._write_durably
 
@@ -156,7 +156,7 @@ def test_a_rescore_that_crashes_before_it_commits_changes_nothing(tiny_model, ta
 def test_a_rescore_that_crashes_after_it_commits_is_completed(tiny_model, task, tmp_path, monkeypatch) -> None:
     out = tmp_path / "d"
     audit(tiny_model, task, PROTO, out=out, max_batch_rows=8)
-    _crash_when_moving(monkeypatch, "protocol.json")  # tables and summary moved, header not yet
+    _crash_when_moving(monkeypatch, "run.json")  # tables and summary moved, header not yet
     with pytest.raises(OSError, match="simulated crash"):
         rescore(out, grader="math")
     monkeypatch.undo()

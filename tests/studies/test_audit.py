@@ -30,7 +30,7 @@ def test_audit_tables_and_summary(tiny_model, task):
     assert (q["reachable"] == (q["n_correct"] > 0)).all()
     assert r.protocol.stop == ("\n",) and r.protocol.prompt_format == "qa" and r.protocol.grader == "numeric"
     assert 0 <= r.D <= 1 and r.D <= r.O_K or not r.questions["realized"].any()
-    assert list(r.pass_at_k["k"]) == [1, 2, 4]
+    assert list(r.pass_at_k_curve()["k"]) == [1, 2, 4]
 
 
 def test_grading_tables_from_hand_made_completions():
@@ -107,7 +107,7 @@ def test_different_model_into_the_same_directory_is_refused(tiny_model, task, tm
     monkeypatch.setattr(tiny_model, "reachlens_identity", ModelIdentity("zoo:other", "abc"))
     with pytest.raises(ProtocolMismatch, match="model.spec, model.fingerprint") as err:
         audit(tiny_model, task.head(2), PROTO, out=tmp_path / "d")
-    assert "audit into a new directory, or delete this one to redo it" in str(err.value)
+    assert "write to a new directory (out=), or delete this one to redo it" in str(err.value)
 
 
 def test_rescore_reproduces_the_stored_grades(tiny_model, task, tmp_path):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import numpy as np
 import pandas as pd
 import pytest
 from conftest import fake_audit as fake
@@ -21,7 +22,7 @@ def test_fates_by_hand():
     c = compare(BASE, TRAINED)
     assert c.questions["realized_fate"].tolist() == ["kept", "lost", "gained", "gained", "never", "gained", "never"]
     assert c.questions["reach_fate"].tolist() == ["kept", "left", "kept", "kept", "entered", "entered", "left"]
-    s = c.summary
+    s = c.summary()
     assert (s["gained"], s["lost"], s["net"]) == (3, 1, 2)
     assert (s["gained_from_base_reachable"], s["gained_outside_base_reachable"]) == (2, 1)
     assert s["all_gains_base_reachable"] is False
@@ -30,7 +31,7 @@ def test_fates_by_hand():
 
 def test_fate_counts_are_consistent():
     c = compare(BASE, TRAINED)
-    q, s = c.questions, c.summary
+    q, s = c.questions, c.summary()
     assert s["gained"] - s["lost"] == q["trained_realized"].sum() - q["base_realized"].sum()
     assert s["delta_D"] == pytest.approx(s["net"] / s["n"])
     assert s["entered"] - s["left"] == q["trained_reachable"].sum() - q["base_reachable"].sum()
@@ -60,7 +61,7 @@ def test_allowed_field_lets_a_control_through():
                                                             prompt_format="verbose"))
     with pytest.raises(ProtocolMismatch, match="prompt_format"):
         compare(BASE, verbose)
-    assert compare(BASE, verbose, allow=("prompt_format",)).summary["n"] == 7
+    assert compare(BASE, verbose, allow=("prompt_format",)).summary()["n"] == 7
 
 
 def test_different_question_sets_are_refused():
@@ -73,7 +74,7 @@ def test_budgets_differ_only_with_common_k():
     big = fake([True] * 7, [8] * 7, k=8, protocol=PROTO.with_k(8))
     with pytest.raises(ProtocolMismatch, match="k"):
         compare(BASE, big)
-    assert compare(BASE, big, k=4).summary["k"] == 4
+    assert compare(BASE, big, k=4).summary()["k"] == 4
 
 
 def test_extend_budget_equals_a_fresh_audit(tiny_model, tmp_path):
@@ -96,7 +97,7 @@ def test_pass_at_k_crossover_by_hand():
     base = fake([False] * 4, [1, 1, 1, 1])
     trained = fake([True, True, False, False], [4, 4, 0, 0])
     c = compare(base, trained)
-    table = c.pass_at_k().set_index("k")
+    table = c.pass_at_k_curve().set_index("k")
     # pass@1: 0.25 vs 0.5; pass@2: 1 - C(3,2)/C(4,2) = 0.5 for the base, 0.5 for the trained (a touch);
     # pass@4: 1.0 vs 0.5. The trained model leads at k=1, ties at 2, and the base leads from k=4.
     assert table["base"].tolist() == pytest.approx([0.25, 0.5, 1.0])
@@ -111,5 +112,72 @@ def test_pass_at_k_crossover_by_hand():
     assert c.crossovers(outside_noise=True) == []
     # the same pool ten times over (40 questions): the crossing at k=4 holds beyond noise
     big = compare(fake([False] * 40, [1] * 40), fake([True, True, False, False] * 10, [4, 4, 0, 0] * 10))
-    assert big.pass_at_k().set_index("k").loc[4, "delta_hi"] < 0
+    assert big.pass_at_k_curve().set_index("k").loc[4, "delta_hi"] < 0
     assert big.crossovers(outside_noise=True) == [4]
+
+
+def test_summary_tests_every_delta_against_independent_references():
+    from scipy.stats import binomtest
+    from statsmodels.stats.multitest import multipletests
+    from statsmodels.stats.proportion import proportion_confint
+
+    c = compare(BASE, TRAINED)
+    s = c.summary()
+    # McNemar beside the counts it tests: gained 3 vs lost 1, entered 2 vs left 2
+    assert s["mcnemar_realized_p"] == pytest.approx(binomtest(3, 4, 0.5).pvalue)
+    assert s["mcnemar_reachable_p"] == pytest.approx(binomtest(2, 4, 0.5).pvalue)
+    keys = list(s)
+    assert keys.index("mcnemar_realized_p") == keys.index("lost") + 1
+    assert keys.index("mcnemar_reachable_p") == keys.index("left") + 1
+    # Wilson intervals of the four rates
+    assert s["D_base_ci"] == pytest.approx(list(proportion_confint(2, 7, method="wilson")))
+    assert s["O_K_trained_ci"] == pytest.approx(list(proportion_confint(5, 7, method="wilson")))
+    # the paired bootstrap of delta D, by a plain loop over resampled questions (same generator, same draws)
+    d = (c.questions["trained_realized"].astype(float) - c.questions["base_realized"].astype(float)).to_numpy()
+    rng = np.random.default_rng(s["bootstrap_seed"])
+    idx = rng.integers(0, len(d), size=(s["bootstrap_resamples"], len(d)))
+    means = [d[row].mean() for row in idx]
+    assert s["delta_D_ci"] == pytest.approx(list(np.percentile(means, [2.5, 97.5])))
+    assert s["bootstrap_resamples"] >= 2000
+    lo, hi = s["delta_O_K_ci"]
+    assert lo <= s["delta_O_K"] <= hi
+    # pass@k at every k: a delta, its interval, a p and the Holm p over the ks
+    ks = sorted(s["delta_pass_at_k"])
+    assert ks == [1, 2, 4]
+    ps = [s["delta_pass_at_k"][k]["p"] for k in ks]
+    assert [s["delta_pass_at_k"][k]["p_holm"] for k in ks] == pytest.approx(multipletests(ps, method="holm")[1].tolist())
+    assert "3 ks" in s["holm_family"]
+
+
+def test_unreachability_bounds_per_question_and_for_the_left_group():
+    c = compare(BASE, TRAINED)
+    q = c.questions.set_index("question_id")
+    # q1 and q6 left the reachable set (0 of 4 correct after training); q4 never was reachable by the base
+    assert q.loc["q1", "trained_unreachable_bound"] == pytest.approx(1 - 0.05 ** 0.25)
+    assert np.isnan(q.loc["q0", "trained_unreachable_bound"])
+    assert q.loc["q4", "base_unreachable_bound"] == pytest.approx(1 - 0.05 ** 0.25)
+    left = c.summary()["left_bound"]
+    assert left["n"] == 2 and left["min"] == left["max"] == pytest.approx(1 - 0.05 ** 0.25)
+    assert compare(BASE, BASE).summary()["left_bound"]["n"] == 0
+
+
+def test_truncation_parity_is_flagged_beyond_the_margin():
+    from reachlens.studies.compare import truncation_parity
+
+    cut = fake([True] * 7, [4] * 7, spec="t")
+    cut.samples.loc[cut.samples.index[:3], "finish_reason"] = "length"  # 3 of 28 samples: 10.7 points
+    cut.questions.loc[0, "deployed_finish"] = "length"  # 1 of 7 deployed
+    t = compare(BASE, cut).summary()["truncation"]
+    assert t["samples_base"] == 0 and t["samples_trained"] == pytest.approx(3 / 28)
+    assert t["deployed_gap"] == pytest.approx(1 / 7)
+    assert t["flagged"] is True and t["margin"] == 0.02
+    assert truncation_parity(BASE, BASE)["flagged"] is False
+    assert cut.summary()["truncated_samples"] == pytest.approx(3 / 28)
+
+
+def test_propensity_bins_carry_wilson_intervals():
+    from statsmodels.stats.proportion import proportion_confint
+
+    bins = compare(BASE, TRAINED).propensity_bins((0.0, 0.3, 0.6, 1.0))
+    for row in bins.itertuples():
+        assert (row.rate_lo, row.rate_hi) == pytest.approx(proportion_confint(row.realized_after, row.n, method="wilson"))

@@ -44,10 +44,10 @@ def test_budget_grid():
     assert budget_grid(200)[-2:] == [128, 200]
 
 
-def test_crossovers_find_every_sign_change_and_refuse_ragged_input():
-    from reachlens.studies.metrics import crossovers
+def test_sign_changes_find_every_sign_change_and_refuse_ragged_input():
+    from reachlens.studies.metrics import sign_changes
 
     nan = float("nan")
-    assert crossovers([1, 2, 4, 8, 16], [0.1, 0.2, 0.3, 0.4, 0.5], [0.2, 0.1, nan, 0.5, 0.4]) == [2, 8, 16]
+    assert sign_changes([1, 2, 4, 8, 16], [0.1, 0.2, 0.3, 0.4, 0.5], [0.2, 0.1, nan, 0.5, 0.4]) == [2, 8, 16]
     with pytest.raises(ValueError, match="lengths 2, 1, 2"):
-        crossovers([1, 2], [0.1], [0.1, 0.2])
+        sign_changes([1, 2], [0.1], [0.1, 0.2])

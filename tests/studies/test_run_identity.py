@@ -50,7 +50,7 @@ def test_the_data_identity_is_recorded(tiny_model, files, tmp_path) -> None:
 
     a, _ = files
     r = audit(tiny_model, load_task("gsm8k", a), PROTO, out=tmp_path / "G", max_batch_rows=6)
-    header = json.loads((tmp_path / "G" / "protocol.json").read_text())
+    header = json.loads((tmp_path / "G" / "run.json").read_text())
     assert header["data"]["sha256"] == hashlib.sha256(a.read_bytes()).hexdigest() == r.data["sha256"]
     gen = load_task("arith", n=3, seed=4).data_identity
     assert (gen["generator"], gen["seed"], gen["split"]) == ("arith", 4, "test") and gen["questions_sha256"]
@@ -65,24 +65,26 @@ def test_compare_refuses_audits_of_different_data(tiny_model, files, tmp_path) -
         compare(tmp_path / "A", tmp_path / "B")
     # directories written before data identity: golds are compared question by question
     for d in ("A", "B"):
-        header = json.loads((tmp_path / d / "protocol.json").read_text())
+        header = json.loads((tmp_path / d / "run.json").read_text())
         header.pop("data")
-        (tmp_path / d / "protocol.json").write_text(json.dumps(header))
+        (tmp_path / d / "run.json").write_text(json.dumps(header))
     with pytest.warns(UserWarning, match="no data identity"):
         with pytest.raises(ProtocolMismatch, match=r"disagree on the gold answer of 1 of 3 questions") as err:
             compare(tmp_path / "A", tmp_path / "B")
     assert "gsm8k-1" in str(err.value)
-    assert compare(ra, ra).summary["n"] == 3 and rb.n == 3
+    assert compare(ra, ra).summary()["n"] == 3 and rb.n == 3
 
 
 def test_an_old_directory_without_data_identity_resumes_with_a_note(tiny_model, files, tmp_path) -> None:
     a, _ = files
     out = tmp_path / "G"
     first = audit(tiny_model, load_task("gsm8k", a), PROTO, out=out, max_batch_rows=6)
-    header = json.loads((out / "protocol.json").read_text())
-    del header["data"]
-    header["model"] = {"spec": header["model"]["spec"], "fingerprint": header["model"]["legacy_fingerprint"]}
-    (out / "protocol.json").write_text(json.dumps(header))  # as reachlens wrote it before issue 13
+    header = json.loads((out / "run.json").read_text())
+    legacy = {"format": "reachlens-audit", "protocol": header["protocol"], "protocol_hash": header["protocol_hash"],
+              "model": {"spec": header["model"]["spec"], "fingerprint": header["model"]["legacy_fingerprint"]},
+              "task_source": header["task_source"], "n_questions": header["n_questions"]}
+    (out / "run.json").unlink()
+    (out / "protocol.json").write_text(json.dumps(legacy))  # as reachlens wrote it before issue 13
     with pytest.warns(UserWarning, match="written before reachlens recorded data identity"):
         again = audit(tiny_model, load_task("gsm8k", a), PROTO, out=out, max_batch_rows=6)
     assert again.questions.equals(first.questions)

@@ -140,7 +140,7 @@ def test_a_loading_script_copy_is_one_line_naming_data(tmp_path):
     copy = tmp_path / "EleutherAI" / "logiqa"
     copy.mkdir(parents=True)
     (copy / "logiqa.py").write_text("import datasets\n")
-    with pytest.raises(ReachlensError, match=r"is a loading script, .*--data PATH") as info:
+    with pytest.raises(ReachlensError, match=r"is a loading script, .*data=PATH") as info:
         load_task("logiqa", copy)
     assert "\n" not in str(info.value)
 
@@ -148,7 +148,7 @@ def test_a_loading_script_copy_is_one_line_naming_data(tmp_path):
 def test_logiqa_keeps_its_authors_text_only_from_their_file(tmp_path):
     copy = write_hub_copy("logiqa", FIXTURE_DATA / "logiqa/Test.txt", tmp_path / "EleutherAI/logiqa")
     assert load_task("logiqa", copy).metadata["acbd_order"] is None  # the hub rows no longer show the prefixes
-    with pytest.raises(ReachlensError, match=r"only their Test\.txt has .*--data PATH"):
+    with pytest.raises(ReachlensError, match=r"only their Test\.txt has .*data=PATH"):
         load_task("logiqa", copy, lm_eval_text=False)
 
 

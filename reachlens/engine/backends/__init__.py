@@ -23,7 +23,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from reachlens.engine.generate import Completion, Row, SamplingParams, generate
+from reachlens.engine.generate import Completion, Row, generate
 from reachlens.errors import ReachlensError
 from reachlens.protocol import BACKENDS, Protocol
 
@@ -65,13 +65,14 @@ def bind_backend(model, protocol: Protocol) -> Protocol:
 
 
 def generate_rows(
-    model, prompts: Sequence[str], rows: Sequence[Row], params: SamplingParams, *,
+    model, prompts: Sequence[str], rows: Sequence[Row], protocol: Protocol, *,
     max_batch_rows: int = 256, share_prefixes: bool | None = None,
 ) -> list[Completion]:
-    """One :class:`Completion` per row, from the model's backend (the engine for a TransformerBridge)."""
+    """One :class:`Completion` per row, decoded by ``protocol`` (its length, temperature, top-p and stop
+    strings) on the model's backend (:func:`reachlens.engine.generate` for a TransformerBridge)."""
     if backend_of(model) == "engine":
-        return generate(model, prompts, rows, params, max_batch_rows=max_batch_rows, share_prefixes=share_prefixes)
-    return model.generate_rows(prompts, rows, params)
+        return generate(model, prompts, rows, protocol, max_batch_rows=max_batch_rows, share_prefixes=share_prefixes)
+    return model.generate_rows(prompts, rows, protocol)
 
 
 @dataclass(frozen=True)
@@ -91,6 +92,13 @@ class ModelSource:
     """Weights and activations: a torch dtype's name (``float32``, ``bfloat16``, ``float16``)."""
     device_map: str | None = None
     """HuggingFace device map for a model larger than one device (``auto``); excludes ``device``."""
+
+    @property
+    def reachlens_identity(self):
+        """The identity of the files under :attr:`spec` (what a worker's replica must match)."""
+        from reachlens.models.loading import model_identity
+
+        return model_identity(self.spec)
 
     def __post_init__(self) -> None:
         if self.backend not in BACKENDS:

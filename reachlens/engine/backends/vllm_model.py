@@ -41,10 +41,11 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
-from reachlens.engine.generate import Completion, Row, SamplingParams
+from reachlens.engine.generate import Completion, Row
 from reachlens.engine.stopping import StopChecker
 from reachlens.engine.tokens import encode_prompts
 from reachlens.errors import ReachlensError
+from reachlens.protocol import Protocol
 
 __all__ = ["VLLMModel", "WORKER_ENV", "vllm_python"]
 
@@ -125,15 +126,17 @@ class VLLMModel:
         lines = self._log.read_text(errors="replace").strip().splitlines()
         return lines[-1] if lines else "no output"
 
-    def generate_rows(self, prompts: Sequence[str], rows: Sequence[Row], params: SamplingParams) -> list[Completion]:
-        """One :class:`Completion` per row: greedy for ``seed=None``, else a sample seeded by the row's seed."""
+    def generate_rows(self, prompts: Sequence[str], rows: Sequence[Row], protocol: Protocol) -> list[Completion]:
+        """One :class:`Completion` per row, decoded by ``protocol`` (length, temperature, top-p, stop
+        strings): greedy for ``seed=None``, else a sample seeded by the row's seed."""
         ids = encode_prompts(self.tokenizer, prompts)
+        stop = tuple(protocol.stop or ())
         reply = self._ask({
             "prompts": ids, "requests": [{"prompt": r.prompt, "seed": r.seed} for r in rows],
-            "max_tokens": params.max_new_tokens, "temperature": params.temperature, "top_p": params.top_p,
-            "stop": list(params.stop),
+            "max_tokens": protocol.max_new_tokens, "temperature": protocol.temperature, "top_p": protocol.top_p,
+            "stop": list(stop),
         })
-        stopper = StopChecker(self.tokenizer, params.stop, self._eos)
+        stopper = StopChecker(self.tokenizer, stop, self._eos)
         completions = []
         for out in reply["outputs"]:
             tokens = [int(t) for t in out["token_ids"]]

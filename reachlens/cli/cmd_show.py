@@ -1,0 +1,75 @@
+"""``reachlens show DIR``: the header (run.json) and summary of any run directory.
+
+Any run a reachlens command wrote: an audit, a comparison (``compare --out``), a routing run, a
+recognition run, a causal sweep, a training audit (``reachlens demo``); an audit directory written
+before run.json (``protocol.json``) reads as an audit.
+"""
+
+from __future__ import annotations
+
+import argparse
+
+NAME = "show"
+HELP = "print a run directory's header (kind, protocol, model, data, command) and summary"
+
+
+def register(sub) -> argparse.ArgumentParser:
+    p = sub.add_parser(NAME, help=HELP)
+    p.add_argument("dir", help="a run directory (audit, comparison, routing, recognition, ...)")
+    return p
+
+
+def run(args: argparse.Namespace) -> int:
+    from reachlens.store import read_run
+
+    record, summary = read_run(args.dir)
+    print(format_run(record, summary))
+    return 0
+
+
+def _value(v) -> str:
+    if v is None:
+        return "-"
+    if isinstance(v, float):
+        return "undefined" if v != v else f"{v:.4g}"
+    if isinstance(v, dict):
+        return ", ".join(f"{k}={_value(x)}" for k, x in v.items()) if v else "-"
+    if isinstance(v, (list, tuple)):
+        return "[" + ", ".join(_value(x) for x in v) + "]"
+    return str(v)
+
+
+def _model(model: dict) -> str:
+    if "spec" in model or "fingerprint" in model:
+        fp = str(model.get("fingerprint"))
+        return f"{model.get('spec')} ({fp[:23]}{'...' if len(fp) > 23 else ''})"
+    return "; ".join(f"{role}: {_model(m) if isinstance(m, dict) else m}" for role, m in model.items()) or "-"
+
+
+def format_run(record, summary: dict | None) -> str:
+    """The lines ``reachlens show`` prints for one run."""
+    lines = [f"kind:       {record.kind}", f"model:      {_model(record.model)}"]
+    if record.protocol is not None:
+        p = record.protocol
+        stop = "(the task's)" if p.stop is None else repr(list(p.stop))
+        grader = p.grader or "(the task's)"
+        lines.append(f"protocol:   task={p.task} split={p.split} k={p.k} temperature={p.temperature} top_p={p.top_p} "
+                     f"max_new_tokens={p.max_new_tokens} prompt_format={p.prompt_format} "
+                     f"stop={stop} grader={grader} "
+                     f"seed={p.seed} (hash {p.hash})")
+    for key, value in record.options.items():
+        lines.append(f"{'options:' if key == next(iter(record.options)) else '':<12}{key}: {_value(value)}")
+    data = record.data or {}
+    lines.append(f"data:       {_value({k: (v[:12] + '...' if isinstance(v, str) and len(v) == 64 else v) for k, v in data.items()}) if data else 'unknown'}")
+    lines.append(f"reachlens:  {record.reachlens_version or 'unknown (written before run.json)'}")
+    lines.append(f"command:    {' '.join(record.command) if record.command else '-'}")
+    if summary is None:
+        lines.append("summary:    none yet (the run has not finished)")
+    else:
+        lines.append("summary:")
+        for key, value in summary.items():
+            if key in ("model", "model_fingerprint", "data", "protocol_hash", "task"):
+                continue  # in the header already
+            # a number the run could not define is stored as null (summary.json holds no NaN)
+            lines.append(f"  {key}: {'undefined' if value is None else _value(value)}")
+    return "\n".join(lines)

@@ -1,0 +1,38 @@
+"""Grading one question: which grader grades it, and its grade of one completion.
+
+A question is graded by its protocol's grader (``numeric``, ``choice``, ``math``, ...); a
+multiple-choice question with its own labels (``"1234"`` in some ARC rows) is graded by a
+:class:`~reachlens.grading.choice.ChoiceGrader` over those labels. Every study grades through
+:func:`question_grader` (or :func:`grader_for`, when the labels come from a stored table), so that
+an audit, a routing run, a recognition run and a re-scoring grade a question alike.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from reachlens.grading.base import Grade, Grader, get_grader
+from reachlens.grading.choice import ChoiceGrader
+
+__all__ = ["grade_question", "grader_for", "question_grader"]
+
+
+def grader_for(name: str, labels: str | None) -> Grader:
+    """The grader ``name``; for ``choice`` with a question's own labels (``"1234"``) when it has them.
+
+    >>> grader_for("choice", "1234").grade("The answer is 3", "3").correct
+    True
+    """
+    if name == "choice" and labels:
+        return ChoiceGrader(labels=tuple(labels))
+    return get_grader(name)
+
+
+def question_grader(name: str, question: Any) -> Grader:
+    """The grader ``name`` for ``question`` (a :class:`~reachlens.tasks.Question`: its ``labels``)."""
+    return grader_for(name, "".join(question.labels) if question.labels else None)
+
+
+def grade_question(name: str, question: Any, text: str) -> Grade:
+    """Grade ``text`` as an answer to ``question`` (against its ``gold``); never raises on model text."""
+    return question_grader(name, question).grade(text, question.gold)

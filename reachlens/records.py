@@ -1,0 +1,129 @@
+"""The tables every study writes: their columns, their per-question updates, and one Markdown writer.
+
+One vocabulary across studies (the README's glossary):
+
+* ``realized``: the deployment (greedy, the protocol's prompt) is graded correct; its mean is ``D``;
+* ``reachable``: the probe of budget K (K samples, or K layer routes) has a correct candidate; its
+  mean is ``O_K``;
+* ``deployed_text``, ``deployed_answer``, ``deployed_scored``, ``deployed_finish``: the deployment's
+  raw output, extracted answer, whether the grader could decide it, and why decoding stopped.
+
+Tables (raw text is kept in every one, so a run can be re-scored without decoding again):
+
+* :data:`QUESTION_COLUMNS` / :data:`SAMPLE_COLUMNS`: an audit's questions and its K samples each;
+* :data:`CANDIDATE_COLUMNS` / :data:`ROUTE_QUESTION_COLUMNS`: a routing run's route evaluations and
+  its questions (each selector adds ``<selector>`` and ``<selector>_answer``);
+* :data:`OPTION_COLUMNS` / :data:`RECOGNITION_COLUMNS`: a recognition run's option likelihoods and
+  its questions (recognition beside the greedy deployment);
+* :data:`CAUSAL_COLUMNS`: a causal sweep's per-question outcomes under each condition.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import pandas as pd
+
+__all__ = [
+    "CANDIDATE_COLUMNS", "CAUSAL_COLUMNS", "GENERATION_COLUMNS", "OPTION_COLUMNS", "QUESTION_COLUMNS", "RECOGNITION_COLUMNS",
+    "ROUTE_QUESTION_COLUMNS", "SAMPLE_COLUMNS", "canonical", "in_task_order", "markdown_table",
+    "update_question_table",
+]
+
+QUESTION_COLUMNS = [
+    "question_id", "realized", "reachable", "n_correct", "n_scored", "k", "propensity",
+    "deployed_answer", "deployed_text", "deployed_scored", "deployed_finish", "gold", "labels",
+]
+"""An audit's question table: one row per question."""
+
+SAMPLE_COLUMNS = [
+    "question_id", "sample_idx", "text", "answer", "correct", "scored", "finish_reason", "n_tokens", "mean_logprob",
+]
+"""An audit's sample table: one row per (question, sample)."""
+
+CANDIDATE_COLUMNS = [
+    "question_id", "eval_idx", "route", "route_len", "duplicate", "text", "answer", "correct", "scored",
+    "finish_reason", "n_tokens", "mean_logprob", "lowest_window_logprob", "objective",
+]
+"""A routing run's candidate table: one row per route evaluation (the identity route first)."""
+
+ROUTE_QUESTION_COLUMNS = [
+    "question_id", "realized", "deployed_answer", "reachable", "n_candidates", "n_unique", "n_answers",
+]
+"""A routing run's question table, before the selectors' columns (``realized`` is 1/0, NaN when the
+deployment could not be graded; ``reachable`` is 1/0)."""
+
+OPTION_COLUMNS = ["question_id", "option", "label", "text", "loglik", "n_tokens", "is_greedy", "loglik_norm", "gold"]
+"""A recognition run's option table: one row per (question, option)."""
+
+RECOGNITION_COLUMNS = [
+    "question_id", "gold", "gold_index", "rec_choice", "rec_correct", "rec_choice_norm", "rec_correct_norm",
+    "rec_margin", "deployed_text", "deployed_answer", "realized", "deployed_scored", "deployed_finish",
+]
+"""A recognition run's question table: recognition (``rec_*``) beside the greedy deployment."""
+
+GENERATION_COLUMNS = ["question_id", "deployed_text", "deployed_answer", "realized", "deployed_scored", "deployed_finish"]
+"""The greedy deployment of chosen questions, graded (recognition's generation side, a causal condition)."""
+
+CAUSAL_COLUMNS = ["condition", "question_id", "set", "realized", "deployed_answer", "deployed_text"]
+"""A causal sweep's per-question table: the deployment of each question under each condition."""
+
+_TEXT_COLUMNS = ("text", "answer", "finish_reason", "deployed_answer", "deployed_text", "deployed_finish", "gold", "labels")
+
+
+def canonical(df: pd.DataFrame) -> pd.DataFrame:
+    """Text columns as pandas' string dtype (missing = NaN), so tables compare equal however they were made."""
+    df = df.copy()
+    for col in _TEXT_COLUMNS:
+        if col in df.columns:
+            df[col] = df[col].astype("str")
+    return df
+
+
+def update_question_table(questions: pd.DataFrame, samples: pd.DataFrame, k: int) -> pd.DataFrame:
+    """An audit's question table with the columns that depend on its samples recomputed
+    (``n_correct``, ``n_scored``, ``k``, ``reachable``, ``propensity``): after re-scoring the
+    samples, cutting them to the first k, or adding more."""
+    agg = samples.groupby("question_id").agg(n_correct=("correct", "sum"), n_scored=("scored", "sum"))
+    q = questions.drop(columns=["n_correct", "n_scored"]).join(agg, on="question_id")
+    q["n_correct"] = q["n_correct"].fillna(0).astype(int)
+    q["n_scored"] = q["n_scored"].fillna(0).astype(int)
+    q["k"] = k
+    q["reachable"] = q["n_correct"] > 0
+    q["propensity"] = q["n_correct"] / q["n_scored"].where(q["n_scored"] > 0)
+    return canonical(q[QUESTION_COLUMNS])
+
+
+def in_task_order(questions: pd.DataFrame, samples: pd.DataFrame, ids: list[str]) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """An audit's tables sorted by the task's question order (ids it does not know go last), samples
+    then by sample index."""
+    order = {qid: i for i, qid in enumerate(ids)}
+    rank = lambda s: s.map(lambda x: order.get(x, len(order)))  # noqa: E731
+    questions = questions.assign(_r=rank(questions["question_id"])).sort_values(["_r", "question_id"], kind="stable")
+    samples = samples.assign(_r=rank(samples["question_id"])).sort_values(["_r", "question_id", "sample_idx"], kind="stable")
+    return (canonical(questions.drop(columns="_r").reset_index(drop=True)[QUESTION_COLUMNS]),
+            canonical(samples.drop(columns="_r").reset_index(drop=True)[SAMPLE_COLUMNS]))
+
+
+def markdown_table(df: pd.DataFrame, digits: int = 3, missing: str = "undefined") -> str:
+    """``df`` as a GitHub Markdown table: floats to ``digits`` places, NaN as ``missing``; an empty
+    table is ``_(none)_``.
+
+    >>> print(markdown_table(pd.DataFrame({"model": ["base"], "D": [0.4567], "O_K": [float("nan")]})))
+    | model | D | O_K |
+    |---|---|---|
+    | base | 0.457 | undefined |
+    """
+    if df.empty:
+        return "_(none)_"
+
+    def cell(v: Any) -> str:
+        if isinstance(v, float):
+            return missing if math.isnan(v) else f"{v:.{digits}f}"
+        return str(v)
+
+    head = "| " + " | ".join(map(str, df.columns)) + " |"
+    rule = "|" + "|".join("---" for _ in df.columns) + "|"
+    body = ["| " + " | ".join(cell(v) for v in row) + " |" for row in df.itertuples(index=False)]
+    return "\n".join([head, rule, *body])
