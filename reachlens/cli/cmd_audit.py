@@ -13,6 +13,7 @@ from reachlens.cli._common import (
     positive_int,
     protocol_from_args,
 )
+from reachlens.cli._scale_args import add_scale_args, executor_from_args, source_from_args
 
 NAME = "audit"
 HELP = "audit one model: realized (greedy) vs reachable (K samples)"
@@ -26,6 +27,7 @@ def register(sub) -> argparse.ArgumentParser:
     p.add_argument("--max-batch-rows", type=positive_int("--max-batch-rows"), default=1024,
                    help="most completions decoded together (memory bound; rows sharing a prefix share compute)")
     p.add_argument("--out", required=True, help="audit directory (re-running resumes it)")
+    add_scale_args(p)
     return p
 
 
@@ -35,6 +37,7 @@ def run(args: argparse.Namespace) -> int:
 
     from tqdm import tqdm
 
+    from reachlens.cli._common import CLIError
     from reachlens.errors import ReachlensWarning
     from reachlens.models import model_identity
     from reachlens.store import AuditDir
@@ -50,12 +53,28 @@ def run(args: argparse.Namespace) -> int:
     with warnings.catch_warnings():  # its notes come once, from the audit itself
         warnings.simplefilter("ignore", ReachlensWarning)
         store.check_run(protocol, dataclasses.asdict(model_identity(args.model)), task.data_identity)
-    model = load_model_from_args(args)
-    check_context(model, task, protocol)
+    if args.backend == "vllm" and args.device != "cpu":
+        raise CLIError("--device is the engine's; vLLM places the model itself (drop --device with --backend vllm)")
+    if args.workers is not None and args.ray is None:
+        raise CLIError("--workers goes with --ray (add --ray to use a Ray cluster)")
+    executor = executor_from_args(args)
+    if executor is not None:  # every Ray actor loads its own replica; this process only writes the directory
+        model = source_from_args(args)
+    elif args.backend == "engine" and args.device_map is None:
+        model = load_model_from_args(args)
+    else:
+        model = source_from_args(args).load()
+    if executor is None:
+        check_context(model, task, protocol)
     bar = tqdm(total=len(task), unit="q", desc=f"audit {args.model}", file=sys.stderr)
-    result = audit(model, task, protocol, out=args.out, max_batch_rows=args.max_batch_rows,
-                   progress=lambda done: bar.update(done - bar.n))
-    bar.close()
-    print(f"{args.model} on {args.task} (n={result.n}, K={result.k}, T={protocol.temperature}): "
+    try:
+        result = audit(model, task, protocol, out=args.out, max_batch_rows=args.max_batch_rows,
+                       progress=lambda done: bar.update(done - bar.n), executor=executor)
+    finally:
+        bar.close()
+        if executor is not None:
+            executor.close()
+    backend = "" if args.backend == "engine" else f", backend {args.backend}"
+    print(f"{args.model} on {args.task} (n={result.n}, K={result.k}, T={protocol.temperature}{backend}): "
           f"D={result.D:.3f}  O_{result.k}={result.O_K:.3f}  gap={result.gap:+.3f}   -> {args.out}")
     return 0

@@ -15,6 +15,7 @@ import argparse
 import time
 
 from reachlens.cli._common import DTYPES, comma_list, positive_int
+from reachlens.cli._scale_args import add_scale_args, executor_from_args
 
 NAME = "demo"
 HELP = "the main job: training audit of the shipped zoo with its report"
@@ -42,9 +43,11 @@ def register(sub) -> argparse.ArgumentParser:
     p.add_argument("--max-batch-rows", type=positive_int("--max-batch-rows"), default=4096,
                    help="most completions decoded together (the zoo's models are tiny)")
     p.add_argument("--workers", type=positive_int("--workers"), default=2,
-                   help="checkpoints audited side by side, one process and one torch thread each")
+                   help="checkpoints audited side by side, one process and one torch thread each (with --ray: "
+                        "Ray actors, each holding one model replica)")
     p.add_argument("--device", default="cpu", help="where the checkpoints run: cpu, cuda, ... (default cpu)")
     p.add_argument("--dtype", default="float32", choices=DTYPES, help="weights and activations (default float32)")
+    add_scale_args(p, backend=False, workers=False)  # with --ray, --workers counts Ray actors
     return p
 
 
@@ -71,8 +74,13 @@ def run(args: argparse.Namespace) -> int:
                      n=args.n, budget_k=args.budget_k, native_formats={n: f for n, f in native.items() if f != "qa"},
                      control_temperatures=tuple(args.temperatures), length_max_new_tokens=length_max_new)
     t0 = time.perf_counter()
-    study = run_training_audit(plan, args.out, max_batch_rows=args.max_batch_rows, workers=args.workers,
-                               device=args.device, dtype=getattr(torch, args.dtype))
+    executor = executor_from_args(args)  # --workers counts its actors
+    try:
+        study = run_training_audit(plan, args.out, max_batch_rows=args.max_batch_rows, workers=args.workers,
+                                   device=args.device, dtype=getattr(torch, args.dtype), executor=executor)
+    finally:
+        if executor is not None:
+            executor.close()
     html_path, _ = write_report(study, args.out)
     print(f"\nreport: {html_path}  ({time.perf_counter() - t0:.0f} s)\n")
     print(text_summary(study))

@@ -265,9 +265,12 @@ def model_identity(spec: str) -> ModelIdentity:
 def identity_of(model) -> dict[str, Any]:
     """The identity of a loaded model as results record it (a dict of :class:`ModelIdentity`'s fields).
 
-    A model from :func:`load_model` carries its identity; any other model is named by its
+    A model from :func:`load_model` (or a :class:`~reachlens.engine.backends.ModelSource`, or a spec
+    string) carries its identity; any other model is named by its
     ``cfg.model_name`` (or class) with fingerprint ``unknown``, which identity checks do not compare.
     """
+    if isinstance(model, str):  # a spec a worker will load: the identity of its files
+        return dataclasses.asdict(model_identity(model))
     ident = getattr(model, "reachlens_identity", None)
     if isinstance(ident, ModelIdentity):
         return dataclasses.asdict(ident)
@@ -293,8 +296,15 @@ def load_model(
     device: str | torch.device = "cpu",
     dtype: torch.dtype = torch.float32,
     trust_remote_code: bool = False,
+    device_map: str | dict[str, Any] | None = None,
 ):
     """Load ``spec`` as a TransformerBridge with its own tokenizer attached (``model.tokenizer``).
+
+    ``device_map`` (``"auto"``, ``"balanced"``, a dict of module -> device) spreads a checkpoint larger
+    than one GPU over several, as HuggingFace's ``from_pretrained(device_map=...)`` does (it needs
+    ``accelerate``); ``device`` is then ignored. The bridge reads the placement from the model
+    (``model.cfg.device`` is the embedding's device, ``model.cfg.n_devices`` the count) and its hooks
+    work unchanged. TransformerLens refuses maps that mix GPUs with CPU or disk offload.
 
     Encoder-only and encoder-decoder models are refused (:class:`~reachlens.engine.UnsupportedModelError`)
     before any weights are read.
@@ -307,7 +317,8 @@ def load_model(
     from transformer_lens.model_bridge import TransformerBridge
 
     target, local = resolve_spec(spec)
-    _check_device(device)
+    if device_map is None:
+        _check_device(device)
     _refuse_unsupported(target, trust_remote_code)
     try:
         tokenizer = AutoTokenizer.from_pretrained(target, trust_remote_code=trust_remote_code)
@@ -315,8 +326,9 @@ def load_model(
         raise ModelLoadError(f"could not load the tokenizer of {spec!r}: {err}") from err
     tokenizer.padding_side = "left"  # not kept by save_pretrained for every tokenizer class
     try:
+        placement = {} if device_map is None else {"device_map": device_map}
         hf_model = AutoModelForCausalLM.from_pretrained(
-            target, use_safetensors=True, trust_remote_code=trust_remote_code, dtype=dtype
+            target, use_safetensors=True, trust_remote_code=trust_remote_code, dtype=dtype, **placement
         )
     except OSError as err:
         if local:
@@ -326,10 +338,12 @@ def load_model(
             "pass a local folder or a zoo:NAME instead"
         ) from err
     hf_model.eval()
-    hf_model.to(device)  # the bridge leaves a model it is handed where it is
+    if device_map is None:
+        hf_model.to(device)  # the bridge leaves a model it is handed where it is
+    # with a device map the bridge takes the placement from the model's hf_device_map
     model = TransformerBridge.boot_transformers(
-        target, hf_model=hf_model, tokenizer=tokenizer, device=device, dtype=dtype,
-        trust_remote_code=trust_remote_code,
+        target, hf_model=hf_model, tokenizer=tokenizer, device=device if device_map is None else None,
+        dtype=dtype, trust_remote_code=trust_remote_code,
     )
     model.eval()
     _use_own_tokenizer(model, tokenizer)

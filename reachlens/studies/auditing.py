@@ -17,14 +17,15 @@ is this same function called inside the ablation's context.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Sequence, Set
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import pandas as pd
 
-from reachlens.engine import Completion, Row, encode, generate, row_seed
+from reachlens.engine import Completion, Row, encode, row_seed
+from reachlens.engine.backends import bind_backend, generate_rows, load_for
 from reachlens.errors import ReachlensError
 from reachlens.grading import question_grader
 from reachlens.models import identity_of
@@ -35,7 +36,7 @@ from reachlens.studies.metrics import budget_grid, pass_at_k_curve
 from reachlens.studies.stats import wilson_interval
 from reachlens.tasks.base import Question, Task
 
-__all__ = ["AuditResult", "audit", "check_context", "grade_questions"]
+__all__ = ["AuditResult", "audit", "audit_batch", "batch_slices", "check_context", "finish_audit", "grade_questions"]
 
 @dataclass(frozen=True)
 class AuditResult:
@@ -177,11 +178,15 @@ def audit(
     sample_offset: int = 0,
     progress: Callable[[int], None] | None = None,
     share_prefixes: bool | None = None,
+    executor=None,
 ) -> AuditResult:
     """Audit ``model`` on ``task`` under ``protocol``.
 
     Args:
-        model: a TransformerBridge from :func:`reachlens.load_model` (hooks the caller attached stay live).
+        model: a TransformerBridge from :func:`reachlens.load_model` (hooks the caller attached stay live),
+            a model of another backend (:func:`reachlens.engine.backends.load_vllm`), or a model spec
+            (``"zoo:base"``, a :class:`~reachlens.engine.backends.ModelSource`) loaded for
+            ``protocol.backend`` (with ``executor``, by each worker, never by this process).
         task: the questions; all of them are audited (use ``task.head(n)`` for fewer).
         protocol: how each question is probed; ``default``/None fields are filled from the task.
         out: an audit directory; finished questions are written as they finish and skipped on a re-run.
@@ -194,11 +199,21 @@ def audit(
             reachlens' own is attached, in which case every sample has its own batch row; True
             shares even then (a hook reads :func:`reachlens.engine.current_rows`, whose tags are
             ``(question_id, sample_idx)``, ``sample_idx`` None for the deployed greedy answer).
+        executor: None runs every batch in this process; a :class:`reachlens.scale.RayExecutor`
+            sends the batches to Ray actors (one model replica each). The result is the same either
+            way: sample j of question q depends on (seed, q, j) only and the batches are the same.
 
     >>> result = audit(load_model("zoo:base"), load_task("arith", n=20), Protocol("arith", k=8))  # doctest: +SKIP
     >>> result.D, result.O_K  # doctest: +SKIP
     """
-    protocol = protocol.resolved(task)
+    if executor is not None:
+        from reachlens.scale import AuditJob, run_audits
+
+        job = AuditJob(model, task, protocol, out, max_batch_rows=max_batch_rows, sample_offset=sample_offset,
+                       share_prefixes=share_prefixes)
+        return run_audits([job], executor, progress=None if progress is None else lambda i, done: progress(done))[0]
+    model = load_for(model, protocol)
+    protocol = bind_backend(model, protocol.resolved(task))
     model_id = identity_of(model)
     check_context(model, task, protocol)
     if out is None:
@@ -230,52 +245,78 @@ def check_context(model, task: Task, protocol: Protocol) -> None:
         )
 
 
+def batch_slices(task: Task, protocol: Protocol, max_batch_rows: int, done: Set[str] = frozenset()) -> list[tuple[int, int]]:
+    """The fixed slices ``(start, stop)`` of ``task`` decoded together, less those wholly in ``done``.
+
+    A slice holds ``max_batch_rows // (K + 1)`` questions (at least one), counted from the task's
+    first question whatever is done already. So a resumed run, and every executor, decodes exactly
+    the batches an uninterrupted single-process run would have: same shapes, same numbers, bit for bit.
+    """
+    group = max(1, max_batch_rows // (protocol.k + 1))
+    slices = [(start, min(start + group, len(task))) for start in range(0, len(task), group)]
+    return [(a, b) for a, b in slices if any(q.question_id not in done for q in task.questions[a:b])]
+
+
+def audit_batch(
+    model, task: Task, protocol: Protocol, start: int, stop: int, *, done: Set[str] = frozenset(),
+    max_batch_rows: int = 1024, sample_offset: int = 0, share_prefixes: bool | None = None,
+) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """Decode and grade the questions ``task.questions[start:stop]`` (one slice of :func:`batch_slices`):
+    their question and sample tables, less the questions in ``done``. ``protocol`` is resolved."""
+    batch = list(task.questions[start:stop])
+    fmt = task.format(protocol.prompt_format)
+    per_q = protocol.k + 1
+    prompts = [fmt.render(q) for q in batch]
+    rows: list[Row] = []
+    for i, q in enumerate(batch):
+        rows.append(Row(i, None, tag=(q.question_id, None)))
+        for j in range(protocol.k):
+            # temperature 0 (allowed with k=1 only) makes the one sample greedy too
+            seed = row_seed(protocol.seed, q.question_id, sample_offset + j) if protocol.temperature > 0 else None
+            rows.append(Row(i, seed, tag=(q.question_id, sample_offset + j)))
+    outs = generate_rows(model, prompts, rows, protocol, max_batch_rows=max(max_batch_rows, per_q),
+                         share_prefixes=share_prefixes)
+    deployed = [outs[i * per_q] for i in range(len(batch))]
+    samples = [outs[i * per_q + 1 : (i + 1) * per_q] for i in range(len(batch))]
+    q_df, s_df = grade_questions(protocol, batch, deployed, samples)
+    if sample_offset:
+        s_df["sample_idx"] += sample_offset
+    keep = ~q_df["question_id"].isin(done)
+    q_df = q_df[keep].reset_index(drop=True)
+    s_df = s_df[s_df["question_id"].isin(set(q_df["question_id"]))].reset_index(drop=True)
+    return q_df, s_df
+
+
 def _run(
     model, task: Task, protocol: Protocol, model_id: dict[str, str], store: AuditDir | None,
     max_batch_rows: int, sample_offset: int, progress: Callable[[int], None] | None, share_prefixes: bool | None,
 ) -> AuditResult:
     """The audit proper (under the directory's writer lock when ``store`` is given)."""
     done = store.finished_ids() if store is not None else set()
-    fmt = task.format(protocol.prompt_format)
-    per_q = protocol.k + 1
-    group = max(1, max_batch_rows // per_q)
+    todo = batch_slices(task, protocol, max_batch_rows, done)
+    n_done = len(task) - sum(b - a for a, b in todo)
+    if progress and n_done:
+        progress(n_done)
     q_frames, s_frames = [], []
-    n_done = 0
-    for start in range(0, len(task), group):
-        batch = list(task.questions[start : start + group])
-        todo = [q for q in batch if q.question_id not in done]
-        if not todo:
-            n_done += len(batch)
-            if progress:
-                progress(n_done)
-            continue
-        # Batches are fixed slices of the task, so a resumed run decodes exactly the batches an
-        # uninterrupted run would have: same shapes, same numbers, bit for bit.
-        prompts = [fmt.render(q) for q in batch]
-        rows: list[Row] = []
-        for i, q in enumerate(batch):
-            rows.append(Row(i, None, tag=(q.question_id, None)))
-            for j in range(protocol.k):
-                # temperature 0 (allowed with k=1 only) makes the one sample greedy too
-                seed = row_seed(protocol.seed, q.question_id, sample_offset + j) if protocol.temperature > 0 else None
-                rows.append(Row(i, seed, tag=(q.question_id, sample_offset + j)))
-        outs = generate(model, prompts, rows, protocol, max_batch_rows=max(max_batch_rows, per_q),
-                        share_prefixes=share_prefixes)
-        deployed = [outs[i * per_q] for i in range(len(batch))]
-        samples = [outs[i * per_q + 1 : (i + 1) * per_q] for i in range(len(batch))]
-        q_df, s_df = grade_questions(protocol, batch, deployed, samples)
-        if sample_offset:
-            s_df["sample_idx"] += sample_offset
-        keep = q_df["question_id"].isin({q.question_id for q in todo})
-        q_df, s_df = q_df[keep], s_df[s_df["question_id"].isin(set(q_df[keep]["question_id"]))]
+    for start, stop in todo:
+        q_df, s_df = audit_batch(model, task, protocol, start, stop, done=done, max_batch_rows=max_batch_rows,
+                                 sample_offset=sample_offset, share_prefixes=share_prefixes)
         if store is not None:
             store.append(q_df, s_df)
         q_frames.append(q_df)
         s_frames.append(s_df)
-        n_done += len(batch)
+        n_done += stop - start
         if progress:
             progress(n_done)
+    return finish_audit(task, protocol, model_id, store, q_frames, s_frames)
 
+
+def finish_audit(
+    task: Task, protocol: Protocol, model_id: dict[str, str], store: AuditDir | None,
+    q_frames: Sequence[pd.DataFrame], s_frames: Sequence[pd.DataFrame],
+) -> AuditResult:
+    """The result of a run whose batches are done: a directory's whole tables (consolidated into it),
+    or the frames of a run without one, in task order."""
     if store is not None:
         # A directory's result is every question it holds (a re-run with a larger n extends it).
         questions, samples = store.questions(), store.samples()

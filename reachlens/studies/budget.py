@@ -45,11 +45,12 @@ def require_audited_with(model, task: Task, result: AuditResult, what: str = "re
 
 def extend_budget(
     model, task: Task, source: AuditResult | str | Path, k: int, *, out: str | Path | None = None,
-    max_batch_rows: int = 1024, progress: Callable[[int], None] | None = None,
+    max_batch_rows: int = 1024, progress: Callable[[int], None] | None = None, executor=None,
 ) -> AuditResult:
     """The audit ``source`` extended to budget ``k`` (> its K); written to ``out`` when given.
 
-    ``progress`` is called with the number of questions extended so far, as in :func:`audit`.
+    ``progress`` is called with the number of questions extended so far, and ``executor`` decodes the
+    new samples, as in :func:`audit` (``model`` may then be a spec or a ModelSource).
     The model and the task must be those the audit was made with: their identities (model
     fingerprint, data identity) are checked against the audit's, and a difference is refused with
     :class:`~reachlens.protocol.ProtocolMismatch` naming it.
@@ -64,7 +65,7 @@ def extend_budget(
     done = set(src.questions["question_id"])
     sub = dataclasses.replace(task, questions=tuple(q for q in task.questions if q.question_id in done))
     more = audit(model, sub, src.protocol.with_k(k - src.k), max_batch_rows=max_batch_rows, sample_offset=src.k,
-                 progress=progress)
+                 progress=progress, executor=executor)
     samples = pd.concat([src.samples, more.samples], ignore_index=True)
     questions = update_question_table(src.questions, samples, k)
     questions, samples = in_task_order(questions, samples, ids)

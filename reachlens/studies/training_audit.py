@@ -324,6 +324,7 @@ def run_training_audit(
     log: Callable[[str], None] | None = None,
     device: str = "cpu",
     dtype: Any = None,
+    executor=None,
 ) -> TrainingAudit:
     """Run (or resume) every audit the plan needs into ``out``; return the study.
 
@@ -338,6 +339,8 @@ def run_training_audit(
         workers: checkpoints audited side by side, each in its own process with one torch thread
             (on a small CPU two single-thread processes outrun one two-thread process); 1 runs them
             here, in order. Needs the default loader.
+        executor: a :class:`reachlens.scale.RayExecutor` (or any executor): the lineage's
+            checkpoints x question slices go to its workers instead (``workers`` is then unused).
     """
     if workers < 1:
         raise ReachlensError(f"workers={workers!r} must be at least 1")
@@ -362,7 +365,12 @@ def run_training_audit(
     board = ProgressBoard()
     log = log or board.write
     try:
-        if workers == 1:
+        if executor is not None:  # checkpoints x question slices on one pool (reachlens.scale.lineage)
+            from reachlens.scale.lineage import audit_lineage
+
+            walls = audit_lineage(plan, root, executor, max_batch_rows=max_batch_rows, device=device, dtype=dtype,
+                                  log=log, progress=board.update)
+        elif workers == 1:
             for name in plan.models:
                 walls[name] = _audit_checkpoint(plan, name, root, max_batch_rows, load, log, board.update, device, dtype)
         else:

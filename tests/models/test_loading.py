@@ -61,3 +61,28 @@ def test_prompts_are_encoded_with_the_model_s_own_tokenizer(tiny_model, tiny_dir
     assert tiny_model.tokenizer("Q: 1+2=?")["input_ids"] == own("Q: 1+2=?")["input_ids"]
     assert tiny_model.to_tokens("Q: 1+2=?")[0].tolist() == own("Q: 1+2=?")["input_ids"]
     assert tiny_model.cfg.default_prepend_bos is False  # the character tokenizer adds no BOS
+
+
+def test_device_map_passes_through_to_the_bridge(tiny_model, tiny_dir):
+    """A model split over two devices by a HuggingFace device map decodes exactly as on one device.
+
+    A CPU machine has one torch device; TransformerLens counts CPU and disk offload as two, which is
+    the split that can run here (a map over GPUs goes through the same ``device_map`` argument)."""
+    from reachlens import Protocol
+    from reachlens.engine import Row, generate
+    from reachlens.models import load_model
+
+    n = tiny_model.cfg.n_layers
+    device_map = {"model.embed_tokens": "cpu", "model.rotary_emb": "cpu", "model.norm": "cpu", "lm_head": "cpu",
+                  **{f"model.layers.{i}": "cpu" if i < n // 2 else "disk" for i in range(n)}}
+    split = load_model(str(tiny_dir), device_map=device_map)
+    assert split.cfg.n_devices == 2 and set(split.original_model.hf_device_map.values()) == {"cpu", "disk"}
+    prompts = ["12+7=", "3*4="]
+    rows = [Row(0), Row(1), Row(0, seed=11), Row(1, seed=12)]
+    params = Protocol("arith", k=1, temperature=1.0, max_new_tokens=10, stop=())
+    want = generate(tiny_model, prompts, rows, params)
+    got = generate(split, prompts, rows, params)
+    assert [c.token_ids for c in got] == [c.token_ids for c in want]
+    auto = load_model(str(tiny_dir), device_map="auto")  # one CPU: everything stays on it
+    assert auto.cfg.device == "cpu" and [c.token_ids for c in generate(auto, prompts, rows, params)] == \
+        [c.token_ids for c in want]

@@ -81,8 +81,8 @@ def test_resume_skips_finished_questions(tiny_model, task, tmp_path):
     import reachlens.studies.auditing as mod
 
     calls = []
-    real = mod.generate
-    mod.generate = lambda *a, **k: calls.append(1) or real(*a, **k)
+    real = mod.generate_rows
+    mod.generate_rows = lambda *a, **k: calls.append(1) or real(*a, **k)
     try:
         seen = []
         audit(tiny_model, task, PROTO, out=tmp_path / "a", max_batch_rows=10, progress=seen.append)
@@ -90,7 +90,7 @@ def test_resume_skips_finished_questions(tiny_model, task, tmp_path):
         audit(tiny_model, load_task("arith", n=8), PROTO, out=tmp_path / "a", max_batch_rows=10)
         assert len(calls) == 1  # only the batch holding the two new questions is decoded
     finally:
-        mod.generate = real
+        mod.generate_rows = real
 
 
 def test_protocol_mismatch_is_refused_naming_fields(tiny_model, task, tmp_path):

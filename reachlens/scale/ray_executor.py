@@ -1,0 +1,268 @@
+"""Ray executor: an audit's question slices decoded by Ray actors, each holding one model replica.
+
+The driver (this process, :func:`~reachlens.scale.jobs.run_audits`) keeps the audit directory and
+its writer lock; the actors only decode. Each actor loads the checkpoint a slice needs (from a
+:class:`~reachlens.engine.backends.ModelSource`: the spec, on its own node; the engine on ``cuda``
+when the actor has a GPU, or vLLM) and keeps it while its next slices need the same checkpoint, so a
+lineage of checkpoints (``reachlens demo --ray``) is scheduled as checkpoints x slices over one pool.
+The pool lives as long as the executor (until :meth:`RayExecutor.close`), so consecutive audits reuse
+its actors and the models they hold.
+
+Faults: an actor that dies (its process killed, its node lost) fails the slice it held; that
+slice goes back to the queue and is decoded by another actor, and a fresh actor replaces the dead
+one. A slice that fails on ``max_attempts`` actors stops the run with one line; finished slices
+are already in the directory, so a re-run (with any executor) resumes. An error that reachlens
+raises on a worker (a model that does not fit its context, another checkpoint under the same
+spec) stops the run as the same one-line error.
+
+Network: ``ray.init()`` with no address starts a local cluster that Ray's defaults let reach
+outside the machine (see the README's "Ray" section); the tests run it in a loopback-only network
+namespace. This module sets ``RAY_USAGE_STATS_ENABLED=0`` unless set, starts no dashboard, and
+stops only a cluster it started itself (``ray.shutdown()``), never a machine-wide ``ray stop``.
+"""
+
+from __future__ import annotations
+
+import collections
+import os
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any
+
+import pandas as pd
+
+from reachlens.errors import ReachlensError
+from reachlens.scale.jobs import ShardJob, prepare_worker, run_shard
+
+__all__ = ["RayExecutor"]
+
+_INSTALL = "install Ray: pip install 'reachlens[ray]'"
+
+
+class _ShardWorker:
+    """A Ray actor: one model replica at a time, decoding slices of any audit sent to it."""
+
+    def __init__(self, gpus: float = 0.0) -> None:
+        from reachlens._verbosity import quiet_dependencies
+
+        self.gpus = gpus
+        self._quiet = quiet_dependencies()
+        self._quiet.__enter__()
+        self.source = None
+        self.model = None
+        self.prepared: set[str] = set()
+
+    def pid(self) -> tuple[int, str]:
+        import ray
+
+        return os.getpid(), ray.util.get_node_ip_address()
+
+    def run(self, job_id: str, job: ShardJob, start: int, stop: int) -> tuple[pd.DataFrame, pd.DataFrame]:
+        source = job.source
+        if source.backend == "engine" and self.gpus and source.device == "cpu" and source.device_map is None:
+            import dataclasses
+
+            source = dataclasses.replace(source, device="cuda")
+        if source != self.source:
+            self.model, self.source, self.prepared = None, None, set()
+            self.model = source.load()
+            self.source = source
+        if job_id not in self.prepared:
+            prepare_worker(self.model, job)
+            self.prepared.add(job_id)
+        return run_shard(self.model, job, start, stop)
+
+
+class RayExecutor:
+    """Send an audit's slices to ``workers`` Ray actors; use as ``audit(..., executor=RayExecutor())``.
+
+    Args:
+        address: a running cluster (``"auto"``, ``"HOST:PORT"``); None starts a local one in this
+            process (stopped again by :meth:`close`). Ignored when Ray is already initialized.
+        workers: actors, each holding one model replica.
+        gpus_per_worker: GPUs each actor reserves (the engine then runs on ``cuda``); 0 for CPU.
+        cpus_per_worker: CPUs each actor reserves (and its torch threads).
+        max_attempts: actors a slice may fail on (each death counts) before the run stops.
+        init_options: more ``ray.init`` keyword arguments (``num_cpus``, ``_temp_dir``, ``runtime_env``).
+        on_event: called as ``on_event(kind, info)`` for ``ready`` (a worker's pid and node),
+            ``start``, ``done`` and ``died`` (a slice whose worker died, and its attempt).
+
+    >>> with RayExecutor(workers=2) as ray_pool:  # doctest: +SKIP
+    ...     result = reachlens.audit("zoo:base", task, protocol, out="runs/base", executor=ray_pool)
+    """
+
+    def __init__(
+        self, address: str | None = None, *, workers: int = 2, gpus_per_worker: float = 0.0,
+        cpus_per_worker: float = 1.0, max_attempts: int = 3, init_options: dict[str, Any] | None = None,
+        on_event: Callable[[str, dict[str, Any]], None] | None = None,
+    ) -> None:
+        if workers < 1:
+            raise ReachlensError(f"workers={workers!r} must be at least 1")
+        if gpus_per_worker < 0 or cpus_per_worker <= 0:
+            raise ReachlensError(f"gpus_per_worker={gpus_per_worker!r} must be >= 0 and cpus_per_worker="
+                                 f"{cpus_per_worker!r} > 0")
+        self.address = address
+        self.workers = workers
+        self.gpus_per_worker = gpus_per_worker
+        self.cpus_per_worker = cpus_per_worker
+        self.max_attempts = max_attempts
+        self.init_options = dict(init_options or {})
+        self.on_event = on_event
+        self._owns_cluster = False
+        self._actors: dict[int, Any] = {}  # the pool: worker id -> actor, alive between runs
+        self._holds: dict[int, Any] = {}  # worker id -> the ModelSource it holds (affinity)
+        self._actor_cls: Any = None
+        self._next_id = 0
+        self._runs = 0
+
+    # --- cluster -----------------------------------------------------------------------------------
+    def _ray(self):
+        try:
+            import ray
+        except ImportError:
+            raise ReachlensError(f"the Ray executor needs Ray, which is not installed; {_INSTALL}") from None
+        if not ray.is_initialized():
+            os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+            options = {"include_dashboard": False, "log_to_driver": False, **self.init_options}
+            if self.address is None:
+                ray.init(**options)
+                self._owns_cluster = True
+            else:
+                try:
+                    ray.init(address=self.address, **options)
+                except ConnectionError as err:
+                    raise ReachlensError(f"cannot join the Ray cluster at {self.address!r} ({err}); start it with "
+                                         "`ray start --head` or pass --ray without an address for a local one") from None
+        return ray
+
+    def close(self) -> None:
+        """End the pool's actors, and stop the local cluster this executor started (a cluster it joined
+        is left running)."""
+        if self._actors:
+            import ray
+
+            for actor in self._actors.values():
+                ray.kill(actor)
+            self._actors.clear()
+            self._holds.clear()
+        if self._owns_cluster:
+            import ray
+
+            ray.shutdown()
+            self._owns_cluster = False
+
+    def __enter__(self) -> RayExecutor:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def _event(self, kind: str, **info: Any) -> None:
+        if self.on_event is not None:
+            self.on_event(kind, info)
+
+    # --- scheduling --------------------------------------------------------------------------------
+    def run(self, shards: Sequence[tuple[ShardJob, Sequence[tuple[int, int]]]]) -> Iterator[tuple[int, tuple[int, int], pd.DataFrame, pd.DataFrame]]:
+        """Decode every slice of every job on the actors; yield ``(job, slice, questions, samples)`` as they finish."""
+        queue = collections.deque((i, s) for i, (_, slices) in enumerate(shards) for s in slices)
+        if not queue:
+            return
+        ray = self._ray()
+        self._runs += 1
+        refs = [ray.put(job) for job, _ in shards]
+        keys = [f"{self._runs}.{i}" for i in range(len(shards))]  # a worker prepares each job once
+        if self._actor_cls is None:
+            self._actor_cls = ray.remote(num_cpus=self.cpus_per_worker, num_gpus=self.gpus_per_worker)(_ShardWorker)
+        actors, holds = self._actors, self._holds  # the pool outlives one run: its models stay loaded
+        starting: dict[Any, int] = {}  # pid() ref -> actor
+        running: dict[Any, tuple[int, int, tuple[int, int]]] = {}  # run() ref -> (actor, job, slice)
+        idle: list[int] = list(actors)
+        attempts: collections.Counter = collections.Counter()
+        failed_starts = 0
+
+        def spawn() -> None:
+            a = self._next_id
+            self._next_id += 1
+            actors[a] = self._actor_cls.remote(float(self.gpus_per_worker))
+            holds[a] = None
+            starting[actors[a].pid.remote()] = a
+
+        def dispatch() -> None:
+            while idle and queue:
+                a = idle.pop(0)
+                # a slice of the checkpoint this actor holds, else the next one in line
+                pick = next((n for n, (i, _) in enumerate(queue) if shards[i][0].source == holds[a]), 0)
+                i, s = queue[pick]
+                del queue[pick]
+                holds[a] = shards[i][0].source
+                running[actors[a].run.remote(keys[i], refs[i], *s)] = (a, i, s)
+                self._event("start", worker=a, job=i, slice=s)
+
+        def died(a: int, err: BaseException, lost: tuple[int, tuple[int, int]] | None) -> None:
+            actors.pop(a, None)
+            holds.pop(a, None)
+            if a in idle:
+                idle.remove(a)
+            if lost is not None:
+                attempts[lost] += 1
+                self._event("died", worker=a, job=lost[0], slice=lost[1], attempt=attempts[lost], error=str(err))
+                if attempts[lost] >= self.max_attempts:
+                    raise ReachlensError(
+                        f"questions {lost[1][0]}..{lost[1][1] - 1} failed on {attempts[lost]} workers (last: "
+                        f"{type(err).__name__}); the finished ones are saved, re-run the same command to resume"
+                    )
+                queue.appendleft(lost)
+            else:
+                self._event("died", worker=a, job=None, slice=None, attempt=0, error=str(err))
+            spawn()
+
+        for _ in range(min(self.workers, len(queue)) - len(actors)):
+            spawn()
+        finished = False
+        try:
+            while queue or running:
+                dispatch()
+                ready, _ = ray.wait([*starting, *running], num_returns=1)
+                ref = ready[0]
+                if ref in starting:
+                    a = starting.pop(ref)
+                    try:
+                        pid, node = ray.get(ref)
+                    except _actor_errors(ray) as err:
+                        failed_starts += 1
+                        if failed_starts > self.max_attempts * self.workers:
+                            raise ReachlensError(f"Ray workers keep dying before they start ({err})") from None
+                        died(a, err, None)
+                        continue
+                    idle.append(a)
+                    self._event("ready", worker=a, pid=pid, node=node)
+                    continue
+                a, i, s = running.pop(ref)
+                try:
+                    q_df, s_df = ray.get(ref)
+                except _actor_errors(ray) as err:
+                    died(a, err, (i, s))
+                    continue
+                except ray.exceptions.RayTaskError as err:
+                    cause = getattr(err, "cause", None)
+                    if isinstance(cause, ReachlensError):
+                        raise ReachlensError(str(cause)) from None
+                    raise
+                idle.append(a)
+                self._event("done", worker=a, job=i, slice=s)
+                yield i, s, q_df, s_df
+            finished = True
+        finally:
+            # after a clean run only actors still starting go; after a failure every actor does (their
+            # state is unknown); close() ends the rest
+            for a in list(actors):
+                if not finished or a in starting.values():
+                    ray.kill(actors.pop(a))
+                    holds.pop(a, None)
+
+
+def _actor_errors(ray) -> tuple[type[BaseException], ...]:
+    """What Ray raises when the actor (or the node) holding a call died."""
+    ex = ray.exceptions
+    return tuple(e for e in (getattr(ex, n, None) for n in (
+        "RayActorError", "ActorDiedError", "ActorUnavailableError", "WorkerCrashedError", "NodeDiedError",
+        "ObjectLostError", "OwnerDiedError")) if isinstance(e, type))

@@ -1,0 +1,54 @@
+"""Audits of zoo:base on a local Ray cluster, for tests/scale/test_ray_executor.py (run isolated).
+
+    python tests/scale/ray_driver.py --out A [--out-killed B]
+
+``--out``: two workers, nothing killed. ``--out-killed``: the same audit, and the first worker that
+starts a slice after another slice has finished is killed (SIGKILL to its process) mid-slice.
+Prints one JSON line per executor event, then ``{"finished": ...}``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+
+import reachlens
+from reachlens import Protocol
+from reachlens.scale import RayExecutor
+
+N, K, MAX_NEW_TOKENS, MAX_BATCH_ROWS = 24, 16, 32, 4 * 17  # six slices of four questions
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--out", required=True)
+    ap.add_argument("--out-killed")
+    args = ap.parse_args()
+    task = reachlens.load_task("arith", n=N)
+    protocol = Protocol("arith", k=K, max_new_tokens=MAX_NEW_TOKENS)
+    pids: dict[int, int] = {}
+    state = {"kill": False, "done": 0, "killed": None}
+
+    def on_event(kind, info):
+        print(json.dumps({"event": kind, **{k: v for k, v in info.items() if k != "error"}}), flush=True)
+        if kind == "ready":
+            pids[info["worker"]] = info["pid"]
+        elif kind == "done":
+            state["done"] += 1
+        elif kind == "start" and state["kill"] and state["killed"] is None and state["done"] >= 1:
+            state["killed"] = info["worker"]
+            os.kill(pids[info["worker"]], signal.SIGKILL)
+
+    with RayExecutor(workers=2, init_options={"num_cpus": 2}, on_event=on_event) as executor:
+        reachlens.audit("zoo:base", task, protocol, out=args.out, max_batch_rows=MAX_BATCH_ROWS, executor=executor)
+        if args.out_killed:
+            state.update(kill=True, done=0)
+            reachlens.audit("zoo:base", task, protocol, out=args.out_killed, max_batch_rows=MAX_BATCH_ROWS,
+                            executor=executor)
+    print(json.dumps({"finished": True, "killed_worker": state["killed"]}), flush=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,117 @@
+"""Backends and executors without a cluster or vLLM: the run identity, the refusals, the local executor."""
+
+from __future__ import annotations
+
+import sys
+
+import pandas as pd
+import pytest
+
+from conftest import fake_audit
+from reachlens import Protocol, ProtocolMismatch, ReachlensError, audit, load_task
+from reachlens.cli import main
+from reachlens.engine.backends import ModelSource, bind_backend
+from reachlens.engine.backends.vllm_model import VLLMModel
+from reachlens.scale import AuditJob, LocalExecutor, RayExecutor, run_audits
+from reachlens.studies.compare import compare
+
+PROTO = Protocol("arith", k=4, temperature=1.0, max_new_tokens=12)
+
+
+def test_backend_is_part_of_the_protocol_and_engine_keeps_old_headers():
+    engine, vllm = Protocol("arith", k=8), Protocol("arith", k=8, backend="vllm")
+    assert "backend" not in engine.to_dict() and vllm.to_dict()["backend"] == "vllm"
+    # a header written before backends existed reads back as the engine's protocol, with the same hash
+    old = {k: v for k, v in engine.to_dict().items()}
+    assert Protocol.from_dict(old) == engine and Protocol.from_dict(old).hash == engine.hash
+    assert Protocol.from_dict(vllm.to_dict()) == vllm and vllm.hash != engine.hash
+    assert engine.diff(vllm) == {"backend": ("engine", "vllm")} and vllm.diff(engine) == {"backend": ("vllm", "engine")}
+    with pytest.raises(ReachlensError, match="backend='hf' is not a backend; use one of engine, vllm"):
+        Protocol("arith", backend="hf")
+
+
+def test_a_comparison_across_backends_is_refused_unless_allowed_as_a_control():
+    base = fake_audit([True, False], [2, 1])
+    other = fake_audit([True, True], [3, 1], protocol=Protocol("arith", k=4, temperature=1.0, max_new_tokens=12,
+                                                               backend="vllm"))
+    with pytest.raises(ProtocolMismatch, match=r"backend: 'engine' != 'vllm'"):
+        compare(base, other)
+    assert compare(base, other, allow=("backend",)).summary()["gained"] == 1
+
+
+def test_vllm_with_a_hooked_bridge_is_refused_naming_the_hooks(tiny_model):
+    task = load_task("arith", n=2)
+    with tiny_model.hooks(fwd_hooks=[("blocks.0.hook_mlp_out", lambda x, hook: x)]):
+        with pytest.raises(ReachlensError, match=r"runs no TransformerLens hooks, but hooks are attached at "
+                                                 r"blocks\.0\.(hook_mlp_out|mlp\.hook_out)"):
+            audit(tiny_model, task, Protocol("arith", k=2, max_new_tokens=4, backend="vllm"))
+    with pytest.raises(ReachlensError, match="pass the model spec instead"):
+        bind_backend(tiny_model, Protocol("arith", backend="vllm"))
+
+
+def test_a_vllm_model_refuses_hooks_by_name():
+    model = object.__new__(VLLMModel)  # no worker needed to refuse
+    with pytest.raises(ReachlensError, match=r"runs no TransformerLens hooks \(asked for: blocks\.1\.hook_resid_post\)"):
+        with model.hooks(fwd_hooks=[("blocks.1.hook_resid_post", lambda x, hook: x)]):
+            pass
+
+
+def test_a_python_without_vllm_is_one_line_naming_the_install(monkeypatch):
+    with pytest.raises(ReachlensError, match="cannot start the vLLM worker with '/nonexistent/python'"):
+        VLLMModel("zoo:base", python="/nonexistent/python")
+    pytest.importorskip("torch")
+    try:
+        import vllm  # noqa: F401
+    except ImportError:
+        with pytest.raises(ReachlensError, match=r"No module named 'vllm'.*make \.venv-vllm/\.installed"):
+            VLLMModel("zoo:base", python=sys.executable)
+
+
+def test_cli_backend_and_ray_flags_refuse_in_one_line(capsys, tmp_path, monkeypatch):
+    monkeypatch.setenv("REACHLENS_VLLM_PYTHON", "/nonexistent/python")
+    args = ["audit", "zoo:base", "--task", "arith", "--n", "2", "--k", "2", "--max-new-tokens", "6"]
+    assert main([*args, "--out", str(tmp_path / "a"), "--backend", "vllm"]) == 2
+    assert "cannot start the vLLM worker with '/nonexistent/python'" in capsys.readouterr().err
+    assert main([*args, "--out", str(tmp_path / "b"), "--workers", "2"]) == 2
+    assert "--workers goes with --ray" in capsys.readouterr().err
+    assert main([*args, "--out", str(tmp_path / "c"), "--backend", "vllm", "--device", "cuda"]) == 2
+    assert "vLLM places the model itself" in capsys.readouterr().err
+
+
+def test_ray_missing_is_one_line(monkeypatch):
+    monkeypatch.setitem(sys.modules, "ray", None)
+    with pytest.raises(ReachlensError, match=r"pip install 'reachlens\[ray\]'"):
+        RayExecutor()._ray()
+
+
+def test_local_executor_equals_the_plain_audit_and_holds_several_audits(tiny_model, tiny_dir, tmp_path):
+    task = load_task("arith", n=5)
+    plain = audit(tiny_model, task, PROTO, max_batch_rows=10)
+    other = Protocol("arith", k=2, temperature=0.7, max_new_tokens=12)
+    plain2 = audit(tiny_model, task, other, max_batch_rows=10)
+    a, b = run_audits([AuditJob(str(tiny_dir), task, PROTO, tmp_path / "a", max_batch_rows=10),
+                       AuditJob(ModelSource(str(tiny_dir)), task, other, None, max_batch_rows=10)], LocalExecutor())
+    for got, want in ((a, plain), (b, plain2)):
+        pd.testing.assert_frame_equal(got.questions, want.questions)
+        pd.testing.assert_frame_equal(got.samples, want.samples)
+    assert a.model["fingerprint"] == tiny_model.reachlens_identity.fingerprint
+    # an executor resumes a directory another run left half done
+    cut = tmp_path / "cut"
+
+    class Stop(Exception):
+        pass
+
+    def interrupt(done):
+        if done >= 2:
+            raise Stop
+
+    with pytest.raises(Stop):
+        audit(tiny_model, task, PROTO, out=cut, max_batch_rows=10, progress=interrupt)
+    resumed = audit(str(tiny_dir), task, PROTO, out=cut, max_batch_rows=10, executor=LocalExecutor())
+    pd.testing.assert_frame_equal(resumed.samples, plain.samples)
+
+
+def test_hooks_cannot_travel_to_an_executor(tiny_model):
+    with tiny_model.hooks(fwd_hooks=[("blocks.0.hook_attn_out", lambda x, hook: x)]):
+        with pytest.raises(ReachlensError, match=r"hooks attached at blocks\.0\.(hook_attn_out|attn\.hook_out) cannot travel"):
+            audit(tiny_model, load_task("arith", n=2), PROTO, executor=LocalExecutor())
