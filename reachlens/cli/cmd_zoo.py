@@ -21,5 +21,5 @@ def run(args: argparse.Namespace) -> int:
     table = zoo_table()
     if table.empty:
         raise CLIError(f"no zoo checkpoints under {zoo_root()}; build them with `make zoo`")
-    print(table.to_string(index=False, float_format=lambda x: f"{x:.3f}"))
+    print(table.to_string(index=False, float_format=lambda x: f"{x:.3f}", na_rep="-"))
     return 0
