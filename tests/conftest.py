@@ -152,6 +152,20 @@ def vllm_python() -> str:
     return python
 
 
+class StopAudit(Exception):
+    """Raised by :func:`stop_after` to interrupt an audit from its progress callback."""
+
+
+def stop_after(batches: int):
+    """A ``progress=`` callback that interrupts an audit once ``batches`` batches are done."""
+
+    def progress(done: int) -> None:
+        if done >= batches:
+            raise StopAudit
+
+    return progress
+
+
 def fake_audit(realized, n_correct, k=4, spec="m", protocol=None):
     """An audit result made by hand: realized flags and correct-sample counts per question."""
     import pandas as pd

@@ -7,7 +7,7 @@ import sys
 import pandas as pd
 import pytest
 
-from conftest import fake_audit
+from conftest import StopAudit, fake_audit, stop_after
 from reachlens import Protocol, ProtocolMismatch, ReachlensError, audit, load_task
 from reachlens.cli import main
 from reachlens.engine.backends import ModelSource, bind_backend
@@ -98,15 +98,8 @@ def test_local_executor_equals_the_plain_audit_and_holds_several_audits(tiny_mod
     # an executor resumes a directory another run left half done
     cut = tmp_path / "cut"
 
-    class Stop(Exception):
-        pass
-
-    def interrupt(done):
-        if done >= 2:
-            raise Stop
-
-    with pytest.raises(Stop):
-        audit(tiny_model, task, PROTO, out=cut, max_batch_rows=10, progress=interrupt)
+    with pytest.raises(StopAudit):
+        audit(tiny_model, task, PROTO, out=cut, max_batch_rows=10, progress=stop_after(2))
     resumed = audit(str(tiny_dir), task, PROTO, out=cut, max_batch_rows=10, executor=LocalExecutor())
     pd.testing.assert_frame_equal(resumed.samples, plain.samples)
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pandas as pd
 import pytest
 
+from conftest import StopAudit, stop_after
 from reachlens import Protocol, ProtocolMismatch, audit, load_task, rescore
 from reachlens.engine import Completion
 from reachlens.studies import AuditResult, grade_questions
@@ -57,15 +58,8 @@ def test_grading_tables_from_hand_made_completions():
 def test_resume_after_interruption_equals_uninterrupted_run(tiny_model, task, tmp_path):
     whole = audit(tiny_model, task, PROTO, out=tmp_path / "whole", max_batch_rows=10)
 
-    class Stop(Exception):
-        pass
-
-    def interrupt(done):
-        if done >= 2:
-            raise Stop
-
-    with pytest.raises(Stop):
-        audit(tiny_model, task, PROTO, out=tmp_path / "cut", max_batch_rows=10, progress=interrupt)
+    with pytest.raises(StopAudit):
+        audit(tiny_model, task, PROTO, out=tmp_path / "cut", max_batch_rows=10, progress=stop_after(2))
     partial = AuditResult.load(tmp_path / "cut")
     assert 0 < len(partial.questions) < len(task)
     resumed = audit(tiny_model, task, PROTO, out=tmp_path / "cut", max_batch_rows=10)
