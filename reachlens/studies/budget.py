@@ -63,7 +63,7 @@ def extend_budget(
     require_audited_with(model, task, src, "extend")
     ids = [q.question_id for q in task.questions]
     done = set(src.questions["question_id"])
-    sub = dataclasses.replace(task, questions=tuple(q for q in task.questions if q.question_id in done))
+    sub = task.only(done)
     more = audit(model, sub, src.protocol.with_k(k - src.k), max_batch_rows=max_batch_rows, sample_offset=src.k,
                  progress=progress, executor=executor)
     samples = pd.concat([src.samples, more.samples], ignore_index=True)

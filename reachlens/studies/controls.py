@@ -77,7 +77,7 @@ def reprobe_left(
     left = set(left_reachable(compare(b, t)))
     if not left:
         return {}
-    sub = dataclasses.replace(task, questions=tuple(q for q in task.questions if q.question_id in left))
+    sub = task.only(left)
     runs = {}
     for temp in temps:
         if progress is not None:
@@ -120,9 +120,9 @@ def temperature_control(
 
     >>> temperature_control(load_model("zoo:dapo"), load_task("arith", n=300), "runs/base", "runs/dapo")  # doctest: +SKIP
     """
-    runs = reprobe_left(model, task, base, trained, temperatures, out=out, max_batch_rows=max_batch_rows,
-                        progress=progress)
-    return temperature_table(compare(_result(base), _result(trained)), runs)
+    b, t = _result(base), _result(trained)  # read each audit directory once
+    runs = reprobe_left(model, task, b, t, temperatures, out=out, max_batch_rows=max_batch_rows, progress=progress)
+    return temperature_table(compare(b, t), runs)
 
 
 def rerun_at_length(
@@ -138,9 +138,8 @@ def rerun_at_length(
         raise ReachlensError(f"max_new_tokens={max_new_tokens!r} must exceed the audit's "
                              f"{src.protocol.max_new_tokens} to test for truncation")
     require_audited_with(model, task, src, "rerun")
-    ids = set(src.questions["question_id"])
-    sub = dataclasses.replace(task, questions=tuple(q for q in task.questions if q.question_id in ids))
-    return audit(model, sub, dataclasses.replace(src.protocol, max_new_tokens=max_new_tokens), out=out,
+    return audit(model, task.only(src.questions["question_id"]),
+                 dataclasses.replace(src.protocol, max_new_tokens=max_new_tokens), out=out,
                  max_batch_rows=max_batch_rows, progress=progress)
 
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
@@ -143,6 +143,11 @@ class Task:
         if n < 1:
             raise ReachlensError(f"n={n!r} must be at least 1")
         return dataclasses.replace(self, questions=self.questions[:n])
+
+    def only(self, question_ids: Iterable[str]) -> Task:
+        """The questions whose ids are in ``question_ids``, in the task's own order."""
+        keep = set(question_ids)
+        return dataclasses.replace(self, questions=tuple(q for q in self.questions if q.question_id in keep))
 
     def __len__(self) -> int:
         return len(self.questions)
