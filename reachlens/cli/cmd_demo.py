@@ -5,7 +5,9 @@ pretraining mix) with the paper's protocol shape (n=300, T=0.8, K=200, budget co
 trained in their own format (SFT and SFT-then-GRPO), the temperature control (each pair's questions
 that left the reachable set re-probed at T = 0.6, 1.0, 1.2) and the length control (a pair whose
 shares of outputs cut at max_new_tokens differ by more than 2 points is audited again at twice the
-length), compares each descendant with its parent, writes the report, and prints where it is and every
+length), audits the GRPO run's snapshots (``grpo-s10`` ...: the trajectory, base at step 0 and ``grpo`` at its
+last step, read as realization and reachability over training), compares each descendant with its parent,
+writes the report, and prints where it is and every
 table: each delta with its paired bootstrap interval, exact McNemar p and Holm-adjusted p.
 """
 
@@ -13,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import time
+from pathlib import Path
 
 from reachlens.cli._common import DTYPES, comma_list, positive_int
 from reachlens.cli._scale_args import add_scale_args, executor_from_args
@@ -22,6 +25,23 @@ HELP = "the main job: training audit of the shipped zoo with its report"
 
 DEMO_MODELS = {"base": "zoo:base", "grpo": "zoo:grpo", "dapo": "zoo:dapo", "sft": "zoo:sft", "sft-grpo": "zoo:sft-grpo"}
 DEMO_PAIRS = (("base", "grpo"), ("base", "dapo"), ("base", "sft"), ("sft", "sft-grpo"))
+TRAJECTORY_RUN = "grpo"
+"""The zoo run whose snapshots (``training.json``: ``trajectory_of``, ``snapshot_step``) the demo audits."""
+
+
+def trajectory(entries) -> dict[str, int]:
+    """Checkpoint name -> optimizer step of the zoo's :data:`TRAJECTORY_RUN` (its parent at 0, its own last
+    step, every snapshot between); empty when the zoo has no snapshots of it."""
+    by_name = {e.name: e for e in entries}
+    run = by_name.get(TRAJECTORY_RUN)
+    snaps = {e.name: int(e.training["snapshot_step"]) for e in entries
+             if e.training.get("trajectory_of") == TRAJECTORY_RUN and "snapshot_step" in e.training}
+    if run is None or not snaps:
+        return {}
+    parent = Path(run.training.get("parent", "")).name
+    if parent not in by_name:
+        return {}
+    return {parent: 0, **dict(sorted(snaps.items(), key=lambda kv: kv[1])), TRAJECTORY_RUN: int(run.training["steps"])}
 
 
 def register(sub) -> argparse.ArgumentParser:
@@ -61,18 +81,22 @@ def run(args: argparse.Namespace) -> int:
     from reachlens.studies.training_audit import StudyPlan, run_training_audit
     from reachlens.tasks import load_task
 
-    have = {e.name for e in zoo_entries()}
+    entries = zoo_entries()
+    have = {e.name for e in entries}
     missing = sorted(set(DEMO_MODELS) - have)
     if missing:
         raise CLIError(f"zoo models {missing} are missing; build them with `make zoo`")
+    steps = trajectory(entries)
+    models = {**DEMO_MODELS, **{name: f"zoo:{name}" for name in steps}}
     # each checkpoint's native prompt format, as its training recorded it; the audits share "qa"
-    native = {name: native_format(spec) or "qa" for name, spec in DEMO_MODELS.items()}
+    native = {name: native_format(spec) or "qa" for name, spec in models.items()}
     task = load_task(args.task, n=args.n)
     max_new = args.max_new_tokens or task.max_new_tokens
     length_max_new = args.length_max_new_tokens or min(2 * max_new, _room(task, native.values()))
-    plan = StudyPlan(DEMO_MODELS, DEMO_PAIRS, Protocol(args.task, k=args.k, temperature=0.8, max_new_tokens=max_new),
+    plan = StudyPlan(models, DEMO_PAIRS, Protocol(args.task, k=args.k, temperature=0.8, max_new_tokens=max_new),
                      n=args.n, budget_k=args.budget_k, native_formats={n: f for n, f in native.items() if f != "qa"},
-                     control_temperatures=tuple(args.temperatures), length_max_new_tokens=length_max_new)
+                     control_temperatures=tuple(args.temperatures), length_max_new_tokens=length_max_new,
+                     trajectory=steps)
     t0 = time.perf_counter()
     executor = executor_from_args(args)  # --workers counts its actors
     try:

@@ -14,7 +14,8 @@ from reachlens.studies.compare import Comparison
 from reachlens.studies.metrics import sign_changes
 from reachlens.studies.stats import wilson_interval
 
-__all__ = ["fate_bars", "accuracy_bars", "propensity_figure", "pass_at_k_figure", "pass_at_k_delta_figure"]
+__all__ = ["fate_bars", "accuracy_bars", "propensity_figure", "pass_at_k_figure", "pass_at_k_delta_figure",
+           "trajectory_figure"]
 
 _COLORS = {"from_reachable": "#2b8cbe", "outside": "#e6550d", "lost": "#756bb1",
            "D": "#31a354", "O_K": "#3182bd"}
@@ -184,4 +185,35 @@ def pass_at_k_delta_figure(curves: dict[str, pd.DataFrame]):
     fig.update_yaxes(title_text="pass@k difference", col=1)
     fig.update_layout(title="pass@k difference (descendant - parent) with its paired 95 % bootstrap interval",
                       height=max(480, 330 * rows), legend=dict(orientation="h", y=-0.12 if rows == 1 else -0.08))
+    return fig
+
+
+def trajectory_figure(trajectory: pd.DataFrame, k: int):
+    """Realization and reachability over training: D, pass@1, pass@8 and O_K against the optimizer step
+    of one run (:meth:`TrainingAudit.trajectory`), each point with its 95 % interval (Wilson for D and
+    O_K, question bootstrap for pass@k); the hover names the checkpoint and the change from step 0."""
+    go = _go()
+    t = trajectory
+    fig = go.Figure()
+    series = [("O_K", f"O_{k}: reachable with {k} samples", _COLORS["O_K"], "solid"),
+              ("pass@8", "pass@8 (T of the protocol)", "#9ecae1", "dash"),
+              ("D", "D: deployed (greedy)", _COLORS["D"], "solid"),
+              ("pass@1", "pass@1 (T of the protocol)", "#e6550d", "dash")]
+    for col, label, color, dash in series:
+        if col not in t.columns:
+            continue
+        delta = t[f"delta_{col}"] if f"delta_{col}" in t.columns else None
+        hover = [f"{m} (step {s})<br>{label}: {v:.3f} [{lo:.3f}, {hi:.3f}]"
+                 + ("" if delta is None or i == 0 else f"<br>vs step 0: {delta.iloc[i]:+.3f}")
+                 for i, (m, s, v, lo, hi) in enumerate(zip(t["model"], t["step"], t[col], t[f"{col}_lo"], t[f"{col}_hi"]))]
+        fig.add_trace(go.Scatter(x=t["step"], y=t[col], mode="lines+markers", name=label,
+                                 line=dict(color=color, dash=dash), marker=dict(color=color),
+                                 error_y=_error(t[col], t[f"{col}_lo"], t[f"{col}_hi"]),
+                                 hovertext=hover, hoverinfo="text"))
+    steps = [int(s) for s in t["step"]]
+    fig.update_layout(title=f"Realization and reachability over training ({t['model'].iloc[0]} at step {steps[0]} "
+                            f"to {t['model'].iloc[-1]} at step {steps[-1]}; 95 % intervals)",
+                      xaxis_title="optimizer step of the training run (0: its parent)",
+                      yaxis_title="share of questions", yaxis_tickformat=".0%",
+                      xaxis=dict(tickvals=steps, ticktext=[str(s) for s in steps]))
     return fig

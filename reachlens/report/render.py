@@ -26,6 +26,7 @@ from reachlens.report.figures import (
     pass_at_k_delta_figure,
     pass_at_k_figure,
     propensity_figure,
+    trajectory_figure,
 )
 from reachlens.store import RunDir
 from reachlens.studies.stats import N_BOOT, N_PERM
@@ -90,6 +91,15 @@ FORMAT_CONTROL_NOTE = (
 )
 
 
+TRAJECTORY_NOTE = (
+    "One training run's checkpoints by optimizer step, its parent at step 0, all under the study's protocol. "
+    "D and O_K: 95% Wilson intervals; pass@k: unbiased estimator, mean over questions, 95% question-bootstrap "
+    "interval. Each later step against step 0: paired 95% bootstrap interval over questions, exact McNemar p "
+    "(D: gained vs lost; O_K: entered vs left), sign-flip p for pass@1; Holm: adjusted over the run's later "
+    "steps, one family per quantity."
+)
+
+
 def _headline(study: TrainingAudit) -> tuple[pd.DataFrame, pd.DataFrame]:
     h = study.headline()
     if h.empty:
@@ -133,6 +143,28 @@ def _pass_at_k_deltas(study: TrainingAudit) -> pd.DataFrame:
         "delta [95% CI]": [_ci(*r) for r in d[["delta", "delta_lo", "delta_hi"]].itertuples(index=False)],
         "sign-flip p": d["p"].map(_p), "Holm p (over the pair's ks)": d["p_holm"].map(_p),
     })
+
+
+def _trajectory(study: TrainingAudit) -> pd.DataFrame:
+    t = study.trajectory()
+    if t.empty:
+        return t
+    k = study.protocol.k
+
+    def delta(key: str) -> list[str]:
+        return [("-" if math.isnan(r[f"{key}_p"]) else
+                 f"{_ci(r[key], r[f'{key}_lo'], r[f'{key}_hi'])}, p {_p(r[f'{key}_p'])} (Holm {_p(r[f'{key}_p_holm'])})")
+                for _, r in t.iterrows()]
+
+    out = {"step": t["step"], "model": t["model"],
+           "D [95% Wilson]": [_ci(*r, signed=False) for r in t[["D", "D_lo", "D_hi"]].itertuples(index=False)],
+           f"O_{k} [95% Wilson]": [_ci(*r, signed=False) for r in t[["O_K", "O_K_lo", "O_K_hi"]].itertuples(index=False)]}
+    for col in [c for c in t.columns if c.startswith("pass@") and c[5:].isdigit()]:
+        out[f"{col} [95% CI]"] = [_ci(*r, signed=False) for r in t[[col, f"{col}_lo", f"{col}_hi"]].itertuples(index=False)]
+    out["delta_D vs step 0"] = delta("delta_D")
+    out[f"delta_O_{k} vs step 0"] = delta("delta_O_K")
+    out["delta_pass@1 vs step 0"] = delta("delta_pass@1")
+    return pd.DataFrame(out)
 
 
 def _temperature(study: TrainingAudit) -> pd.DataFrame:
@@ -211,6 +243,8 @@ def _tables(study: TrainingAudit) -> list[tuple[str, pd.DataFrame, str]]:
          "per-sample success rate lies below 1 - 0.05^(1/K) (one-sided 95%, about 3/K); the column gives the "
          "largest such bound of the pair (the unreachability bounds table has their distribution)." if n_pairs else ""),
         ("checkpoints", _checkpoints(study), "D and O_K with 95% Wilson score intervals."),
+        *([("trajectory: realization and reachability over training", _trajectory(study), TRAJECTORY_NOTE)]
+          if plan.trajectory else []),
         ("pass@k crossovers", study.pass_at_k_crossovers(), CROSSOVER_NOTE),
         ("pass@k differences", _pass_at_k_deltas(study),
          f"delta: mean over questions of the per-question difference of unbiased pass@k, with its paired bootstrap "
@@ -275,6 +309,9 @@ def write_report(study: TrainingAudit, out: str | Path) -> tuple[Path, Path]:
         figs.append(("Per-question fates", fate_bars(comps)))
     if study.audits:
         figs.append(("Realized vs reachable", accuracy_bars(study.audits)))
+    trajectory = study.trajectory()
+    if len(trajectory) > 1:
+        figs.append(("Realization and reachability over training", trajectory_figure(trajectory, study.protocol.k)))
     if comps:
         figs.append(("Propensity bins", propensity_figure({f"{a} → {b}": c.propensity_bins() for (a, b), c in comps.items()})))
     if study.audits:

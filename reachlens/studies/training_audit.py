@@ -19,6 +19,11 @@ Controls:
   more than the plan's margin has both checkpoints audited again at a longer decode
   (``audits/NAME-len{N}``).
 
+A **trajectory** (``StudyPlan.trajectory``: checkpoints of one training run by optimizer step, its parent
+at step 0) is read as one path: D, O_K, pass@1 and pass@8 at every step with their intervals, and each
+step against the first (:meth:`TrainingAudit.trajectory`): realization and reachability over training.
+Its checkpoints need not be in any pair; the budget control runs for the checkpoints of the pairs.
+
 Every delta carries its test: the exact McNemar p of its discordant counts, a paired bootstrap
 interval over questions, and, because a study tests several pairs at once, the p-value Holm-adjusted
 over the study's pairs (:meth:`TrainingAudit.headline`).
@@ -34,6 +39,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pandas as pd
 
 from reachlens.errors import ReachlensError
@@ -50,7 +56,8 @@ from reachlens.studies.controls import (
     rerun_at_length,
     temperature_table,
 )
-from reachlens.studies.stats import N_BOOT, holm
+from reachlens.studies.metrics import pass_at_k_matrix
+from reachlens.studies.stats import N_BOOT, holm, paired_bootstrap_ci
 
 __all__ = ["StudyDir", "StudyPlan", "TrainingAudit", "load_training_audit", "pairs_from_dirs", "run_training_audit",
            "single_audit"]
@@ -90,6 +97,9 @@ class StudyPlan:
     than ``truncation_margin``; None skips it."""
     truncation_margin: float = TRUNCATION_MARGIN
     """Truncation parity: the largest gap in the shares of outputs cut at ``max_new_tokens`` left unflagged."""
+    trajectory: dict[str, int] = field(default_factory=dict)
+    """Checkpoint name -> optimizer step, for the checkpoints of one training run (its parent at step 0):
+    the trajectory table and figure (empty: none). Every name must be among ``models``."""
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "control_temperatures", tuple(float(t) for t in self.control_temperatures))
@@ -105,12 +115,28 @@ class StudyPlan:
                                      f"{sorted(self.models)}")
         if self.budget_k is not None and self.budget_k <= self.protocol.k:
             raise ReachlensError(f"budget_k={self.budget_k!r} must exceed the protocol's k={self.protocol.k}")
+        object.__setattr__(self, "trajectory", dict(self.trajectory))
+        for name, step in self.trajectory.items():
+            if name not in self.models:
+                raise ReachlensError(f"trajectory names {name!r}, which is not among the models {sorted(self.models)}")
+            if not isinstance(step, int) or isinstance(step, bool) or step < 0:
+                raise ReachlensError(f"trajectory step of {name!r} is {step!r}; steps are integers >= 0")
+        if len(set(self.trajectory.values())) < len(self.trajectory):
+            raise ReachlensError(f"trajectory={self.trajectory!r} gives two checkpoints the same step")
+
+    @property
+    def budget_models(self) -> list[str]:
+        """The checkpoints the budget control extends: those of the pairs (all of them in a study without pairs)."""
+        paired = {n for pair in self.pairs for n in pair}
+        return [n for n in self.models if n in paired or not self.pairs]
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
         d["protocol"] = self.protocol.to_dict()
         d["pairs"] = [list(p) for p in self.pairs]
         d["control_temperatures"] = list(self.control_temperatures)
+        if not self.trajectory:  # studies without one keep the plan (and run record) they always had
+            del d["trajectory"]
         return d
 
     @classmethod
@@ -119,6 +145,7 @@ class StudyPlan:
         d["protocol"] = Protocol.from_dict(d["protocol"])
         d["pairs"] = tuple(tuple(p) for p in d["pairs"])
         d["control_temperatures"] = tuple(d.get("control_temperatures", ()))
+        d["trajectory"] = {name: int(step) for name, step in d.get("trajectory", {}).items()}
         return cls(**d)
 
 
@@ -241,9 +268,11 @@ class TrainingAudit:
         return pd.DataFrame(rows)
 
     def budget_control(self) -> pd.DataFrame:
-        """O_K and O_2K per checkpoint (from the same seed stream)."""
+        """O_K and O_2K per checkpoint of the pairs (from the same seed stream)."""
         rows = []
         for name, r in self.audits.items():
+            if name not in self.plan.budget_models:
+                continue
             e = self.extended.get(name)
             rows.append({"model": name, "K": r.k, "O_K": r.O_K, "K2": e.k if e else None,
                          "O_2K": e.O_K if e else math.nan, "D": r.D})
@@ -300,6 +329,55 @@ class TrainingAudit:
                          "deployed_trained": t["deployed_trained"], "deployed_gap": t["deployed_gap"],
                          "flagged": t["flagged"]})
         return pd.DataFrame(rows)
+
+    def trajectory(self) -> pd.DataFrame:
+        """Realization and reachability over training: one row per audited checkpoint of the plan's
+        trajectory, by step.
+
+        Columns ``step, model``; ``D, D_lo, D_hi`` and ``O_K, O_K_lo, O_K_hi`` (95 % Wilson intervals);
+        ``pass@1``, ``pass@8`` (unbiased, mean over questions; ``pass@8`` when K >= 8) with ``_lo, _hi``
+        (95 % question-bootstrap intervals); and against the first checkpoint (the run's parent):
+        ``delta_D``, ``delta_O_K``, ``delta_pass@1`` with paired 95 % bootstrap intervals (``_lo, _hi``),
+        ``p`` (exact McNemar for D and O_K, sign-flip for pass@1) and ``p_holm`` (Holm-adjusted over the
+        run's later steps, one family per quantity). The first row's deltas are 0 with no test (NaN).
+        """
+        return self._trajectory.copy()
+
+    @functools.cached_property
+    def _trajectory(self) -> pd.DataFrame:
+        points = sorted((step, name) for name, step in self.plan.trajectory.items() if name in self.audits)
+        if not points:
+            return pd.DataFrame(columns=["step", "model"])
+        ref = self.audits[points[0][1]]
+        ks = [k for k in (1, 8) if k <= ref.k]
+        rows = []
+        for step, name in points:
+            r = self.audits[name]
+            row = {"step": step, "model": name, "D": r.D, "D_lo": r.D_ci[0], "D_hi": r.D_ci[1],
+                   "O_K": r.O_K, "O_K_lo": r.O_K_ci[0], "O_K_hi": r.O_K_ci[1]}
+            q = r.questions
+            per_q = pass_at_k_matrix(q["n_scored"], q["n_correct"], ks)
+            for j, k in enumerate(ks):
+                row[f"pass@{k}"] = float(np.nanmean(per_q[:, j]))
+                row[f"pass@{k}_lo"], row[f"pass@{k}_hi"] = paired_bootstrap_ci(per_q[:, j])
+            if r is ref:
+                for key in ("delta_D", "delta_O_K", "delta_pass@1"):
+                    row.update({key: 0.0, f"{key}_lo": math.nan, f"{key}_hi": math.nan, f"{key}_p": math.nan})
+            else:
+                c = compare(ref, r)
+                s, first = c.summary(), c.pass_at_k_curve().iloc[0]
+                row.update({"delta_D": s["delta_D"], "delta_D_lo": s["delta_D_ci"][0], "delta_D_hi": s["delta_D_ci"][1],
+                            "delta_D_p": s["mcnemar_realized_p"], "delta_O_K": s["delta_O_K"],
+                            "delta_O_K_lo": s["delta_O_K_ci"][0], "delta_O_K_hi": s["delta_O_K_ci"][1],
+                            "delta_O_K_p": s["mcnemar_reachable_p"], "delta_pass@1": float(first["delta"]),
+                            "delta_pass@1_lo": float(first["delta_lo"]), "delta_pass@1_hi": float(first["delta_hi"]),
+                            "delta_pass@1_p": float(first["p"])})
+            rows.append(row)
+        df = pd.DataFrame(rows)
+        for key in ("delta_D", "delta_O_K", "delta_pass@1"):
+            later = df[f"{key}_p"].iloc[1:].tolist()
+            df[f"{key}_p_holm"] = [math.nan] + (holm(later) if later else [])
+        return df
 
     def length_control(self) -> pd.DataFrame:
         """Per pair rerun at the longer decode: :func:`~reachlens.studies.controls.length_table` rows
@@ -507,7 +585,7 @@ def _audit_checkpoint(
     r = audit(model, task, plan.protocol, out=root / "audits" / name, max_batch_rows=max_batch_rows,
               progress=bar(f"{name} K={plan.protocol.k}", len(task)))
     log(f"{name:>10s}: D={r.D:.3f}  O_{r.k}={r.O_K:.3f}")
-    if plan.budget_k:
+    if plan.budget_k and name in plan.budget_models:
         ext_dir = root / "audits" / f"{name}-k{plan.budget_k}"
         if not (ext_dir / "summary.json").is_file():
             e = extend_budget(model, task, r, plan.budget_k, out=ext_dir, max_batch_rows=max_batch_rows,

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from reachlens.cli import main
+from reachlens.models.zoo import zoo_entries
 from reachlens.studies.training_audit import load_training_audit
 
 
@@ -16,6 +17,12 @@ def test_demo_audits_the_lineage_and_prints_every_table(tmp_path, capfd):
     # libraries, the worker processes' included
     for name in ("base", "grpo", "dapo", "sft", "sft-grpo"):
         assert f"{name} K=4: 4/4 questions in " in err and f"{name} K=8 (budget control): 4/4 questions in " in err
+    # the GRPO run's snapshots: audited under the same protocol, without a budget control of their own
+    snapshots = sorted((e for e in zoo_entries() if e.training.get("trajectory_of") == "grpo"),
+                       key=lambda e: e.training["snapshot_step"])
+    assert len(snapshots) >= 3
+    for e in snapshots:
+        assert f"{e.name} K=4: 4/4 questions in " in err and f"{e.name} K=8 (budget control)" not in err
     assert "sft in its 'verbose' prompt: 4/4 questions in " in err
     assert "Loading weights" not in err and "Warning" not in err, err
     assert f"report: {out / 'report.html'}" in printed
@@ -23,15 +30,24 @@ def test_demo_audits_the_lineage_and_prints_every_table(tmp_path, capfd):
         assert pair in printed
     for section in ("headline: realized", "headline: reachable", "checkpoints:", "pass@k crossovers:",
                     "pass@k differences:", "budget control:", "prompt-format control:", "temperature control:",
-                    "unreachability bounds:", "truncation parity:", "length control:"):
+                    "unreachability bounds:", "truncation parity:", "length control:",
+                    "trajectory: realization and reachability over training:"):
         assert section in printed, section
     # every headline delta with its interval and its tests, and the family the Holm adjustment corrects over
     assert "delta_D [95% CI]" in printed and "delta_O_K [95% CI]" in printed and "McNemar p" in printed
     assert "Holm p: adjusted over the 4 pairs of this study" in printed
     assert "2000 resamples" in printed
     study = load_training_audit(out)
-    assert set(study.audits) == {"base", "grpo", "dapo", "sft", "sft-grpo"}
-    assert {name: r.k for name, r in study.extended.items()} == dict.fromkeys(study.audits, 8)
+    lineage = {"base", "grpo", "dapo", "sft", "sft-grpo"}
+    assert set(study.audits) == lineage | {e.name for e in snapshots}
+    assert {name: r.k for name, r in study.extended.items()} == dict.fromkeys(lineage, 8)
+    # the trajectory: base at step 0, each snapshot at its step, grpo at its last step, in order
+    steps = {"base": 0, **{e.name: e.training["snapshot_step"] for e in snapshots},
+             "grpo": next(e for e in zoo_entries() if e.name == "grpo").training["steps"]}
+    assert study.plan.trajectory == steps
+    t = study.trajectory()
+    assert t["model"].tolist() == sorted(steps, key=steps.get) and t["step"].is_monotonic_increasing
+    assert "Realization and reachability over training" in (out / "report.html").read_text()
     # the format control audits the models trained on "verbose" prompts in that format, and only them
     assert {name: r.protocol.prompt_format for name, r in study.formats.items()} == \
         {"sft": "verbose", "sft-grpo": "verbose"}

@@ -230,3 +230,117 @@ def test_the_old_log_axis_marker_bug_would_be_caught():
                           "xaxis": "x", "yaxis": "y", "err_plus": [], "err_minus": []}]}
     with pytest.raises(AssertionError, match="mostly empty"):
         _check_axes([squashed])
+
+
+# --- a training trajectory: realization and reachability over training -------------------------------------
+P8 = Protocol("arith", k=8, temperature=1.0, max_new_tokens=12)
+TRAJ = {  # name: (step, realized flags, correct samples of 8) over 12 questions
+    "base": (0, [1, 0, 0, 0, 1, 0, 1, 0, 0, 0, 1, 0], [5, 1, 0, 2, 7, 0, 4, 1, 0, 3, 6, 0]),
+    "run-s10": (10, [1, 1, 0, 0, 1, 0, 1, 0, 0, 1, 1, 0], [6, 2, 0, 1, 8, 0, 5, 2, 0, 4, 6, 1]),
+    "run": (30, [1, 1, 1, 0, 1, 1, 1, 1, 0, 1, 1, 0], [8, 6, 3, 0, 8, 0, 8, 5, 0, 7, 8, 0]),
+}
+
+
+@pytest.fixture()
+def trajectory_study(tmp_path):
+    models = {name: f"zoo:{name}" for name in TRAJ}
+    # listed out of step order on purpose: the table is ordered by step
+    plan = StudyPlan(models, (("base", "run"),), P8, trajectory={"run": 30, "base": 0, "run-s10": 10})
+    (tmp_path / "audits").mkdir()
+    (tmp_path / "study.json").write_text(json.dumps({"plan": plan.to_dict()}))
+    for name, (_, realized, correct) in TRAJ.items():
+        _write(tmp_path, name, fake_audit([bool(x) for x in realized], correct, k=8, spec=f"zoo:{name}", protocol=P8))
+    return load_training_audit(tmp_path)
+
+
+def test_trajectory_table_against_scipy_and_statsmodels(trajectory_study):
+    from scipy.special import comb
+    from scipy.stats import binomtest
+    from statsmodels.stats.multitest import multipletests
+    from statsmodels.stats.proportion import proportion_confint
+
+    t = trajectory_study.trajectory().set_index("model")
+    assert t.index.tolist() == ["base", "run-s10", "run"] and t["step"].tolist() == [0, 10, 30]
+    _, base_realized, base_correct = TRAJ["base"]
+    p_d, p_o = [], []
+    for name, (step, realized, correct) in TRAJ.items():
+        row = t.loc[name]
+        n = len(realized)
+        lo, hi = proportion_confint(sum(realized), n, method="wilson")
+        assert row["D"] == pytest.approx(sum(realized) / n) and (row["D_lo"], row["D_hi"]) == pytest.approx((lo, hi))
+        reach = sum(c > 0 for c in correct)
+        lo, hi = proportion_confint(reach, n, method="wilson")
+        assert row["O_K"] == pytest.approx(reach / n) and (row["O_K_lo"], row["O_K_hi"]) == pytest.approx((lo, hi))
+        assert row["pass@1"] == pytest.approx(sum(correct) / (8 * n))
+        # pass@8 with 8 samples: 1 - C(8-c, 8)/C(8, 8), i.e. reachable
+        assert row["pass@8"] == pytest.approx(sum(1 - comb(8 - c, 8) / comb(8, 8) for c in correct) / n)
+        assert row["pass@1_lo"] <= row["pass@1"] <= row["pass@1_hi"]
+        if name == "base":
+            assert row["delta_D"] == 0 and math.isnan(row["delta_D_p"])
+            continue
+        gained = sum(a and not b for a, b in zip(realized, base_realized))
+        lost = sum(b and not a for a, b in zip(realized, base_realized))
+        assert row["delta_D"] == pytest.approx((gained - lost) / n)
+        p = binomtest(gained, gained + lost, 0.5).pvalue
+        assert row["delta_D_p"] == pytest.approx(p)
+        p_d.append(p)
+        entered = sum(a > 0 and b == 0 for a, b in zip(correct, base_correct))
+        left = sum(a == 0 and b > 0 for a, b in zip(correct, base_correct))
+        assert row["delta_O_K"] == pytest.approx((entered - left) / n)
+        p_o.append(binomtest(entered, entered + left, 0.5).pvalue if entered + left else 1.0)
+        assert row["delta_pass@1"] == pytest.approx((sum(correct) - sum(base_correct)) / (8 * n))
+        assert row["delta_pass@1_lo"] <= row["delta_pass@1"] <= row["delta_pass@1_hi"]
+    # Holm over the run's later steps, one family per quantity
+    assert t["delta_D_p_holm"].iloc[1:].tolist() == pytest.approx(multipletests(p_d, method="holm")[1].tolist())
+    assert t["delta_O_K_p_holm"].iloc[1:].tolist() == pytest.approx(multipletests(p_o, method="holm")[1].tolist())
+    # the last step's pass@1 gain (0.208 over 12 questions, 11 of them up or equal) is outside noise
+    assert t.loc["run", "delta_pass@1_lo"] > 0
+
+
+def test_trajectory_budget_control_covers_the_pairs_only(trajectory_study):
+    assert trajectory_study.plan.budget_models == ["base", "run"]
+    plan = StudyPlan({"a": "x", "b": "y"}, (), P8)
+    assert plan.budget_models == ["a", "b"]  # a study without pairs extends every checkpoint
+
+
+def test_trajectory_plan_is_checked_and_round_trips():
+    from reachlens.errors import ReachlensError
+
+    models = {"base": "zoo:base", "run": "zoo:run"}
+    with pytest.raises(ReachlensError, match="trajectory names 'other'"):
+        StudyPlan(models, (), P8, trajectory={"other": 0})
+    with pytest.raises(ReachlensError, match="the same step"):
+        StudyPlan(models, (), P8, trajectory={"base": 0, "run": 0})
+    with pytest.raises(ReachlensError, match="steps are integers >= 0"):
+        StudyPlan(models, (), P8, trajectory={"base": -1})
+    plan = StudyPlan(models, (), P8, trajectory={"base": 0, "run": 30})
+    assert StudyPlan.from_dict(json.loads(json.dumps(plan.to_dict()))) == plan
+    # a plan without a trajectory keeps the dictionary (and so the run record) it had before trajectories
+    assert "trajectory" not in StudyPlan(models, (), P8).to_dict()
+
+
+def test_trajectory_in_the_report(trajectory_study, tmp_path):
+    html_path, md_path = write_report(trajectory_study, tmp_path / "r")
+    page = html_path.read_text()
+    assert "Realization and reachability over training" in page
+    md = md_path.read_text()
+    assert "## Trajectory: realization and reachability over training" in md
+    assert "| 30 | run |" in md and "Holm" in md
+
+
+def test_trajectory_figure_renders_in_headless_chromium(trajectory_study, tmp_path, chromium):
+    html_path, _ = write_report(trajectory_study, tmp_path / "trajectory" / "r")
+    figs, shot = _render(chromium, html_path, tmp_path / "trajectory")
+    _check_axes(figs)
+    fig = next(f for f in figs if f["title"].startswith("Realization and reachability over training"))
+    assert fig["axes"]["xaxis"]["type"] == "linear"
+    lines = {t["name"].split(":")[0].split(" (")[0]: t for t in fig["data"]}
+    assert set(lines) == {"D", "O_8", "pass@1", "pass@8"}
+    t = trajectory_study.trajectory()
+    for name, col in (("D", "D"), ("O_8", "O_K"), ("pass@1", "pass@1"), ("pass@8", "pass@8")):
+        assert lines[name]["x"] == [0, 10, 30]  # each checkpoint at its optimizer step, in order
+        assert lines[name]["y"] == pytest.approx(t[col].tolist())
+        assert lines[name]["err_plus"] and len(lines[name]["err_plus"]) == 3  # every point carries its interval
+    r0, r1 = fig["axes"]["xaxis"]["range"]
+    assert r0 <= 0 and 30 <= r1 < 40
+    assert shot.is_file() and shot.stat().st_size > 50_000
