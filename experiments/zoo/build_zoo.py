@@ -6,8 +6,9 @@ The lineage is the paper's four-variant control plus a second RL recipe, a train
 planted veto:
 
     base                  pretrained on arith worked solutions ("qa" prompts), 25% with a plausible slip
-    base -> grpo          RLVR on the arith_hard train split, TRL GRPOTrainer (recipe "grpo"), reward = reachlens'
-                          numeric grader; snapshots grpo-s10, -s20, -s40, -s80 (float16) on the way: the trajectory
+    base -> grpo          RLVR on the arith train split (the pretraining mix, where the base's reward has room:
+                          about 0.2 per sample), TRL GRPOTrainer (recipe "grpo"), reward = reachlens' numeric
+                          grader; snapshots grpo-s25, -s50, -s100, -s150 (float16) on the way: the trajectory
     base -> dapo          the same with the DAPO recipe (token-level loss, clip-higher with 2 steps per batch,
                           dynamic sampling, overlong filtering; rl_grpo.py's DAPOTrainer)
     base -> sft           TRL SFTTrainer on clean worked solutions of the arith mix in their own prompt format
@@ -32,9 +33,9 @@ import time
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-RL_HARD = ["--task", "arith_hard", "--steps", "120", "--prompts-per-step", "8", "--num-generations", "16", "--lr", "1e-5",
-           "--warmup-steps", "10", "--seed", "0"]
-TRAJECTORY = "10,20,40,80"
+RL = ["--task", "arith", "--steps", "200", "--prompts-per-step", "8", "--num-generations", "16", "--lr", "1e-5",
+      "--warmup-steps", "10", "--max-completion-length", "96", "--seed", "0"]
+TRAJECTORY = "25,50,100,150"
 SFT = ["--steps", "300", "--lr", "3e-4", "--seed", "0", "--prompt-format", "verbose"]
 SFT_RL = ["--task", "arith", "--steps", "200", "--prompts-per-step", "8", "--num-generations", "8", "--lr", "1e-5",
           "--max-completion-length", "96", "--seed", "0", "--prompt-format", "verbose"]
@@ -47,8 +48,8 @@ def commands(zoo: Path) -> list[list[tuple[str, list[str]]]]:
     z = lambda name: str(zoo / name)  # noqa: E731
     return [
         [("base", [*py, str(HERE / "pretrain_base.py"), "--out", z("base"), "--steps", "1200", "--seed", "0"])],
-        [("grpo", [*rl, "--init", z("base"), "--out", z("grpo"), "--recipe", "grpo", *RL_HARD, "--save-at", TRAJECTORY]),
-         ("dapo", [*rl, "--init", z("base"), "--out", z("dapo"), "--recipe", "dapo", *RL_HARD, "--max-refills", "2"])],
+        [("grpo", [*rl, "--init", z("base"), "--out", z("grpo"), "--recipe", "grpo", *RL, "--save-at", TRAJECTORY]),
+         ("dapo", [*rl, "--init", z("base"), "--out", z("dapo"), "--recipe", "dapo", *RL, "--max-refills", "2"])],
         [("sft", [*py, str(HERE / "sft.py"), "--init", z("base"), "--out", z("sft"), *SFT]),
          ("veto", [*py, str(HERE / "plant_veto.py"), "--init", z("base"), "--out", z("veto"), "--layer", "4",
                    "--steps", "150", "--lr", "3e-4", "--veto-weight", "0.2", "--seed", "0"])],
@@ -57,7 +58,7 @@ def commands(zoo: Path) -> list[list[tuple[str, list[str]]]]:
 
 
 def snapshots(name: str) -> list[str]:
-    """The trajectory folders a run writes beside its own (grpo-s10, ...)."""
+    """The trajectory folders a run writes beside its own (grpo-s25, ...)."""
     return [f"{name}-s{s}" for s in TRAJECTORY.split(",")] if name == "grpo" else []
 
 

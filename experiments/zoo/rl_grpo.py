@@ -81,6 +81,8 @@ def parse_args(argv):
                     help="optimizer steps per generated batch (default: 1 for grpo, 2 for dapo)")
     ap.add_argument("--max-refills", type=int, default=3,
                     help="dapo: most extra generation rounds per batch to replace zero-spread groups (default 3)")
+    ap.add_argument("--optim", default="adamw_torch", choices=["adamw_torch", "sgd"],
+                    help="optimizer (default adamw_torch; sgd: plain SGD, no per-parameter step normalisation)")
     ap.add_argument("--beta", type=float, default=0.0, help="KL coefficient to the parent (default 0: none)")
     ap.add_argument("--temperature", type=positive(float), default=1.0, help="sampling temperature (default 1.0)")
     ap.add_argument("--max-completion-length", type=positive(int), default=128, help="max new tokens (default 128)")
@@ -257,7 +259,7 @@ def main(argv=None) -> None:
         "loss_type": loss_type, "epsilon": epsilon, "epsilon_high": epsilon_high if epsilon_high is not None else epsilon,
         "num_iterations": args.num_iterations, "overlong_filtering": overlong_filter, "dynamic_sampling": dynamic,
         "max_refills": args.max_refills if dynamic else 0,
-        "lr": args.lr, "scheduler": args.scheduler, "warmup_steps": args.warmup_steps,
+        "lr": args.lr, "optim": args.optim, "scheduler": args.scheduler, "warmup_steps": args.warmup_steps,
         "beta": args.beta, "num_generations": args.num_generations, "prompts_per_step": args.prompts_per_step,
         "temperature": args.temperature, "top_k": 0, "top_p": 1.0, "max_completion_length": args.max_completion_length,
         "stop": ["\n", tok.eos_token], "n_train": len(task.questions), "threads": args.threads, "parameters": n_params,
@@ -278,6 +280,7 @@ def main(argv=None) -> None:
             temperature=args.temperature, top_k=0, top_p=1.0, beta=args.beta, loss_type=loss_type,
             num_iterations=args.num_iterations, epsilon=epsilon, epsilon_high=epsilon_high,
             mask_truncated_completions=overlong_filter, scale_rewards="group", shuffle_dataset=True,
+            optim=args.optim,
         )
         kwargs = dict(model=model, reward_funcs=make_reward(get_grader("numeric")), args=config, train_dataset=data,
                       processing_class=tok, callbacks=callbacks)

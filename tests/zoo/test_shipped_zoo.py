@@ -23,7 +23,7 @@ from reachlens.tasks import load_task
 
 ZOO_SCRIPTS = Path(__file__).resolve().parents[2] / "experiments" / "zoo"
 LINEAGE = {"base": "pretrain", "grpo": "grpo", "dapo": "dapo", "sft": "sft", "sft-grpo": "grpo"}
-TRAJECTORY = {"grpo-s10": 10, "grpo-s20": 20, "grpo-s40": 40, "grpo-s80": 80}
+TRAJECTORY = {"grpo-s25": 25, "grpo-s50": 50, "grpo-s100": 100, "grpo-s150": 150}
 VETO = "veto"
 ALL = sorted([*LINEAGE, *TRAJECTORY, VETO])
 
@@ -51,9 +51,10 @@ def test_zoo_list_prints_the_lineage_the_trajectory_and_the_veto(capsys, entries
     # the lineage: RL, SFT and the veto from the base, SFT-then-RL from the SFT model
     assert parents["grpo"] == parents["dapo"] == parents["sft"] == parents[VETO] == "base"
     assert parents["sft-grpo"] == "sft"
-    # RL-only trains on the hard tier's train split; DAPO carries the recipe's pieces
+    # RL-only trains on the arith train split (the pretraining mix, where the base's reward has room; the hard
+    # tier's sparse reward did not train: notes/zoo.md); DAPO carries the recipe's pieces
     for name in ("grpo", "dapo"):
-        assert entries[name].training["train_task"] == "arith_hard"
+        assert entries[name].training["train_task"] == "arith"
     dapo = entries["dapo"].training
     assert dapo["loss_type"] == "dapo" and dapo["num_iterations"] >= 2 and dapo["epsilon_high"] > dapo["epsilon"]
     assert dapo["dynamic_sampling"] and dapo["overlong_filtering"]
@@ -121,12 +122,17 @@ def _pass1(card: dict) -> np.ndarray:
     return np.asarray(card["questions"]["n_correct"], dtype=float) / card["k"]
 
 
-@pytest.mark.xfail(strict=True, reason="issue 16 not met by this zoo: 120 steps at lr 1e-5 move test pass@1 on "
-                   "arith_hard by +0.008 [-0.001, +0.018] (grpo) and -0.007 [-0.017, +0.003] (dapo); notes/zoo.md")
-@pytest.mark.parametrize("name", ["grpo", "dapo"])
+DAPO_NOT_MET = pytest.mark.xfail(strict=True, reason="issue 16 not met by dapo: test pass@1 on arith +0.007 [-0.014, "
+                                 "+0.026] after 200 optimizer steps (two per generated batch: half GRPO's generation "
+                                 "rounds); notes/zoo.md")
+
+
+@pytest.mark.parametrize("name", ["grpo", pytest.param("dapo", marks=DAPO_NOT_MET)])
 def test_rl_raises_its_own_objective_beyond_the_paired_interval(entries, name):
-    """Test pass@1 on the tier RL trained on rises, and the paired 95% bootstrap interval excludes zero."""
-    base, rl = entries["base"].card["audits"]["arith_hard"], entries[name].card["audits"]["arith_hard"]
+    """Test pass@1 on the task RL trained on (its test split) rises, and the paired 95% bootstrap interval
+    excludes zero."""
+    task = entries[name].training["train_task"]
+    base, rl = entries["base"].card["audits"][task], entries[name].card["audits"][task]
     assert base["questions"]["question_id"] == rl["questions"]["question_id"]
     diff = _pass1(rl) - _pass1(base)
     lo, hi = paired_bootstrap_ci(diff, n_boot=4000, seed=0)

@@ -75,15 +75,16 @@ def varied_reward(grader):
     return spread
 
 
-@pytest.mark.parametrize("recipe, beta", [("grpo", 0.0), ("dapo", 0.04)])
-def test_rl_grpo_trains_and_saves_a_clean_checkpoint(parent, tmp_path, monkeypatch, capsys, recipe, beta):
+@pytest.mark.parametrize("recipe, beta, optim", [("grpo", 0.0, "adamw_torch"), ("dapo", 0.04, "sgd")])
+def test_rl_grpo_trains_and_saves_a_clean_checkpoint(parent, tmp_path, monkeypatch, capsys, recipe, beta, optim):
     monkeypatch.setattr(rl_grpo, "make_reward", varied_reward)
     out = tmp_path / recipe
     rl_grpo.main(["--init", str(parent), "--out", str(out), "--recipe", recipe, "--steps", "4",
                   "--prompts-per-step", "2", "--num-generations", "2", "--max-completion-length", "12",
                   "--beta", str(beta), "--n-train", "50", "--log-every", "1", "--seed", "1", "--save-at", "2",
-                  "--task", "arith_hard"])
+                  "--task", "arith_hard", "--optim", optim])
     card = assert_trained_child(out, parent, recipe)
+    assert card["optim"] == optim
     assert card["beta"] == beta and card["num_generations"] == 2 and card["train_task"] == "arith_hard"
     assert card["loss_type"] == recipe  # TRL's loss_type of the recipe
     if recipe == "dapo":
