@@ -5,7 +5,7 @@ pretraining mix) with the paper's protocol shape (n=300, T=0.8, K=200, budget co
 trained in their own format (SFT and SFT-then-GRPO), the temperature control (each pair's questions
 that left the reachable set re-probed at T = 0.6, 1.0, 1.2) and the length control (a pair whose
 shares of outputs cut at max_new_tokens differ by more than 2 points is audited again at twice the
-length), audits the GRPO run's snapshots (``grpo-s10`` ...: the trajectory, base at step 0 and ``grpo`` at its
+length), audits the GRPO run's snapshots (``grpo-s25`` ...: the trajectory, base at step 0 and ``grpo`` at its
 last step, read as realization and reachability over training), compares each descendant with its parent,
 writes the report, and prints where it is and every
 table: each delta with its paired bootstrap interval, exact McNemar p and Holm-adjusted p.
