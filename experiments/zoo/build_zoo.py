@@ -9,8 +9,8 @@ planted veto:
     base -> grpo          RLVR on the arith train split (the pretraining mix, where the base's reward has room:
                           about 0.2 per sample), TRL GRPOTrainer (recipe "grpo"), reward = reachlens' numeric
                           grader; snapshots grpo-s25, -s50, -s100, -s150 (float16) on the way: the trajectory
-    base -> dapo          the same with the DAPO recipe (token-level loss, clip-higher with 2 steps per batch,
-                          dynamic sampling, overlong filtering; rl_grpo.py's DAPOTrainer)
+    base -> dapo          the same budget with the DAPO recipe (token-level loss, clip-higher with 2 optimizer
+                          steps per batch, dynamic sampling, overlong filtering; rl_grpo.py's DAPOTrainer)
     base -> sft           TRL SFTTrainer on clean worked solutions of the arith mix in their own prompt format
                           ("verbose": the external traces SFT injects, with the format they come in)
     base -> sft -> sft-grpo   GRPO on top of SFT (arith mix, "verbose" format: the model's native one)
@@ -33,8 +33,16 @@ import time
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-RL = ["--task", "arith", "--steps", "200", "--prompts-per-step", "8", "--num-generations", "16", "--lr", "1e-5",
-      "--warmup-steps", "10", "--max-completion-length", "96", "--seed", "0"]
+GENERATED_BATCHES = 200
+"""The RL budget, the same for both recipes: generated batches of 8 prompts x 16 samples. GRPO takes one
+optimizer step per batch (200 steps), DAPO two (400 steps; its dynamic sampling's refill rounds come on top)."""
+
+
+def rl_args(steps: int) -> list[str]:
+    return ["--task", "arith", "--steps", str(steps), "--prompts-per-step", "8", "--num-generations", "16",
+            "--lr", "1e-5", "--warmup-steps", "10", "--max-completion-length", "96", "--seed", "0"]
+
+
 TRAJECTORY = "25,50,100,150"
 SFT = ["--steps", "300", "--lr", "3e-4", "--seed", "0", "--prompt-format", "verbose"]
 SFT_RL = ["--task", "arith", "--steps", "200", "--prompts-per-step", "8", "--num-generations", "8", "--lr", "1e-5",
@@ -48,8 +56,10 @@ def commands(zoo: Path) -> list[list[tuple[str, list[str]]]]:
     z = lambda name: str(zoo / name)  # noqa: E731
     return [
         [("base", [*py, str(HERE / "pretrain_base.py"), "--out", z("base"), "--steps", "1200", "--seed", "0"])],
-        [("grpo", [*rl, "--init", z("base"), "--out", z("grpo"), "--recipe", "grpo", *RL, "--save-at", TRAJECTORY]),
-         ("dapo", [*rl, "--init", z("base"), "--out", z("dapo"), "--recipe", "dapo", *RL, "--max-refills", "2"])],
+        [("grpo", [*rl, "--init", z("base"), "--out", z("grpo"), "--recipe", "grpo",
+                  *rl_args(GENERATED_BATCHES), "--save-at", TRAJECTORY]),
+         ("dapo", [*rl, "--init", z("base"), "--out", z("dapo"), "--recipe", "dapo",
+                  *rl_args(2 * GENERATED_BATCHES), "--max-refills", "2"])],
         [("sft", [*py, str(HERE / "sft.py"), "--init", z("base"), "--out", z("sft"), *SFT]),
          ("veto", [*py, str(HERE / "plant_veto.py"), "--init", z("base"), "--out", z("veto"), "--layer", "4",
                    "--steps", "150", "--lr", "3e-4", "--veto-weight", "0.2", "--seed", "0"])],

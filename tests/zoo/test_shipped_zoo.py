@@ -58,6 +58,12 @@ def test_zoo_list_prints_the_lineage_the_trajectory_and_the_veto(capsys, entries
     dapo = entries["dapo"].training
     assert dapo["loss_type"] == "dapo" and dapo["num_iterations"] >= 2 and dapo["epsilon_high"] > dapo["epsilon"]
     assert dapo["dynamic_sampling"] and dapo["overlong_filtering"]
+    # one stated budget for both recipes: the same number of generated batches (DAPO takes two optimizer
+    # steps on each, so twice GRPO's optimizer steps), the same batch shape
+    grpo = entries["grpo"].training
+    assert dapo["steps"] // dapo["num_iterations"] == grpo["steps"] // grpo["num_iterations"]
+    assert [dapo[k] for k in ("prompts_per_step", "num_generations", "lr")] == \
+        [grpo[k] for k in ("prompts_per_step", "num_generations", "lr")]
     assert any(row.get("refills", 0) > 0 for row in dapo["reward_log"]), "dynamic sampling never refilled a batch"
 
 
@@ -122,12 +128,7 @@ def _pass1(card: dict) -> np.ndarray:
     return np.asarray(card["questions"]["n_correct"], dtype=float) / card["k"]
 
 
-DAPO_NOT_MET = pytest.mark.xfail(strict=True, reason="issue 16 not met by dapo: test pass@1 on arith +0.007 [-0.014, "
-                                 "+0.026] after 200 optimizer steps (two per generated batch: half GRPO's generation "
-                                 "rounds); notes/zoo.md")
-
-
-@pytest.mark.parametrize("name", ["grpo", pytest.param("dapo", marks=DAPO_NOT_MET)])
+@pytest.mark.parametrize("name", ["grpo", "dapo"])
 def test_rl_raises_its_own_objective_beyond_the_paired_interval(entries, name):
     """Test pass@1 on the task RL trained on (its test split) rises, and the paired 95% bootstrap interval
     excludes zero."""
@@ -174,6 +175,25 @@ def test_the_planted_veto_is_where_its_card_says(entries):
     # elsewhere the answers are mostly the parent's (the plant's side effects: near-ties of the slips re-rolled)
     same = [answer(bt) == answer(vt) for bt, vt, n in zip(b, v, negative) if not n]
     assert sum(same) >= 0.8 * len(same), list(zip(b, v))
+
+
+def test_make_zoo_issues_the_command_each_shipped_checkpoint_records(entries):
+    """`make zoo` (build_zoo.py) rebuilds each checkpoint with the very command its training.json records (a
+    checkpoint made under an older script records the current equivalent as ``rebuild_command``)."""
+    sys.path.insert(0, str(ZOO_SCRIPTS))
+    import build_zoo
+
+    zoo = Path("reachlens/assets/zoo")
+    built = {}
+    for stage in build_zoo.commands(zoo):
+        for name, argv in stage:
+            script = Path(argv[1]).relative_to(ZOO_SCRIPTS.parents[1])
+            built[name] = " ".join(["python", str(script), *argv[2:]])
+    assert set(built) == set(LINEAGE) | {VETO}
+    for name, command in built.items():
+        t = entries[name].training
+        assert command == t.get("rebuild_command", t["command"]), name
+    assert sorted(build_zoo.snapshots("grpo")) == sorted(TRAJECTORY)
 
 
 def test_every_card_is_reproduced_by_its_audit_command(capsys, entries):
