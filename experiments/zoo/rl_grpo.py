@@ -1,7 +1,10 @@
 """RLVR from a parent checkpoint with TRL's GRPOTrainer: reward 1 when the project's numeric grader says correct.
 
-    python experiments/zoo/rl_grpo.py --init reachlens/assets/zoo/base --out reachlens/assets/zoo/grpo --recipe grpo --task arith_hard --steps 200 --seed 0
-    python experiments/zoo/rl_grpo.py --init reachlens/assets/zoo/base --out reachlens/assets/zoo/dapo --recipe dapo --task arith_hard --steps 200 --seed 0
+    python experiments/zoo/rl_grpo.py --init reachlens/assets/zoo/base --out runs/grpo --recipe grpo --task arith --steps 200 --seed 0
+    python experiments/zoo/rl_grpo.py --init reachlens/assets/zoo/base --out runs/dapo --recipe dapo --task arith --steps 400 --seed 0
+
+(the zoo's exact commands are in ``build_zoo.py`` and each checkpoint's ``training.json``; DAPO's two
+optimizer steps per generated batch make 400 steps the same sampling budget as GRPO's 200).
 
 Each generation round samples ``--num-generations`` completions for each of ``--prompts-per-step`` prompts of
 the task's *train* split (``--task``: ``arith`` or ``arith_hard``; ``--prompt-format``, "qa" by default), grades

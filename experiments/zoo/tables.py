@@ -134,12 +134,13 @@ def main(argv=None) -> int:
     (out / "lineage.md").write_text(f"{note}\n\n{markdown(lineage)}\n")
     (out / "trajectory.md").write_text(f"{note}\n\n{markdown(trajectory)}\n")
     if plot:
-        write_figure(pd.DataFrame(plot), out / "trajectory.html", note)
-    print(note, "\n\nLineage\n\n" + markdown(lineage) + "\n\nTrajectory (GRPO on arith_hard)\n\n" + markdown(trajectory))
+        write_figure(pd.DataFrame(plot), out / "trajectory.html", note, args.task)
+    print(note, "\n\nLineage\n\n" + markdown(lineage) + f"\n\nTrajectory (the GRPO run, on {args.task})\n\n"
+          + markdown(trajectory))
     return 0
 
 
-def write_figure(p: pd.DataFrame, path: Path, note: str) -> None:
+def write_figure(p: pd.DataFrame, path: Path, note: str, task: str) -> None:
     import plotly.graph_objects as go
 
     fig = go.Figure()
@@ -149,7 +150,7 @@ def write_figure(p: pd.DataFrame, path: Path, note: str) -> None:
         fig.add_scatter(x=p["step"], y=p[col], name=name, mode="lines+markers",
                         error_y={"type": "data", "symmetric": False, "array": p[col + "_hi"] - p[col],
                                  "arrayminus": p[col] - p[col + "_lo"]})
-    fig.update_layout(title="Realization and reachability over training (GRPO on arith_hard)",
+    fig.update_layout(title=f"Realization and reachability over training (the GRPO run, on {task})",
                       xaxis_title="RL optimizer step (0 = base)", yaxis_title="share of 300 test questions",
                       yaxis_range=[0, 1], height=500, width=820,
                       annotations=[{"text": note.replace("; 95%", ";<br>95%"), "xref": "paper", "yref": "paper",
