@@ -189,12 +189,18 @@ def pass_at_k_delta_figure(curves: dict[str, pd.DataFrame]):
 
 
 def trajectory_figure(trajectory: pd.DataFrame, k: int):
-    """Realization and reachability over training: D, pass@1, pass@8 and O_K against the optimizer step
-    of one run (:meth:`TrainingAudit.trajectory`), each point with its 95 % interval (Wilson for D and
-    O_K, question bootstrap for pass@k); the hover names the checkpoint and the change from step 0."""
+    """Realization and reachability over training, one run's checkpoints by optimizer step
+    (:meth:`TrainingAudit.trajectory`). Top: D, pass@1, pass@8 and O_K at each step, each with its 95 %
+    interval (Wilson for D and O_K, question bootstrap for pass@k). Bottom: the change of D, O_K and pass@1
+    from step 0 with its paired 95 % bootstrap interval as a band, so a drift smaller than the levels'
+    intervals (the same questions on both sides) can be read against zero; the hover gives its p and Holm p."""
+    from plotly.subplots import make_subplots
+
     go = _go()
     t = trajectory
-    fig = go.Figure()
+    steps = [int(s) for s in t["step"]]
+    fig = make_subplots(rows=2, cols=1, shared_xaxes=True, vertical_spacing=0.1, row_heights=[0.58, 0.42],
+                        subplot_titles=("level at each step", "change from step 0 (paired 95 % interval)"))
     series = [("O_K", f"O_{k}: reachable with {k} samples", _COLORS["O_K"], "solid"),
               ("pass@8", "pass@8 (T of the protocol)", "#9ecae1", "dash"),
               ("D", "D: deployed (greedy)", _COLORS["D"], "solid"),
@@ -202,18 +208,44 @@ def trajectory_figure(trajectory: pd.DataFrame, k: int):
     for col, label, color, dash in series:
         if col not in t.columns:
             continue
-        delta = t[f"delta_{col}"] if f"delta_{col}" in t.columns else None
         hover = [f"{m} (step {s})<br>{label}: {v:.3f} [{lo:.3f}, {hi:.3f}]"
-                 + ("" if delta is None or i == 0 else f"<br>vs step 0: {delta.iloc[i]:+.3f}")
-                 for i, (m, s, v, lo, hi) in enumerate(zip(t["model"], t["step"], t[col], t[f"{col}_lo"], t[f"{col}_hi"]))]
-        fig.add_trace(go.Scatter(x=t["step"], y=t[col], mode="lines+markers", name=label,
+                 for m, s, v, lo, hi in zip(t["model"], t["step"], t[col], t[f"{col}_lo"], t[f"{col}_hi"])]
+        fig.add_trace(go.Scatter(x=t["step"], y=t[col], mode="lines+markers", name=label, legendgroup=col,
                                  line=dict(color=color, dash=dash), marker=dict(color=color),
                                  error_y=_error(t[col], t[f"{col}_lo"], t[f"{col}_hi"]),
-                                 hovertext=hover, hoverinfo="text"))
-    steps = [int(s) for s in t["step"]]
+                                 hovertext=hover, hoverinfo="text"), row=1, col=1)
+    for col, label, color, _ in series:
+        key = f"delta_{col}"
+        if key not in t.columns:
+            continue
+        lo, hi = t[f"{key}_lo"].fillna(0.0), t[f"{key}_hi"].fillna(0.0)  # step 0: a change of 0, no interval
+        fig.add_trace(go.Scatter(x=t["step"], y=hi, mode="lines", line=dict(width=0), showlegend=False,
+                                 legendgroup=col, hoverinfo="skip"), row=2, col=1)
+        fig.add_trace(go.Scatter(x=t["step"], y=lo, mode="lines", line=dict(width=0), fill="tonexty",
+                                 fillcolor=_rgba(color, 0.15), showlegend=False, legendgroup=col, hoverinfo="skip"),
+                      row=2, col=1)
+        hover = [f"{m} (step {s})<br>change of {label.split(':')[0]} from step 0: {d:+.3f}"
+                 + ("" if i == 0 else f" [{a:+.3f}, {b:+.3f}], p {_p(p)} (Holm {_p(ph)})")
+                 for i, (m, s, d, a, b, p, ph) in enumerate(zip(t["model"], t["step"], t[key], lo, hi, t[f"{key}_p"],
+                                                                t[f"{key}_p_holm"]))]
+        fig.add_trace(go.Scatter(x=t["step"], y=t[key], mode="lines+markers", name=label, legendgroup=col,
+                                 showlegend=False, line=dict(color=color, dash=_dash(series, col)),
+                                 marker=dict(color=color), hovertext=hover, hoverinfo="text"), row=2, col=1)
+    fig.add_trace(go.Scatter(x=[steps[0], steps[-1]], y=[0, 0], mode="lines", showlegend=False,
+                             line=dict(color="grey", dash="dot", width=1), hoverinfo="skip"), row=2, col=1)
     fig.update_layout(title=f"Realization and reachability over training ({t['model'].iloc[0]} at step {steps[0]} "
-                            f"to {t['model'].iloc[-1]} at step {steps[-1]}; 95 % intervals)",
-                      xaxis_title="optimizer step of the training run (0: its parent)",
-                      yaxis_title="share of questions", yaxis_tickformat=".0%",
-                      xaxis=dict(tickvals=steps, ticktext=[str(s) for s in steps]))
+                            f"to {t['model'].iloc[-1]} at step {steps[-1]}; 95 % intervals)", height=720)
+    fig.update_xaxes(tickvals=steps, ticktext=[str(s) for s in steps])
+    fig.update_xaxes(title_text="optimizer step of the training run (0: its parent)", row=2, col=1)
+    fig.update_yaxes(title_text="share of questions", tickformat=".0%", row=1, col=1)
+    fig.update_yaxes(title_text="change from step 0", tickformat="+.0%", row=2, col=1)
     return fig
+
+
+def _dash(series, col: str) -> str:
+    return next(d for c, _, _, d in series if c == col)
+
+
+def _rgba(hex_color: str, alpha: float) -> str:
+    r, g, b = (int(hex_color[i:i + 2], 16) for i in (1, 3, 5))
+    return f"rgba({r},{g},{b},{alpha})"

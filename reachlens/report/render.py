@@ -316,8 +316,10 @@ def write_report(study: TrainingAudit, out: str | Path) -> tuple[Path, Path]:
         figs.append(("Propensity bins", propensity_figure({f"{a} → {b}": c.propensity_bins() for (a, b), c in comps.items()})))
     if study.audits:
         crossovers = {f"{a} / {b}": (a, b, c.crossovers()) for (a, b), c in comps.items()}
+        drawn = study.plan.paired_models  # a trajectory-only checkpoint has the trajectory figure
         figs.append(("pass@k curves", pass_at_k_figure(
-            {**study.audits, **{f"{n} (K={e.k})": e for n, e in study.extended.items()}}, crossovers)))
+            {**{n: r for n, r in study.audits.items() if n in drawn},
+             **{f"{n} (K={e.k})": e for n, e in study.extended.items()}}, crossovers)))
     if comps:
         figs.append(("pass@k difference with its interval", pass_at_k_delta_figure(
             {f"{a} → {b}": c.pass_at_k_curve() for (a, b), c in comps.items()})))

@@ -61,7 +61,7 @@ def audit_lineage(
             log(f"{name:>10s}: D under its native prompt {fmt!r} = {r.D:.3f}")
     if plan.budget_k:
         for name, r in main.items():
-            if name not in plan.budget_models:
+            if name not in plan.paired_models:
                 continue
             ext_dir = root / "audits" / f"{name}-k{plan.budget_k}"
             if (ext_dir / "summary.json").is_file():

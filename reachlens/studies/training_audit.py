@@ -125,10 +125,23 @@ class StudyPlan:
             raise ReachlensError(f"trajectory={self.trajectory!r} gives two checkpoints the same step")
 
     @property
-    def budget_models(self) -> list[str]:
-        """The checkpoints the budget control extends: those of the pairs (all of them in a study without pairs)."""
+    def model_order(self) -> list[str]:
+        """Every checkpoint in reading order: those of the pairs as the pairs name them, then the trajectory's
+        by step, then any other as ``models`` gives them. Tables, figures and a reloaded study follow it (a
+        run record's JSON keeps no key order)."""
+        order: list[str] = []
+        for name in [*(n for pair in self.pairs for n in pair),
+                     *sorted(self.trajectory, key=self.trajectory.__getitem__), *self.models]:
+            if name not in order:
+                order.append(name)
+        return order
+
+    @property
+    def paired_models(self) -> list[str]:
+        """The checkpoints of the pairs, in :attr:`model_order` (all of them in a study without pairs): those the
+        budget control extends and the pass@k chart draws (a trajectory-only checkpoint has its own figure)."""
         paired = {n for pair in self.pairs for n in pair}
-        return [n for n in self.models if n in paired or not self.pairs]
+        return [n for n in self.model_order if n in paired or not self.pairs]
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
@@ -271,7 +284,7 @@ class TrainingAudit:
         """O_K and O_2K per checkpoint of the pairs (from the same seed stream)."""
         rows = []
         for name, r in self.audits.items():
-            if name not in self.plan.budget_models:
+            if name not in self.plan.paired_models:
                 continue
             e = self.extended.get(name)
             rows.append({"model": name, "K": r.k, "O_K": r.O_K, "K2": e.k if e else None,
@@ -585,7 +598,7 @@ def _audit_checkpoint(
     r = audit(model, task, plan.protocol, out=root / "audits" / name, max_batch_rows=max_batch_rows,
               progress=bar(f"{name} K={plan.protocol.k}", len(task)))
     log(f"{name:>10s}: D={r.D:.3f}  O_{r.k}={r.O_K:.3f}")
-    if plan.budget_k and name in plan.budget_models:
+    if plan.budget_k and name in plan.paired_models:
         ext_dir = root / "audits" / f"{name}-k{plan.budget_k}"
         if not (ext_dir / "summary.json").is_file():
             e = extend_budget(model, task, r, plan.budget_k, out=ext_dir, max_batch_rows=max_batch_rows,
@@ -705,7 +718,7 @@ def load_training_audit(path: str | Path) -> TrainingAudit:
     meta = read_json(root / "study.json", "study file")
     plan = StudyPlan.from_dict(meta["plan"])
     audits, extended, formats, longer, reprobes = {}, {}, {}, {}, {}
-    for name in plan.models:
+    for name in plan.model_order:
         d = root / "audits" / name
         if (d / "summary.json").is_file():
             audits[name] = AuditResult.load(d)

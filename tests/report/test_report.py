@@ -91,7 +91,7 @@ window.addEventListener('load', () => setTimeout(() => {
       }
     }
     const data = gd._fullData.filter(t => t.visible === true).map(t => ({
-      type: t.type, name: t.name, x: arr(t.x), y: arr(t.y), xaxis: t.xaxis, yaxis: t.yaxis,
+      type: t.type, name: t.name, mode: t.mode, x: arr(t.x), y: arr(t.y), xaxis: t.xaxis, yaxis: t.yaxis,
       err_plus: (t.error_y && t.error_y.visible) ? arr(t.error_y.array) : [],
       err_minus: (t.error_y && t.error_y.visible) ? arr(t.error_y.arrayminus) : []}));
     out.push({title: fl.title.text, barmode: fl.barmode, axes, data, width: fl.width, height: fl.height});
@@ -298,9 +298,9 @@ def test_trajectory_table_against_scipy_and_statsmodels(trajectory_study):
 
 
 def test_trajectory_budget_control_covers_the_pairs_only(trajectory_study):
-    assert trajectory_study.plan.budget_models == ["base", "run"]
+    assert trajectory_study.plan.paired_models == ["base", "run"]
     plan = StudyPlan({"a": "x", "b": "y"}, (), P8)
-    assert plan.budget_models == ["a", "b"]  # a study without pairs extends every checkpoint
+    assert plan.paired_models == ["a", "b"]  # a study without pairs extends every checkpoint
 
 
 def test_trajectory_plan_is_checked_and_round_trips():
@@ -334,13 +334,46 @@ def test_trajectory_figure_renders_in_headless_chromium(trajectory_study, tmp_pa
     _check_axes(figs)
     fig = next(f for f in figs if f["title"].startswith("Realization and reachability over training"))
     assert fig["axes"]["xaxis"]["type"] == "linear"
-    lines = {t["name"].split(":")[0].split(" (")[0]: t for t in fig["data"]}
-    assert set(lines) == {"D", "O_8", "pass@1", "pass@8"}
     t = trajectory_study.trajectory()
+    # top panel: the levels, each point with its interval
+    lines = {tr["name"].split(":")[0].split(" (")[0]: tr for tr in fig["data"]
+             if tr["yaxis"] == "y" and tr["mode"] == "lines+markers"}
+    assert set(lines) == {"D", "O_8", "pass@1", "pass@8"}
     for name, col in (("D", "D"), ("O_8", "O_K"), ("pass@1", "pass@1"), ("pass@8", "pass@8")):
         assert lines[name]["x"] == [0, 10, 30]  # each checkpoint at its optimizer step, in order
         assert lines[name]["y"] == pytest.approx(t[col].tolist())
         assert lines[name]["err_plus"] and len(lines[name]["err_plus"]) == 3  # every point carries its interval
-    r0, r1 = fig["axes"]["xaxis"]["range"]
-    assert r0 <= 0 and 30 <= r1 < 40
+    # bottom panel: the change from step 0 of D, O_K and pass@1, each inside its paired band (drawn as its bounds)
+    changes = [tr for tr in fig["data"] if tr["yaxis"] == "y2" and tr["mode"] == "lines+markers"]
+    assert len(changes) == 3
+    bounds = [tr["y"] for tr in fig["data"] if tr["yaxis"] == "y2" and tr["mode"] == "lines" and len(tr["y"]) == 3]
+    for col, tr in zip(("delta_O_K", "delta_D", "delta_pass@1"), changes):
+        assert tr["x"] == [0, 10, 30] and tr["y"] == pytest.approx(t[col].tolist())
+        want_hi, want_lo = t[f"{col}_hi"].fillna(0).tolist(), t[f"{col}_lo"].fillna(0).tolist()
+        assert any(b == pytest.approx(want_hi) for b in bounds) and any(b == pytest.approx(want_lo) for b in bounds)
+    for axis in ("xaxis", "xaxis2"):
+        r0, r1 = fig["axes"][axis]["range"]
+        assert r0 <= 0 and 30 <= r1 < 40
     assert shot.is_file() and shot.stat().st_size > 50_000
+
+
+def test_a_reloaded_study_reads_in_plan_order_and_the_pass_at_k_chart_draws_the_pairs(tmp_path):
+    """study.json keeps no key order (the store sorts keys), so a reloaded study orders its checkpoints by the
+    plan: the pairs' checkpoints as the pairs name them, then the trajectory's by step (not "s100" before "s25");
+    a trajectory-only checkpoint is left out of the pass@k chart (it has the trajectory figure)."""
+    steps = {"zeta": 0, "run-s25": 25, "run-s100": 100, "alpha": 200}
+    models = {name: f"zoo:{name}" for name in steps}
+    plan = StudyPlan(models, (("zeta", "alpha"),), P8, trajectory=steps)
+    assert plan.model_order == ["zeta", "alpha", "run-s25", "run-s100"]
+    assert plan.paired_models == ["zeta", "alpha"]
+    (tmp_path / "audits").mkdir()
+    (tmp_path / "study.json").write_text(json.dumps({"plan": plan.to_dict()}, sort_keys=True))
+    for i, name in enumerate(steps):
+        _write(tmp_path, name, fake_audit([True, False, False, i % 2 == 0], [3, 1, 0, i], k=8, spec=f"zoo:{name}",
+                                          protocol=P8))
+    study = load_training_audit(tmp_path)
+    assert list(study.audits) == ["zeta", "alpha", "run-s25", "run-s100"]
+    assert study.trajectory()["model"].tolist() == ["zeta", "run-s25", "run-s100", "alpha"]
+    page = write_report(study, tmp_path / "r")[0].read_text()
+    names = set(re.findall(r'"name":"([^"]+)"', page))
+    assert {"zeta", "alpha"} <= names and not {"run-s25", "run-s100"} & names, sorted(names)
