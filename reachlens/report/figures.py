@@ -129,9 +129,16 @@ def pass_at_k_figure(audits: dict[str, object], crossovers: dict[str, tuple[str,
     return fig
 
 
-_BAND = ("rgba(49,130,189,0.18)", "rgba(230,85,13,0.18)", "rgba(49,163,84,0.18)", "rgba(117,107,177,0.18)",
-         "rgba(99,99,99,0.18)")
+def _rgba(hex_color: str, alpha: float) -> str:
+    """``#rrggbb`` as a CSS ``rgba(...)`` colour with opacity ``alpha``."""
+    r, g, b = (int(hex_color[i:i + 2], 16) for i in (1, 3, 5))
+    return f"rgba({r},{g},{b},{alpha})"
+
+
+_BAND_ALPHA = 0.18
+"""Opacity of an interval band: its line's colour, faded."""
 _LINE = ("#3182bd", "#e6550d", "#31a354", "#756bb1", "#636363")
+_BAND = tuple(_rgba(c, _BAND_ALPHA) for c in _LINE)
 
 
 def pass_at_k_delta_figure(curves: dict[str, pd.DataFrame]):
@@ -214,7 +221,7 @@ def trajectory_figure(trajectory: pd.DataFrame, k: int):
                                  line=dict(color=color, dash=dash), marker=dict(color=color),
                                  error_y=_error(t[col], t[f"{col}_lo"], t[f"{col}_hi"]),
                                  hovertext=hover, hoverinfo="text"), row=1, col=1)
-    for col, label, color, _ in series:
+    for col, label, color, dash in series:
         key = f"delta_{col}"
         if key not in t.columns:
             continue
@@ -222,14 +229,14 @@ def trajectory_figure(trajectory: pd.DataFrame, k: int):
         fig.add_trace(go.Scatter(x=t["step"], y=hi, mode="lines", line=dict(width=0), showlegend=False,
                                  legendgroup=col, hoverinfo="skip"), row=2, col=1)
         fig.add_trace(go.Scatter(x=t["step"], y=lo, mode="lines", line=dict(width=0), fill="tonexty",
-                                 fillcolor=_rgba(color, 0.15), showlegend=False, legendgroup=col, hoverinfo="skip"),
+                                 fillcolor=_rgba(color, _BAND_ALPHA), showlegend=False, legendgroup=col, hoverinfo="skip"),
                       row=2, col=1)
         hover = [f"{m} (step {s})<br>change of {label.split(':')[0]} from step 0: {d:+.3f}"
                  + ("" if i == 0 else f" [{a:+.3f}, {b:+.3f}], p {_p(p)} (Holm {_p(ph)})")
                  for i, (m, s, d, a, b, p, ph) in enumerate(zip(t["model"], t["step"], t[key], lo, hi, t[f"{key}_p"],
                                                                 t[f"{key}_p_holm"]))]
         fig.add_trace(go.Scatter(x=t["step"], y=t[key], mode="lines+markers", name=label, legendgroup=col,
-                                 showlegend=False, line=dict(color=color, dash=_dash(series, col)),
+                                 showlegend=False, line=dict(color=color, dash=dash),
                                  marker=dict(color=color), hovertext=hover, hoverinfo="text"), row=2, col=1)
     fig.add_trace(go.Scatter(x=[steps[0], steps[-1]], y=[0, 0], mode="lines", showlegend=False,
                              line=dict(color="grey", dash="dot", width=1), hoverinfo="skip"), row=2, col=1)
@@ -240,12 +247,3 @@ def trajectory_figure(trajectory: pd.DataFrame, k: int):
     fig.update_yaxes(title_text="share of questions", tickformat=".0%", row=1, col=1)
     fig.update_yaxes(title_text="change from step 0", tickformat="+.0%", row=2, col=1)
     return fig
-
-
-def _dash(series, col: str) -> str:
-    return next(d for c, _, _, d in series if c == col)
-
-
-def _rgba(hex_color: str, alpha: float) -> str:
-    r, g, b = (int(hex_color[i:i + 2], 16) for i in (1, 3, 5))
-    return f"rgba({r},{g},{b},{alpha})"
