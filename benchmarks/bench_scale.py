@@ -43,7 +43,7 @@ def ray_vs_single(args) -> dict:
 
     import reachlens
     from reachlens import Protocol
-    from reachlens.scale import RayExecutor
+    from reachlens.runner import RayExecutor
 
     task = reachlens.load_task(args.task, args.data, n=args.n)
     protocol = Protocol(args.task, k=args.k, max_new_tokens=args.max_new_tokens)
@@ -78,7 +78,7 @@ def throughput(args) -> dict:
     import reachlens
     from reachlens import Protocol
     from reachlens.engine import Row, generate, row_seed
-    from reachlens.engine.backends import load_vllm
+    from reachlens.models import load_vllm
     from reachlens.engine.tokens import encode_prompts
     from reachlens.models.loading import resolve_spec
 

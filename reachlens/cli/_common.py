@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 
 from reachlens.errors import MissingFileError, ReachlensError
+from reachlens.execution import DTYPES
 
 __all__ = [
     "CLIError", "DTYPES", "add_model_args", "add_protocol_args", "add_study_args", "add_task_args", "comma_list",
@@ -63,7 +64,6 @@ def add_protocol_args(p: argparse.ArgumentParser, *, k_default: int = 64) -> Non
     p.add_argument("--stop", action="append", default=None, help="stop string (repeatable; default: the task's)")
 
 
-DTYPES = ("float32", "bfloat16", "float16")
 
 
 def add_model_args(p: argparse.ArgumentParser) -> None:
@@ -76,12 +76,10 @@ def add_model_args(p: argparse.ArgumentParser) -> None:
 
 def load_model_from_args(args: argparse.Namespace):
     """The model named by :func:`add_model_args`' flags, loaded on ``--device`` in ``--dtype``."""
-    import torch
+    from reachlens.models import ModelSource
 
-    from reachlens.models import load_model
-
-    return load_model(args.model, device=args.device, dtype=getattr(torch, args.dtype),
-                      trust_remote_code=args.trust_remote_code)
+    return ModelSource(args.model, device=args.device, dtype=args.dtype,
+                       trust_remote_code=args.trust_remote_code).load()
 
 
 def protocol_from_args(args: argparse.Namespace, task):

@@ -18,6 +18,7 @@ import pandas as pd
 import pytest
 
 import reachlens
+from reachlens.execution import ExecConfig
 from reachlens import AuditResult, Protocol
 from conftest import isolated_command, isolated_env
 from ray_driver import K, MAX_BATCH_ROWS, MAX_NEW_TOKENS, N
@@ -33,7 +34,7 @@ def single(tmp_path_factory) -> AuditResult:
     out = tmp_path_factory.mktemp("single") / "a"
     model = reachlens.load_model("zoo:base")
     return reachlens.audit(model, reachlens.load_task("arith", n=N), Protocol("arith", k=K, max_new_tokens=MAX_NEW_TOKENS),
-                           out=out, max_batch_rows=MAX_BATCH_ROWS)
+                           out=out, exec_config=ExecConfig(max_batch_rows=MAX_BATCH_ROWS))
 
 
 def _scratch() -> Path:
@@ -78,7 +79,7 @@ def test_a_killed_ray_driver_resumes_in_one_process(isolated, single, tmp_path):
     partial = AuditResult.load(out)
     assert 0 < len(partial.questions) < N
     resumed = reachlens.audit(reachlens.load_model("zoo:base"), reachlens.load_task("arith", n=N),
-                              Protocol("arith", k=K, max_new_tokens=MAX_NEW_TOKENS), out=out, max_batch_rows=MAX_BATCH_ROWS)
+                              Protocol("arith", k=K, max_new_tokens=MAX_NEW_TOKENS), out=out, exec_config=ExecConfig(max_batch_rows=MAX_BATCH_ROWS))
     pd.testing.assert_frame_equal(resumed.questions, single.questions)
     pd.testing.assert_frame_equal(resumed.samples, single.samples)
 

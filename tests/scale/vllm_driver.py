@@ -15,7 +15,7 @@ from pathlib import Path
 
 import reachlens
 from reachlens import Protocol
-from reachlens.engine.backends import load_vllm
+from reachlens.models import load_vllm
 from reachlens.studies.budget import extend_budget
 
 N, K, MAX_NEW_TOKENS = 16, 200, 48

@@ -7,6 +7,7 @@ import pandas as pd
 import pytest
 from conftest import fake_audit as fake
 
+from reachlens.execution import ExecConfig
 from reachlens import Protocol, ProtocolMismatch, audit, load_task
 from reachlens.errors import ReachlensError
 from reachlens.studies import AuditResult, compare, extend_budget, propensity_bins
@@ -79,9 +80,9 @@ def test_budgets_differ_only_with_common_k():
 
 def test_extend_budget_equals_a_fresh_audit(tiny_model, tmp_path):
     task = load_task("arith", n=4)
-    small = audit(tiny_model, task, PROTO, out=tmp_path / "k4", max_batch_rows=10)
-    fresh = audit(tiny_model, task, PROTO.with_k(8), max_batch_rows=40)
-    ext = extend_budget(tiny_model, task, tmp_path / "k4", 8, out=tmp_path / "k8", max_batch_rows=10)
+    small = audit(tiny_model, task, PROTO, out=tmp_path / "k4", exec_config=ExecConfig(max_batch_rows=10))
+    fresh = audit(tiny_model, task, PROTO.with_k(8), exec_config=ExecConfig(max_batch_rows=40))
+    ext = extend_budget(tiny_model, task, tmp_path / "k4", 8, out=tmp_path / "k8", exec_config=ExecConfig(max_batch_rows=10))
     pd.testing.assert_frame_equal(ext.samples[["question_id", "sample_idx", "text", "correct"]],
                                   fresh.samples[["question_id", "sample_idx", "text", "correct"]])
     assert ext.questions["n_correct"].tolist() == fresh.questions["n_correct"].tolist()

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from reachlens.execution import ExecConfig
 from reachlens import Protocol, ProtocolMismatch, audit, load_task, rescore
 from reachlens.studies import compare, extend_budget
 
@@ -34,22 +35,22 @@ def files(tmp_path):
 def test_a_resume_on_another_data_file_is_refused_naming_it(tiny_model, files, tmp_path) -> None:
     a, b = files
     out = tmp_path / "G"
-    audit(tiny_model, load_task("gsm8k", a), PROTO, out=out, max_batch_rows=6)
+    audit(tiny_model, load_task("gsm8k", a), PROTO, out=out, exec_config=ExecConfig(max_batch_rows=6))
     with pytest.raises(ProtocolMismatch, match=r"data.questions_sha256, data.sha256 .*pass the same data file") as err:
-        audit(tiny_model, load_task("gsm8k", b), PROTO, out=out, max_batch_rows=6)
+        audit(tiny_model, load_task("gsm8k", b), PROTO, out=out, exec_config=ExecConfig(max_batch_rows=6))
     assert "data.sha256" in err.value.differences
     # a copy of the same file elsewhere is the same data
     copy = tmp_path / "elsewhere" / "A.jsonl"
     copy.parent.mkdir()
     copy.write_bytes(a.read_bytes())
-    assert audit(tiny_model, load_task("gsm8k", copy), PROTO, out=out, max_batch_rows=6).n == 3
+    assert audit(tiny_model, load_task("gsm8k", copy), PROTO, out=out, exec_config=ExecConfig(max_batch_rows=6)).n == 3
 
 
 def test_the_data_identity_is_recorded(tiny_model, files, tmp_path) -> None:
     import hashlib
 
     a, _ = files
-    r = audit(tiny_model, load_task("gsm8k", a), PROTO, out=tmp_path / "G", max_batch_rows=6)
+    r = audit(tiny_model, load_task("gsm8k", a), PROTO, out=tmp_path / "G", exec_config=ExecConfig(max_batch_rows=6))
     header = json.loads((tmp_path / "G" / "run.json").read_text())
     assert header["data"]["sha256"] == hashlib.sha256(a.read_bytes()).hexdigest() == r.data["sha256"]
     gen = load_task("arith", n=3, seed=4).data_identity
@@ -59,8 +60,8 @@ def test_the_data_identity_is_recorded(tiny_model, files, tmp_path) -> None:
 
 def test_compare_refuses_audits_of_different_data(tiny_model, files, tmp_path) -> None:
     a, b = files
-    ra = audit(tiny_model, load_task("gsm8k", a), PROTO, out=tmp_path / "A", max_batch_rows=6)
-    rb = audit(tiny_model, load_task("gsm8k", b), PROTO, out=tmp_path / "B", max_batch_rows=6)
+    ra = audit(tiny_model, load_task("gsm8k", a), PROTO, out=tmp_path / "A", exec_config=ExecConfig(max_batch_rows=6))
+    rb = audit(tiny_model, load_task("gsm8k", b), PROTO, out=tmp_path / "B", exec_config=ExecConfig(max_batch_rows=6))
     with pytest.raises(ProtocolMismatch, match="made on different data"):
         compare(tmp_path / "A", tmp_path / "B")
     # directories written before data identity: golds are compared question by question
@@ -78,7 +79,7 @@ def test_compare_refuses_audits_of_different_data(tiny_model, files, tmp_path) -
 def test_an_old_directory_without_data_identity_resumes_with_a_note(tiny_model, files, tmp_path) -> None:
     a, _ = files
     out = tmp_path / "G"
-    first = audit(tiny_model, load_task("gsm8k", a), PROTO, out=out, max_batch_rows=6)
+    first = audit(tiny_model, load_task("gsm8k", a), PROTO, out=out, exec_config=ExecConfig(max_batch_rows=6))
     header = json.loads((out / "run.json").read_text())
     legacy = {"format": "reachlens-audit", "protocol": header["protocol"], "protocol_hash": header["protocol_hash"],
               "model": {"spec": header["model"]["spec"], "fingerprint": header["model"]["legacy_fingerprint"]},
@@ -86,7 +87,7 @@ def test_an_old_directory_without_data_identity_resumes_with_a_note(tiny_model, 
     (out / "run.json").unlink()
     (out / "protocol.json").write_text(json.dumps(legacy))  # as reachlens wrote it before issue 13
     with pytest.warns(UserWarning, match="written before reachlens recorded data identity"):
-        again = audit(tiny_model, load_task("gsm8k", a), PROTO, out=out, max_batch_rows=6)
+        again = audit(tiny_model, load_task("gsm8k", a), PROTO, out=out, exec_config=ExecConfig(max_batch_rows=6))
     assert again.questions.equals(first.questions)
     # recognized by its legacy fingerprint, the model's full identity is now recorded; rescore agrees
     assert json.loads((out / "protocol.json").read_text())["model"]["fingerprint"].startswith("sha256:")
@@ -97,7 +98,7 @@ def test_extend_budget_checks_model_and_data(tiny_model, files, tmp_path, monkey
     from reachlens.models import ModelIdentity
 
     a, b = files
-    base = audit(tiny_model, load_task("gsm8k", a), PROTO, out=tmp_path / "A", max_batch_rows=6)
+    base = audit(tiny_model, load_task("gsm8k", a), PROTO, out=tmp_path / "A", exec_config=ExecConfig(max_batch_rows=6))
     with pytest.raises(ProtocolMismatch, match="the audit to extend was made with another model or data in .*data.sha256"):
         extend_budget(tiny_model, load_task("gsm8k", b), tmp_path / "A", k=4)
     monkeypatch.setattr(tiny_model, "reachlens_identity", ModelIdentity(base.model["spec"], "sha256:0000"))
@@ -111,7 +112,7 @@ def test_extend_budget_checks_model_and_data(tiny_model, files, tmp_path, monkey
 def test_rescore_refuses_a_directory_that_is_not_one_run(tiny_model, files, tmp_path) -> None:
     a, _ = files
     out = tmp_path / "G"
-    audit(tiny_model, load_task("gsm8k", a), PROTO, out=out, max_batch_rows=6)
+    audit(tiny_model, load_task("gsm8k", a), PROTO, out=out, exec_config=ExecConfig(max_batch_rows=6))
     summary = json.loads((out / "summary.json").read_text())
     summary["model_fingerprint"] = "sha256:ffffffffffffffff"  # e.g. a summary copied from another run
     (out / "summary.json").write_text(json.dumps(summary))

@@ -74,7 +74,7 @@ class VLLMModel:
                  max_model_len: int | None = None, options: dict[str, Any] | None = None) -> None:
         from transformers import AutoConfig, AutoTokenizer, GenerationConfig
 
-        from reachlens.engine.backends import ModelSource
+        from reachlens.models.source import ModelSource
         from reachlens.models.loading import model_identity, resolve_spec
 
         target, _ = resolve_spec(spec)
