@@ -164,12 +164,7 @@ def generate(
 
     >>> outs = generate(model, ["Q: 1+2=?\\nA:"], [Row(0), Row(0, seed=7)], Protocol("arith", k=1, temperature=0.8, max_new_tokens=16))  # doctest: +SKIP
     """
-    for i, r in enumerate(rows):
-        if not 0 <= r.prompt < len(prompts):
-            raise ReachlensError(f"rows[{i}].prompt={r.prompt} but there are {len(prompts)} prompts")
-    if protocol.temperature <= 0 and any(r.seed is not None for r in rows):
-        raise ReachlensError(f"temperature={protocol.temperature!r} with sampled rows (rows with a seed); "
-                             "sampling needs temperature > 0 (greedy rows have seed=None)")
+    _check_rows(prompts, rows, protocol)
     stack = LayerStack(model, fused=fused)
     steps = stack.route(route)
     tok = tokenizer_of(model)
@@ -190,6 +185,16 @@ def generate(
     return [c for c in results if c is not None]
 
 
+def _check_rows(prompts: Sequence[str], rows: Sequence[Row], protocol: Protocol) -> None:
+    """Refuse a row of a prompt that does not exist, or a sampled row under a greedy protocol."""
+    for i, r in enumerate(rows):
+        if not 0 <= r.prompt < len(prompts):
+            raise ReachlensError(f"rows[{i}].prompt={r.prompt} but there are {len(prompts)} prompts")
+    if protocol.temperature <= 0 and any(r.seed is not None for r in rows):
+        raise ReachlensError(f"temperature={protocol.temperature!r} with sampled rows (rows with a seed); "
+                             "sampling needs temperature > 0 (greedy rows have seed=None)")
+
+
 def _prefill_inputs(
     prompt_ids: list[list[int]], pad_id: int, device: torch.device
 ) -> tuple[Int[Tensor, "p pos"], Bool[Tensor, "p pos"], Int[Tensor, "p pos"]]:
@@ -201,6 +206,48 @@ def _prefill_inputs(
         valid[i, width - len(p) :] = True
     positions = (valid.long().cumsum(-1) - 1).clamp_(min=0)
     return ids.to(device), valid.to(device), positions.to(device)
+
+
+def _start(
+    all_ids: list[list[int]], rows: list[Row], share_prefixes: bool, pad_id: int, device: torch.device,
+) -> tuple[Int[Tensor, "rows"], tuple[Int[Tensor, "p pos"], Bool[Tensor, "p pos"], Int[Tensor, "p pos"]]]:
+    """Each row's first batch entry, and the prefill inputs: one entry per prompt when rows share prefixes,
+    else one per row."""
+    if share_prefixes:
+        prompt_order = sorted({r.prompt for r in rows})
+        local = {p: i for i, p in enumerate(prompt_order)}
+        return (torch.tensor([local[r.prompt] for r in rows]),
+                _prefill_inputs([all_ids[p] for p in prompt_order], pad_id, device))
+    return torch.arange(len(rows)), _prefill_inputs([all_ids[r.prompt] for r in rows], pad_id, device)
+
+
+def _slot_state(
+    valid: Bool[Tensor, "p pos"], positions: Int[Tensor, "p pos"], max_new_tokens: int,
+) -> tuple[Bool[Tensor, "p key"], Int[Tensor, "p"]]:
+    """Per slot after the prefill: which cached positions are real tokens (left padding is not), and the next
+    position."""
+    key_valid = torch.ones((valid.shape[0], valid.shape[1] + max_new_tokens), dtype=torch.bool, device=valid.device)
+    key_valid[:, : valid.shape[1]] = valid
+    return key_valid, positions[:, -1] + 1
+
+
+def _move_rows(cache, move, key_valid: Bool[Tensor, "slot pos"], next_pos: Int[Tensor, "slot"]):
+    """Apply a tree step's moves to the cache and the per-slot key mask and positions: forks copy their parent's
+    rows (into new slots if the tree grew), a compaction keeps the live slots in order."""
+    device = key_valid.device
+    if move.fork_dst.numel():
+        src, dst = move.fork_src.to(device), move.fork_dst.to(device)
+        cache.copy_rows(src, dst)
+        if move.grown:
+            key_valid = torch.cat([key_valid, key_valid.new_ones((move.grown, key_valid.shape[1]))])
+            next_pos = torch.cat([next_pos, next_pos.new_zeros(move.grown)])
+        key_valid[dst] = key_valid[src]
+        next_pos[dst] = next_pos[src]
+    if move.compaction is not None:
+        order = move.compaction.to(device)
+        cache.select_rows(order)
+        key_valid, next_pos = key_valid[order], next_pos[order]
+    return key_valid, next_pos
 
 
 def _choose(
@@ -246,14 +293,7 @@ def _generate_chunk(
     tags = [r.tag for r in rows] if tags is None else tags
     pad_id = tokenizer_of(stack.model).pad_token_id
     pad_id = 0 if pad_id is None else int(pad_id)
-    if share_prefixes:
-        prompt_order = sorted({r.prompt for r in rows})
-        local = {p: i for i, p in enumerate(prompt_order)}
-        start_slot = torch.tensor([local[r.prompt] for r in rows])
-        ids, valid, positions = _prefill_inputs([all_ids[p] for p in prompt_order], pad_id, device)
-    else:
-        start_slot = torch.arange(n)
-        ids, valid, positions = _prefill_inputs([all_ids[r.prompt] for r in rows], pad_id, device)
+    start_slot, (ids, valid, positions) = _start(all_ids, rows, share_prefixes, pad_id, device)
     tree = SampleTree(start_slot, ids.shape[0], protocol.max_new_tokens, stopper, share=share_prefixes, pad_id=pad_id)
     width = ids.shape[1]
     padded = not bool(valid.all())
@@ -272,10 +312,7 @@ def _generate_chunk(
         # attention wants every row's keys as one tensor, which the plain layout returns as a view
         # (a fork copies its parent's row once instead of every step gathering the prompt's keys).
         cache.share(torch.arange(ids.shape[0], device=device))
-    # per slot: which cached positions are real tokens (left padding is not), and the next position
-    key_valid = torch.ones((ids.shape[0], width + protocol.max_new_tokens), dtype=torch.bool, device=device)
-    key_valid[:, :width] = valid
-    next_pos = positions[:, -1] + 1
+    key_valid, next_pos = _slot_state(valid, positions, protocol.max_new_tokens)
     seeds = torch.tensor([0 if r.seed is None else r.seed for r in rows], dtype=torch.int64, device=device)
     greedy = torch.tensor([r.seed is None for r in rows], device=device)
 
@@ -285,22 +322,15 @@ def _generate_chunk(
         move = tree.advance(chosen.cpu(), logp.cpu())
         if move.done:
             break
-        if move.fork_dst.numel():
-            src, dst = move.fork_src.to(device), move.fork_dst.to(device)
-            cache.copy_rows(src, dst)
-            if move.grown:
-                key_valid = torch.cat([key_valid, key_valid.new_ones((move.grown, key_valid.shape[1]))])
-                next_pos = torch.cat([next_pos, next_pos.new_zeros(move.grown)])
-            key_valid[dst] = key_valid[src]
-            next_pos[dst] = next_pos[src]
-        if move.compaction is not None:
-            order = move.compaction.to(device)
-            cache.select_rows(order)
-            key_valid, next_pos = key_valid[order], next_pos[order]
+        key_valid, next_pos = _move_rows(cache, move, key_valid, next_pos)
         logits = forward(move.inputs.to(device)[:, None], next_pos[:, None],
                          key_valid[:, : cache.length + 1] if padded else None, step)
         next_pos = next_pos + 1
-    tok = tokenizer_of(stack.model)
+    return _completions(tree, tokenizer_of(stack.model), stopper, n)
+
+
+def _completions(tree: SampleTree, tok, stopper: StopChecker, n: int) -> list[Completion]:
+    """Each row's completion: its tokens, their text (EOS left out, cut at a stop string), why it stopped."""
     token_lists = [tree.row_tokens(r) for r in range(n)]
     texts = tok.batch_decode(
         [t[:-1] if tree.reasons[r] == "eos" else t for r, t in enumerate(token_lists)], skip_special_tokens=True

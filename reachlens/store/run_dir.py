@@ -103,6 +103,9 @@ class RunDir:
             what = "is a file" if self.path.exists() else "does not exist"
             raise MissingFileError(f"{self._what} {str(self.path)!r} {what}")
         if not self.exists():
+            if any((self.path / old).is_file() for old in ("protocol.json", "study.json")):
+                raise ReachlensError(f"{str(self.path)!r} was written by an older reachlens (no {RUN_FILE}); rewrite it "
+                                     f"with `reachlens convert {self.path}`")
             raise MissingFileError(f"{str(self.path)!r} is not a reachlens run directory (no {RUN_FILE})")
         record = RunRecord.from_dict(read_json(self.header_path, "run record"), where=repr(str(self.header_path)))
         if self.kind is not None and record.kind != self.kind:

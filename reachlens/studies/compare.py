@@ -310,15 +310,7 @@ def compare(
         )
     cols = ["question_id", "realized", "reachable", "propensity", "n_correct", "n_scored", "gold"]
     j = b.questions[cols].merge(t.questions[cols], on="question_id", suffixes=("_b", "_t"))
-    differ = j[j["gold_b"].astype(str) != j["gold_t"].astype(str)]
-    if len(differ):
-        first = differ.iloc[0]
-        raise ProtocolMismatch(
-            {"gold": (f"{first['gold_b']!r} for {first['question_id']!r}", repr(first["gold_t"]))},
-            what=f"the audits disagree on the gold answer of {len(differ)} of {len(j)} questions (they were "
-                 "made on different data)",
-            fix="compare audits of the same data file",
-        )
+    _require_same_golds(j)
     j = j.rename(columns={"gold_b": "gold"})
     q = pd.DataFrame({
         "question_id": j["question_id"],
@@ -340,6 +332,19 @@ def compare(
 def _cut(result: AuditResult, k: int) -> AuditResult:
     """``result`` cut to its first k samples, still naming the directory it came from."""
     return dataclasses.replace(result.restrict_k(k), location=result.location)
+
+
+def _require_same_golds(j: pd.DataFrame) -> None:
+    """Refuse a join whose two sides give a question different gold answers (different data)."""
+    differ = j[j["gold_b"].astype(str) != j["gold_t"].astype(str)]
+    if len(differ):
+        first = differ.iloc[0]
+        raise ProtocolMismatch(
+            {"gold": (f"{first['gold_b']!r} for {first['question_id']!r}", repr(first["gold_t"]))},
+            what=f"the audits disagree on the gold answer of {len(differ)} of {len(j)} questions (they were "
+                 "made on different data)",
+            fix="compare audits of the same data file",
+        )
 
 
 def _require_same_exec(b: AuditResult, t: AuditResult, allow: tuple[str, ...]) -> None:

@@ -36,9 +36,9 @@ def test_rlvr_audit_runs_a_pair_with_both_controls(tmp_path, capsys):
                      "--out", str(out)])
     printed = capsys.readouterr().out
     assert "base -> grpo" in printed and f"report: {out / 'report.html'}" in printed
-    from reachlens.studies.training_audit import load_training_audit
+    from reachlens.store import read_run
 
-    study = load_training_audit(out)
+    study = read_run(out)
     assert set(study.audits) == {"base", "grpo"}
     assert {name: r.k for name, r in study.extended.items()} == {"base": 8, "grpo": 8}
     head = study.headline().iloc[0]

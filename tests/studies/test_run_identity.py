@@ -1,6 +1,6 @@
 """A run's identity is its protocol, its model and its data (issue 13, item 3).
 
-Resume, ``extend_budget``, ``rescore`` and ``compare`` check all of it and name what differs; compare
+Resume, ``rerun`` (the budget control), ``rescore`` and ``compare`` check all of it and name what differs; compare
 also checks the golds question by question. Before issue 13 the data file was no part of a run:
 ``--data B.jsonl`` resumed into A's directory and reported A's questions.
 """
@@ -13,9 +13,11 @@ from pathlib import Path
 
 import pytest
 
+from reachlens import Protocol, ProtocolMismatch, audit, load_task, rerun, rescore
+from reachlens.errors import ReachlensError
 from reachlens.execution import ExecConfig
-from reachlens import Protocol, ProtocolMismatch, audit, load_task, rescore
-from reachlens.studies import compare, extend_budget
+from reachlens.store.convert import convert
+from reachlens.studies import compare
 
 PROTO = Protocol("gsm8k", k=2, temperature=1.0, max_new_tokens=8)
 
@@ -86,27 +88,35 @@ def test_an_old_directory_without_data_identity_resumes_with_a_note(tiny_model, 
               "task_source": header["task_source"], "n_questions": header["n_questions"]}
     (out / "run.json").unlink()
     (out / "protocol.json").write_text(json.dumps(legacy))  # as reachlens wrote it before issue 13
+    with pytest.raises(ReachlensError, match="written by an older reachlens .*reachlens convert"):
+        audit(tiny_model, load_task("gsm8k", a), PROTO, out=out, exec_config=ExecConfig(max_batch_rows=6))
+    convert(out)
     with pytest.warns(UserWarning, match="written before reachlens recorded data identity"):
         again = audit(tiny_model, load_task("gsm8k", a), PROTO, out=out, exec_config=ExecConfig(max_batch_rows=6))
     assert again.questions.equals(first.questions)
-    # recognized by its legacy fingerprint, the model's full identity is now recorded; rescore agrees
-    assert json.loads((out / "protocol.json").read_text())["model"]["fingerprint"].startswith("sha256:")
+    # recognized by its legacy fingerprint, the model's full identity is now recorded, and so are the execution
+    # settings the directory did not record; rescore agrees
+    header = json.loads((out / "run.json").read_text())
+    assert header["model"]["fingerprint"].startswith("sha256:") and header["exec"]["max_batch_rows"] == 6
     assert rescore(out).questions.equals(first.questions)
 
 
-def test_extend_budget_checks_model_and_data(tiny_model, files, tmp_path, monkeypatch) -> None:
+def test_a_budget_rerun_checks_model_and_data(tiny_model, files, tmp_path, monkeypatch) -> None:
     from reachlens.models import ModelIdentity
 
     a, b = files
     base = audit(tiny_model, load_task("gsm8k", a), PROTO, out=tmp_path / "A", exec_config=ExecConfig(max_batch_rows=6))
     with pytest.raises(ProtocolMismatch, match="the audit to extend was made with another model or data in .*data.sha256"):
-        extend_budget(tiny_model, load_task("gsm8k", b), tmp_path / "A", k=4)
+        rerun(tmp_path / "A", model=tiny_model, task=load_task("gsm8k", b), k=4)
     monkeypatch.setattr(tiny_model, "reachlens_identity", ModelIdentity(base.model["spec"], "sha256:0000"))
     with pytest.raises(ProtocolMismatch, match="model.fingerprint"):
-        extend_budget(tiny_model, load_task("gsm8k", a), tmp_path / "A", k=4)
+        rerun(tmp_path / "A", model=tiny_model, task=load_task("gsm8k", a), k=4)
     monkeypatch.undo()
-    big = extend_budget(tiny_model, load_task("gsm8k", a), tmp_path / "A", k=4, out=tmp_path / "A4")
-    assert big.k == 4 and big.data == base.data
+    with pytest.raises(ReachlensError, match="the audit was made on the data file .*pass the task"):
+        rerun(tmp_path / "A", model=tiny_model, k=4)
+    big = rerun(tmp_path / "A", model=tiny_model, task=load_task("gsm8k", a), k=4, into=tmp_path)
+    assert big.k == 4 and big.data == base.data and big.location == tmp_path / "A--k=4"
+    assert big.record.extra["change"] == {"k": 4} and big.record.status == "complete"
 
 
 def test_rescore_refuses_a_directory_that_is_not_one_run(tiny_model, files, tmp_path) -> None:
