@@ -50,7 +50,8 @@ def ray_vs_single(args) -> dict:
     root = Path(tempfile.mkdtemp(prefix="bench-scale-"))
     t0 = time.perf_counter()
     model = reachlens.load_model(args.model, device=args.device, dtype=getattr(torch, args.dtype))
-    single = reachlens.audit(model, task, protocol, out=root / "single", max_batch_rows=args.max_batch_rows)
+    single = reachlens.audit(model, task, protocol, out=root / "single",
+                             exec_config=reachlens.ExecConfig(max_batch_rows=args.max_batch_rows))
     t_single = time.perf_counter() - t0
     del model
     import ray
@@ -61,7 +62,8 @@ def ray_vs_single(args) -> dict:
     try:
         t0 = time.perf_counter()
         with RayExecutor(workers=args.workers) as executor:
-            on_ray = reachlens.audit(args.model, task, protocol, out=root / "ray", max_batch_rows=args.max_batch_rows,
+            on_ray = reachlens.audit(args.model, task, protocol, out=root / "ray",
+                                     exec_config=reachlens.ExecConfig(max_batch_rows=args.max_batch_rows),
                                      executor=executor)
         t_ray = time.perf_counter() - t0
     finally:

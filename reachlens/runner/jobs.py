@@ -118,6 +118,8 @@ class _Open:
     record: RunRecord
     store: AuditDir | None
     slices: list[tuple[int, int]]
+    was_complete: bool = False
+    """Whether its directory held this audit complete already (a re-run of a finished audit rewrites nothing)."""
     frames: tuple[list[pd.DataFrame], list[pd.DataFrame]] = field(default_factory=lambda: ([], []))
     seconds: float = 0.0
 
@@ -160,15 +162,16 @@ def _open(job: AuditJob, in_process: bool, stack: contextlib.ExitStack) -> _Open
     source, protocol, model_id, exec_ = _resolve(job, in_process)
     extra = {"task_source": job.task.source, "n_questions": len(job.task), **job.extra}
     record = RunRecord.new("audit", protocol, model_id, job.task.data_identity, extra=extra, exec=exec_)
-    store = None
+    store, was_complete = None, False
     if job.out is not None:
         store = AuditDir(job.out)
         stack.enter_context(store.writer())
+        was_complete = store.is_complete()
         store.start(record)
     done = frozenset(store.finished_ids()) if store is not None else frozenset()
     slices = batch_slices(job.task, protocol, job.exec_config.max_batch_rows, done)
     shard = ShardJob(source, job.task, protocol, model_id, job.exec_config, done, job.sample_offset)
-    return _Open(job, shard, record, store, slices)
+    return _Open(job, shard, record, store, slices, was_complete and not slices)
 
 
 def _finish(o: _Open):
@@ -184,7 +187,8 @@ def _finish(o: _Open):
     result = RUN_KINDS["audit"](o.shard.protocol, o.shard.model_id, questions, samples, dict(o.job.task.data_identity),
                                 record=record, location=None if o.store is None else o.store.path)
     if o.store is not None:
-        result.write_to(o.store)
+        if not o.was_complete:
+            result.write_to(o.store)
         o.store.finish(result.summary())
         result = dataclasses.replace(result, record=o.store.record())
     return result

@@ -41,7 +41,8 @@ import pandas as pd
 
 from reachlens.errors import ReachlensError
 from reachlens.store.kinds import RUN_KINDS, register_kind
-from reachlens.store.record import RunRecord
+from reachlens.store.files import read_json
+from reachlens.store.record import FORMAT, RunRecord
 from reachlens.store.run_dir import RUN_FILE, RunDir
 
 __all__ = ["RUN_KINDS", "Run", "RunInfo", "list_runs", "read_run", "register_kind"]
@@ -143,8 +144,18 @@ def list_runs(root: str | os.PathLike) -> list[RunInfo]:
     return [RunInfo(p, RunDir(p).record()) for p in sorted(_run_dirs(Path(root)))]
 
 
+def _is_run(folder: Path) -> bool:
+    """Whether ``folder`` holds a reachlens run record (another tool's ``run.json`` is not one)."""
+    if not (folder / RUN_FILE).is_file():
+        return False
+    try:
+        return read_json(folder / RUN_FILE, "run record").get("format") == FORMAT
+    except (ReachlensError, AttributeError):
+        return True  # ours but damaged: reading it names the problem
+
+
 def _run_dirs(folder: Path) -> Iterator[Path]:
-    if (folder / RUN_FILE).is_file():
+    if _is_run(folder):
         yield folder
     if folder.is_dir():
         for child in sorted(folder.iterdir()):

@@ -14,7 +14,8 @@ from reachlens.cli import main
 from reachlens.engine.backends import bind_backend
 from reachlens.models import ModelSource
 from reachlens.engine.backends.vllm_model import VLLMModel
-from reachlens.runner import AuditJob, InProcessExecutor, RayExecutor, run_jobs
+from reachlens.runner import AuditJob, InProcessExecutor, ProcessPool, RayExecutor, run_jobs
+from reachlens.store import read_run
 from reachlens.studies.compare import compare
 
 PROTO = Protocol("arith", k=4, temperature=1.0, max_new_tokens=12)
@@ -104,6 +105,14 @@ def test_local_executor_equals_the_plain_audit_and_holds_several_audits(tiny_mod
         audit(tiny_model, task, PROTO, out=cut, exec_config=ExecConfig(max_batch_rows=10), progress=stop_after(2))
     resumed = audit(str(tiny_dir), task, PROTO, out=cut, exec_config=ExecConfig(max_batch_rows=10), executor=InProcessExecutor())
     pd.testing.assert_frame_equal(resumed.samples, plain.samples)
+    # a pool of two local processes (one torch thread each) fills the same runs, slices in any order
+    with ProcessPool(2) as pool:
+        c, d = run_jobs([AuditJob(str(tiny_dir), task, PROTO, tmp_path / "c", exec_config=ExecConfig(max_batch_rows=4)),
+                         AuditJob(tiny_model, task, other, tmp_path / "d", exec_config=ExecConfig(max_batch_rows=4))],
+                        pool)
+    pd.testing.assert_frame_equal(c.samples, audit(tiny_model, task, PROTO, exec_config=ExecConfig(max_batch_rows=4)).samples)
+    pd.testing.assert_frame_equal(d.questions, audit(tiny_model, task, other, exec_config=ExecConfig(max_batch_rows=4)).questions)
+    assert read_run(tmp_path / "c").record.status == "complete" and c.location == tmp_path / "c"
 
 
 def test_hooks_cannot_travel_to_an_executor(tiny_model):
