@@ -77,6 +77,6 @@ def format_run(record, summary: dict | None) -> str:
         for key, value in summary.items():
             if key in ("model", "model_fingerprint", "data", "protocol_hash", "task"):
                 continue  # in the header already
-            # a number the run could not define is stored as null (summary.json holds no NaN)
+            # a number the run could not define is stored as null (a summary holds no NaN)
             lines.append(f"  {key}: {'undefined' if value is None else _value(value)}")
     return "\n".join(lines)

@@ -126,7 +126,7 @@ def _header(record) -> pd.DataFrame:
 
 
 def _flat_summary(summary: dict[str, Any]) -> pd.DataFrame:
-    # a number the run could not define is null in summary.json: shown as "undefined"
+    # a number the run could not define is stored as null: shown as "undefined"
     flat = {k: ("undefined" if v is None else f"{v:.3f}" if isinstance(v, float) and math.isfinite(v) else
                 "undefined" if isinstance(v, float) else str(v))
             for k, v in summary.items() if not isinstance(v, (dict, list))}

@@ -33,6 +33,11 @@ def _ci(v: float, lo: float, hi: float, signed: bool = True) -> str:
     return f"{v:{f}} [{lo:{f}}, {hi:{f}}]"
 
 
+def _cis(df: pd.DataFrame, col: str, signed: bool = True) -> list[str]:
+    """Column ``col`` of ``df`` with its interval (``col_lo``, ``col_hi``) as text, row by row."""
+    return [_ci(*r, signed=signed) for r in df[[col, f"{col}_lo", f"{col}_hi"]].itertuples(index=False)]
+
+
 def _p(p: float) -> str:
     return "undefined" if math.isnan(p) else f"{p:.2g}"
 
@@ -82,14 +87,14 @@ def _headline(study: StudyView) -> tuple[pd.DataFrame, pd.DataFrame]:
         return h, h
     realized = pd.DataFrame({
         "pair": h["pair"], "D_base": h["D_base"], "D_trained": h["D_trained"],
-        "delta_D [95% CI]": [_ci(*r) for r in h[["delta_D", "delta_D_lo", "delta_D_hi"]].itertuples(index=False)],
+        "delta_D [95% CI]": _cis(h, "delta_D"),
         "gained": h["gained"], "lost": h["lost"], "McNemar p": h["p_realized"].map(_p),
         "Holm p": h["p_realized_holm"].map(_p), "gained from base-reachable": h["gained_from_base_reachable"],
     })
     bounds = study.unreachability().set_index("pair")["bound_max"]
     reachable = pd.DataFrame({
         "pair": h["pair"], "O_K_base": h["O_K_base"], "O_K_trained": h["O_K_trained"],
-        "delta_O_K [95% CI]": [_ci(*r) for r in h[["delta_O_K", "delta_O_K_lo", "delta_O_K_hi"]].itertuples(index=False)],
+        "delta_O_K [95% CI]": _cis(h, "delta_O_K"),
         "entered": h["entered"], "left": h["left"], "McNemar p": h["p_reachable"].map(_p),
         "Holm p": h["p_reachable_holm"].map(_p),
         "left: per-sample rate below": [("-" if math.isnan(b) else f"{b:.4f}") for b in bounds.reindex(h["pair"])],
@@ -103,8 +108,8 @@ def _checkpoints(study: StudyView) -> pd.DataFrame:
         return c
     return pd.DataFrame({
         "model": c["model"], "n": c["n"],
-        "D [95% Wilson]": [_ci(*r, signed=False) for r in c[["D", "D_lo", "D_hi"]].itertuples(index=False)],
-        "O_K [95% Wilson]": [_ci(*r, signed=False) for r in c[["O_K", "O_K_lo", "O_K_hi"]].itertuples(index=False)],
+        "D [95% Wilson]": _cis(c, "D", signed=False),
+        "O_K [95% Wilson]": _cis(c, "O_K", signed=False),
         "samples cut at max_new_tokens": c["truncated_samples"].map(_pct),
         "deployed cut at max_new_tokens": c["truncated_deployed"].map(_pct),
     })
@@ -116,7 +121,7 @@ def _pass_at_k_deltas(study: StudyView) -> pd.DataFrame:
         return d
     return pd.DataFrame({
         "pair": d["pair"], "k": d["k"], "base": d["base"], "trained": d["trained"],
-        "delta [95% CI]": [_ci(*r) for r in d[["delta", "delta_lo", "delta_hi"]].itertuples(index=False)],
+        "delta [95% CI]": _cis(d, "delta"),
         "sign-flip p": d["p"].map(_p), "Holm p (over the pair's ks)": d["p_holm"].map(_p),
     })
 
@@ -133,10 +138,10 @@ def _trajectory(study: StudyView) -> pd.DataFrame:
                 for _, r in t.iterrows()]
 
     out = {"step": t["step"], "model": t["model"],
-           "D [95% Wilson]": [_ci(*r, signed=False) for r in t[["D", "D_lo", "D_hi"]].itertuples(index=False)],
-           f"O_{k} [95% Wilson]": [_ci(*r, signed=False) for r in t[["O_K", "O_K_lo", "O_K_hi"]].itertuples(index=False)]}
+           "D [95% Wilson]": _cis(t, "D", signed=False),
+           f"O_{k} [95% Wilson]": _cis(t, "O_K", signed=False)}
     for col in [c for c in t.columns if c.startswith("pass@") and c[5:].isdigit()]:
-        out[f"{col} [95% CI]"] = [_ci(*r, signed=False) for r in t[[col, f"{col}_lo", f"{col}_hi"]].itertuples(index=False)]
+        out[f"{col} [95% CI]"] = _cis(t, col, signed=False)
     out["delta_D vs step 0"] = delta("delta_D")
     out[f"delta_O_{k} vs step 0"] = delta("delta_O_K")
     out["delta_pass@1 vs step 0"] = delta("delta_pass@1")
@@ -150,7 +155,7 @@ def _temperature(study: StudyView) -> pd.DataFrame:
     return pd.DataFrame({
         "pair": t["pair"], "temperature": t["temperature"].map(lambda x: f"{x:g}"), "source": t["source"],
         "left questions re-probed": t["n_reprobed"], "reachable again": t["n_reachable"],
-        "share [95% Wilson]": [_ci(*r, signed=False) for r in t[["share", "share_lo", "share_hi"]].itertuples(index=False)],
+        "share [95% Wilson]": _cis(t, "share", signed=False),
     })
 
 
@@ -176,9 +181,9 @@ def _length(study: StudyView) -> pd.DataFrame:
         "pair": t["pair"], "max_new_tokens": t["max_new_tokens"],
         "samples cut (base -> trained)": [f"{_pct(a)} -> {_pct(b)}" for a, b in
                                           zip(t["truncated_samples_base"], t["truncated_samples_trained"])],
-        "delta_D [95% CI]": [_ci(*r) for r in t[["delta_D", "delta_D_lo", "delta_D_hi"]].itertuples(index=False)],
+        "delta_D [95% CI]": _cis(t, "delta_D"),
         "McNemar p (D)": t["mcnemar_realized_p"].map(_p),
-        "delta_O_K [95% CI]": [_ci(*r) for r in t[["delta_O_K", "delta_O_K_lo", "delta_O_K_hi"]].itertuples(index=False)],
+        "delta_O_K [95% CI]": _cis(t, "delta_O_K"),
         "McNemar p (O_K)": t["mcnemar_reachable_p"].map(_p),
     })
 
@@ -268,8 +273,8 @@ def markdown_summary(study: StudyView) -> str:
 
 
 def bins_table(df: pd.DataFrame) -> pd.DataFrame:
+    """Propensity bins (:func:`~reachlens.studies.compare.propensity_bins`) for reading."""
     return pd.DataFrame({"bin": df["bin"], "n": df["n"], "realized_after": df["realized_after"],
-                         "rate [95% Wilson]": [_ci(*r, signed=False) for r in
-                                               df[["rate", "rate_lo", "rate_hi"]].itertuples(index=False)]})
+                         "rate [95% Wilson]": _cis(df, "rate", signed=False)})
 
 

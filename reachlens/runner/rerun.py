@@ -68,6 +68,9 @@ def _check_change(src, change: Mapping[str, Any]) -> dict[str, Any]:
     if unknown or not change:
         raise ReachlensError(f"a rerun changes one or more of {', '.join(CHANGES)}; got {sorted(change) or 'nothing'}")
     change = dict(change)
+    same = [key for key in change if key != "questions" and getattr(src.protocol, key) == change[key]]
+    if same:
+        raise ReachlensError(f"{same[0]}={change[same[0]]!r} is the audit's own; a rerun changes it")
     if "questions" in change:
         ids = list(dict.fromkeys(change["questions"]))
         missing = set(ids) - set(src.questions["question_id"])

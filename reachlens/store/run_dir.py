@@ -36,6 +36,7 @@ refused with the differing fields named (:meth:`RunDir.check_run`): a directory 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import math
 import os
@@ -95,7 +96,7 @@ class RunDir:
         reads ``interrupted``. A missing, corrupt or foreign record is a one-line error naming it."""
         record = self._stored()
         if record.status == "running" and not self._lock.held and not writer_alive(self.path):
-            record = record.with_status("interrupted")
+            record = dataclasses.replace(record, status="interrupted")  # when it stopped, nobody recorded
         return record
 
     def _stored(self) -> RunRecord:
@@ -103,15 +104,19 @@ class RunDir:
             what = "is a file" if self.path.exists() else "does not exist"
             raise MissingFileError(f"{self._what} {str(self.path)!r} {what}")
         if not self.exists():
-            if any((self.path / old).is_file() for old in ("protocol.json", "study.json")):
-                raise ReachlensError(f"{str(self.path)!r} was written by an older reachlens (no {RUN_FILE}); rewrite it "
-                                     f"with `reachlens convert {self.path}`")
+            self._refuse_older()
             raise MissingFileError(f"{str(self.path)!r} is not a reachlens run directory (no {RUN_FILE})")
         record = RunRecord.from_dict(read_json(self.header_path, "run record"), where=repr(str(self.header_path)))
         if self.kind is not None and record.kind != self.kind:
             raise ReachlensError(f"{str(self.path)!r} holds a {record.kind} run, not an {self.kind}; "
                                  f"read it with `reachlens show {self.path}`")
         return record
+
+    def _refuse_older(self) -> None:
+        """Refuse, naming ``reachlens convert``, a directory an older reachlens wrote before ``run.json``."""
+        if any((self.path / old).is_file() for old in ("protocol.json", "study.json")):
+            raise ReachlensError(f"{str(self.path)!r} was written by an older reachlens (no {RUN_FILE}); rewrite it "
+                                 f"with `reachlens convert {self.path}`")
 
     def status(self) -> str:
         """``running``, ``complete``, ``failed`` or ``interrupted`` (see :meth:`record`)."""
@@ -138,6 +143,7 @@ class RunDir:
             return
         foreign = sorted(p.name for p in self.path.iterdir() if p.name != LOCK_NAME and not TEMP_RE.fullmatch(p.name))
         if foreign:
+            self._refuse_older()
             shown = ", ".join(foreign[:5]) + (", ..." if len(foreign) > 5 else "")
             raise ReachlensError(
                 f"{str(self.path)!r} is not empty ({shown}) and is not a reachlens run directory (no {RUN_FILE}); "
@@ -213,10 +219,18 @@ class RunDir:
             # identity, so the summary and the header name one fingerprint
             model = dict(record.model)
         exec_ = stored.exec if stored.exec is not None else record.exec  # a converted run records its own now
+        # the descriptive fields are this writer's (where its reruns are, what it reran), the rest the first run's
         resumed = RunRecord(stored.kind, stored.protocol, model, stored.data, stored.options, exec_,
-                            stored.reachlens_version, stored.command, "running", stored.started, None, stored.extra)
+                            stored.reachlens_version, stored.command, "running", stored.started, None,
+                            {**stored.extra, **record.extra})
         write_json(self.header_path, resumed.to_dict())
         self._started_here = True
+
+    def begin(self, record: RunRecord) -> None:
+        """Start (or check) the run ``record`` under the writer lock and release it: a run made of runs begins so,
+        before its sub-runs are written inside it; it completes when it is saved."""
+        with self.writer():
+            self.start(record)
 
     def finish(self, summary: Mapping[str, Any]) -> None:
         """Write ``summary.json`` (NaN as null), then mark the run ``complete``. Call inside :meth:`writer`."""

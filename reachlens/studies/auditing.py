@@ -54,7 +54,7 @@ class AuditResult(Run):
     data: dict[str, Any] = field(default_factory=dict)
     """The data identity of the task audited (see :mod:`reachlens.tasks.base`); empty when unknown
     (an audit of a hand-made task)."""
-    record: RunRecord = field(default=None, repr=False, compare=False)  # type: ignore[assignment]
+    record: RunRecord | None = field(default=None, repr=False, compare=False)
     """What made it (``run.json``); made from the fields above when not given."""
     location: Path | None = field(default=None, compare=False)
     """The directory it was read from or written to (None: in memory only)."""

@@ -33,7 +33,7 @@ import pandas as pd
 
 from reachlens.errors import ReachlensError, ReachlensWarning
 from reachlens.protocol import ProtocolMismatch
-from reachlens.store import Run, RunDir, RunRecord, read_run, register_kind, run_differences
+from reachlens.store import Run, RunDir, RunRecord, register_kind, run_differences
 from reachlens.studies.auditing import AuditResult
 from reachlens.studies.metrics import budget_grid, pass_at_k_matrix, sign_changes
 from reachlens.studies.stats import (
@@ -89,7 +89,7 @@ class Comparison(Run):
     """The common budget both audits were cut to (None: their own)."""
     allow: tuple[str, ...] = ()
     """Protocol fields and execution settings allowed to differ (a control)."""
-    record: RunRecord = field(default=None, repr=False, compare=False)  # type: ignore[assignment]
+    record: RunRecord | None = field(default=None, repr=False, compare=False)
     """What made it: both audits' models, their protocol and data, the audit directories and options (made
     from the fields above when not given)."""
     location: Path | None = field(default=None, compare=False)
@@ -108,12 +108,16 @@ class Comparison(Run):
         return {"questions": self.questions}
 
     def save(self, path: str | os.PathLike) -> Path:
-        """Write the comparison to ``path``; an audit it holds in memory only is saved in it first."""
-        c = self
-        for side in ("base", "trained"):
-            audit = getattr(c, side)
-            if audit.location is None:
-                c = dataclasses.replace(c, record=None, **{side: read_run(audit.save(Path(path) / side))})
+        """Write the comparison to ``path``; an audit it holds in memory only is saved inside it
+        (``path/base``, ``path/trained``)."""
+        inside = {side: Path(path) / side for side in ("base", "trained") if getattr(self, side).location is None}
+        if not inside:
+            return Run.save(self, path)
+        c = dataclasses.replace(self, record=None, **{side: dataclasses.replace(getattr(self, side), location=p)
+                                                      for side, p in inside.items()})
+        RunDir(path).begin(c.record)
+        for side, p in inside.items():
+            getattr(self, side).save(p)
         return Run.save(c, path)
 
     @classmethod

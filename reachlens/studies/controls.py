@@ -80,9 +80,7 @@ def _name_of(result: AuditResult, default: str) -> str:
 def _begin(out: str | Path | None, record: RunRecord) -> None:
     """Start the control's run directory (status ``running``) before its reruns are written inside it."""
     if out is not None:
-        run = RunDir(out)
-        with run.writer():
-            run.start(record)
+        RunDir(out).begin(record)
 
 
 # --- temperature --------------------------------------------------------------------------------------
@@ -121,7 +119,7 @@ class TemperatureControl(Run):
     reprobes: dict[float, AuditResult] = field(default_factory=dict, repr=False)
     name: str = "trained"
     """The trained checkpoint's name in its reruns' directory names."""
-    record: RunRecord = field(default=None, repr=False, compare=False)  # type: ignore[assignment]
+    record: RunRecord | None = field(default=None, repr=False, compare=False)
     location: Path | None = field(default=None, compare=False)
 
     def __post_init__(self) -> None:
@@ -253,18 +251,22 @@ class LengthControl(Run):
 
     before: Comparison = field(repr=False)
     after: Comparison = field(repr=False)
-    record: RunRecord = field(default=None, repr=False, compare=False)  # type: ignore[assignment]
+    record: RunRecord | None = field(default=None, repr=False, compare=False)
     location: Path | None = field(default=None, compare=False)
 
     def __post_init__(self) -> None:
         if self.record is None:
-            b, t = self.before.base, self.before.trained
-            object.__setattr__(self, "record", RunRecord.new(
-                self.kind, t.protocol, {"base": b.model, "trained": t.model}, t.data or None,
-                {"base_dir": _dir_of(b), "trained_dir": _dir_of(t),
-                 "max_new_tokens": self.after.base.protocol.max_new_tokens},
-                extra={"reruns": {"base": _dir_of(self.after.base), "trained": _dir_of(self.after.trained)}},
-                exec=t.record.exec))
+            reruns = {"base": _dir_of(self.after.base), "trained": _dir_of(self.after.trained)}
+            object.__setattr__(self, "record", self.record_of(self.before, self.after.base.protocol.max_new_tokens,
+                                                              reruns))
+
+    @classmethod
+    def record_of(cls, before: Comparison, max_new_tokens: int, reruns: Mapping[str, str | None]) -> RunRecord:
+        """The record of the length control of ``before`` at ``max_new_tokens`` (its reruns where ``reruns`` says)."""
+        b, t = before.base, before.trained
+        return RunRecord.new(cls.kind, t.protocol, {"base": b.model, "trained": t.model}, t.data or None,
+                             {"base_dir": _dir_of(b), "trained_dir": _dir_of(t), "max_new_tokens": max_new_tokens},
+                             extra={"reruns": dict(reruns)}, exec=t.record.exec)
 
     def table(self) -> pd.DataFrame:
         return length_table(self.before, self.after)
@@ -318,6 +320,7 @@ def length_control(
         raise ReachlensError(f"max_new_tokens={max_new_tokens!r} must exceed the audit's "
                              f"{b.protocol.max_new_tokens} to test for truncation")
     into = into if into is not None else out
+    _begin(out, LengthControl.record_of(before, max_new_tokens, {}))  # its reruns may be written inside it
     planned = [plan_rerun(r, model=m, task=task, into=into, name=n, exec_config=exec_config, max_new_tokens=max_new_tokens)
                for r, m, n in zip((b, t), models, names)]
     longer = run_reruns(planned, executor, progress=progress)

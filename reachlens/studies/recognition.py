@@ -353,7 +353,7 @@ class RecognitionResult(Run):
     """The failure set and healthy panel (None: the rule was not applied, or too few questions met it)."""
     exec: dict[str, Any] | None = None
     """The precision and device the model ran in (:func:`reachlens.execution.model_exec`)."""
-    record: RunRecord = field(default=None, repr=False, compare=False)  # type: ignore[assignment]
+    record: RunRecord | None = field(default=None, repr=False, compare=False)
     location: Path | None = field(default=None, compare=False)
 
     def __post_init__(self) -> None:

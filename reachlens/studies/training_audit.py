@@ -3,7 +3,7 @@
 :func:`run_training_audit` runs a :class:`~reachlens.studies.study_plan.StudyPlan` into one directory, a run of
 kind ``training_audit`` (:class:`TrainingAudit`) made of runs (its layout, :class:`StudyLayout`)::
 
-    DIR/run.json, summary.json, *.parquet         the study: its plan (protocol + options), its tables
+    DIR/run.json, its summary, *.parquet         the study: its plan (protocol + options), its tables
     DIR/audits/NAME/                              each checkpoint's audit
     DIR/audits/NAME--k=K2/                        the budget control (rerun at budget K2)
     DIR/audits/NAME--prompt_format=FMT/           the prompt-format control (rerun in its native format)
@@ -97,7 +97,7 @@ class TrainingAudit(StudyView, Run):
 
     wall_seconds: dict[str, float] = field(default_factory=dict)
     """Seconds the workers spent on each checkpoint's audits (over every call that ran part of it)."""
-    record: RunRecord = field(default=None, repr=False, compare=False)  # type: ignore[assignment]
+    record: RunRecord | None = field(default=None, repr=False, compare=False)
     location: Path | None = field(default=None, compare=False)
 
     def __post_init__(self) -> None:
@@ -215,9 +215,7 @@ def _control_steps(plan: StudyPlan, task: Task, lay: StudyLayout, ex: ExecConfig
         c = compare(main[a], main[b])
         left = left_reachable(c) if plan.control_temperatures else []
         if left:
-            control = TemperatureControl(c, plan.control_temperatures, name=b)
-            with RunDir(lay.temperature(a, b)).writer() as run:
-                run.start(control.record)
+            RunDir(lay.temperature(a, b)).begin(TemperatureControl(c, plan.control_temperatures, name=b).record)
         for t in plan.control_temperatures if left else ():
             add(b, f"{b} T={t:g} (left {a}'s reach)", len(left),
                 lambda r, a=a, b=b, t=t: f"{b:>10s}: T={t:g}: {int(r.questions['reachable'].sum())} of {r.n} questions "

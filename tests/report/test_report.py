@@ -22,17 +22,26 @@ from reachlens.studies.training_audit import StudyLayout, StudyPlan
 P4 = Protocol("arith", k=4, temperature=1.0, max_new_tokens=12)
 
 
+def _record(plan: StudyPlan) -> RunRecord:
+    return RunRecord.new("training_audit", plan.protocol, dict(plan.models), None,
+                         {k: v for k, v in plan.to_dict().items() if k != "protocol"})
+
+
+def _begin(root: Path, plan: StudyPlan) -> None:
+    """Start a study run in ``root`` (its audits are written inside it next)."""
+    RunDir(root).begin(_record(plan))
+
+
 def _write(study_dir: Path, name: str, result, **change) -> None:
     """An audit of a study, where a study keeps it (a rerun named by ``change``)."""
     result.save(StudyLayout(study_dir).audit(name, **change))
 
 
 def _study(root: Path, plan: StudyPlan, wall_seconds: dict | None = None):
-    """The study run whose audits ``_write`` put under ``root``, read back."""
+    """The study run begun in ``root``, completed and read back."""
     run = RunDir(root)
     with run.writer():
-        run.start(RunRecord.new("training_audit", plan.protocol, dict(plan.models), None,
-                                {k: v for k, v in plan.to_dict().items() if k != "protocol"}))
+        run.start(_record(plan))
         run.finish({"wall_seconds": wall_seconds or {}})
     return read_run(root)
 
@@ -44,6 +53,7 @@ def study(tmp_path):
     big_base = fake_audit([True, False, False, False, True], [8, 3, 2, 1, 6], k=8, spec="zoo:base", protocol=P4.with_k(8))
     big_rl = fake_audit([True, True, True, False, False], [8, 8, 6, 0, 2], k=8, spec="zoo:grpo", protocol=P4.with_k(8))
     plan = StudyPlan({"base": "zoo:base", "grpo": "zoo:grpo"}, (("base", "grpo"),), base.protocol, budget_k=8)
+    _begin(tmp_path, plan)
     _write(tmp_path, "base", base)
     _write(tmp_path, "grpo", rl)
     _write(tmp_path, "base", big_base, k=8)
@@ -188,6 +198,7 @@ def crossing_study(tmp_path):
     big_rl = fake_audit([True, True, False, False] * 2, [8, 8, 0, 0] * 2, k=8, spec="zoo:grpo", protocol=P4.with_k(8))
     plan = StudyPlan({"base": "zoo:base", "grpo": "zoo:grpo"}, (("base", "grpo"),), base.protocol, budget_k=8)
     root = tmp_path / "crossing"
+    _begin(root, plan)
     for name, r in (("base", base), ("grpo", rl)):
         _write(root, name, r)
     for name, r in (("base", big_base), ("grpo", big_rl)):
@@ -248,6 +259,7 @@ def trajectory_study(tmp_path):
     models = {name: f"zoo:{name}" for name in TRAJ}
     # listed out of step order on purpose: the table is ordered by step
     plan = StudyPlan(models, (("base", "run"),), P8, trajectory={"run": 30, "base": 0, "run-s10": 10})
+    _begin(tmp_path, plan)
     for name, (_, realized, correct) in TRAJ.items():
         _write(tmp_path, name, fake_audit([bool(x) for x in realized], correct, k=8, spec=f"zoo:{name}", protocol=P8))
     return _study(tmp_path, plan)
@@ -366,6 +378,7 @@ def test_a_reloaded_study_reads_in_plan_order_and_the_pass_at_k_chart_draws_the_
     plan = StudyPlan(models, (("zeta", "alpha"),), P8, trajectory=steps)
     assert plan.model_order == ["zeta", "alpha", "run-s25", "run-s100"]
     assert plan.paired_models == ["zeta", "alpha"]
+    _begin(tmp_path, plan)
     for i, name in enumerate(steps):
         _write(tmp_path, name, fake_audit([True, False, False, i % 2 == 0], [3, 1, 0, i], k=8, spec=f"zoo:{name}",
                                           protocol=P8))

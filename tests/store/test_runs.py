@@ -15,7 +15,7 @@ from reachlens import ExecConfig, Protocol, ProtocolMismatch, audit, load_task
 from reachlens.cli import main
 from reachlens.errors import ReachlensError
 from reachlens.runner import rerun
-from reachlens.store import FORMAT_VERSION, RUN_KINDS, AuditDir, RunDir, list_runs, read_run
+from reachlens.store import FORMAT_VERSION, RUN_KINDS, AuditDir, RunDir, RunRecord, list_runs, read_run
 from reachlens.studies import (
     AuditResult,
     CausalResult,
@@ -28,6 +28,8 @@ from reachlens.studies import (
     length_control,
     temperature_control,
 )
+from reachlens.routing import RoutingResult
+from reachlens.studies.causal import SteerSweep, UnitsSweep
 from reachlens.studies.study_plan import StudyPlan
 from reachlens.studies.training_audit import run_training_audit
 
@@ -53,19 +55,23 @@ def runs(tiny_dir, tmp_path_factory):
                  ["silence", model, "--sets", root / "recognition", "--layers", "0", "--components", "mlp",
                   "--out", root / "silence"]):
         assert main([str(x) for x in argv]) == 0
+    # steering and unit sweeps need a healthy panel a random model does not have: their runs made by hand
+    silence = read_run(root / "silence")
+    for cls in (SteerSweep, UnitsSweep):
+        record = RunRecord.new(cls.kind, silence.record.protocol, silence.record.model, silence.record.data,
+                               {"sets": silence.meta["sets"]})
+        extra = {"ranking": pd.DataFrame({"rank": [0, 1], "unit": [5, 2]})} if cls is UnitsSweep else {}
+        cls(record, silence.table, silence.per_question, extra).save(root / cls.kind)
     return root
 
 
 TYPES = {"audit": AuditResult, "comparison": Comparison, "temperature_control": TemperatureControl,
          "length_control": LengthControl, "training_audit": TrainingAudit, "recognition": RecognitionResult,
-         "silence": CausalResult}
+         "silence": CausalResult, "steer": CausalResult, "units": CausalResult, "routing": RoutingResult}
 
 
 @pytest.mark.parametrize("kind", sorted(RUN_KINDS.names()))
 def test_read_run_returns_the_typed_run_of_every_kind(runs, kind):
-    if kind in ("steer", "units"):  # the causal sweeps share one class and its reading (silence stands for them)
-        assert issubclass(RUN_KINDS[kind], CausalResult) and RUN_KINDS[kind].kind == kind
-        return
     run = read_run(runs / kind)
     assert run.kind == kind and type(run) is RUN_KINDS[kind] and isinstance(run, TYPES[kind])
     assert run.record.kind == kind and run.record.status == "complete" and run.location == runs / kind
@@ -82,6 +88,7 @@ def test_list_runs_lists_every_run_under_a_folder(runs):
     found = {i.path.relative_to(runs).as_posix(): i.kind for i in list_runs(runs)}
     for kind in TYPES:
         assert found[kind] == kind
+    assert set(TYPES) == set(RUN_KINDS.names())  # a new kind gets a run in the fixture above
     study = {p: k for p, k in found.items() if p.startswith("training_audit/")}
     assert study == {"training_audit/audits/x": "audit", "training_audit/audits/y": "audit",
                      "training_audit/audits/x--k=3": "audit", "training_audit/audits/y--k=3": "audit",
