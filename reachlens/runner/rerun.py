@@ -49,7 +49,7 @@ def rerun_name(name: str, change: Mapping[str, Any]) -> str:
     question subset is written as its size and the first 8 hex digits of its ids' SHA-256.
 
     >>> rerun_name("grpo", {"temperature": 0.6, "questions": ["arith-3", "arith-7"]})
-    'grpo--questions=2q-0c1b6fbb--temperature=0.6'
+    'grpo--questions=2q-e8a52b11--temperature=0.6'
     """
     parts = [name]
     for key in sorted(change):
@@ -69,7 +69,8 @@ def _check_change(src, change: Mapping[str, Any]) -> dict[str, Any]:
         raise ReachlensError(f"a rerun changes one or more of {', '.join(CHANGES)}; got {sorted(change) or 'nothing'}")
     change = dict(change)
     same = [key for key in change if key != "questions" and getattr(src.protocol, key) == change[key]]
-    if same:
+    subset = "questions" in change and set(change["questions"]) != set(src.questions["question_id"])
+    if same and len(same) == len(change) - ("questions" in change) and not subset:
         raise ReachlensError(f"{same[0]}={change[same[0]]!r} is the audit's own; a rerun changes it")
     if "questions" in change:
         ids = list(dict.fromkeys(change["questions"]))
@@ -222,7 +223,8 @@ def rerun(
         exec_config: how it runs; executor: who decodes (:func:`~reachlens.runner.run_jobs`).
         progress: called with the number of questions finished.
 
-    >>> rerun("runs/base", k=400, into="runs")  # doctest: +SKIP   (runs/base--k=400)
+    >>> rerun("runs/base", k=400, into="runs").location  # doctest: +SKIP
+    PosixPath('runs/base--k=400')
     >>> rerun(trained, temperature=1.2, questions=left, model=model, task=task)  # doctest: +SKIP
     """
     planned = plan_rerun(source, model=model, task=task, into=into, name=name, exec_config=exec_config, **change)

@@ -27,6 +27,9 @@ the fraction of the whole-MLP repair they recover, beside ``k`` units drawn at r
 
 Caveat: repair and break rates are counts over small sets; with 20 failures one question is 5
 points. The tables carry the counts (``n_repaired``, ``n_broken``) beside the rates.
+
+One module (about 440 lines): the three sweeps share their measurement (evaluate_hooks, outcome), their
+directions and their run class; each sweep alone is short.
 """
 
 from __future__ import annotations

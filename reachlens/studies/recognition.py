@@ -17,6 +17,9 @@ panel** is the questions right both ways. :class:`EvalSets` stores both with the
 configuration, the task spec and the model identity, so that every later run uses the same
 questions. A recognition run (:class:`RecognitionResult`, kind ``recognition``) saves its tables and, when the
 rule picked them, the sets (``sets.json``).
+
+One module (about 440 lines): recognition, generation, the failure rule and its sets are one study, and the
+sets are only ever chosen from a recognition run's table.
 """
 
 from __future__ import annotations

@@ -37,11 +37,13 @@ def error_line(err: str) -> str:
 def no_model_load(monkeypatch):
     """Fail the test if the command loads the model (the error must come before)."""
     import reachlens.models
+    import reachlens.models.loading
 
     def refuse(*args, **kwargs):
         raise AssertionError("the model was loaded before the user error was found")
 
     monkeypatch.setattr(reachlens.models, "load_model", refuse)
+    monkeypatch.setattr(reachlens.models.loading, "load_model", refuse)  # what ModelSource.load calls
 
 
 def audit_args(model, out, *more):

@@ -28,7 +28,7 @@ def recognized(tiny_dir, tmp_path_factory):
 
 def test_recognize_writes_tables_and_sets(recognized):
     names = {p.name for p in recognized.iterdir()}
-    assert names >= {"options.parquet", "questions.parquet", "questions.csv", "records.parquet", "summary.json", "sets.json"}
+    assert names >= {"options.parquet", "questions.parquet", "records.parquet", "run.json", "summary.json", "sets.json"}
     sets = json.loads((recognized / "sets.json").read_text())
     assert sets["task"]["name"] == "arith_mc" and sets["task"]["n"] == 8
     assert sets["rule"]["min_failures"] == 1 and "recognition (acc) right" in sets["rule_text"]
