@@ -7,6 +7,7 @@ from collections import defaultdict
 import pytest
 import torch
 
+from reachlens.execution import ExecConfig
 from reachlens import Protocol
 from reachlens.engine import Row, current_rows, generate, row_agnostic, user_hooks
 from reachlens.interventions import steering, unit_ablation, zero_ablation
@@ -94,9 +95,9 @@ def record_audit(model, task, protocol, **kwargs):
 
 def test_a_recording_hook_during_a_k4_audit_sees_one_row_per_sample(tiny_model, setup):
     task, protocol = setup
-    unshared, ref = record_audit(tiny_model, task, protocol, share_prefixes=False)
+    unshared, ref = record_audit(tiny_model, task, protocol, exec_config=ExecConfig(share_prefixes=False))
     default, res = record_audit(tiny_model, task, protocol)  # a user hook is attached: no sharing
-    shared, res_shared = record_audit(tiny_model, task, protocol, share_prefixes=True)  # opt-in, with the map
+    shared, res_shared = record_audit(tiny_model, task, protocol, exec_config=ExecConfig(share_prefixes=True))  # opt-in
     naive, _ = record_audit(tiny_model, task, protocol)  # the default is safe even for a naive hook
 
     keys = {(q.question_id, j) for q in task.questions for j in [None, 0, 1, 2, 3]}
