@@ -10,7 +10,7 @@ import pytest
 from reachlens import Protocol
 from reachlens.errors import ReachlensError
 from reachlens.execution import ExecConfig
-from reachlens.store import list_runs, read_run
+from reachlens.store import read_run
 from reachlens.studies.training_audit import StudyPlan, run_training_audit
 
 
