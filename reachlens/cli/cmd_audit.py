@@ -52,7 +52,8 @@ def run(args: argparse.Namespace) -> int:
     store.check_target()
     with warnings.catch_warnings():  # its notes come once, from the audit itself
         warnings.simplefilter("ignore", ReachlensWarning)
-        store.check_run(protocol, dataclasses.asdict(model_identity(args.model)), task.data_identity)
+        ident = model_identity(args.model, trust_remote_code=args.trust_remote_code)
+        store.check_run(protocol, dataclasses.asdict(ident), task.data_identity)
     if args.backend == "vllm" and args.device != "cpu":
         raise CLIError("--device is the engine's; vLLM places the model itself (drop --device with --backend vllm)")
     if args.workers is not None and args.ray is None:

@@ -28,6 +28,7 @@ __all__ = ["main", "build_parser", "command_modules", "as_flags"]
 # library parameter (as a message names it) -> the flag that sets it
 _FLAGS = (
     (re.compile(r"\ballow_other_model=True\b"), "--allow-other-model"),
+    (re.compile(r"\btrust_remote_code=True\b"), "--trust-remote-code"),
     (re.compile(r"\bdata=PATH\b"), "--data PATH"),
     (re.compile(r"\bdata=(?=[)\s,;]|$)"), "--data"),
     (re.compile(r"\bout=(?=[)\s,;]|$)"), "--out"),

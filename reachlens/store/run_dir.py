@@ -254,7 +254,8 @@ def run_differences(
     Returns ``(differences, notes)``: differences as ``{field: (stored, other)}`` with fields such as
     ``k``, ``options.budget``, ``model.fingerprint`` or ``data.sha256``; notes say what could not be
     checked (a directory written before data identity was recorded). ``None`` for any part skips it;
-    a model fingerprint ``unknown`` on either side is not compared.
+    a model fingerprint ``unknown`` on either side is not compared (its spec is, then). Models with
+    equal fingerprints are one model however their specs are spelled (``./m``, ``m``, ``/abs/m``).
     """
     from reachlens.models import same_model
 
@@ -274,10 +275,12 @@ def run_differences(
                 diffs[f"options.{key}"] = (stored_opts.get(key), opts.get(key))
     if model is not None:
         stored = header.get("model") or {}
-        if stored.get("spec") != model.get("spec"):
-            diffs["model.spec"] = (stored.get("spec"), model.get("spec"))
         unknown = "unknown" in (stored.get("fingerprint"), model.get("fingerprint"))
-        if not unknown and not same_model(stored, model):
+        same = not unknown and same_model(stored, model)
+        # a model is its fingerprint: ./m, m and /abs/m are one model (the spelling is named when they differ)
+        if not same and stored.get("spec") != model.get("spec"):
+            diffs["model.spec"] = (stored.get("spec"), model.get("spec"))
+        if not unknown and not same:
             diffs["model.fingerprint"] = (stored.get("fingerprint"), model.get("fingerprint"))
     if data is not None:
         stored_data = header.get("data")
