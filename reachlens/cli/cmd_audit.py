@@ -42,11 +42,12 @@ def run(args: argparse.Namespace) -> int:
     from reachlens.models import model_identity
     from reachlens.store import AuditDir
     from reachlens.studies import audit
-    from reachlens.studies.auditing import check_context
+    from reachlens.studies.auditing import check_budget, check_context
     from reachlens.tasks import load_task
 
     task = load_task(args.task, args.data, split=args.split, n=args.n)
     protocol = protocol_from_args(args, task)
+    check_budget(protocol, args.max_batch_rows)
     # Refuse a bad --out (a file, a folder of other files, another run) before the model loads.
     store = AuditDir(args.out)
     store.check_target()
