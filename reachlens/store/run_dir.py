@@ -47,7 +47,7 @@ from typing import Any
 
 import pandas as pd
 
-from reachlens.errors import MissingFileError, ReachlensError, ReachlensWarning
+from reachlens.errors import DISK_FULL, MissingFileError, ReachlensError, ReachlensWarning, disk_full
 from reachlens.protocol import Protocol, ProtocolMismatch
 from reachlens.store.lock import LOCK_NAME, DirectoryLock
 
@@ -119,8 +119,10 @@ def _write_durably(path: Path, write: Callable[[Path], None], *, replace: bool =
         if not replace:
             return tmp
         os.replace(tmp, path)
-    except BaseException:
+    except BaseException as err:
         tmp.unlink(missing_ok=True)
+        if isinstance(err, OSError) and err.errno in DISK_FULL:
+            raise disk_full(path, err) from None
         raise
     _fsync_dir(path.parent)
     return path
@@ -565,6 +567,7 @@ class RunDir:
     def convert(self) -> bool:
         """Rewrite a ``protocol.json`` header as ``run.json`` (under the writer lock); False when the
         directory has ``run.json`` already. Tables and summary are unchanged: they are the same format."""
+        self.read_header()  # a run directory at all? (before the writer, which would create a missing one)
         with self.writer():
             if not self.is_legacy():
                 self.read_header()  # a run directory at all?

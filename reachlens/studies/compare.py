@@ -19,6 +19,7 @@ which is exact because sample j of a question depends on (seed, question, j) alo
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import math
 from dataclasses import dataclass, field
@@ -31,7 +32,7 @@ import pandas as pd
 import warnings
 
 from reachlens.errors import ReachlensError, ReachlensWarning
-from reachlens.protocol import ProtocolMismatch
+from reachlens.protocol import Protocol, ProtocolMismatch
 from reachlens.store import run_differences
 from reachlens.studies.auditing import AuditResult
 from reachlens.studies.metrics import budget_grid, pass_at_k_matrix, sign_changes
@@ -219,7 +220,8 @@ def compare(
 
     Args:
         k: cut both audits to their first ``k`` samples (required when their budgets differ).
-        allow: protocol fields allowed to differ (e.g. ``("prompt_format",)`` for the format control).
+        allow: protocol fields allowed to differ (e.g. ``("prompt_format",)`` for the format control);
+            a name that is no protocol field is refused, listing the fields.
 
     Raises:
         ProtocolMismatch: the protocols differ in a field not in ``allow``, the audits were made on
@@ -228,6 +230,11 @@ def compare(
     >>> cmp = compare("runs/base", "runs/grpo")  # doctest: +SKIP
     >>> cmp.summary()["gained_from_base_reachable"]  # doctest: +SKIP
     """
+    known = [f.name for f in dataclasses.fields(Protocol)]
+    for name in allow:
+        if name not in known:
+            raise ReachlensError(f"allow={tuple(allow)!r}: {name!r} is not a protocol field; the fields that may "
+                                 f"differ are {', '.join(known)}")
     b, t = _as_result(base), _as_result(trained)
     if k is not None:
         b, t = b.restrict_k(k), t.restrict_k(k)
