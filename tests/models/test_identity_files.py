@@ -205,3 +205,22 @@ def test_the_same_folder_spelled_another_way_resumes(tiny_dir, tmp_path, monkeyp
     flip_middle(tmp_path / "models" / "llama" / "model.safetensors")
     with pytest.raises(ProtocolMismatch, match="model.fingerprint"):
         audit(load_model("./models/llama"), task, proto, out="run", max_batch_rows=3)
+
+
+def test_a_cached_hub_model_whose_index_names_a_pickle_is_refused_before_loading(sharded, tmp_path, monkeypatch) -> None:
+    import huggingface_hub.constants
+    import transformers
+
+    commit = "0123456789abcdef0123456789abcdef01234567"
+    repo = tmp_path / "hub" / "models--tiny-org--sharded"
+    (repo / "refs").mkdir(parents=True)
+    (repo / "refs" / "main").write_text(commit)
+    snapshot = shutil.copytree(sharded, repo / "snapshots" / commit)
+    index = json_index(snapshot)
+    index["weight_map"] = {k: v.replace(".safetensors", ".bin") for k, v in index["weight_map"].items()}
+    (snapshot / INDEX).write_text(json.dumps(index))
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_CACHE", str(tmp_path / "hub"))
+    monkeypatch.setattr(transformers.AutoModelForCausalLM, "from_pretrained",
+                        lambda *a, **k: pytest.fail("the weights were loaded"))
+    with pytest.raises(ModelLoadError, match=r"\.bin'.*not safetensors"):
+        load_model("tiny-org/sharded")
