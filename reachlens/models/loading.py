@@ -17,8 +17,9 @@ tokenizer, the weights ``from_pretrained`` resolves: ``model.safetensors``, or t
 ``model.safetensors.index.json`` and every shard it names, sub-folders included; the model's own
 ``*.py`` when ``trust_remote_code`` lets it run), ``sha256:`` and 16 hex digits. Every weight file is
 checked before anything loads: safetensors only (a ``.bin`` shard an index names is refused, never
-unpickled), inside the model folder, present and whole. Each file's hash is cached by path, size, mtime and ctime (in
-``$REACHLENS_CACHE``, default ``~/.cache/reachlens``), so a 15 GB checkpoint is read once, and a
+unpickled), inside the model folder, present and whole (for a hub name, in its cached snapshot: one
+never downloaded is checked by transformers alone). Each file's hash is cached by path, size, mtime and
+ctime (in ``$REACHLENS_CACHE``, default ``~/.cache/reachlens``), so a 15 GB checkpoint is read once, and a
 file rewritten in place (same size) is hashed again. A hub name is identified by the files of the
 snapshot it loads, with the commit hash of that snapshot as ``revision``. Results written before
 this scheme carry a 16-hex fingerprint of the first and last MiB of each file; they are matched
@@ -311,12 +312,12 @@ def folder_fingerprint(folder: str | os.PathLike, spec: str | None = None, *, tr
              for f in _identity_files(folder, str(folder) if spec is None else spec, trust_remote_code)}
     if not named:
         return "unknown"
-    files = [named[name] for name in sorted(named)]
-    cache: dict[str, str] = {} if all(_file_key(f) in _HASHES for f in files) else _read_cache()
+    names = sorted(named)
+    cache: dict[str, str] = {} if all(_file_key(named[n]) in _HASHES for n in names) else _read_cache()
     new: dict[str, str] = {}
     h = hashlib.sha256()
-    for name, f in zip(sorted(named), files):
-        h.update(f"{name}:{_file_sha256(f, cache, new)}\n".encode())
+    for name in names:
+        h.update(f"{name}:{_file_sha256(named[name], cache, new)}\n".encode())
     if new:
         _write_cache(new)
     return "sha256:" + h.hexdigest()[:16]
@@ -364,13 +365,11 @@ def model_identity(spec: str, *, trust_remote_code: bool = False) -> ModelIdenti
     snapshot = _hub_snapshot(spec)
     if snapshot is None:
         return ModelIdentity(spec, "unknown", None, legacy)
-    try:
-        fingerprint = folder_fingerprint(snapshot, spec, trust_remote_code=trust_remote_code)
-    except ModelLoadError as err:
-        if "does not exist" not in str(err):
-            raise
-        fingerprint = "unknown"  # shards not downloaded yet: loading fetches them
-    return ModelIdentity(spec, fingerprint, snapshot.name, legacy)
+    names = _weight_names(snapshot, spec)
+    if not names or not all((snapshot / name).is_file() for name in names):
+        return ModelIdentity(spec, "unknown", snapshot.name, legacy)  # weights not fetched yet: loading fetches them
+    return ModelIdentity(spec, folder_fingerprint(snapshot, spec, trust_remote_code=trust_remote_code),
+                         snapshot.name, legacy)
 
 
 def identity_of(model) -> dict[str, Any]:

@@ -17,23 +17,11 @@ import sys
 from pathlib import Path
 
 import pytest
+from test_cli_errors import error_line, run
 
 from reachlens import Protocol, audit, load_task
-from reachlens.cli import main
 
 REPO = Path(__file__).resolve().parents[2]
-
-
-def run(capsys, *argv):
-    code = main([str(a) for a in argv])
-    out = capsys.readouterr()
-    return code, out.out, out.err
-
-
-def error_line(err: str) -> str:
-    lines = [ln for ln in err.strip().splitlines() if "error:" in ln]
-    assert len(lines) == 1 and "Traceback" not in err, err
-    return lines[0]
 
 
 @pytest.fixture

@@ -16,20 +16,12 @@ from pathlib import Path
 
 import pytest
 import torch
+from test_fingerprint import flip_middle
 
 from reachlens import Protocol, ProtocolMismatch, audit, load_task
 from reachlens.models import ModelLoadError, load_model, model_identity
 
 INDEX = "model.safetensors.index.json"
-
-
-def flip_middle(path: Path) -> None:
-    """Change bytes in the middle of a file, in place, keeping its size."""
-    with path.open("r+b") as fh:
-        fh.seek(path.stat().st_size // 2)
-        chunk = fh.read(16)
-        fh.seek(-len(chunk), 1)
-        fh.write(bytes((b + 1) % 256 for b in chunk))
 
 
 @pytest.fixture(scope="module")
