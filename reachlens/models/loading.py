@@ -200,7 +200,8 @@ def _weight_names(folder: Path, spec: str) -> list[str]:
         return [explicit]
     weight_map = _read_config(folder / explicit, spec).get("weight_map")
     if not isinstance(weight_map, dict) or not weight_map:
-        raise ModelLoadError(f"model {spec!r}: {explicit} has no weight_map naming its shards; copy or download it again")
+        raise ModelLoadError(f"model {spec!r}: {explicit} has no weight_map naming its shards; "
+                             "copy or download it again")
     return [explicit, *(_weight_name(name, explicit, spec) for name in sorted(set(weight_map.values()), key=str))]
 
 

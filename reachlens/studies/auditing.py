@@ -52,6 +52,7 @@ CHARS_PER_TOKEN_MARGIN = 4
 """Slack on "a token spans at most as many characters as the tokenizer's longest vocabulary entry":
 a normalizer can merge characters (NFC composes one Hangul syllable from three jamo)."""
 
+
 @dataclass(frozen=True)
 class AuditResult:
     """Everything one audit produced. Tables keep raw text so a result can be re-scored."""
@@ -324,8 +325,8 @@ def _check_characters(model, task: Task, prompts: Sequence[str], n_ctx: int) -> 
         raise ReachlensError(
             f"question {task.questions[i].question_id!r} makes a prompt of {len(prompts[i]):,} characters, more "
             f"than the model's {n_ctx}-token context can hold: a token of its tokenizer spans at most {span} "
-            f"characters (its longest vocabulary entry; {CHARS_PER_TOKEN_MARGIN}x that is {bound:,} characters "
-            "for the context). Shorten or drop that question"
+            f"characters (its longest vocabulary entry), so the context holds at most {bound:,} ({n_ctx} x {span} "
+            f"x {CHARS_PER_TOKEN_MARGIN}, the last for normalization). Shorten or drop that question"
         )
 
 

@@ -199,7 +199,8 @@ def test_the_same_folder_spelled_another_way_resumes(tiny_dir, tmp_path, monkeyp
         audit(load_model("./models/llama"), task, proto, out="run", max_batch_rows=3)
 
 
-def test_a_cached_hub_model_whose_index_names_a_pickle_is_refused_before_loading(sharded, tmp_path, monkeypatch) -> None:
+def test_a_cached_hub_model_whose_index_names_a_pickle_is_refused_before_loading(sharded, tmp_path,
+                                                                                 monkeypatch) -> None:
     import huggingface_hub.constants
     import transformers
 

@@ -85,5 +85,5 @@ def test_a_prompt_too_long_for_the_context_is_refused_before_tokenizing(tiny_mod
 
     monkeypatch.setattr(auditing, "encode", spy)
     with pytest.raises(ReachlensError, match=rf"prompt of [\d,]+ characters.*{n_ctx}-token context.*at most {longest}"):
-        auditing.check_context(tiny_model, task, Protocol("jsonl", k=1, temperature=0.0, max_new_tokens=8).resolved(task))
+        auditing.check_context(tiny_model, task, Protocol.greedy("jsonl", max_new_tokens=8).resolved(task))
     assert all(n < size for n in seen), "the long prompt was tokenized"
