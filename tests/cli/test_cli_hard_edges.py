@@ -21,9 +21,6 @@ from test_cli_errors import error_line, run
 
 from reachlens import Protocol, audit, load_task
 
-REPO = Path(__file__).resolve().parents[2]
-
-
 @pytest.fixture
 def no_model_load(monkeypatch):
     import reachlens.models
@@ -84,7 +81,10 @@ def test_a_model_that_needs_its_own_code_names_the_flag(capsys, tiny_dir, tmp_pa
 
 
 def test_a_closed_pipe_ends_quietly(tmp_path) -> None:
+    import reachlens
     from reachlens.store import RunDir, RunRecord
+
+    code = Path(reachlens.__file__).resolve().parents[1]  # the reachlens this test imported
 
     run_dir = RunDir(tmp_path / "run")
     with run_dir.writer():
@@ -93,8 +93,8 @@ def test_a_closed_pipe_ends_quietly(tmp_path) -> None:
     os.close(read)  # `reachlens show DIR | head` after head has exited
     try:
         proc = subprocess.run([sys.executable, "-m", "reachlens", "show", str(tmp_path / "run")], stdout=write,
-                              stderr=subprocess.PIPE, text=True, cwd=REPO, timeout=120,
-                              env={**os.environ, "PYTHONPATH": str(REPO)})
+                              stderr=subprocess.PIPE, text=True, cwd=code, timeout=120,
+                              env={**os.environ, "PYTHONPATH": str(code)})
     finally:
         os.close(write)
     assert proc.stderr == "" and proc.returncode == 141  # as a Unix tool killed by SIGPIPE
