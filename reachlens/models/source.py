@@ -54,7 +54,7 @@ class ModelSource:
         """The identity of the files under :attr:`spec` (what a worker's replica must match)."""
         from reachlens.models.loading import model_identity
 
-        return model_identity(self.spec)
+        return model_identity(self.spec, trust_remote_code=self.trust_remote_code)
 
     def load(self):
         """The loaded model (a TransformerBridge, or a :class:`~reachlens.engine.backends.vllm_model.VLLMModel`)."""

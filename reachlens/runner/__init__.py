@@ -16,6 +16,7 @@ the same tables, bit for bit on the same hardware and dtype.
 from reachlens.runner.decode import (
     audit_slice,
     batch_slices,
+    check_budget,
     check_context,
     deploy_and_grade,
     grade_completion,
@@ -28,6 +29,6 @@ from reachlens.runner.rerun import CHANGES, PlannedRerun, plan_rerun, require_au
 
 __all__ = [
     "AuditJob", "CHANGES", "InProcessExecutor", "PlannedRerun", "ProcessPool", "RayExecutor", "ShardJob", "SliceResult",
-    "audit_slice", "batch_slices", "check_context", "deploy_and_grade", "grade_completion", "grade_questions",
+    "audit_slice", "batch_slices", "check_budget", "check_context", "deploy_and_grade", "grade_completion", "grade_questions",
     "plan_rerun", "require_audited_with", "rerun", "rerun_name", "run_jobs", "run_reruns",
 ]

@@ -13,12 +13,14 @@ in any batch, process or executor. Hooks the caller attached to the model are li
 from __future__ import annotations
 
 import math
+import os
 from collections.abc import Sequence, Set
+from pathlib import Path
 from typing import Any
 
 import pandas as pd
 
-from reachlens.engine import Completion, Row, encode, row_seed
+from reachlens.engine import Completion, Row, encode, row_seed, tokenizer_of
 from reachlens.engine.backends import generate_rows
 from reachlens.errors import ReachlensError, UnknownNameError
 from reachlens.execution import ExecConfig
@@ -27,8 +29,18 @@ from reachlens.protocol import Protocol
 from reachlens.records import GENERATION_COLUMNS, QUESTION_COLUMNS, SAMPLE_COLUMNS, canonical
 from reachlens.tasks.base import Question, Task
 
-__all__ = ["audit_slice", "batch_slices", "check_context", "deploy_and_grade", "grade_completion", "grade_questions",
-           "questions_by_id"]
+__all__ = ["audit_slice", "batch_slices", "check_budget", "check_context", "deploy_and_grade", "grade_completion",
+           "grade_questions", "machine_memory", "questions_by_id"]
+
+ROW_BYTES = 1024
+"""Memory one completion holds while its batch is decoded and graded, before its tokens: its row, its
+``Completion``, its grade and its row of the sample table (about 1 KiB, measured with ``tracemalloc``)."""
+ROW_BYTES_PER_TOKEN = 64
+"""Memory per generated token of a completion: its id and log-probability as Python objects and its
+text (about 64 bytes, measured with ``tracemalloc``)."""
+CHARS_PER_TOKEN_MARGIN = 4
+"""Slack on "a token spans at most as many characters as the tokenizer's longest vocabulary entry":
+a normalizer can merge characters (NFC composes one Hangul syllable from three jamo)."""
 
 
 def grade_completion(grader, question: Question, completion: Completion) -> dict[str, Any]:
@@ -80,7 +92,7 @@ def _decode(
             seed = row_seed(protocol.seed, q.question_id, sample_offset + j) if protocol.temperature > 0 else None
             rows.append(Row(i, seed, tag=(q.question_id, sample_offset + j)))
     outs = generate_rows(model, [fmt.render(q) for q in questions], rows, protocol,
-                         max_batch_rows=max(exec_config.max_batch_rows, per_q), share_prefixes=exec_config.share_prefixes)
+                         max_batch_rows=exec_config.max_batch_rows, share_prefixes=exec_config.share_prefixes)
     return ([outs[i * per_q] for i in range(len(questions))],
             [outs[i * per_q + 1 : (i + 1) * per_q] for i in range(len(questions))])
 
@@ -137,9 +149,56 @@ def audit_slice(
     return q_df, s_df
 
 
+def machine_memory() -> int:
+    """Bytes of memory this process may use: the machine's physical memory, or its container's
+    limit (cgroup v2 ``memory.max``) when that is smaller."""
+    total = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    try:
+        limit = Path("/sys/fs/cgroup/memory.max").read_text().strip()
+    except OSError:
+        return total
+    return min(total, int(limit)) if limit.isdigit() else total
+
+
+def _gib(n: int) -> str:
+    return f"{n / (1 << 30):.1f} GiB"
+
+
+def check_budget(protocol: Protocol, max_batch_rows: int) -> None:
+    """Refuse a budget whose completions cannot fit in memory, before any is built.
+
+    A slice of the audit (:func:`batch_slices`) holds ``max(K + 1, max_batch_rows)`` completions at
+    most until it is graded, each about :data:`ROW_BYTES` + :data:`ROW_BYTES_PER_TOKEN` per token of
+    ``max_new_tokens``; that must stay under half of :func:`machine_memory` (the model, its cache and the
+    finished tables need the rest). The message names the largest ``k`` (or ``max_batch_rows``) that fits.
+    The decode itself runs ``max_batch_rows`` rows at a time, whatever K is.
+    """
+    if isinstance(max_batch_rows, bool) or not isinstance(max_batch_rows, int) or max_batch_rows < 1:
+        raise ReachlensError(f"max_batch_rows={max_batch_rows!r} must be an integer >= 1")
+    per_row = ROW_BYTES + ROW_BYTES_PER_TOKEN * protocol.max_new_tokens
+    memory = machine_memory()
+    fit = memory // 2 // per_row
+
+    def need(rows: int) -> str:
+        return (f"{rows:,} completions need about {_gib(rows * per_row)} in memory until they are graded "
+                f"({ROW_BYTES} bytes + {ROW_BYTES_PER_TOKEN} per token of max_new_tokens={protocol.max_new_tokens} "
+                f"each), more than half of this machine's {_gib(memory)}")
+
+    if protocol.k + 1 > fit:
+        raise ReachlensError(f"k={protocol.k}: one question's {need(protocol.k + 1)}; use k <= {max(fit - 1, 0)}, "
+                             "or a shorter max_new_tokens")
+    if max_batch_rows > fit:
+        raise ReachlensError(f"max_batch_rows={max_batch_rows}: a batch of {need(max_batch_rows)}; "
+                             f"use max_batch_rows <= {fit}")
+
+
 def check_context(model, task: Task, protocol: Protocol) -> None:
     """Refuse a decode that cannot fit the model's context window (``model.cfg.n_ctx``): the longest
-    prompt of ``task`` plus ``protocol.max_new_tokens``. The runner calls it before anything runs."""
+    prompt of ``task`` plus ``protocol.max_new_tokens``. The runner calls it before anything runs.
+
+    A prompt longer in characters than ``n_ctx`` tokens can span is refused before anything is
+    tokenized (a 20 MB question would take minutes): no token of the tokenizer spans more characters
+    than its longest vocabulary entry (times :data:`CHARS_PER_TOKEN_MARGIN`)."""
     n_ctx = getattr(getattr(model, "cfg", None), "n_ctx", None)
     if not isinstance(n_ctx, int) or not len(task):
         return
@@ -149,9 +208,31 @@ def check_context(model, task: Task, protocol: Protocol) -> None:
             f"(with the prompt); use max_new_tokens below {n_ctx}"
         )
     fmt = task.format(protocol.prompt_format)
-    longest = max(len(ids) for ids in encode(model, [fmt.render(q) for q in task.questions]))
+    prompts = [fmt.render(q) for q in task.questions]
+    _check_characters(model, task, prompts, n_ctx)
+    longest = max(len(ids) for ids in encode(model, prompts))
     if longest + protocol.max_new_tokens > n_ctx:
         raise ReachlensError(
             f"the longest prompt ({longest} tokens) plus max_new_tokens={protocol.max_new_tokens} exceeds the "
             f"model's context of {n_ctx} tokens; use max_new_tokens <= {max(n_ctx - longest, 0)}"
+        )
+
+
+def _check_characters(model, task: Task, prompts: Sequence[str], n_ctx: int) -> None:
+    """Refuse, untokenized, a prompt with more characters than ``n_ctx`` tokens of the model's
+    tokenizer can span (see :func:`check_context`)."""
+    i = max(range(len(prompts)), key=lambda j: len(prompts[j]))
+    if len(prompts[i]) <= n_ctx:  # within the bound of any tokenizer (a token spans >= 1 character)
+        return
+    try:
+        span = max(map(len, tokenizer_of(model).get_vocab()))
+    except (AttributeError, TypeError, ValueError, ReachlensError):  # no vocabulary to bound by
+        return
+    bound = n_ctx * span * CHARS_PER_TOKEN_MARGIN
+    if len(prompts[i]) > bound:
+        raise ReachlensError(
+            f"question {task.questions[i].question_id!r} makes a prompt of {len(prompts[i]):,} characters, more "
+            f"than the model's {n_ctx}-token context can hold: a token of its tokenizer spans at most {span} "
+            f"characters (its longest vocabulary entry), so the context holds at most {bound:,} ({n_ctx} x {span} "
+            f"x {CHARS_PER_TOKEN_MARGIN}, the last for normalization). Shorten or drop that question"
         )

@@ -29,7 +29,7 @@ from reachlens.execution import ExecConfig, model_exec
 from reachlens.models import ModelSource, identity_of, model_identity
 from reachlens.protocol import Protocol
 from reachlens.records import QUESTION_COLUMNS, SAMPLE_COLUMNS, in_task_order
-from reachlens.runner.decode import audit_slice, batch_slices, check_context
+from reachlens.runner.decode import audit_slice, batch_slices, check_budget, check_context
 from reachlens.store import RUN_KINDS, AuditDir, RunRecord
 from reachlens.tasks.base import Task
 
@@ -155,7 +155,7 @@ def _resolve(job: AuditJob, in_process: bool) -> tuple[ModelSource | None, Proto
     elif protocol.backend != source.backend:
         raise ReachlensError(f"backend={protocol.backend!r} but {source.spec!r} is loaded for {source.backend!r}; "
                              f"pass the spec alone, or ModelSource(spec, backend={protocol.backend!r})")
-    return source, protocol, dataclasses.asdict(model_identity(source.spec)), ex.recorded(model_exec(source))
+    return source, protocol, dataclasses.asdict(model_identity(source.spec, trust_remote_code=source.trust_remote_code)), ex.recorded(model_exec(source))
 
 
 def _open(job: AuditJob, in_process: bool, stack: contextlib.ExitStack) -> _Open:
@@ -210,6 +210,8 @@ def run_jobs(
     """
     from reachlens.runner.executors import InProcessExecutor
 
+    for job in jobs:  # before any model loads or directory opens
+        check_budget(job.protocol, job.exec_config.max_batch_rows)
     in_process = executor is None
     if in_process:
         executor = InProcessExecutor({i: job.model for i, job in enumerate(jobs)

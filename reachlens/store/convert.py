@@ -42,6 +42,8 @@ def convert(path: str | os.PathLike) -> list[tuple[Path, str]]:
     [(PosixPath('runs/old-demo/audits/base'), 'format 0 -> 1'), ...]
     """
     root = Path(path)
+    if not root.exists():
+        raise MissingFileError(f"{str(root)!r} does not exist; give a run directory to convert")
     if not root.is_dir():
         raise MissingFileError(f"{str(root)!r} is not a directory; give a run directory to convert")
     found = [d for d in _walk(root) if _version(d) is not None]

@@ -16,7 +16,7 @@ from typing import Any
 
 import pandas as pd
 
-from reachlens.errors import MissingFileError, ReachlensError
+from reachlens.errors import DISK_FULL, MissingFileError, ReachlensError, disk_full
 
 __all__ = ["TEMP_RE", "fsync_dir", "json_text", "read_json", "write_durably", "write_json", "write_parquet"]
 
@@ -57,8 +57,10 @@ def write_durably(path: Path, write: Callable[[Path], None], *, replace: bool = 
         if not replace:
             return tmp
         os.replace(tmp, path)
-    except BaseException:
+    except BaseException as err:
         tmp.unlink(missing_ok=True)
+        if isinstance(err, OSError) and err.errno in DISK_FULL:
+            raise disk_full(path, err) from None
         raise
     fsync_dir(path.parent)
     return path

@@ -231,10 +231,12 @@ def _model_diffs(stored: Mapping[str, Any], model: Mapping[str, Any]) -> dict[st
     from reachlens.models import same_model
 
     diffs = {}
-    if stored.get("spec") != model.get("spec"):
-        diffs["model.spec"] = (stored.get("spec"), model.get("spec"))
     unknown = "unknown" in (stored.get("fingerprint"), model.get("fingerprint"))
-    if not unknown and not same_model(stored, model):
+    same = not unknown and same_model(stored, model)
+    # a model is its fingerprint: ./m, m and /abs/m are one model (the spelling is named when they differ)
+    if not same and stored.get("spec") != model.get("spec"):
+        diffs["model.spec"] = (stored.get("spec"), model.get("spec"))
+    if not unknown and not same:
         diffs["model.fingerprint"] = (stored.get("fingerprint"), model.get("fingerprint"))
     return diffs
 

@@ -35,7 +35,7 @@ import numpy as np
 import pandas as pd
 
 from reachlens.errors import ReachlensError, ReachlensWarning
-from reachlens.protocol import ProtocolMismatch
+from reachlens.protocol import Protocol, ProtocolMismatch
 from reachlens.store import Run, RunDir, RunRecord, register_kind, run_differences
 from reachlens.studies.auditing import AuditResult
 from reachlens.studies.metrics import budget_grid, pass_at_k_matrix, sign_changes
@@ -293,7 +293,7 @@ def compare(
     Args:
         k: cut both audits to their first ``k`` samples (required when their budgets differ).
         allow: protocol fields or execution settings (``dtype``, ``device``) allowed to differ (e.g.
-            ``("prompt_format",)`` for the format control).
+            ``("prompt_format",)`` for the format control); any other name is refused, listing them.
 
     Raises:
         ProtocolMismatch: the protocols differ in a field not in ``allow``, the audits ran in another precision
@@ -303,6 +303,11 @@ def compare(
     >>> cmp = compare("runs/base", "runs/grpo")  # doctest: +SKIP
     >>> cmp.summary()["gained_from_base_reachable"]  # doctest: +SKIP
     """
+    known = [f.name for f in dataclasses.fields(Protocol)] + list(EXEC_FIELDS)
+    for name in allow:
+        if name not in known:
+            raise ReachlensError(f"allow={tuple(allow)!r}: {name!r} is not a protocol field or execution setting; "
+                                 f"the fields that may differ are {', '.join(known)}")
     b, t = _as_result(base), _as_result(trained)
     if k is not None:
         b, t = _cut(b, k), _cut(t, k)
