@@ -93,6 +93,17 @@ def shared_data() -> Path:
 
 
 @pytest.fixture(scope="session")
+def shared_tokenizers() -> Path:
+    """``../shared/tokenizers``: real tokenizers of five families with tiny configs of their vocabulary
+    sizes (CI has them; a user's clone need not)."""
+    folder = SHARED / "tokenizers"
+    if not folder.is_dir():
+        pytest.skip(f"needs the real tokenizers in {folder} (../shared/tokenizers beside the clone, or "
+                    "REACHLENS_SHARED=DIR): absent")
+    return folder
+
+
+@pytest.fixture(scope="session")
 def chromium() -> str:
     """The headless Chromium executable (``apt-get install chromium``; ``.ci/run`` installs it)."""
     exe = shutil.which("chromium") or shutil.which("chromium-browser") or shutil.which("google-chrome")

@@ -44,7 +44,7 @@ from jaxtyping import Bool, Float, Int
 from torch import Tensor
 
 from reachlens.engine.hooks import BatchRows, _rows, user_hooks
-from reachlens.engine.rng import sample_inverse_cdf
+from reachlens.engine.rng import Workspace, sample_inverse_cdf
 from reachlens.engine.sample_tree import FinishReason, SampleTree
 from reachlens.engine.stack import LayerStack
 from reachlens.engine.stopping import StopChecker
@@ -210,15 +210,25 @@ def _choose(
     greedy: Bool[Tensor, "rows"],
     step: int,
     protocol: Protocol,
+    workspace: Workspace | None = None,
 ) -> tuple[Int[Tensor, "rows"], Float[Tensor, "rows"]]:
-    """Each row's token from its node's logits, and the token's untempered log-probability."""
+    """Each row's token from its node's logits, and the token's untempered log-probability.
+
+    The work over the vocabulary (argmax, the sampler's float64 softmax and cumulative sum, the
+    float32 log-softmax) writes into ``workspace``'s buffers; the argmax runs on greedy rows' nodes only.
+    """
+    ws = Workspace() if workspace is None else workspace
     if bool(greedy.all()):
         chosen = logits.argmax(-1).index_select(0, node)
     else:
-        chosen = sample_inverse_cdf(logits, seeds, step, protocol.temperature, protocol.top_p, group=node)
+        chosen = sample_inverse_cdf(logits, seeds, step, protocol.temperature, protocol.top_p, group=node,
+                                    workspace=ws)
         if bool(greedy.any()):
-            chosen = torch.where(greedy, logits.argmax(-1).index_select(0, node), chosen)
-    logp = torch.log_softmax(logits.float(), -1)
+            chosen = chosen.clone()
+            chosen[greedy] = logits.index_select(0, node[greedy]).argmax(-1)
+    logits = logits.float()
+    logp = torch.ops.aten._log_softmax.out(logits, -1, False,
+                                           out=ws.take("logp", tuple(logits.shape), logits.dtype, logits.device))
     return chosen, logp[node, chosen]
 
 
@@ -278,10 +288,12 @@ def _generate_chunk(
     next_pos = positions[:, -1] + 1
     seeds = torch.tensor([0 if r.seed is None else r.seed for r in rows], dtype=torch.int64, device=device)
     greedy = torch.tensor([r.seed is None for r in rows], device=device)
+    workspace = Workspace()
 
     for step in range(protocol.max_new_tokens):
         live = tree.live.to(device)
-        chosen, logp = _choose(logits, tree.live_slots().to(device), seeds[live], greedy[live], step, protocol)
+        chosen, logp = _choose(logits, tree.live_slots().to(device), seeds[live], greedy[live], step, protocol,
+                               workspace)
         move = tree.advance(chosen.cpu(), logp.cpu())
         if move.done:
             break

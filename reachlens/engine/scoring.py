@@ -7,7 +7,8 @@ uses this, so numbers are comparable with lm-eval's ``acc`` / ``acc_norm``:
 * continuation tokens = ``encode(context + continuation)[len(encode(context)):]``, with the
   default special tokens of the model's own tokenizer as it ships (:func:`reachlens.engine.tokenizer_of`,
   not the BOS-prepending copy TransformerLens' bridge installs): a BOS where the tokenizer adds one,
-  none for the zoo's character tokenizer; an empty context is replaced by the EOS token as a prefix;
+  none for the zoo's character tokenizer; an empty context is replaced by one prefix token, the
+  tokenizer's BOS or, for a BOS-less tokenizer, its EOS (lm-eval's ``prefix_token_id``);
 * the model reads ``(context + continuation)[-(max_length + 1):][:-1]`` (cut from the left;
   ``max_length`` is the config's ``max_position_embeddings``/``n_positions``/``n_ctx``);
 * score = float32 log-softmax summed over the continuation tokens, with lm-eval's ``is_greedy``.
@@ -56,9 +57,9 @@ def encode_pair(tokenizer, context: str, continuation: str) -> tuple[list[int], 
     if n_spaces:
         continuation, context = context[-n_spaces:] + continuation, context[:-n_spaces]
     if context == "":
-        prefix = tokenizer.eos_token_id
+        prefix = tokenizer.bos_token_id if tokenizer.bos_token_id is not None else tokenizer.eos_token_id
         if prefix is None:
-            raise ReachlensError("an empty context needs a prefix token, and the tokenizer has no EOS token")
+            raise ReachlensError("an empty context needs a prefix token, and the tokenizer has neither BOS nor EOS")
         return [int(prefix)], list(tokenizer(continuation, add_special_tokens=False)["input_ids"])
     whole = list(tokenizer(context + continuation, add_special_tokens=True)["input_ids"])
     ctx = list(tokenizer(context, add_special_tokens=True)["input_ids"])

@@ -35,6 +35,7 @@ from reachlens.store import AuditDir
 from reachlens.studies.metrics import budget_grid, pass_at_k_curve
 from reachlens.studies.stats import wilson_interval
 from reachlens.tasks.base import Question, Task
+from reachlens.tasks.chat import bind_chat, chat_inner, render_prompts
 
 __all__ = ["AuditResult", "audit", "audit_batch", "batch_slices", "check_context", "finish_audit", "grade_questions"]
 
@@ -209,11 +210,11 @@ def audit(
     if executor is not None:
         from reachlens.scale import AuditJob, run_audits
 
-        job = AuditJob(model, task, protocol, out, max_batch_rows=max_batch_rows, sample_offset=sample_offset,
-                       share_prefixes=share_prefixes)
+        job = AuditJob(model, task, _bind_chat(model, protocol.resolved(task)), out, max_batch_rows=max_batch_rows,
+                       sample_offset=sample_offset, share_prefixes=share_prefixes)
         return run_audits([job], executor, progress=None if progress is None else lambda i, done: progress(done))[0]
     model = load_for(model, protocol)
-    protocol = bind_backend(model, protocol.resolved(task))
+    protocol = bind_chat(bind_backend(model, protocol.resolved(task)), getattr(model, "tokenizer", None))
     model_id = identity_of(model)
     check_context(model, task, protocol)
     if out is None:
@@ -223,6 +224,19 @@ def audit(
         store.open(protocol, model_id, extra={"task_source": task.source, "n_questions": len(task)},
                    data=task.data_identity)
         return _run(model, task, protocol, model_id, store, max_batch_rows, sample_offset, progress, share_prefixes)
+
+
+def _bind_chat(model, protocol: Protocol) -> Protocol:
+    """``protocol`` bound to the chat template of ``model`` (a spec or source: its tokenizer files)."""
+    if chat_inner(protocol.prompt_format) is None:
+        return protocol
+    from reachlens.engine.backends import ModelSource
+    from reachlens.models import load_tokenizer
+
+    if isinstance(model, (str, ModelSource)):
+        spec = model if isinstance(model, str) else model.spec
+        return bind_chat(protocol, load_tokenizer(spec), model=repr(spec))
+    return bind_chat(protocol, getattr(model, "tokenizer", None))
 
 
 def check_context(model, task: Task, protocol: Protocol) -> None:
@@ -236,8 +250,8 @@ def check_context(model, task: Task, protocol: Protocol) -> None:
             f"max_new_tokens={protocol.max_new_tokens} does not fit the model's context of {n_ctx} tokens "
             f"(with the prompt); use max_new_tokens below {n_ctx}"
         )
-    fmt = task.format(protocol.prompt_format)
-    longest = max(len(ids) for ids in encode(model, [fmt.render(q) for q in task.questions]))
+    prompts = render_prompts(task, protocol, task.questions, getattr(model, "tokenizer", None))
+    longest = max(len(ids) for ids in encode(model, prompts))
     if longest + protocol.max_new_tokens > n_ctx:
         raise ReachlensError(
             f"the longest prompt ({longest} tokens) plus max_new_tokens={protocol.max_new_tokens} exceeds the "
@@ -264,9 +278,8 @@ def audit_batch(
     """Decode and grade the questions ``task.questions[start:stop]`` (one slice of :func:`batch_slices`):
     their question and sample tables, less the questions in ``done``. ``protocol`` is resolved."""
     batch = list(task.questions[start:stop])
-    fmt = task.format(protocol.prompt_format)
     per_q = protocol.k + 1
-    prompts = [fmt.render(q) for q in batch]
+    prompts = render_prompts(task, protocol, batch, getattr(model, "tokenizer", None))
     rows: list[Row] = []
     for i, q in enumerate(batch):
         rows.append(Row(i, None, tag=(q.question_id, None)))
