@@ -218,6 +218,7 @@ def _choose(
     float32 log-softmax) writes into ``workspace``'s buffers; the argmax runs on greedy rows' nodes only.
     """
     ws = Workspace() if workspace is None else workspace
+    logits = logits.detach()  # tokens and their log-probabilities are records, not part of a graph
     if bool(greedy.all()):
         chosen = logits.argmax(-1).index_select(0, node)
     else:

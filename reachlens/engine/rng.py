@@ -106,6 +106,7 @@ def sample_inverse_cdf(
     elif group.shape != seeds.shape:
         raise ValueError(f"group {tuple(group.shape)} must have one entry per seed {tuple(seeds.shape)}")
     ws = Workspace() if workspace is None else workspace
+    logits = logits.detach()  # an index is drawn: nothing to differentiate (and out= buffers refuse grad)
     scaled = ws.take("scaled", tuple(logits.shape), torch.float64, logits.device)
     scaled.copy_(logits).div_(temperature)  # bit for bit logits.to(float64) / temperature
     probs = torch.ops.aten._softmax.out(scaled, -1, False, out=ws.take("probs", tuple(logits.shape), torch.float64,

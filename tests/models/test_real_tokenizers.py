@@ -17,7 +17,7 @@ import pytest
 import torch
 
 from reachlens import Protocol
-from reachlens.engine import Row, current_rows, encode, generate, loglikelihoods
+from reachlens.engine import Row, current_rows, encode, encode_pair, generate, loglikelihoods
 from reachlens.engine import stopping
 from reachlens.tasks import load_task, render_prompts
 from reachlens.tasks.chat import bind_chat
@@ -48,19 +48,14 @@ class Family:
 
 
 @pytest.fixture(scope="session")
-def families(shared_tokenizers, tmp_path_factory):
-    """``families(name)``: that family's :class:`Family`, built on first use and kept for the session."""
-    from reachlens.models.testing import make_tiny_from_folder
-
-    built: dict[str, Family] = {}
+def families(real_checkpoint):
+    """``families(name)``: that family's :class:`Family`, loaded on first use and kept for the session."""
+    loaded: dict[str, Family] = {}
 
     def get(name: str) -> Family:
-        if name not in built:
-            untie = {"tie_word_embeddings": False} if name.startswith("gemma") else {}  # else it echoes its input
-            folder = make_tiny_from_folder(shared_tokenizers / name, tmp_path_factory.mktemp("real") / name,
-                                           init_std=0.3, **untie)
-            built[name] = Family(name, folder)
-        return built[name]
+        if name not in loaded:
+            loaded[name] = Family(name, real_checkpoint(name))
+        return loaded[name]
 
     return get
 
@@ -82,6 +77,7 @@ def test_chat_prompt_ids_are_apply_chat_template_s_with_one_bos(families, name):
             ref = _ids(fam.ref.apply_chat_template(messages, add_generation_prompt=True, tokenize=True))
             assert ids == ref
             assert fam.model.to_tokens(prompt)[0].tolist() == ref
+            assert encode_pair(fam.model.tokenizer, prompt, "7")[0][:2] == ref[:2]  # a scored one: one BOS too
             bos = fam.ref.bos_token_id
             assert bos is None or ids[:2] != [bos, bos]
 
