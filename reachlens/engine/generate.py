@@ -84,8 +84,9 @@ class Completion:
 
 
 def tokenize_prompts(tokenizer, prompts: Sequence[str]) -> list[list[int]]:
-    """Token ids of each prompt, with the tokenizer's default special tokens (BOS where it adds one;
-    an EOS it appends is dropped, as TransformerLens' ``to_tokens`` drops it)."""
+    """Token ids of each prompt, with the tokenizer's default special tokens (BOS where it adds one, and
+    one only: none added to a prompt that starts with the BOS text, such as a rendered chat template; an
+    EOS it appends is dropped, as TransformerLens' ``to_tokens`` drops it)."""
     return encode_prompts(tokenizer, prompts)
 
 
