@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import json
 
-import pytest
 
 from reachlens import Protocol
 from reachlens.cli import main
