@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import json
 
-
 from reachlens import Protocol
 from reachlens.cli import main
 from reachlens.tasks.chat import template_hash
