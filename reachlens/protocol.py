@@ -29,7 +29,7 @@ from typing import Any
 
 from reachlens.errors import ReachlensError
 
-__all__ = ["BACKENDS", "MIN_TEMPERATURE", "Protocol", "ProtocolMismatch"]
+__all__ = ["BACKENDS", "CHAT", "MIN_TEMPERATURE", "Protocol", "ProtocolMismatch", "chat_inner"]
 
 BACKENDS = ("engine", "vllm")
 """Who draws the completions: reachlens' own engine (TransformerLens hooks live) or vLLM (no hooks)."""
@@ -51,6 +51,22 @@ class ProtocolMismatch(ReachlensError):
         super().__init__(f"{what} in {', '.join(differences)} ({detail})" + (f"; {fix}" if fix else ""))
 
 
+CHAT = "chat"
+"""The prompt format that renders a question with the model's chat template (``chat`` or ``chat:NAME``)."""
+
+
+def chat_inner(prompt_format: str) -> str | None:
+    """The task format a chat format wraps (``""``: the task's default), or None for a plain format.
+
+    >>> chat_inner("chat"), chat_inner("chat:qa"), chat_inner("qa")
+    ('', 'qa', None)
+    """
+    if prompt_format == CHAT:
+        return ""
+    if prompt_format.startswith(CHAT + ":"):
+        return prompt_format[len(CHAT) + 1:]
+    return None
+
 @dataclass(frozen=True)
 class Protocol:
     """How a question is probed: the deployment (greedy) and the K-sample reachability probe."""
@@ -68,7 +84,8 @@ class Protocol:
     max_new_tokens: int = 256
     """Decode length for deployment and samples alike."""
     prompt_format: str = "default"
-    """Name of the task's prompt format; ``default`` is the task's own default."""
+    """Name of the task's prompt format; ``default`` is the task's own default; ``chat`` (``chat:NAME``)
+    renders the default format's (NAME's) text as a user turn of the model's chat template."""
     seed: int = 0
     """Seed of the sample stream: sample j of question q depends on (seed, q, j) only."""
     stop: tuple[str, ...] | None = None
@@ -80,6 +97,14 @@ class Protocol:
     same per-sample seeds with different random streams, so their samples differ (a comparison across
     backends is a control, ``compare(..., allow=("backend",))``). ``engine`` is left out of
     :meth:`to_dict` (and so of :attr:`hash`), so runs written before backends existed keep their header."""
+    system: str | None = None
+    """The system turn of a chat prompt format (``prompt_format="chat"``); None keeps the chat template's
+    own default. Only with a chat format; left out of :meth:`to_dict` when None."""
+    chat_template: str | None = None
+    """``sha256:...`` of the chat template a chat format renders with (:mod:`reachlens.tasks.chat`), filled
+    in when the protocol meets the model (:func:`~reachlens.tasks.chat.bind_chat`): audits under
+    different templates are comparable only when allowed (``allow=("chat_template",)``). None for a plain
+    format; left out of :meth:`to_dict` when None."""
 
     def __post_init__(self) -> None:
         if isinstance(self.stop, list):
@@ -109,12 +134,19 @@ class Protocol:
             raise ReachlensError(f"stop={self.stop!r} contains an empty string")
         if self.backend not in BACKENDS:
             raise ReachlensError(f"backend={self.backend!r} is not a backend; use one of {', '.join(BACKENDS)}")
+        if (self.system is not None or self.chat_template is not None) and chat_inner(self.prompt_format) is None:
+            what = "system" if self.system is not None else "chat_template"
+            raise ReachlensError(f"{what}= goes with a chat prompt format, not prompt_format={self.prompt_format!r}; "
+                                 "use prompt_format='chat'")
 
     # --- identity --------------------------------------------------------------------------------
     def to_dict(self) -> dict[str, Any]:
         d = self._fields()
         if d["backend"] == "engine":
             del d["backend"]
+        for name in ("system", "chat_template"):  # plain formats keep the hash they had before chat
+            if d[name] is None:
+                del d[name]
         return d
 
     def _fields(self) -> dict[str, Any]:
@@ -180,11 +212,13 @@ class Protocol:
         # a generic loader names its task after the file ("jsonl:questions"); its protocol says "jsonl"
         if task.name != self.task and not task.name.startswith(f"{self.task}:"):
             raise ReachlensError(f"protocol is for task {self.task!r} but the task given is {task.name!r}")
-        fmt = task.default_format if self.prompt_format == "default" else self.prompt_format
+        inner = chat_inner(self.prompt_format)
+        fmt = self.prompt_format if inner is None else inner or "default"
+        fmt = task.default_format if fmt == "default" else fmt
         task.format(fmt)  # raises LookupError naming the known formats
         return dataclasses.replace(
             self,
-            prompt_format=fmt,
+            prompt_format=fmt if inner is None else f"{CHAT}:{fmt}",
             stop=tuple(task.stop) if self.stop is None else self.stop,
             grader=task.grader if self.grader is None else self.grader,
         )

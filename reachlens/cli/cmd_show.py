@@ -63,6 +63,9 @@ def format_run(record, summary: dict | None) -> str:
                      f"max_new_tokens={p.max_new_tokens} prompt_format={p.prompt_format} "
                      f"stop={stop} grader={grader} "
                      f"seed={p.seed} (hash {p.hash})")
+        if p.chat_template is not None or p.system is not None:
+            system = "(the template's own)" if p.system is None else repr(p.system)
+            lines.append(f"{'':<12}chat template {p.chat_template or '(not bound)'}, system turn {system}")
     for key, value in record.options.items():
         lines.append(f"{'options:' if key == next(iter(record.options)) else '':<12}{key}: {_value(value)}")
     data = record.data or {}

@@ -44,7 +44,7 @@ from jaxtyping import Bool, Float, Int
 from torch import Tensor
 
 from reachlens.engine.hooks import BatchRows, _rows, user_hooks
-from reachlens.engine.rng import sample_inverse_cdf
+from reachlens.engine.rng import Workspace, sample_inverse_cdf
 from reachlens.engine.sample_tree import FinishReason, SampleTree
 from reachlens.engine.stack import LayerStack
 from reachlens.engine.stopping import StopChecker
@@ -84,8 +84,9 @@ class Completion:
 
 
 def tokenize_prompts(tokenizer, prompts: Sequence[str]) -> list[list[int]]:
-    """Token ids of each prompt, with the tokenizer's default special tokens (BOS where it adds one;
-    an EOS it appends is dropped, as TransformerLens' ``to_tokens`` drops it)."""
+    """Token ids of each prompt, with the tokenizer's default special tokens (BOS where it adds one, and
+    one only: none added to a prompt that starts with the BOS text, such as a rendered chat template; an
+    EOS it appends is dropped, as TransformerLens' ``to_tokens`` drops it)."""
     return encode_prompts(tokenizer, prompts)
 
 
@@ -257,15 +258,26 @@ def _choose(
     greedy: Bool[Tensor, "rows"],
     step: int,
     protocol: Protocol,
+    workspace: Workspace | None = None,
 ) -> tuple[Int[Tensor, "rows"], Float[Tensor, "rows"]]:
-    """Each row's token from its node's logits, and the token's untempered log-probability."""
+    """Each row's token from its node's logits, and the token's untempered log-probability.
+
+    The work over the vocabulary (argmax, the sampler's float64 softmax and cumulative sum, the
+    float32 log-softmax) writes into ``workspace``'s buffers; the argmax runs on greedy rows' nodes only.
+    """
+    ws = Workspace() if workspace is None else workspace
+    logits = logits.detach()  # tokens and their log-probabilities are records, not part of a graph
     if bool(greedy.all()):
         chosen = logits.argmax(-1).index_select(0, node)
     else:
-        chosen = sample_inverse_cdf(logits, seeds, step, protocol.temperature, protocol.top_p, group=node)
+        chosen = sample_inverse_cdf(logits, seeds, step, protocol.temperature, protocol.top_p, group=node,
+                                    workspace=ws)
         if bool(greedy.any()):
-            chosen = torch.where(greedy, logits.argmax(-1).index_select(0, node), chosen)
-    logp = torch.log_softmax(logits.float(), -1)
+            chosen = chosen.clone()
+            chosen[greedy] = logits.index_select(0, node[greedy]).argmax(-1)
+    logits = logits.float()
+    logp = torch.ops.aten._log_softmax.out(logits, -1, False,
+                                           out=ws.take("logp", tuple(logits.shape), logits.dtype, logits.device))
     return chosen, logp[node, chosen]
 
 
@@ -315,10 +327,12 @@ def _generate_chunk(
     key_valid, next_pos = _slot_state(valid, positions, protocol.max_new_tokens)
     seeds = torch.tensor([0 if r.seed is None else r.seed for r in rows], dtype=torch.int64, device=device)
     greedy = torch.tensor([r.seed is None for r in rows], device=device)
+    workspace = Workspace()
 
     for step in range(protocol.max_new_tokens):
         live = tree.live.to(device)
-        chosen, logp = _choose(logits, tree.live_slots().to(device), seeds[live], greedy[live], step, protocol)
+        chosen, logp = _choose(logits, tree.live_slots().to(device), seeds[live], greedy[live], step, protocol,
+                               workspace)
         move = tree.advance(chosen.cpu(), logp.cpu())
         if move.done:
             break

@@ -16,13 +16,15 @@ Numerical caveat: a sample can flip when two runs' probabilities differ at the b
 from __future__ import annotations
 
 import hashlib
+import math
+
 import torch
 from jaxtyping import Float, Int
 from torch import Tensor
 
 from reachlens.errors import ReachlensError
 
-__all__ = ["row_seed", "uniforms", "sample_inverse_cdf"]
+__all__ = ["Workspace", "row_seed", "uniforms", "sample_inverse_cdf"]
 
 _M32 = 0xFFFFFFFF
 # Odd multipliers below 2**31, so a 32-bit lane times a multiplier never overflows int64.
@@ -58,6 +60,26 @@ def uniforms(seeds: Int[Tensor, "batch"], step: int) -> Float[Tensor, "batch"]:
     return (bits.to(torch.float64) + 0.5) / float(2**53)
 
 
+class Workspace:
+    """Scratch tensors reused from one decoding step to the next (one per chunk of a generate call).
+
+    The sampler's per-step work runs over the whole vocabulary: with 200 rows of a 152k vocabulary a
+    float64 copy is 240 MB. A fresh tensor that size every step costs more in page faults than the
+    arithmetic on it, so each buffer is kept and grown when a step needs more.
+    """
+
+    def __init__(self) -> None:
+        self._buffers: dict[str, Tensor] = {}
+
+    def take(self, name: str, shape: tuple[int, ...], dtype: torch.dtype, device: torch.device) -> Tensor:
+        """A tensor of ``shape`` (contents undefined) backed by the buffer ``name``."""
+        n = math.prod(shape)
+        buf = self._buffers.get(name)
+        if buf is None or buf.numel() < n or buf.dtype != dtype or buf.device != device:
+            buf = self._buffers[name] = torch.empty(n, dtype=dtype, device=device)
+        return buf[:n].view(shape)
+
+
 def sample_inverse_cdf(
     logits: Float[Tensor, "batch vocab"],
     seeds: Int[Tensor, "rows"],
@@ -65,6 +87,7 @@ def sample_inverse_cdf(
     temperature: float,
     top_p: float = 1.0,
     group: Int[Tensor, "rows"] | None = None,
+    workspace: Workspace | None = None,
 ) -> Int[Tensor, "rows"]:
     """Draw one token per row from ``softmax(logits / temperature)``, optionally nucleus-truncated.
 
@@ -73,6 +96,7 @@ def sample_inverse_cdf(
 
     ``group[r]`` names the logits row that row ``r`` samples from (default: row ``r``), so rows that
     share a distribution share one softmax and one cumulative sum; each still draws its own uniform.
+    ``workspace`` keeps the float64 buffers between calls (the same numbers, computed in place).
     """
     if temperature <= 0:
         raise ReachlensError(f"temperature={temperature!r}: sampling needs temperature > 0 (use argmax for greedy)")
@@ -81,15 +105,20 @@ def sample_inverse_cdf(
         group = torch.arange(n_dist, device=logits.device)
     elif group.shape != seeds.shape:
         raise ValueError(f"group {tuple(group.shape)} must have one entry per seed {tuple(seeds.shape)}")
-    probs = torch.softmax(logits.to(torch.float64) / temperature, dim=-1)
+    ws = Workspace() if workspace is None else workspace
+    logits = logits.detach()  # an index is drawn: nothing to differentiate (and out= buffers refuse grad)
+    scaled = ws.take("scaled", tuple(logits.shape), torch.float64, logits.device)
+    scaled.copy_(logits).div_(temperature)  # bit for bit logits.to(float64) / temperature
+    probs = torch.ops.aten._softmax.out(scaled, -1, False, out=ws.take("probs", tuple(logits.shape), torch.float64,
+                                                                         logits.device))
     u = uniforms(seeds, step).to(probs.device)
     order = None
     if top_p < 1.0:
         sorted_p, order = probs.sort(dim=-1, descending=True)
         cum = sorted_p.cumsum(-1)
         drop = (cum - sorted_p) >= top_p
-        probs = sorted_p.masked_fill(drop, 0.0)
-    cdf = probs.cumsum(-1)
+        probs = sorted_p.masked_fill_(drop, 0.0)
+    cdf = probs.cumsum_(-1)
     # the rows of one distribution, side by side: queries [n_dist, most rows of one distribution]
     counts = torch.bincount(group, minlength=n_dist)
     rank = torch.empty_like(group)

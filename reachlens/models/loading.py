@@ -47,7 +47,8 @@ import torch
 from reachlens.errors import ReachlensError
 
 __all__ = [
-    "load_model", "ModelIdentity", "model_identity", "resolve_spec", "ModelLoadError", "same_model", "weight_files",
+    "load_model", "load_tokenizer", "ModelIdentity", "model_identity", "resolve_spec", "ModelLoadError", "same_model",
+    "weight_files",
 ]
 
 PICKLE_SUFFIXES = (".bin", ".pt", ".pth", ".pkl", ".ckpt")
@@ -430,13 +431,8 @@ def load_model(
     target, local = resolve_spec(spec)
     if device_map is None:
         _check_device(device)
-    folder = Path(target) if local else _hub_snapshot(spec)
-    if folder is not None and not local:
-        _weight_names(folder, spec)  # a cached hub model: no pickle shard, nothing outside the snapshot
-    if folder is not None and trust_remote_code:
-        _remote_code_files(folder, spec)  # its code is in the folder, not in another repository
-    _refuse_unsupported(target, spec, trust_remote_code)
-    tokenizer = _load_tokenizer(target, spec, trust_remote_code)
+    _check_files(target, local, spec, trust_remote_code)
+    tokenizer = _load_tokenizer(spec, target, trust_remote_code)
     try:
         placement = {} if device_map is None else {"device_map": device_map}
         hf_model = AutoModelForCausalLM.from_pretrained(
@@ -453,18 +449,40 @@ def load_model(
     if device_map is None:
         hf_model.to(device)  # the bridge leaves a model it is handed where it is
     # with a device map the bridge takes the placement from the model's hf_device_map
+    shipped = _special_tokens(tokenizer)
     model = TransformerBridge.boot_transformers(
         target, hf_model=hf_model, tokenizer=tokenizer, device=device if device_map is None else None,
         dtype=dtype, trust_remote_code=trust_remote_code,
     )
     model.eval()
-    _use_own_tokenizer(model, tokenizer)
+    _use_own_tokenizer(model, _as_shipped(tokenizer, shipped, target, trust_remote_code))
     model.reachlens_identity = model_identity(spec, trust_remote_code=trust_remote_code)
     return model
 
 
-def _load_tokenizer(target: str, spec: str, trust_remote_code: bool):
-    """The model's own tokenizer, padding on the left."""
+def load_tokenizer(spec: str, *, trust_remote_code: bool = False):
+    """The tokenizer of ``spec`` as it ships (what :func:`load_model` attaches as ``model.tokenizer``),
+    without the weights: enough to render a chat prompt or bind a protocol to the model's chat template.
+
+    >>> load_tokenizer("zoo:base").chat_template is None  # doctest: +SKIP
+    True
+    """
+    target, _ = resolve_spec(spec)
+    return _load_tokenizer(spec, target, trust_remote_code)
+
+
+def _check_files(target: str, local: bool, spec: str, trust_remote_code: bool) -> None:
+    """Refuse, before anything loads, a cached hub model with a pickle shard or a file outside its snapshot,
+    remote code from another repository, and an architecture the engine does not run."""
+    folder = Path(target) if local else _hub_snapshot(spec)
+    if folder is not None and not local:
+        _weight_names(folder, spec)  # a cached hub model: no pickle shard, nothing outside the snapshot
+    if folder is not None and trust_remote_code:
+        _remote_code_files(folder, spec)  # its code is in the folder, not in another repository
+    _refuse_unsupported(target, spec, trust_remote_code)
+
+
+def _load_tokenizer(spec: str, target: str, trust_remote_code: bool):
     from transformers import AutoTokenizer
 
     try:
@@ -531,18 +549,41 @@ def _refuse_unsupported(target: str, spec: str, trust_remote_code: bool) -> None
     check_architecture(config)
 
 
-def _use_own_tokenizer(model, tokenizer) -> None:
-    """Give the bridge back the model's own tokenizer (it installed a BOS-prepending copy), and make
-    TransformerLens' BOS default agree with it, so ``model.to_tokens(p)`` is what the engine decodes
-    (see :mod:`reachlens.engine.tokens`)."""
-    from reachlens.engine.tokens import special_tokens_added
+_SPECIAL = ("bos_token", "eos_token", "pad_token", "unk_token")
 
-    if tokenizer.pad_token is None and tokenizer.eos_token is not None:
-        tokenizer.pad_token = tokenizer.eos_token  # what HF generate pads with
+
+def _special_tokens(tokenizer) -> dict[str, Any]:
+    return {name: getattr(tokenizer, name) for name in _SPECIAL} | {"n": len(tokenizer)}
+
+
+def _as_shipped(tokenizer, shipped: dict[str, Any], target: str, trust_remote_code: bool):
+    """``tokenizer`` with the BOS/EOS/PAD it shipped with: TransformerLens' setup sets a BOS on a
+    BOS-less tokenizer (Qwen2.5's) and a PAD on a PAD-less one, in place, on the object it is given."""
+    if len(tokenizer) != shipped["n"]:  # the setup added tokens to the vocabulary: read the files again
+        from transformers import AutoTokenizer
+
+        tokenizer = AutoTokenizer.from_pretrained(target, trust_remote_code=trust_remote_code)
+        tokenizer.padding_side = "left"
+        return tokenizer
+    for name in _SPECIAL:
+        if getattr(tokenizer, name) != shipped[name]:
+            setattr(tokenizer, name, shipped[name])
+    return tokenizer
+
+
+def _use_own_tokenizer(model, tokenizer) -> None:
+    """Give the bridge back the model's own tokenizer as it shipped (it installed a BOS-prepending copy),
+    make TransformerLens' BOS default agree with it, and make ``model.to_tokens`` encode as the engine
+    does (:func:`reachlens.engine.tokens.bridge_to_tokens`: one BOS, no PAD needed), so
+    ``model.to_tokens(p)`` is what the engine decodes (see :mod:`reachlens.engine.tokens`)."""
+    from types import MethodType
+
+    from reachlens.engine.tokens import bridge_to_tokens, special_tokens_added
+
     # the bridge's public setter would re-wrap it in the BOS-prepending copy and reset d_vocab
     object.__setattr__(model, "_tokenizer", tokenizer)
+    object.__setattr__(model, "to_tokens", MethodType(bridge_to_tokens, model))
     prepends_bos, appends_eos = special_tokens_added(tokenizer)
     model.cfg.tokenizer_prepends_bos = prepends_bos
     model.cfg.tokenizer_appends_eos = appends_eos
     model.cfg.default_prepend_bos = prepends_bos
-

@@ -28,6 +28,7 @@ from reachlens.grading import question_grader
 from reachlens.protocol import Protocol
 from reachlens.records import GENERATION_COLUMNS, QUESTION_COLUMNS, SAMPLE_COLUMNS, canonical
 from reachlens.tasks.base import Question, Task
+from reachlens.tasks.chat import render_prompts
 
 __all__ = ["audit_slice", "batch_slices", "check_budget", "check_context", "deploy_and_grade", "grade_completion",
            "grade_questions", "machine_memory", "questions_by_id"]
@@ -82,7 +83,6 @@ def _decode(
     k: int, sample_offset: int = 0,
 ) -> tuple[list[Completion], list[list[Completion]]]:
     """Each question's deployment (greedy) and its ``k`` samples, decoded together."""
-    fmt = task.format(protocol.prompt_format)
     per_q = k + 1
     rows: list[Row] = []
     for i, q in enumerate(questions):
@@ -91,7 +91,7 @@ def _decode(
             # temperature 0 (allowed with k=1 only) makes the one sample greedy too
             seed = row_seed(protocol.seed, q.question_id, sample_offset + j) if protocol.temperature > 0 else None
             rows.append(Row(i, seed, tag=(q.question_id, sample_offset + j)))
-    outs = generate_rows(model, [fmt.render(q) for q in questions], rows, protocol,
+    outs = generate_rows(model, render_prompts(task, protocol, questions, getattr(model, "tokenizer", None)), rows, protocol,
                          max_batch_rows=exec_config.max_batch_rows, share_prefixes=exec_config.share_prefixes)
     return ([outs[i * per_q] for i in range(len(questions))],
             [outs[i * per_q + 1 : (i + 1) * per_q] for i in range(len(questions))])
@@ -207,8 +207,7 @@ def check_context(model, task: Task, protocol: Protocol) -> None:
             f"max_new_tokens={protocol.max_new_tokens} does not fit the model's context of {n_ctx} tokens "
             f"(with the prompt); use max_new_tokens below {n_ctx}"
         )
-    fmt = task.format(protocol.prompt_format)
-    prompts = [fmt.render(q) for q in task.questions]
+    prompts = render_prompts(task, protocol, task.questions, getattr(model, "tokenizer", None))
     _check_characters(model, task, prompts, n_ctx)
     longest = max(len(ids) for ids in encode(model, prompts))
     if longest + protocol.max_new_tokens > n_ctx:

@@ -26,12 +26,13 @@ import pandas as pd
 from reachlens.engine.backends import backend_of, bind_backend
 from reachlens.errors import ReachlensError
 from reachlens.execution import ExecConfig, model_exec
-from reachlens.models import ModelSource, identity_of, model_identity
+from reachlens.models import ModelSource, identity_of, load_tokenizer, model_identity
 from reachlens.protocol import Protocol
 from reachlens.records import QUESTION_COLUMNS, SAMPLE_COLUMNS, in_task_order
 from reachlens.runner.decode import audit_slice, batch_slices, check_budget, check_context
 from reachlens.store import RUN_KINDS, AuditDir, RunRecord
 from reachlens.tasks.base import Task
+from reachlens.tasks.chat import bind_chat, chat_inner
 
 __all__ = ["AuditJob", "ShardJob", "SliceResult", "prepare_worker", "run_jobs", "run_shard"]
 
@@ -144,7 +145,7 @@ def _resolve(job: AuditJob, in_process: bool) -> tuple[ModelSource | None, Proto
     protocol = job.protocol.resolved(job.task)
     ex = job.exec_config
     if not isinstance(job.model, (str, ModelSource)):  # a loaded model
-        protocol = bind_backend(job.model, protocol)
+        protocol = bind_chat(bind_backend(job.model, protocol), getattr(job.model, "tokenizer", None))
         check_context(job.model, job.task, protocol)
         source = None if in_process else _source_for_executor(job.model)
         return source, protocol, identity_of(job.model), ex.recorded(model_exec(job.model))
@@ -155,7 +156,11 @@ def _resolve(job: AuditJob, in_process: bool) -> tuple[ModelSource | None, Proto
     elif protocol.backend != source.backend:
         raise ReachlensError(f"backend={protocol.backend!r} but {source.spec!r} is loaded for {source.backend!r}; "
                              f"pass the spec alone, or ModelSource(spec, backend={protocol.backend!r})")
-    return source, protocol, dataclasses.asdict(model_identity(source.spec, trust_remote_code=source.trust_remote_code)), ex.recorded(model_exec(source))
+    if chat_inner(protocol.prompt_format) is not None:  # bound to the template of the tokenizer's files
+        tokenizer = load_tokenizer(source.spec, trust_remote_code=source.trust_remote_code)
+        protocol = bind_chat(protocol, tokenizer, model=repr(source.spec))
+    identity = model_identity(source.spec, trust_remote_code=source.trust_remote_code)
+    return source, protocol, dataclasses.asdict(identity), ex.recorded(model_exec(source))
 
 
 def _open(job: AuditJob, in_process: bool, stack: contextlib.ExitStack) -> _Open:
