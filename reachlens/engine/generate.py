@@ -253,6 +253,17 @@ def _choose(
     return chosen, logp[node, chosen]
 
 
+def _roots(rows: list[Row], arm_of_row: Int[Tensor, "rows"], share: bool) -> tuple[Int[Tensor, "rows"], list[int]]:
+    """Each row's slot in the prefill, and the prompt of each prefill slot: with sharing, one slot
+    per distinct (prompt, arm) (the sample tree's roots, in that order); without, one per row."""
+    if not share:
+        return torch.arange(len(rows)), [r.prompt for r in rows]
+    root_of_row = list(zip((r.prompt for r in rows), arm_of_row.tolist()))
+    roots = sorted(set(root_of_row))
+    local = {root: i for i, root in enumerate(roots)}
+    return torch.tensor([local[root] for root in root_of_row]), [p for p, _ in roots]
+
+
 @dataclass(frozen=True)
 class _ChunkArms:
     """The arms of a chunk's rows, as :class:`BatchRows` hands them to hooks."""
@@ -291,15 +302,8 @@ def _generate_chunk(
     pad_id = tokenizer_of(stack.model).pad_token_id
     pad_id = 0 if pad_id is None else int(pad_id)
     arms = _ChunkArms((None,), torch.zeros(n, dtype=torch.long), {}) if arms is None else arms
-    if share_prefixes:  # the tree's roots: one per distinct (prompt, arm)
-        root_of_row = list(zip((r.prompt for r in rows), arms.of_row.tolist()))
-        roots = sorted(set(root_of_row))
-        local = {root: i for i, root in enumerate(roots)}
-        start_slot = torch.tensor([local[root] for root in root_of_row])
-        ids, valid, positions = _prefill_inputs([all_ids[p] for p, _ in roots], pad_id, device)
-    else:
-        start_slot = torch.arange(n)
-        ids, valid, positions = _prefill_inputs([all_ids[r.prompt] for r in rows], pad_id, device)
+    start_slot, prompts = _roots(rows, arms.of_row, share_prefixes)
+    ids, valid, positions = _prefill_inputs([all_ids[p] for p in prompts], pad_id, device)
     tree = SampleTree(start_slot, ids.shape[0], protocol.max_new_tokens, stopper, share=share_prefixes, pad_id=pad_id)
     width = ids.shape[1]
     padded = not bool(valid.all())
