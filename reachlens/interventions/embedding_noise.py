@@ -32,7 +32,7 @@ from torch import Tensor
 from reachlens.engine.hooks import FwdHook, HookFn, per_arm, row_agnostic
 from reachlens.engine.rng import counter_normals
 from reachlens.errors import ReachlensError
-from reachlens.interventions.graft import prefill_rows
+from reachlens.interventions.graft import prefill_entries
 
 __all__ = ["EMBED_SITE", "EmbeddingNoise", "embedding_noise", "embedding_noise_arms", "embedding_noise_values"]
 
@@ -82,18 +82,10 @@ def _noise_hook(keys: tuple[Hashable, ...] | None, draws: list[EmbeddingNoise]) 
     ratios = torch.tensor([float(n.ratio) for n in draws], dtype=torch.float64)
 
     def add(tensor: Float[Tensor, "batch pos d"], *, hook) -> Float[Tensor, "batch pos d"] | None:
-        rows = prefill_rows()
-        if rows is None:
+        found = prefill_entries(keys, tensor.shape[0])
+        if found is None:
             return None
-        if keys is None:
-            idx = torch.zeros(tensor.shape[0], dtype=torch.long)
-        else:
-            found = rows.arm_index(keys)
-            if found is None:
-                return None
-            idx = found
-        ent = (idx >= 0).nonzero().flatten()
-        which = idx[ent]
+        rows, ent, which = found
         ent_d = ent.to(tensor.device)
         mask = rows.prompt_mask.to(tensor.device)[ent_d]
         noise = embedding_noise_values(tensor[ent_d], mask, seeds[which], ratios[which])

@@ -51,12 +51,14 @@ import torch
 from jaxtyping import Bool, Float, Int
 from torch import Tensor
 
-from reachlens.engine.hooks import FwdHook, HookFn, arm_index, current_rows, per_arm, row_agnostic
+from reachlens.engine.hooks import BatchRows, FwdHook, HookFn, current_rows, per_arm, row_agnostic
 from reachlens.engine.rng import counter_normals
 from reachlens.engine.sites import SITE_ALIASES, hook_name, site_shape
 from reachlens.errors import ReachlensError, UnknownNameError
 
-__all__ = ["GRAFT_KINDS", "RANDOM_KINDS", "Graft", "graft_arms", "grafting", "prompt_columns", "prefill_rows"]
+__all__ = [
+    "GRAFT_KINDS", "RANDOM_KINDS", "Graft", "graft_arms", "grafting", "prefill_entries", "prefill_rows", "prompt_columns",
+]
 
 GRAFT_KINDS = ("zero", "noise", "direction", "permute", "bos", "mean", "prev_layer")
 """The perturbations a graft writes (see the module docstring)."""
@@ -108,6 +110,24 @@ def prefill_rows():
         raise ReachlensError("a prefill-only hook (graft, embedding noise) ran outside reachlens.engine.generate; "
                              "it knows the prompt's prefill only there") from None
     return rows if rows.step < 0 else None
+
+
+def prefill_entries(
+    keys: tuple[Hashable, ...] | None, n_entries: int
+) -> tuple[BatchRows, Int[Tensor, "m"], Int[Tensor, "m"]] | None:
+    """In the prefill: its rows, the entries that run one of ``keys`` (every entry when None) and
+    the index in ``keys`` of each one's arm (0 when None), on the CPU; None in any other forward,
+    or when no entry runs one of ``keys``."""
+    rows = prefill_rows()
+    if rows is None:
+        return None
+    if keys is None:
+        return rows, torch.arange(n_entries), torch.zeros(n_entries, dtype=torch.long)
+    idx = rows.arm_index(keys)
+    if idx is None:
+        return None
+    ent = (idx >= 0).nonzero().flatten()
+    return rows, ent, idx[ent]
 
 
 def prompt_columns(prompt_mask: Bool[Tensor, "entries pos"], positions: Int[Tensor, "entries"]) -> Int[Tensor, "entries"]:
@@ -171,18 +191,10 @@ def _graft_hook(keys: tuple[Hashable, ...] | None, grafts: list[Graft], state: d
     seeds = torch.tensor([g.seed for g in grafts], dtype=torch.long)
 
     def apply(tensor: Float[Tensor, "batch pos d"], *, hook) -> Float[Tensor, "batch pos d"] | None:
-        rows = prefill_rows()
-        if rows is None:
+        found = prefill_entries(keys, tensor.shape[0])
+        if found is None:
             return None
-        if keys is None:
-            idx = torch.zeros(tensor.shape[0], dtype=torch.long)
-        else:
-            found = rows.arm_index(keys)
-            if found is None:
-                return None
-            idx = found
-        ent = (idx >= 0).nonzero().flatten()
-        which = idx[ent]
+        rows, ent, which = found
         mask = rows.prompt_mask.to(tensor.device)
         ent_d = ent.to(tensor.device)
         cols = prompt_columns(mask[ent_d], positions[which].to(tensor.device))

@@ -94,6 +94,18 @@ def test_a_graft_fires_once_per_row_in_the_prefill_at_its_layer_and_position(fam
                 assert all(n == name for n, step, changed in log for arm, _ in changed if arm == g)
 
 
+def prefill_logits(fam: Family, seen: dict):
+    """A hook at the LM head recording each prefill entry's last logits by its first row's tag."""
+
+    def grab(x, *, hook):
+        rows = current_rows()
+        if rows.step < 0:
+            for entry, members in enumerate(rows.entries):
+                seen[rows.tags[members[0]]] = fam.logits(x[entry, -1])
+
+    return grab
+
+
 def hf_zeroed(fam: Family, layer: int, ids: list[int], new: int) -> tuple[torch.Tensor, list[int]]:
     """Plain HF: the last prompt position's output of decoder layer ``layer`` zeroed in the prompt's
     forward only; the first logits and ``new`` greedy tokens (a full re-forward per token, no cache)."""
@@ -122,13 +134,7 @@ def hf_zeroed(fam: Family, layer: int, ids: list[int], new: int) -> tuple[torch.
 def test_a_zero_graft_equals_a_hf_forward_with_that_hidden_state_zeroed(fam):
     graft = Graft("zero", 0)
     seen: dict = {}
-
-    def grab(x, *, hook):
-        rows = current_rows()
-        if rows.step < 0:
-            for entry, members in enumerate(rows.entries):
-                seen[rows.tags[members[0]]] = fam.logits(x[entry, -1])
-
+    grab = prefill_logits(fam, seen)
     refs = [hf_zeroed(fam, 0, ids, GREEDY.max_new_tokens) for ids in fam.ids]
     plain = [fam.hf(torch.tensor([ids])).logits[0, -1] for ids in fam.ids]
     for fused in fam.paths:
@@ -149,13 +155,7 @@ def test_embedding_noise_equals_hf_with_noise_added_to_its_input_embeddings(fam)
     embedding) means nothing to the ratio: the reference adds the noise at HF's own embedding."""
     draw = EmbeddingNoise(0.5, seed=intervention_seed(0, "q", 1))
     seen: dict = {}
-
-    def grab(x, *, hook):
-        rows = current_rows()
-        if rows.step < 0:
-            for entry, members in enumerate(rows.entries):
-                seen[rows.tags[members[0]]] = fam.logits(x[entry, -1])
-
+    grab = prefill_logits(fam, seen)
     def noisy(module, args, out):
         d = out.shape[-1]
         z = counter_normals(torch.tensor([draw.seed]), torch.arange(out.shape[1] * d).view(1, -1, d))
