@@ -204,26 +204,34 @@ class BatchRows:
 
     def arm_index(self, keys: tuple[Hashable, ...], device: torch.device | str = "cpu") -> Int[Tensor, "entries"] | None:
         """Per batch entry, the position in ``keys`` of the arm it runs (-1: none of ``keys``), on
-        ``device``; None when no entry of this forward runs any of ``keys``. Computed once per
-        forward and ``keys`` tuple (a hook passes the same tuple object every time)."""
-        found = self._index.get(id(keys))
+        ``device``; None when no entry of this forward runs any of ``keys``. Once per forward and
+        ``keys`` tuple (a hook passes the same tuple object every time); on an accelerator one copy
+        of :attr:`arm_of_entry` per forward serves every hook, and nothing waits on the device."""
+        device = torch.device(device)
+        key = (id(keys), device)
+        found = self._index.get(key)
         if found is None:
-            lut = self.luts.get(id(keys))
-            if lut is None or lut[0] is not keys:
-                where = {k: i for i, k in enumerate(keys)}
-                lut = (keys, torch.tensor([where.get(a, -1) for a in self.arms] + [-1], dtype=torch.long))
-                self.luts[id(keys)] = lut
-            idx = lut[1][self.arm_of_entry]  # a free slot's -1 reads the table's last entry, -1
-            found = (None,) if bool((idx < 0).all()) else (idx,)
-            self._index[id(keys)] = found
-        idx = found[0]
-        if idx is None:
-            return None
-        key = (id(keys), str(device))
-        moved = self._index.get(key)
-        if moved is None:
-            moved = self._index[key] = idx.to(device)
-        return moved
+            idx = self._lut(keys, torch.device("cpu"))[self.arm_of_entry]
+            if bool((idx < 0).all()):  # on the CPU, where the tree lives
+                found = (None,)
+            elif device.type == "cpu":
+                found = (idx,)
+            else:
+                arm = self._index.get(("arm_of_entry", device))
+                if arm is None:
+                    arm = self._index[("arm_of_entry", device)] = self.arm_of_entry.to(device, non_blocking=True)
+                found = (self._lut(keys, device)[arm],)
+            self._index[key] = found
+        return found[0]
+
+    def _lut(self, keys: tuple[Hashable, ...], device: torch.device) -> Int[Tensor, "arms_plus_1"]:
+        """Per arm of the call, its position in ``keys`` (-1: absent), then a -1 that a free slot's -1 reads."""
+        lut = self.luts.get((id(keys), device))
+        if lut is None or lut[0] is not keys:
+            where = {k: i for i, k in enumerate(keys)}
+            table = torch.tensor([where.get(a, -1) for a in self.arms] + [-1], dtype=torch.long)
+            lut = self.luts[(id(keys), device)] = (keys, table.to(device))
+        return lut[1]
 
 
 _CURRENT: contextvars.ContextVar[BatchRows | None] = contextvars.ContextVar("reachlens_batch_rows", default=None)
