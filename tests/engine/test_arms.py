@@ -185,3 +185,10 @@ def test_a_per_arm_hook_outside_generate_says_so(model):
     with model.hooks(fwd_hooks=grafting(model, Graft("zero", 0))):
         with pytest.raises(ReachlensError, match="prefill-only hook .* outside reachlens.engine.generate"):
             LayerStack(model).forward(ids)
+
+
+def test_the_vllm_backend_refuses_rows_with_arms():
+    from reachlens.engine.backends.vllm_model import VLLMModel
+
+    with pytest.raises(ReachlensError, match="vLLM backend runs no interventions, but rows carry arm 'L3 mlp'"):
+        VLLMModel.generate_rows(object(), PROMPTS, [Row(0), Row(0, arm="L3 mlp")], PROTOCOL)
