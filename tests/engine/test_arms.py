@@ -90,6 +90,9 @@ def test_zero_ablation_arms(model):
 def test_mean_ablation_arms(model):
     names = [hook_name(model, 0, "mlp_out"), hook_name(model, 1, "attn_out")]
     means = site_means(model, PROMPTS, names)
+    for name in names:  # against TransformerLens' own cache: the mean over every prompt token
+        acts = [model.run_with_cache(model.to_tokens(p))[1][name][0] for p in PROMPTS]
+        torch.testing.assert_close(means[name], torch.cat(acts).mean(0), rtol=1e-5, atol=1e-5)
     alone = {"m0": [(names[0], plain(lambda x: means[names[0]].expand_as(x).clone()))],
              "a1": [(names[1], plain(lambda x: means[names[1]].expand_as(x).clone()))]}
     together = mean_ablation(model, 0, "mlp", means, arm="m0") + mean_ablation(model, 1, "attn", means, arm="a1")
