@@ -119,7 +119,12 @@ def _arm_ids(model, rows: Sequence[Row]) -> tuple[tuple[Hashable, ...], list[int
     """The distinct arms of ``rows`` (first appearance order) and each row's index into them;
     refuses an arm that no attached per-arm hook serves."""
     index: dict[Hashable, int] = {}
-    ids = [index.setdefault(r.arm, len(index)) for r in rows]
+    try:
+        ids = [index.setdefault(r.arm, len(index)) for r in rows]
+    except TypeError:
+        bad = next(r.arm for r in rows if not isinstance(r.arm, Hashable))
+        raise ReachlensError(f"Row.arm {bad!r} is not hashable; name an arm with a hashable key (a str, a tuple, "
+                             "a Graft)") from None
     arms = tuple(index)
     if any(a is not None for a in arms):
         served = arms_served(model)
