@@ -73,6 +73,8 @@ FwdHook = tuple[str, HookFn]
 """One entry of ``model.hooks(fwd_hooks=[...])``: a hook name and its function."""
 
 _ROW_AGNOSTIC = "__reachlens_row_agnostic__"
+_HF_CAPTURE = "transformers.utils.output_capturing"
+"""Where HuggingFace's own output-capturing hooks are defined (not a user's hooks)."""
 _ARMS = "__reachlens_arms__"
 
 
@@ -137,7 +139,9 @@ def user_hooks(model) -> list[str]:
 
     Counts TransformerLens hooks (``model.hooks``, ``add_hook``) and plain PyTorch forward,
     forward-pre and backward hooks on any submodule; not the bridge's own wiring (the capture
-    hooks a ``BlockBridge`` installs on its first forward).
+    hooks a ``BlockBridge`` installs on its first forward) nor HuggingFace's (the output-capturing
+    hooks ``transformers`` installs the first time a forward is asked for hidden states or
+    attentions, e.g. by ``run_with_cache``, which record nothing otherwise).
     """
     from transformer_lens.hook_points import HookPoint
 
@@ -149,6 +153,8 @@ def user_hooks(model) -> list[str]:
         if not ids:
             continue
         ours = set(internal)
+        for table in (module._forward_hooks, module._forward_pre_hooks):
+            ours.update(i for i, fn in table.items() if getattr(fn, "__module__", None) == _HF_CAPTURE)
         if isinstance(module, HookPoint):
             for handle in list(module.fwd_hooks) + list(module.bwd_hooks):
                 if _is_row_agnostic(getattr(handle, "user_hook", None)):
