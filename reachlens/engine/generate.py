@@ -24,6 +24,13 @@ with any other hook attached, every row gets its own batch entry in every forwar
 included, and keeps it to the end of its chunk (see :mod:`reachlens.engine.hooks`, which also
 says how a hook that opts in to sharing learns which samples each row stands for).
 
+Arms: a row may carry an *arm* (``Row.arm``: the intervention it runs, any hashable key; None is the
+plain model). Rows of different arms never share a batch entry: the sample tree's roots are the
+distinct (prompt, arm) pairs of a chunk, so all arms of a question decode together in one call,
+prefilled in one batched forward, and a per-arm hook (:func:`~reachlens.engine.hooks.per_arm`) acts
+on its entries only. Every arm a row carries must be served by an attached per-arm hook, or the call
+is refused before anything runs. Rows without arms decode exactly as before.
+
 Text: decoded without special tokens (HF's ``skip_special_tokens=True``, as vLLM and lm-eval
 report it); the token ids keep everything.
 
@@ -43,7 +50,7 @@ import torch
 from jaxtyping import Bool, Float, Int
 from torch import Tensor
 
-from reachlens.engine.hooks import BatchRows, _rows, user_hooks
+from reachlens.engine.hooks import BatchRows, _rows, arms_served, user_hooks
 from reachlens.engine.rng import Workspace, sample_inverse_cdf
 from reachlens.engine.sample_tree import FinishReason, SampleTree
 from reachlens.engine.stack import LayerStack
@@ -64,6 +71,11 @@ class Row:
     tag: Hashable = None
     """Any label the caller wants a hook to see (:class:`~reachlens.engine.hooks.BatchRows`); the
     audit uses ``(question_id, sample_idx)``. It does not change what is generated."""
+    arm: Hashable = None
+    """The intervention this row runs: a key that attached per-arm hooks serve (the ``arm=`` of the
+    factories in :mod:`reachlens.interventions`, or a :class:`~reachlens.interventions.Graft`); None:
+    the plain model (hooks built without ``arm=`` still act on every row). Rows of different arms
+    never share a batch entry."""
 
 
 @dataclass(frozen=True)
@@ -102,6 +114,27 @@ def _eos_ids(model) -> set[int]:
     elif isinstance(eos, (list, tuple)):
         ids.update(int(e) for e in eos)
     return ids
+
+
+def _arm_ids(model, rows: Sequence[Row]) -> tuple[tuple[Hashable, ...], list[int]]:
+    """The distinct arms of ``rows`` (first appearance order) and each row's index into them;
+    refuses an arm that no attached per-arm hook serves."""
+    index: dict[Hashable, int] = {}
+    try:
+        ids = [index.setdefault(r.arm, len(index)) for r in rows]
+    except TypeError:
+        bad = next(r.arm for r in rows if not isinstance(r.arm, Hashable))
+        raise ReachlensError(f"Row.arm {bad!r} is not hashable; name an arm with a hashable key (a str, a tuple, "
+                             "a Graft)") from None
+    arms = tuple(index)
+    if any(a is not None for a in arms):
+        served = arms_served(model)
+        missing = [a for a in arms if a is not None and a not in served]
+        if missing:
+            known = ", ".join(repr(a) for a in list(served)[:8]) or "none"
+            raise ReachlensError(f"rows carry arm {missing[0]!r}, which no attached hook serves (hooks serve: {known}); "
+                                 "attach its hooks with model.hooks(fwd_hooks=...) built with arm=, or drop the arm")
+    return arms, ids
 
 
 def _chunks(rows: Sequence[Row], prompt_lens: Sequence[int], max_rows: int) -> list[list[int]]:
@@ -177,10 +210,13 @@ def generate(
         share_prefixes = not user_hooks(model)
     stopper = StopChecker(tok, tuple(protocol.stop or ()), _eos_ids(model) if stop_at_eos else set())
     tags = [r.tag for r in rows]
+    arms, arm_ids = _arm_ids(model, rows)
+    luts: dict = {}
     results: list[Completion | None] = [None] * len(rows)
     for chunk in _chunks(rows, [len(p) for p in ids], max_batch_rows):
         outs = _generate_chunk(stack, steps, ids, [rows[i] for i in chunk], protocol, stopper, share_prefixes,
-                               row_ids=tuple(chunk), tags=tags)
+                               row_ids=tuple(chunk), tags=tags,
+                               arms=_ChunkArms(arms, torch.tensor([arm_ids[i] for i in chunk]), luts))
         for i, c in zip(chunk, outs):
             results[i] = c
     return [c for c in results if c is not None]
@@ -207,19 +243,6 @@ def _prefill_inputs(
         valid[i, width - len(p) :] = True
     positions = (valid.long().cumsum(-1) - 1).clamp_(min=0)
     return ids.to(device), valid.to(device), positions.to(device)
-
-
-def _start(
-    all_ids: list[list[int]], rows: list[Row], share_prefixes: bool, pad_id: int, device: torch.device,
-) -> tuple[Int[Tensor, "rows"], tuple[Int[Tensor, "p pos"], Bool[Tensor, "p pos"], Int[Tensor, "p pos"]]]:
-    """Each row's first batch entry, and the prefill inputs: one entry per prompt when rows share prefixes,
-    else one per row."""
-    if share_prefixes:
-        prompt_order = sorted({r.prompt for r in rows})
-        local = {p: i for i, p in enumerate(prompt_order)}
-        return (torch.tensor([local[r.prompt] for r in rows]),
-                _prefill_inputs([all_ids[p] for p in prompt_order], pad_id, device))
-    return torch.arange(len(rows)), _prefill_inputs([all_ids[r.prompt] for r in rows], pad_id, device)
 
 
 def _slot_state(
@@ -281,6 +304,29 @@ def _choose(
     return chosen, logp[node, chosen]
 
 
+def _roots(rows: list[Row], arm_of_row: Int[Tensor, "rows"], share: bool) -> tuple[Int[Tensor, "rows"], list[int]]:
+    """Each row's slot in the prefill, and the prompt of each prefill slot: with sharing, one slot
+    per distinct (prompt, arm) (the sample tree's roots, in that order); without, one per row."""
+    if not share:
+        return torch.arange(len(rows)), [r.prompt for r in rows]
+    root_of_row = list(zip((r.prompt for r in rows), arm_of_row.tolist()))
+    roots = sorted(set(root_of_row))
+    local = {root: i for i, root in enumerate(roots)}
+    return torch.tensor([local[root] for root in root_of_row]), [p for p, _ in roots]
+
+
+@dataclass(frozen=True)
+class _ChunkArms:
+    """The arms of a chunk's rows, as :class:`BatchRows` hands them to hooks."""
+
+    arms: tuple[Hashable, ...]
+    """The call's distinct arms."""
+    of_row: Int[Tensor, "rows"]
+    """Per row of the chunk, its index into ``arms``."""
+    luts: dict
+    """Hooks' lookup tables over ``arms``, shared by every forward of the call."""
+
+
 def _generate_chunk(
     stack: LayerStack,
     steps: tuple[int, ...],
@@ -292,10 +338,11 @@ def _generate_chunk(
     *,
     row_ids: tuple[int, ...] | None = None,
     tags: Sequence[Hashable] | None = None,
+    arms: _ChunkArms | None = None,
 ) -> list[Completion]:
     """Decode one chunk of rows: prefill, then choose -> advance the sample tree -> copy/select cache
     rows -> forward, once per new token. With ``share_prefixes`` a batch entry is a node of the sample
-    tree (first one per prompt); without, batch entry ``i`` is row ``i`` from the prefill to the end.
+    tree (first one per (prompt, arm)); without, batch entry ``i`` is row ``i`` from the prefill to the end.
 
     Reads ``protocol.max_new_tokens``, ``protocol.temperature``, ``protocol.top_p`` (``protocol.stop`` is
     already in ``stopper``)."""
@@ -303,30 +350,29 @@ def _generate_chunk(
     n = len(rows)
     row_ids = tuple(range(n)) if row_ids is None else row_ids
     tags = [r.tag for r in rows] if tags is None else tags
-    pad_id = tokenizer_of(stack.model).pad_token_id
-    pad_id = 0 if pad_id is None else int(pad_id)
-    start_slot, (ids, valid, positions) = _start(all_ids, rows, share_prefixes, pad_id, device)
+    pad_id = _pad_id(stack.model)
+    arms = _ChunkArms((None,), torch.zeros(n, dtype=torch.long), {}) if arms is None else arms
+    start_slot, prompts = _roots(rows, arms.of_row, share_prefixes)
+    ids, valid, positions = _prefill_inputs([all_ids[p] for p in prompts], pad_id, device)
     tree = SampleTree(start_slot, ids.shape[0], protocol.max_new_tokens, stopper, share=share_prefixes, pad_id=pad_id)
-    width = ids.shape[1]
     padded = not bool(valid.all())
-    cache = stack.new_cache(width + protocol.max_new_tokens, steps)
+    cache = stack.new_cache(ids.shape[1] + protocol.max_new_tokens, steps)
 
     def forward(inputs, pos, mask, step):
-        where = BatchRows(tree.slot_of_row.clone(), row_ids, tags, int(inputs.shape[0]), step)
+        where = BatchRows(tree.slot_of_row.clone(), row_ids, tags, int(inputs.shape[0]), step, arms.arms, arms.of_row,
+                          valid if step < 0 else None, arms.luts)
         with _rows(where):
             return stack.forward(inputs, position_ids=pos, attention_mask=mask, cache=cache, route=steps,
                                  last_only=True)[:, -1]
 
     logits = forward(ids, positions, valid if padded else None, -1)
     if share_prefixes and stack.cascade:
-        # rows read their prompt's keys in place (no K-fold copy of the prompt): the fused
-        # attention scores all rows of a prompt against them at once ("cascade"). Any other
-        # attention wants every row's keys as one tensor, which the plain layout returns as a view
-        # (a fork copies its parent's row once instead of every step gathering the prompt's keys).
+        # rows read their prompt's keys in place (no K-fold copy): the fused attention scores all rows of a
+        # prompt against them at once ("cascade"); any other attention reads one tensor, a view in the plain
+        # layout (a fork copies its parent's row once instead of every step gathering the prompt's keys).
         cache.share(torch.arange(ids.shape[0], device=device))
     key_valid, next_pos = _slot_state(valid, positions, protocol.max_new_tokens)
-    seeds = torch.tensor([0 if r.seed is None else r.seed for r in rows], dtype=torch.int64, device=device)
-    greedy = torch.tensor([r.seed is None for r in rows], device=device)
+    seeds, greedy = _seeds(rows, device)
     workspace = Workspace()
 
     for step in range(protocol.max_new_tokens):
@@ -341,6 +387,17 @@ def _generate_chunk(
                          key_valid[:, : cache.length + 1] if padded else None, step)
         next_pos = next_pos + 1
     return _completions(tree, tokenizer_of(stack.model), stopper, n)
+
+
+def _pad_id(model) -> int:
+    pad_id = tokenizer_of(model).pad_token_id
+    return 0 if pad_id is None else int(pad_id)
+
+
+def _seeds(rows: list[Row], device: torch.device) -> tuple[Int[Tensor, "rows"], Bool[Tensor, "rows"]]:
+    """Each row's seed (0 for a greedy row) and whether it decodes greedily."""
+    seeds = torch.tensor([0 if r.seed is None else r.seed for r in rows], dtype=torch.int64, device=device)
+    return seeds, torch.tensor([r.seed is None for r in rows], device=device)
 
 
 def _completions(tree: SampleTree, tok, stopper: StopChecker, n: int) -> list[Completion]:

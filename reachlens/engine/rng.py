@@ -24,7 +24,7 @@ from torch import Tensor
 
 from reachlens.errors import ReachlensError
 
-__all__ = ["Workspace", "row_seed", "uniforms", "sample_inverse_cdf"]
+__all__ = ["Workspace", "counter_normals", "intervention_seed", "row_seed", "sample_inverse_cdf", "uniforms"]
 
 _M32 = 0xFFFFFFFF
 # Odd multipliers below 2**31, so a 32-bit lane times a multiplier never overflows int64.
@@ -129,3 +129,43 @@ def sample_inverse_cdf(
     queries[group, rank] = u * cdf[group, -1]
     pick = torch.searchsorted(cdf, queries, right=True).clamp_(max=cdf.shape[-1] - 1)[group, rank]
     return pick if order is None else order[group, pick]
+
+
+# --- seeds and Gaussians of the random interventions (grafts, embedding noise) --------------------
+_STREAM = 0x5BD1E995  # keeps these counters apart from the sampler's steps
+
+
+def intervention_seed(seed: int, question_id: str, candidate_idx: int) -> int:
+    """A 32-bit seed for candidate ``candidate_idx`` of a random intervention (a noise or permutation
+    graft, embedding noise) on one question: stable across machines, and unrelated to
+    :func:`row_seed` of the same triple, so a graft's draw never correlates with a sample's.
+
+    >>> intervention_seed(0, "arith-test-00000", 3) == intervention_seed(0, "arith-test-00000", 3)
+    True
+    """
+    digest = hashlib.sha256(f"intervention\x1f{seed}\x1f{question_id}\x1f{candidate_idx}".encode()).digest()
+    return int.from_bytes(digest[:4], "little")
+
+
+def _uniform_grid(seeds: Tensor, counters: Tensor) -> Tensor:
+    """One uniform in (0, 1) per (row, counter): the hash of :func:`uniforms` with a tensor of counters."""
+    s = (seeds.to(torch.int64) & _M32).view(-1, *([1] * (counters.ndim - 1)))
+    t = ((counters.to(torch.int64) & _M32) * _C + 0x9E3779B9 + _STREAM) & _M32
+    hi = _mix(s ^ t)
+    lo = _mix(hi ^ _mix((s + 0x632BE5AB) & _M32))
+    bits = (hi << 21) | (lo >> 11)
+    return (bits.to(torch.float64) + 0.5) / float(2**53)
+
+
+def counter_normals(seeds: Int[Tensor, "batch"], counters: Int[Tensor, "#batch *n"]) -> Float[Tensor, "batch *n"]:
+    """A standard normal per (row, counter), float64: Box-Muller on the counter-based uniforms of
+    counters ``2c`` and ``2c + 1``, so value ``c`` of a row depends only on (its seed, ``c``), never on
+    the batch, the device or the other counters asked for. ``counters`` must lie in ``0..2**31-1``
+    (a first dimension of 1 serves every row).
+
+    >>> counter_normals(torch.tensor([7]), torch.arange(4)[None]).shape
+    torch.Size([1, 4])
+    """
+    u1 = _uniform_grid(seeds, 2 * counters)
+    u2 = _uniform_grid(seeds, 2 * counters + 1)
+    return torch.sqrt(-2.0 * torch.log(u1)) * torch.cos(2.0 * torch.pi * u2)
