@@ -16,7 +16,7 @@ import pytest
 PACKAGE = Path(__file__).resolve().parents[1] / "reachlens"
 
 LAYERS = (
-    ("reachlens.errors", "reachlens.version", "reachlens._registry", "reachlens._verbosity"),
+    ("reachlens.errors", "reachlens.version", "reachlens._registry", "reachlens._verbosity", "reachlens.escape"),
     ("reachlens.protocol", "reachlens.execution"),
     ("reachlens.engine",),
     ("reachlens.models",),

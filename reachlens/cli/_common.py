@@ -5,17 +5,25 @@ from __future__ import annotations
 import argparse
 
 from reachlens.errors import MissingFileError, ReachlensError
+from reachlens.escape import visible
 from reachlens.execution import DTYPES
 
 __all__ = [
     "CLIError", "DTYPES", "add_model_args", "add_protocol_args", "add_stop_arg", "add_study_args", "add_task_args",
-    "comma_list", "load_model_from_args", "nonneg_float", "open_study", "positive_int", "protocol_from_args",
+    "comma_list", "echo", "load_model_from_args", "nonneg_float", "open_study", "positive_int", "protocol_from_args",
     "read_vector", "stops_from_args",
 ]
 
 
 class CLIError(ReachlensError):
     """A user error in the command line: printed as one line, exit status 2."""
+
+
+def echo(*parts: object, file=None) -> None:
+    """``print`` for what a command shows: lines of text, every control character but newline and tab written
+    as its escape (:func:`reachlens.escape.visible`), so a string from a shared run (a model spec, a question id,
+    a folder name) never drives the terminal."""
+    print(visible(" ".join(map(str, parts)), newlines=True), file=file)
 
 
 def positive_int(name: str):

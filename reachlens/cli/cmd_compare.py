@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import argparse
 
+from reachlens.cli._common import echo
+
 NAME = "compare"
 HELP = "join two audits question by question (refuses unmatched protocols)"
 
@@ -35,9 +37,9 @@ def run(args: argparse.Namespace) -> int:
         RunDir(args.out).check_target()  # refused before anything is read
     c = compare(args.base, args.trained, k=args.k, allow=tuple(args.allow))
     s = c.summary()
-    print(summary_text(s))
-    print(f"\npropensity bins (base-reachable, base-unrealized questions; rate with its 95 % Wilson interval):")
-    print(c.propensity_bins()[["bin", "n", "realized_after", "rate", "rate_lo", "rate_hi"]].to_string(
+    echo(summary_text(s))
+    echo(f"\npropensity bins (base-reachable, base-unrealized questions; rate with its 95 % Wilson interval):")
+    echo(c.propensity_bins()[["bin", "n", "realized_after", "rate", "rate_lo", "rate_hi"]].to_string(
         index=False, float_format=lambda x: f"{x:.3f}"))
     if args.out:
         c.save(args.out)

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import argparse
 
-from reachlens.cli._common import DTYPES, comma_list, positive_int
+from reachlens.cli._common import DTYPES, comma_list, echo, positive_int
 from reachlens.cli._scale_args import exec_from_args
 
 NAME = "control"
@@ -87,7 +87,7 @@ def run(args: argparse.Namespace) -> int:
         head = (f"cut at max_new_tokens={t['max_new_tokens']}: samples {t['samples_base']:.1%} (base) vs "
                 f"{t['samples_trained']:.1%} (trained), deployed {t['deployed_base']:.1%} vs "
                 f"{t['deployed_trained']:.1%}")
-    print(head)
-    print(control.table().to_string(index=False, float_format=lambda x: f"{x:.3f}"))
-    print(f"-> {args.out}")
+    echo(head)
+    echo(control.table().to_string(index=False, float_format=lambda x: f"{x:.3f}"))
+    echo(f"-> {args.out}")
     return 0

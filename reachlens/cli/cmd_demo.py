@@ -17,7 +17,7 @@ import argparse
 import time
 from pathlib import Path
 
-from reachlens.cli._common import DTYPES, comma_list, positive_int
+from reachlens.cli._common import DTYPES, comma_list, echo, positive_int
 from reachlens.cli._scale_args import add_scale_args, executor_from_args
 
 NAME = "demo"
@@ -106,8 +106,8 @@ def run(args: argparse.Namespace) -> int:
         if executor is not None:
             executor.close()
     html_path, _ = write_report(study, args.out)
-    print(f"\nreport: {html_path}  ({time.perf_counter() - t0:.0f} s)\n")
-    print(text_summary(study))
+    echo(f"\nreport: {html_path}  ({time.perf_counter() - t0:.0f} s)\n")
+    echo(text_summary(study))
     return 0
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 
-from reachlens.cli._common import add_model_args, add_task_args, load_model_from_args, positive_int
+from reachlens.cli._common import add_model_args, add_task_args, echo, load_model_from_args, positive_int
 
 NAME = "recognize"
 HELP = "score options by likelihood (lm-eval acc/acc_norm) and generate greedily; pick the failure set"
@@ -66,9 +66,9 @@ def run(args: argparse.Namespace) -> int:
         sets, too_small = None, err
     dataclasses.replace(result, sets=sets).save(out.path)
     s = result.summary()
-    print(f"{args.model} on {args.task} (n={s['n']}): acc={s['acc']:.3f}  acc_norm={s['acc_norm']:.3f}  "
+    echo(f"{args.model} on {args.task} (n={s['n']}): acc={s['acc']:.3f}  acc_norm={s['acc_norm']:.3f}  "
           f"D={s['D']:.3f}  recognized-not-realized={s['recognized_not_realized']}")
     if sets is None:
         raise CLIError(f"{too_small} (tables written to {out.path})") from None
-    print(f"failure set: {len(sets.failure)}  healthy panel: {len(sets.healthy)}   -> {out.path / 'sets.json'}")
+    echo(f"failure set: {len(sets.failure)}  healthy panel: {len(sets.healthy)}   -> {out.path / 'sets.json'}")
     return 0

@@ -5,7 +5,14 @@ from __future__ import annotations
 import argparse
 import sys
 
-from reachlens.cli._common import CLIError, add_model_args, add_task_args, load_model_from_args, positive_int
+from reachlens.cli._common import (
+    CLIError,
+    add_model_args,
+    add_task_args,
+    echo,
+    load_model_from_args,
+    positive_int,
+)
 
 NAME = "route"
 HELP = "search layer routes at a matched budget; reachable (O_K) vs answer-blind selection"
@@ -66,8 +73,8 @@ def run(args: argparse.Namespace) -> int:
     for bar in bars:
         bar.close()
     s = result.summary()
-    print(f"{args.model} on {args.task} (n={s['n']}, {space}, {args.search}, K={args.budget}): "
+    echo(f"{args.model} on {args.task} (n={s['n']}, {space}, {args.search}, K={args.budget}): "
           f"D={s['D']:.3f}  O_{args.budget}={s['O_K']:.3f}   -> {args.out}")
     for name in result.selectors:
-        print(f"  {name:<14} {s[name]:.3f}   gap recovery {format_recovery(s[f'recovery_{name}'])}")
+        echo(f"  {name:<14} {s[name]:.3f}   gap recovery {format_recovery(s[f'recovery_{name}'])}")
     return 0

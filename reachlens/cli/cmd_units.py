@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from reachlens.cli._common import add_study_args, comma_list
+from reachlens.cli._common import add_study_args, comma_list, echo
 
 NAME = "units"
 HELP = "rank a block's MLP units by their contribution along v; silence the top k; recovery of the block's repair"
@@ -31,6 +31,6 @@ def run(args: argparse.Namespace) -> int:
     result = units_sweep(model, task, sets, args.layer, ks=args.k, direction=direction,
                          control_seed=None if args.no_control else args.control_seed, allow_other_model=True)
     result.save(args.out)
-    print(markdown_table(result.table, missing="-"))
-    print(f"top units of block {args.layer}: {result.meta['top_units'][:10]} ...   -> {args.out}")
+    echo(markdown_table(result.table, missing="-"))
+    echo(f"top units of block {args.layer}: {result.meta['top_units'][:10]} ...   -> {args.out}")
     return 0

@@ -11,6 +11,7 @@ import math
 
 import pandas as pd
 
+from reachlens.escape import md_text
 from reachlens.records import markdown_table
 from reachlens.studies.stats import N_BOOT, N_PERM
 from reachlens.studies.study_view import StudyView
@@ -257,18 +258,19 @@ def text_summary(study: StudyView) -> str:
 
 def markdown_summary(study: StudyView) -> str:
     p = study.protocol
+    m = md_text
     parts = [
         "# Training audit", "",
-        f"Task `{p.task}` ({p.split}), K={p.k} samples at T={p.temperature}, top-p {p.top_p}, "
-        f"{p.max_new_tokens} new tokens, prompt format `{p.prompt_format}`, grader `{p.grader}`, seed {p.seed} "
-        f"(protocol {p.hash}).", "",
+        f"Task {m(p.task)} ({m(p.split)}), K={m(p.k)} samples at T={m(p.temperature)}, top-p {m(p.top_p)}, "
+        f"{m(p.max_new_tokens)} new tokens, prompt format {m(p.prompt_format)}, grader {m(p.grader)}, seed {m(p.seed)} "
+        f"(protocol {m(p.hash)}).", "",
     ]
     for title, df, note in display_tables(study):
-        parts += [f"## {heading(title)}", "", md_table(df)] + ([note, ""] if note else [])
+        parts += [f"## {m(heading(title))}", "", md_table(df)] + ([m(note), ""] if note else [])
     parts += ["## Propensity bins (base-reachable, base-unrealized questions)", "",
               "rate: realized after training, with its 95% Wilson interval.", ""]
     for (a, b), c in study.comparisons().items():
-        parts += [f"### {a} -> {b}", "", md_table(bins_table(c.propensity_bins()))]
+        parts += [f"### {m(a)} -> {m(b)}", "", md_table(bins_table(c.propensity_bins()))]
     return "\n".join(parts)
 
 
