@@ -20,6 +20,9 @@ def register(sub) -> argparse.ArgumentParser:
     p.add_argument("--prompt-format", default=None, help="prompt format for generation (default: the task's)")
     p.add_argument("--max-new-tokens", type=positive_int("--max-new-tokens"), default=96)
     p.add_argument("--batch-size", type=positive_int("--batch-size"), default=32, help="rows per scoring forward")
+    p.add_argument("--max-length", type=positive_int("--max-length"), default=None,
+                   help="scoring window in tokens, lm-eval's max_length: longer inputs lose their left end "
+                        "(default: the model config's window; the run records the one used)")
     p.add_argument("--metric", choices=("acc", "acc_norm"), default="acc", help="which recognition picks the sets")
     p.add_argument("--min-failures", type=positive_int("--min-failures"), default=8)
     p.add_argument("--max-failures", type=positive_int("--max-failures"), default=None)
@@ -51,11 +54,13 @@ def run(args: argparse.Namespace) -> int:
     task = spec.load()
     protocol = generation_protocol(task, Protocol.greedy(args.task, split=args.split, max_new_tokens=args.max_new_tokens,
                                                          prompt_format=args.prompt_format or "default"))
-    config = RecognitionConfig(args.recognition_format, batch_size=args.batch_size).resolved(task)
+    config = RecognitionConfig(args.recognition_format, batch_size=args.batch_size,
+                               max_length=args.max_length).resolved(task)
     rule = FailureRule(args.metric, args.min_failures, args.max_failures, args.max_healthy)
     out = RunDir(args.out)
     out.check_target()  # a file or a folder of other files: refused before the model loads
     model = load_model_from_args(args)
+    config = config.resolved(task, model)  # the window the run scores with, recorded
     empty = pd.DataFrame()
     out.check_run(RecognitionResult(protocol, config, identity_of(model), empty, empty, dict(task.data_identity), rule,
                                     spec, exec=model_exec(model)).record)  # another run in --out: refused now

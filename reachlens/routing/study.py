@@ -49,6 +49,9 @@ class RoutingResult(Run):
     """One routing cell (a run of kind ``routing``): its run record and its candidate and question tables."""
 
     kind: ClassVar[str] = "routing"
+    record_fields: ClassVar[dict[str, tuple[type, ...]]] = {
+        "protocol": (dict,), "options.config": (dict,), "options.config.selectors": (list,),
+        "options.config.budget": (int,), "options.strategy": (str,), "options.space.space": (str,)}
 
     record: RunRecord
     """The run record (``run.json``): the greedy protocol, options (``config``, ``strategy``,

@@ -45,6 +45,7 @@ class AuditResult(Run):
     """Everything one audit produced (a run of kind ``audit``). Tables keep raw text so it can be re-scored."""
 
     kind: ClassVar[str] = "audit"
+    record_fields: ClassVar[dict[str, tuple[type, ...]]] = {"protocol": (dict,)}
     dir_class: ClassVar[type[RunDir]] = AuditDir
 
     protocol: Protocol
@@ -149,7 +150,8 @@ class AuditResult(Run):
     def read(cls, run: AuditDir) -> AuditResult:
         """A finished audit directory, or as much of an unfinished one as it holds."""
         record = run.record()
-        return cls(record.protocol, record.model, run.questions(), run.samples(), dict(record.data or {}),
+        questions, samples = run.tables()
+        return cls(record.protocol, record.model, questions, samples, dict(record.data or {}),
                    record=record, location=run.path)
 
 

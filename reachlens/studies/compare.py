@@ -80,6 +80,9 @@ class Comparison(Run):
     """
 
     kind: ClassVar[str] = "comparison"
+    record_fields: ClassVar[dict[str, tuple[type, ...]]] = {
+        "protocol": (dict,), "options.base_dir": (str,), "options.trained_dir": (str,),
+        "options.k_cut": (int, type(None)), "options.allow": (list, type(None))}
 
     base: AuditResult = field(repr=False)
     trained: AuditResult = field(repr=False)
