@@ -8,7 +8,8 @@ writer puts a stored string out as it is; each goes through the function here fo
 * :func:`visible`: for a terminal. Control characters (C0 but tab, and newline unless kept; DEL; C1; the
   Unicode bidirectional overrides) are written as their escapes (``\\x1b``, ``\\u202e``), so an OSC or CSI
   sequence in a shared run cannot retitle a window, erase a line or fake one.
-* :func:`html_text`: for HTML text and attribute values (``&``, ``<``, ``>``, both quotes).
+* :func:`html_text`: for HTML text and attribute values (``&``, ``<``, ``>``, both quotes; control characters as
+  :func:`visible` writes them).
 * :func:`md_text`: for Markdown, a table cell or inline text: ``&`` and ``<`` as entities (no tag, no
   entity can start; a lone ``>`` cannot, and stays readable in ``base -> grpo``), a backslash before
   punctuation doubled, ``|`` as ``\\|``, a line break as ``<br>``, control characters as :func:`visible` writes
@@ -58,8 +59,9 @@ def visible(text: Any, *, newlines: bool = False) -> str:
 
 
 def html_text(text: Any) -> str:
-    """``text`` (any value, as ``str``) safe as HTML text or a quoted attribute value."""
-    return html.escape(str(text), quote=True)
+    """``text`` (any value, as ``str``) safe as HTML text or a quoted attribute value; control characters but
+    newline and tab as :func:`visible` writes them (a page's source is safe to print, too)."""
+    return html.escape(visible(text, newlines=True), quote=True)
 
 
 def md_text(text: Any) -> str:

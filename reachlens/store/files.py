@@ -5,6 +5,7 @@ than an undefined number)."""
 
 from __future__ import annotations
 
+import csv
 import json
 import math
 import os
@@ -17,9 +18,10 @@ from typing import Any
 import pandas as pd
 
 from reachlens.errors import DISK_FULL, MissingFileError, ReachlensError, disk_full
+from reachlens.escape import csv_safe
 
 __all__ = [
-    "TEMP_RE", "fsync_dir", "json_text", "read_json", "read_parquet", "single_name", "write_durably",
+    "TEMP_RE", "fsync_dir", "json_text", "read_json", "read_parquet", "single_name", "write_csv", "write_durably",
     "write_json", "write_parquet",
 ]
 
@@ -111,6 +113,14 @@ def write_json(path: str | os.PathLike, obj: Any) -> None:
 def write_parquet(path: str | os.PathLike, df: pd.DataFrame) -> None:
     """Write ``df`` as parquet (no index), durably and atomically."""
     write_durably(Path(path), lambda tmp: df.to_parquet(tmp, index=False))
+
+
+def write_csv(path: str | os.PathLike, df: pd.DataFrame) -> None:
+    """Write ``df`` as CSV (no index), durably and atomically, every text cell safe to open in a spreadsheet
+    (:func:`reachlens.escape.csv_safe`: no cell starts a formula) and quoted (a line break or a carriage return
+    inside a cell never splits its row)."""
+    safe = csv_safe(df)
+    write_durably(Path(path), lambda tmp: safe.to_csv(tmp, index=False, quoting=csv.QUOTE_NONNUMERIC))
 
 
 def read_parquet(path: str | os.PathLike, fix: str) -> pd.DataFrame:
