@@ -39,21 +39,20 @@ BAD_FIELDS = [
 
 @pytest.mark.parametrize("field,value,message", BAD_FIELDS, ids=[f"{f}-{i}" for i, (f, _, _) in enumerate(BAD_FIELDS)])
 def test_a_record_of_the_wrong_type_is_one_line_naming_it(
-        finished_audit, tiny_dir, tmp_path, capsys, field, value, message) -> None:
+        finished_audit, tiny_model, audit_setup, tmp_path, capsys, field, value, message) -> None:
+    from reachlens import audit
+
     run = copy_of(finished_audit, tmp_path / "a")
     edit_record(run, **{field: value})
-    with pytest.raises(ReachlensError, match=message.replace("[", r"\[").replace("(", r"\(")):
+    pattern = message.replace("[", r"\[").replace("(", r"\(")
+    with pytest.raises(ReachlensError, match=pattern):
         read_run(run)
-    resume = ["audit", tiny_dir, "--task", "arith", "--n", "3", "--k", "2", "--temperature", "1.0",
-              "--max-new-tokens", "4", "--max-batch-rows", "3", "--out", run]
-    commands = [["report", run], resume] + ([] if field == "protocol" else [["show", run]])
-    for argv in commands:  # show prints a record without a protocol (a run that decodes nothing has none)
-        code, _, err = cli(capsys, *argv)
-        line = error_line(err)
-        if argv is resume and field == "protocol":  # resume names the audit's protocol as what differs
-            assert code == 2 and "settings differ in protocol (protocol: None != " in line, line
-            continue
-        assert code == 2 and message in line, (argv[0], err)
+    task, protocol, ex = audit_setup
+    with pytest.raises(ReachlensError, match=pattern if field != "protocol" else r"differ in protocol \(protocol: None"):
+        audit(tiny_model, task, protocol, out=run, exec_config=ex)  # a resume: the record is refused, not mixed
+    for argv in (["report", run], *([] if field == "protocol" else [["show", run]])):  # show prints a record
+        code, _, err = cli(capsys, *argv)                                            # without a protocol
+        assert code == 2 and message in error_line(err), (argv[0], err)
 
 
 def test_a_summary_that_is_not_an_object_is_one_line(finished_audit, tmp_path, capsys) -> None:
@@ -132,3 +131,12 @@ def test_a_control_never_reads_a_rerun_outside_itself(finished_audit, tmp_path, 
                     reruns={"base": rerun, "trained": rerun})
         code, _, err = cli(capsys, "report", length)
         assert code == 2 and f"rerun path {rerun!r}" in error_line(err) and message in error_line(err)
+
+
+def test_a_script_as_the_seed_is_refused_not_rendered(finished_audit, tmp_path, capsys) -> None:
+    """The issue's first reproduction: run.json's protocol.seed set to a script, then ``reachlens report``."""
+    run = copy_of(finished_audit, tmp_path / "a")
+    protocol = json.loads((run / "run.json").read_text())["protocol"]
+    edit_record(run, protocol={**protocol, "seed": "<script>alert(document.domain)</script>"})
+    code, _, err = cli(capsys, "report", run)
+    assert code == 2 and "seed" in error_line(err) and not (run / "report.html").exists()
