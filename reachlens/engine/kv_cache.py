@@ -62,6 +62,9 @@ class SharedPrefix:
     """Rows sorted by group (stable)."""
     counts: tuple[int, ...]
     """Rows per group."""
+    identity: bool = False
+    """Row ``i`` continues prompt ``i`` and there are as many rows as prompts (``group`` is
+    ``arange``): a row's prompt part is read in place, with no gather."""
 
     @classmethod
     def build(cls, group: Tensor, length: int, n_groups: int) -> SharedPrefix:
@@ -71,7 +74,8 @@ class SharedPrefix:
         starts = torch.cumsum(counts, 0) - counts
         rank = torch.empty_like(group)
         rank[order] = torch.arange(group.numel(), device=group.device) - starts[group[order]]
-        return cls(group, length, n_groups, width, group * width + rank, order, tuple(counts.tolist()))
+        identity = group.numel() == n_groups and torch.equal(group, torch.arange(n_groups, device=group.device))
+        return cls(group, length, n_groups, width, group * width + rank, order, tuple(counts.tolist()), identity)
 
     @property
     def padding_ratio(self) -> float:
@@ -250,8 +254,16 @@ class SlotKVCache:
                 new[:, :, :filled] = buf[:, :, :filled].index_select(0, index)
                 store[s] = new
         if self.shared is not None:
-            self.shared = SharedPrefix.build(self.shared.group.index_select(0, index), self.shared.length,
-                                             self.shared.n_groups)
+            group, n_groups = self.shared.group.index_select(0, index), self.shared.n_groups
+            if group.numel() and int(torch.bincount(group).max()) == 1:
+                # one row per prompt (greedy rows, one per prompt and arm): the prompts' parts follow the
+                # rows, copied once here, so that every later step reads them in place (no gather)
+                for store in (self._prefix_keys, self._prefix_values):
+                    for s, buf in enumerate(store):
+                        if buf is not None:
+                            store[s] = buf.index_select(0, group)
+                group, n_groups = torch.arange(group.numel(), device=group.device), group.numel()
+            self.shared = SharedPrefix.build(group, self.shared.length, n_groups)
         self.batch = int(index.shape[0])
 
     def copy_rows(self, src: Int[Tensor, "n"], dst: Int[Tensor, "n"]) -> None:
@@ -296,6 +308,8 @@ def grouped_matmul(
     its rows only, so the padding never multiplies the work.
     """
     b, h, m, k = x.shape
+    if shared.identity:  # row i continues prompt i: its matrix is read in place
+        return torch.matmul(x, mats)
     if shared.width == 1:  # one row per group at most (one greedy row per prompt, or per (prompt, arm))
         # each row's own matrix, gathered in the operand's memory layout (a transposed view stays
         # one), so every product runs the same kernel as the per-group paths below

@@ -19,6 +19,7 @@ from reachlens.runner.decode import (
     check_budget,
     check_context,
     deploy_and_grade,
+    deploy_arms_and_grade,
     grade_completion,
     grade_questions,
 )
@@ -29,6 +30,6 @@ from reachlens.runner.rerun import CHANGES, PlannedRerun, plan_rerun, require_au
 
 __all__ = [
     "AuditJob", "CHANGES", "InProcessExecutor", "PlannedRerun", "ProcessPool", "RayExecutor", "ShardJob", "SliceResult",
-    "audit_slice", "batch_slices", "check_budget", "check_context", "deploy_and_grade", "grade_completion", "grade_questions",
-    "plan_rerun", "require_audited_with", "rerun", "rerun_name", "run_jobs", "run_reruns",
+    "audit_slice", "batch_slices", "check_budget", "check_context", "deploy_and_grade", "deploy_arms_and_grade", "grade_completion",
+    "grade_questions", "plan_rerun", "require_audited_with", "rerun", "rerun_name", "run_jobs", "run_reruns",
 ]

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import math
 import os
-from collections.abc import Sequence, Set
+from collections.abc import Hashable, Sequence, Set
 from pathlib import Path
 from typing import Any
 
@@ -30,8 +30,8 @@ from reachlens.records import GENERATION_COLUMNS, QUESTION_COLUMNS, SAMPLE_COLUM
 from reachlens.tasks.base import Question, Task
 from reachlens.tasks.chat import render_prompts
 
-__all__ = ["audit_slice", "batch_slices", "check_budget", "check_context", "deploy_and_grade", "grade_completion",
-           "grade_questions", "machine_memory", "questions_by_id"]
+__all__ = ["audit_slice", "batch_slices", "check_budget", "check_context", "deploy_and_grade", "deploy_arms_and_grade",
+           "grade_completion", "grade_questions", "machine_memory", "questions_by_id"]
 
 ROW_BYTES = 1024
 """Memory one completion holds while its batch is decoded and graded, before its tokens: its row, its
@@ -80,18 +80,29 @@ def grade_questions(
 
 def _decode(
     model, task: Task, protocol: Protocol, questions: Sequence[Question], exec_config: ExecConfig, *,
-    k: int, sample_offset: int = 0,
+    k: int, sample_offset: int = 0, arms: Sequence[Hashable] | None = None,
 ) -> tuple[list[Completion], list[list[Completion]]]:
-    """Each question's deployment (greedy) and its ``k`` samples, decoded together."""
+    """Each question's deployment (greedy) and its ``k`` samples, decoded together.
+
+    ``arms``: per entry of ``questions``, the arm its rows run (``Row.arm``; None: the plain model, as
+    when ``arms`` is None). A question may repeat under different arms: its prompt is rendered once,
+    and its arms are roots of one sample tree (prefilled in one batched forward)."""
     per_q = k + 1
+    index: dict[str, int] = {}  # each distinct question's prompt
+    unique: list[Question] = []
+    for q in questions:
+        if q.question_id not in index:
+            index[q.question_id] = len(unique)
+            unique.append(q)
     rows: list[Row] = []
-    for i, q in enumerate(questions):
-        rows.append(Row(i, None, tag=(q.question_id, None)))
+    for q, arm in zip(questions, [None] * len(questions) if arms is None else arms):
+        i = index[q.question_id]
+        rows.append(Row(i, None, tag=(q.question_id, None), arm=arm))
         for j in range(k):
             # temperature 0 (allowed with k=1 only) makes the one sample greedy too
             seed = row_seed(protocol.seed, q.question_id, sample_offset + j) if protocol.temperature > 0 else None
-            rows.append(Row(i, seed, tag=(q.question_id, sample_offset + j)))
-    outs = generate_rows(model, render_prompts(task, protocol, questions, getattr(model, "tokenizer", None)), rows, protocol,
+            rows.append(Row(i, seed, tag=(q.question_id, sample_offset + j), arm=arm))
+    outs = generate_rows(model, render_prompts(task, protocol, unique, getattr(model, "tokenizer", None)), rows, protocol,
                          max_batch_rows=exec_config.max_batch_rows, share_prefixes=exec_config.share_prefixes)
     return ([outs[i * per_q] for i in range(len(questions))],
             [outs[i * per_q + 1 : (i + 1) * per_q] for i in range(len(questions))])
@@ -114,10 +125,38 @@ def deploy_and_grade(
 ) -> pd.DataFrame:
     """The deployment (greedy) of the chosen questions, graded: :data:`~reachlens.records.GENERATION_COLUMNS`,
     in the order of ``question_ids`` (all questions when None). ``protocol`` is resolved and greedy."""
-    questions = questions_by_id(task, question_ids)
-    deployed, _ = _decode(model, task, protocol, questions, exec_config or ExecConfig(max_batch_rows=256), k=0)
+    ids = [q.question_id for q in questions_by_id(task, question_ids)]
+    return deploy_arms_and_grade(model, task, protocol, [(None, ids)], exec_config)[0]
+
+
+def deploy_arms_and_grade(
+    model, task: Task, protocol: Protocol, plan: Sequence[tuple[Hashable, Sequence[str]]],
+    exec_config: ExecConfig | None = None,
+) -> list[pd.DataFrame]:
+    """The graded deployments of many arms in one decode: per ``(arm, question_ids)`` of ``plan``, the
+    table :func:`deploy_and_grade` gives for those questions with that arm's hooks alone attached.
+
+    Every arm's rows (``Row.arm``; None: the plain model) decode side by side in one
+    :func:`~reachlens.engine.generate` call, each question's prompt rendered once and prefilled once per
+    arm; the per-arm hooks (``arm=`` of :mod:`reachlens.interventions`) must be attached by the caller.
+    Rows never share an entry across arms, so each arm decodes what it would alone (up to the float32
+    rounding of a different batch composition, see :mod:`reachlens.engine.generate`).
+
+    >>> with model.hooks(fwd_hooks=zero_ablation(model, 3, "mlp", arm="L3")):  # doctest: +SKIP
+    ...     plain, ablated = deploy_arms_and_grade(model, task, protocol, [(None, ids), ("L3", ids)])
+    """
+    questions, arms, spans = [], [], []
+    for arm, ids in plan:
+        chosen = questions_by_id(task, ids)
+        spans.append((len(questions), len(questions) + len(chosen)))
+        questions += chosen
+        arms += [arm] * len(chosen)
+    deployed: list[Completion] = []
+    if questions:
+        deployed, _ = _decode(model, task, protocol, questions, exec_config or ExecConfig(max_batch_rows=256), k=0,
+                              arms=arms)
     rows = [_deployed(question_grader(str(protocol.grader), q), q, d) for q, d in zip(questions, deployed)]
-    return pd.DataFrame(rows, columns=GENERATION_COLUMNS)
+    return [pd.DataFrame(rows[a:b], columns=GENERATION_COLUMNS) for a, b in spans]
 
 
 def batch_slices(task: Task, protocol: Protocol, max_batch_rows: int, done: Set[str] = frozenset()) -> list[tuple[int, int]]:

@@ -3,15 +3,19 @@ silence its top units.
 
 Every measurement runs greedy generation of the failure set and the healthy panel
 (:class:`~reachlens.studies.recognition.EvalSets`) with interventions attached as hooks
-(:mod:`reachlens.interventions`), through :func:`~reachlens.studies.recognition.generate_and_grade`:
+(:mod:`reachlens.interventions`). A sweep's conditions decode together, each an *arm* of one batch
+(:func:`evaluate_conditions`, through :func:`~reachlens.runner.deploy_arms_and_grade`): every
+condition's hooks act on its own rows only, and each question's prompt is prefilled once per arm.
+``one_at_a_time=True`` decodes each condition alone, its hooks on every row; the tables are the same
+(tested). Per condition:
 
 * **repair rate**: share of the failure set (recognized, generated wrong) now generated correctly;
 * **break rate**: share of the healthy panel (right both ways) now generated wrong.
 
 :func:`silence_sweep` zero-ablates the MLP, the attention, or both (``layer``) of each block and
 includes an unhooked ``none`` row, which should read repair 0 and break 0: greedy decoding is
-deterministic, and the engine batches prompts of equal length without padding, so a non-zero
-baseline would flag a numerical near-tie. :func:`best_layer` picks the block whose MLP ablation
+deterministic, so a non-zero baseline would flag a numerical near-tie (a different batch composition
+can move a logit in its last bits). :func:`best_layer` picks the block whose MLP ablation
 repairs most net of breaks.
 
 :func:`steer_sweep` adds ``-alpha v`` (rescue, measured on the failure set) and ``+alpha v``
@@ -28,16 +32,17 @@ the fraction of the whole-MLP repair they recover, beside ``k`` units drawn at r
 Caveat: repair and break rates are counts over small sets; with 20 failures one question is 5
 points. The tables carry the counts (``n_repaired``, ``n_broken``) beside the rates.
 
-One module (about 440 lines): the three sweeps share their measurement (evaluate_hooks, outcome), their
-directions and their run class; each sweep alone is short.
+One module (about 490 lines): the three sweeps share their measurement (evaluate_conditions, outcome),
+their directions and their run class; each sweep alone is short.
 """
 
 from __future__ import annotations
 
 import math
 import random
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -64,15 +69,17 @@ from reachlens.interventions import (
     zero_ablation,
 )
 from reachlens.engine.scoring import right_padded
-from reachlens.execution import model_exec
+from reachlens.execution import ExecConfig, model_exec
 from reachlens.models import identity_of
 from reachlens.records import CAUSAL_COLUMNS
 from reachlens.store import Run, RunDir, RunRecord, register_kind
-from reachlens.studies.recognition import EvalSets, generate_and_grade
+from reachlens.runner import deploy_arms_and_grade
+from reachlens.studies.recognition import EvalSets, generate_and_grade, generation_protocol
 from reachlens.tasks.base import Task
 
 __all__ = [
-    "CausalResult", "Direction", "SilenceSweep", "SteerSweep", "UnitsSweep", "answer_activations", "best_alpha", "best_layer", "default_alphas", "evaluate_hooks",
+    "CausalResult", "Condition", "Direction", "SilenceSweep", "SteerSweep", "UnitsSweep", "answer_activations",
+    "best_alpha", "best_layer", "default_alphas", "evaluate_conditions", "evaluate_hooks",
     "mean_difference_direction", "outcome", "silence_sweep", "steer_sweep", "unit_ranking",
     "units_sweep",
 ]
@@ -167,23 +174,71 @@ def _result(kind: str, model, task: Task, sets: EvalSets, table: pd.DataFrame, p
     return _SWEEPS[kind](record, table, per_q, dict(extra or {}))
 
 
-# --- one measurement -----------------------------------------------------------------------------
+# --- measurements --------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Condition:
+    """One condition of a sweep: its name in the tables, its intervention, and the questions it runs."""
+
+    name: str
+    hooks: Callable[..., list[FwdHook]] | None = None
+    """The intervention's hook factory, called as ``hooks(arm=ARM)`` (the ``arm=`` of the factories in
+    :mod:`reachlens.interventions`: None acts on every row, a key only on that arm's rows); None: the
+    plain model."""
+    which: str = "both"
+    """``both``, ``failure`` or ``healthy``: the sets it runs on."""
+
+
+def _ids(sets: EvalSets, which: str) -> list[str]:
+    if which not in ("both", "failure", "healthy"):
+        raise ReachlensError(f"which={which!r} must be 'both', 'failure' or 'healthy'")
+    return (list(sets.failure) if which != "healthy" else []) + (list(sets.healthy) if which != "failure" else [])
+
+
+def _labelled(gen: pd.DataFrame, sets: EvalSets, condition: str) -> pd.DataFrame:
+    """A deployment table as a condition's ``CAUSAL_COLUMNS`` (its set and condition added)."""
+    if gen.empty:
+        return pd.DataFrame(columns=CAUSAL_COLUMNS)
+    failure = set(sets.failure)
+    gen["set"] = ["failure" if q in failure else "healthy" for q in gen["question_id"]]
+    gen["condition"] = condition
+    return gen[CAUSAL_COLUMNS]
+
+
 def evaluate_hooks(
     model, task: Task, sets: EvalSets, hooks: Sequence[FwdHook] = (), condition: str = "none",
     *, which: str = "both",
 ) -> pd.DataFrame:
     """Greedy generation of the failure set and/or healthy panel with ``hooks`` live; ``CAUSAL_COLUMNS``."""
-    if which not in ("both", "failure", "healthy"):
-        raise ReachlensError(f"which={which!r} must be 'both', 'failure' or 'healthy'")
-    ids = (list(sets.failure) if which != "healthy" else []) + (list(sets.healthy) if which != "failure" else [])
+    ids = _ids(sets, which)
     if not ids:
         return pd.DataFrame(columns=CAUSAL_COLUMNS)
     with model.hooks(fwd_hooks=list(hooks)):
         gen = generate_and_grade(model, task, sets.protocol, ids, max_batch_rows=sets.config.max_batch_rows)
-    failure = set(sets.failure)
-    gen["set"] = ["failure" if q in failure else "healthy" for q in gen["question_id"]]
-    gen["condition"] = condition
-    return gen[CAUSAL_COLUMNS]
+    return _labelled(gen, sets, condition)
+
+
+def evaluate_conditions(
+    model, task: Task, sets: EvalSets, conditions: Sequence[Condition], *, one_at_a_time: bool = False,
+) -> list[pd.DataFrame]:
+    """Per condition, the greedy generation of its questions under its intervention (``CAUSAL_COLUMNS``).
+
+    Every condition is an arm of one decode (:func:`~reachlens.runner.deploy_arms_and_grade`): the
+    per-arm hooks of all conditions are attached at once and each question's rows of every arm decode
+    side by side, its prompt prefilled once per arm. ``one_at_a_time`` decodes each condition alone
+    instead, its hooks acting on every row (:func:`evaluate_hooks`): the same tables, one decode each.
+    """
+    if one_at_a_time:
+        return [evaluate_hooks(model, task, sets, c.hooks(arm=None) if c.hooks else (), c.name, which=c.which)
+                for c in conditions]
+    arms = [None if c.hooks is None else (c.name, i) for i, c in enumerate(conditions)]
+    hooks = [h for c, arm in zip(conditions, arms) if c.hooks is not None for h in c.hooks(arm=arm)]
+    plan = [(arm, _ids(sets, c.which)) for c, arm in zip(conditions, arms)]
+    if not any(ids for _, ids in plan):
+        return [pd.DataFrame(columns=CAUSAL_COLUMNS) for _ in conditions]
+    with model.hooks(fwd_hooks=hooks):
+        gens = deploy_arms_and_grade(model, task, generation_protocol(task, sets.protocol), plan,
+                                     ExecConfig(max_batch_rows=sets.config.max_batch_rows))
+    return [_labelled(gen, sets, c.name) for gen, c in zip(gens, conditions)]
 
 
 def outcome(per_question: pd.DataFrame) -> dict[str, Any]:
@@ -208,6 +263,7 @@ def _check_sets(model, sets: EvalSets, allow_other_model: bool) -> None:
 def silence_sweep(
     model, task: Task, sets: EvalSets, *, layers: Sequence[int] | None = None,
     components: Sequence[str] = ("mlp", "attn", "layer"), allow_other_model: bool = False,
+    one_at_a_time: bool = False,
 ) -> CausalResult:
     """Zero-ablate each ``component`` of each layer; repair and break rates per (layer, component).
 
@@ -222,14 +278,13 @@ def silence_sweep(
     _check_sets(model, sets, allow_other_model)
     layers = list(range(len(model.blocks))) if layers is None else [check_layer(model, int(x)) for x in layers]
     sites = {c: "+".join(sites_of(c)) for c in components}  # a bad name raises before anything runs
-    plan = [(None, "none", [])] + [(L, c, zero_ablation(model, L, c)) for L in layers for c in components]
-    rows, per_q = [], []
-    for layer, comp, hooks in plan:
-        cond = "none" if layer is None else f"zero L{layer} {comp}"
-        pq = evaluate_hooks(model, task, sets, hooks, cond)
-        per_q.append(pq)
-        rows.append({"condition": cond, "layer": -1 if layer is None else layer, "component": comp,
-                     "sites": sites.get(comp, ""), **outcome(pq)})
+    plan = [(None, "none")] + [(L, c) for L in layers for c in components]
+    conditions = [Condition("none") if layer is None
+                  else Condition(f"zero L{layer} {comp}", partial(zero_ablation, model, layer, comp))
+                  for layer, comp in plan]
+    per_q = evaluate_conditions(model, task, sets, conditions, one_at_a_time=one_at_a_time)
+    rows = [{"condition": c.name, "layer": -1 if layer is None else layer, "component": comp,
+             "sites": sites.get(comp, ""), **outcome(pq)} for (layer, comp), c, pq in zip(plan, conditions, per_q)]
     meta = {"kind": "silence", "layers": layers, "components": list(components), "sites": sites, "sets": sets.counts,
             "model": sets.model, "rule": sets.rule.describe()}
     return _result("silence", model, task, sets, pd.DataFrame(rows), pd.concat(per_q, ignore_index=True), meta)
@@ -325,7 +380,7 @@ def default_alphas(direction: Direction, multiples: Sequence[float] = (0.0, 0.5,
 def steer_sweep(
     model, task: Task, sets: EvalSets, layer: int, *, alphas: Sequence[float] | None = None,
     direction: Direction | Tensor | None = None, site: str = "mlp_out", control_seed: int | None = None,
-    allow_other_model: bool = False,
+    allow_other_model: bool = False, one_at_a_time: bool = False,
 ) -> CausalResult:
     """Rescue (``-alpha v`` on the failure set) and induction (``+alpha v`` on the healthy panel) per alpha,
     ``v`` added at ``site`` of block ``layer`` (:func:`~reachlens.interventions.steering.steering`:
@@ -349,19 +404,18 @@ def steer_sweep(
         g = torch.Generator().manual_seed(control_seed)
         r = torch.randn(direction.vector.shape[0], generator=g)
         vectors.append(("random", r / r.norm()))
-    rows, per_q = [], []
-    for label, vec in vectors:
-        for alpha in alphas:
-            minus = evaluate_hooks(model, task, sets, steering(model, layer, vec, -alpha, site),
-                                   f"{label} -{alpha:g}")
-            plus = evaluate_hooks(model, task, sets, steering(model, layer, vec, alpha, site),
-                                  f"{label} +{alpha:g}")
-            m, p = outcome(minus), outcome(plus)
-            rows.append({"vector": label, "alpha": alpha, "alpha_rel": alpha / direction.norm,
-                         "rescue": m["repair"], "rescue_break": m["break"], "induction": p["break"],
-                         "induction_repair": p["repair"], "n_rescued": m["n_repaired"], "n_induced": p["n_broken"],
-                         "n_failure": m["n_failure"], "n_healthy": m["n_healthy"]})
-            per_q += [minus, plus]
+    grid = [(label, vec, alpha) for label, vec in vectors for alpha in alphas]
+    conditions = [Condition(f"{label} {sign}{alpha:g}",
+                            partial(steering, model, layer, vec, -alpha if sign == "-" else alpha, site))
+                  for label, vec, alpha in grid for sign in "-+"]
+    per_q = evaluate_conditions(model, task, sets, conditions, one_at_a_time=one_at_a_time)
+    rows = []
+    for i, (label, _, alpha) in enumerate(grid):
+        m, p = outcome(per_q[2 * i]), outcome(per_q[2 * i + 1])
+        rows.append({"vector": label, "alpha": alpha, "alpha_rel": alpha / direction.norm,
+                     "rescue": m["repair"], "rescue_break": m["break"], "induction": p["break"],
+                     "induction_repair": p["repair"], "n_rescued": m["n_repaired"], "n_induced": p["n_broken"],
+                     "n_failure": m["n_failure"], "n_healthy": m["n_healthy"]})
     meta = {"kind": "steer", "layer": layer, "site": site, "hook": name, "direction_source": direction.source,
             "direction_norm": direction.norm, "control_seed": control_seed, "sets": sets.counts, "model": sets.model,
             "positions": "every position, prompt and generated"}
@@ -405,7 +459,7 @@ def unit_ranking(model, task: Task, sets: EvalSets, layer: int, direction: Direc
 def units_sweep(
     model, task: Task, sets: EvalSets, layer: int, *, ks: Sequence[int] = (32,),
     direction: Direction | Tensor | None = None, block_repair: float | None = None, control_seed: int | None = 0,
-    allow_other_model: bool = False,
+    allow_other_model: bool = False, one_at_a_time: bool = False,
 ) -> CausalResult:
     """Silence the top ``k`` units (per ``k``) and report repair, break and the recovered share of the
     whole-MLP repair (``recovery = repair_k / repair_block``); ``random_*`` columns silence ``k``
@@ -416,26 +470,25 @@ def units_sweep(
     for k in ks:
         if not 1 <= int(k) <= d_mlp:
             raise ReachlensError(f"k={k!r} must lie in 1..{d_mlp} (block {layer}'s hidden units)")
-    per_q = []
+    conditions = [] if block_repair is not None else [
+        Condition(f"zero L{layer} mlp", partial(zero_ablation, model, layer, "mlp_out"), which="failure")]
+    for k in ks:
+        top = ranking["unit"].tolist()[: int(k)]
+        conditions.append(Condition(f"top{int(k)}", partial(unit_ablation, model, layer, top)))
+        if control_seed is not None:
+            rand = sorted(random.Random(f"units/{control_seed}/{layer}/{int(k)}").sample(range(d_mlp), int(k)))
+            conditions.append(Condition(f"random{int(k)}", partial(unit_ablation, model, layer, rand)))
+    per_q = evaluate_conditions(model, task, sets, conditions, one_at_a_time=one_at_a_time)
+    outcomes = {c.name: outcome(pq) for c, pq in zip(conditions, per_q)}
     if block_repair is None:
-        pq = evaluate_hooks(model, task, sets, zero_ablation(model, layer, "mlp_out"), f"zero L{layer} mlp",
-                            which="failure")
-        per_q.append(pq)
-        block_repair = outcome(pq)["repair"]
+        block_repair = outcomes[f"zero L{layer} mlp"]["repair"]
     rows = []
     for k in ks:
-        k = int(k)
-        top = ranking["unit"].tolist()[:k]
-        pq = evaluate_hooks(model, task, sets, unit_ablation(model, layer, top), f"top{k}")
-        per_q.append(pq)
-        o = outcome(pq)
-        row = {"k": k, "repair": o["repair"], "break": o["break"], "n_repaired": o["n_repaired"],
+        o = outcomes[f"top{int(k)}"]
+        row = {"k": int(k), "repair": o["repair"], "break": o["break"], "n_repaired": o["n_repaired"],
                "block_repair": block_repair, "recovery": o["repair"] / block_repair if block_repair else math.nan}
         if control_seed is not None:
-            rand = sorted(random.Random(f"units/{control_seed}/{layer}/{k}").sample(range(d_mlp), k))
-            rq = evaluate_hooks(model, task, sets, unit_ablation(model, layer, rand), f"random{k}")
-            per_q.append(rq)
-            ro = outcome(rq)
+            ro = outcomes[f"random{int(k)}"]
             row.update(random_repair=ro["repair"], random_break=ro["break"],
                        random_recovery=ro["repair"] / block_repair if block_repair else math.nan)
         rows.append(row)

@@ -92,3 +92,27 @@ def test_grouped_matmul_per_group_path_equals_padded_path():
     assert even.padding_ratio == 1.0
     torch.testing.assert_close(grouped_matmul(x[:4], mats[:2], even),
                                torch.stack([x[i] @ mats[g] for i, g in enumerate([0, 1, 1, 0])]))
+
+
+def test_one_row_per_prompt_reads_its_prompt_in_place_after_compaction():
+    """Greedy rows (one per prompt, or per prompt and arm): a compaction moves the prompts' keys with
+    their rows once, so the per-step product needs no gather, and gives exactly what the gather gave."""
+    from reachlens.engine.kv_cache import SlotKVCache, grouped_matmul
+
+    torch.manual_seed(2)
+    cache = SlotKVCache(route=(0,), max_len=8)
+    cache.enter(0)
+    cache.append(torch.randn(4, 2, 3, 5), torch.randn(4, 2, 3, 5), 0)
+    cache.commit()
+    old_k = cache._keys[0][:, :, :3].clone()
+    cache.share(torch.arange(4))
+    assert cache.shared.identity and cache.shared.width == 1
+    cache.select_rows(torch.tensor([3, 1, 2]))  # row 0 finished, the rest reordered
+    assert cache.shared.identity and cache.shared.n_groups == 3
+    assert torch.equal(cache.prefix(0)[0], old_k[[3, 1, 2]])
+    x = torch.randn(3, 2, 1, 5)
+    gathered = SharedPrefix.build(torch.tensor([3, 1, 2]), 3, 4)  # the layout before: a gather per step
+    assert not gathered.identity
+    assert torch.equal(grouped_matmul(x, cache.prefix(0)[0].mT, cache.shared),
+                       grouped_matmul(x, old_k.mT, gathered))
+    assert not SharedPrefix.build(torch.tensor([1, 0]), 3, 2).identity  # a permutation is not the identity

@@ -1,0 +1,103 @@
+"""The silencing sweep, one condition at a time vs every condition as an arm of one batch.
+
+    python benchmarks/bench_sweep.py [--model zoo:base] [--failures 60 --healthy 60] [--components mlp,attn]
+        [--threads 1] [--rounds 1] [--max-batch-rows N] [--sets FILE] [--profile]
+
+The sweep (:func:`reachlens.studies.causal.silence_sweep`) of every layer x ``--components`` plus the
+plain model, over a failure set and a healthy panel chosen on ``arith_mc`` (``--pool`` questions,
+recognized-not-realized and right-both-ways, capped at ``--failures`` / ``--healthy``; ``--sets`` reuses a
+saved ``sets.json``; ``--max-batch-rows`` sets the most rows decoded together in both modes, which only
+the arms can fill: one condition has ``failures + healthy`` rows). **One at a time** (``one_at_a_time=True``, the sweep's old way): one decode per
+condition with its whole-batch hooks. **Arms** (the default): one decode whose rows carry their
+condition's arm, each question's prompt prefilled once per arm. The two must give equal tables
+(``pandas.testing.assert_frame_equal``, exact; asserted). Prints the median wall and CPU seconds of each
+and, last, ``ratio: N.NNx`` (one at a time / arms, in this process's CPU seconds, which another job on
+a shared host moves far less than wall seconds when torch runs one thread; higher is better).
+``--profile`` prints where the arms' CPU time goes (torch.profiler, by operator) instead.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import statistics
+import time
+
+
+def choose_sets(model, args):
+    from reachlens.protocol import Protocol
+    from reachlens.studies.recognition import EvalSets, FailureRule, TaskSpec, compare_modes, select_sets
+
+    if args.sets:
+        return EvalSets.load(args.sets)
+    spec = TaskSpec("arith_mc", n=args.pool)
+    result = compare_modes(model, spec.load(), Protocol.greedy("arith_mc"))
+    return select_sets(result, FailureRule("acc", min_failures=args.failures, max_failures=args.failures,
+                                           max_healthy=args.healthy), spec)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--model", default="zoo:base")
+    ap.add_argument("--pool", type=int, default=300, help="arith_mc questions the sets are chosen from")
+    ap.add_argument("--failures", type=int, default=60)
+    ap.add_argument("--healthy", type=int, default=60)
+    ap.add_argument("--sets", default=None, help="a saved sets.json instead of choosing sets")
+    ap.add_argument("--components", default="mlp,attn")
+    ap.add_argument("--max-batch-rows", type=int, default=None,
+                    help="most rows decoded together, in both modes (default: the sets' recognition config's, 256)")
+    ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--rounds", type=int, default=1)
+    ap.add_argument("--profile", action="store_true")
+    args = ap.parse_args()
+
+    import pandas as pd
+    import torch
+
+    from reachlens.models import load_model
+    from reachlens.studies.causal import silence_sweep
+
+    torch.set_num_threads(args.threads)
+    model = load_model(args.model)
+    sets = choose_sets(model, args)
+    if args.max_batch_rows:
+        sets = dataclasses.replace(sets, config=dataclasses.replace(sets.config, max_batch_rows=args.max_batch_rows))
+    task = sets.task.load()
+    components = args.components.split(",")
+    n_conditions = 1 + len(model.blocks) * len(components)
+    print(f"{args.model}: silence sweep, {len(model.blocks)} layers x {components} + none = {n_conditions} conditions, "
+          f"{len(sets.failure)} failures + {len(sets.healthy)} healthy, greedy <= {sets.protocol.max_new_tokens} tokens, "
+          f"{args.threads} thread(s), max_batch_rows {sets.config.max_batch_rows}")
+    if args.profile:
+        from torch.profiler import ProfilerActivity, profile
+
+        silence_sweep(model, task, sets, components=components)  # warm-up
+        with profile(activities=[ProfilerActivity.CPU]) as prof:
+            silence_sweep(model, task, sets, components=components)
+        print(prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=25))
+        return
+
+    modes = {"one at a time": True, "arms in one batch": False}
+    times: dict[str, list[tuple[float, float]]] = {name: [] for name in modes}
+    results = {}
+    for r in range(args.rounds):
+        for name in (list(modes) if r % 2 == 0 else list(modes)[::-1]):
+            t0, c0 = time.perf_counter(), time.process_time()
+            results[name] = silence_sweep(model, task, sets, components=components, one_at_a_time=modes[name])
+            times[name].append((time.perf_counter() - t0, time.process_time() - c0))
+    a, b = results.values()
+    pd.testing.assert_frame_equal(a.table, b.table, check_exact=True)
+    pd.testing.assert_frame_equal(a.per_question, b.per_question, check_exact=True)
+    for name, ts in times.items():
+        wall, cpu = zip(*ts)
+        print(f"  {name:18s} wall median {statistics.median(wall):7.2f} s ({', '.join(f'{t:.2f}' for t in wall)})   "
+              f"CPU median {statistics.median(cpu):7.2f} s ({', '.join(f'{t:.2f}' for t in cpu)})")
+    print(f"  tables equal (table and per-question, exact): True; {len(a.per_question)} (condition, question) rows")
+    wall = {name: statistics.median(t for t, _ in ts) for name, ts in times.items()}
+    cpu = {name: statistics.median(c for _, c in ts) for name, ts in times.items()}
+    print(f"  wall ratio: {wall['one at a time'] / wall['arms in one batch']:.2f}x")
+    print(f"ratio: {cpu['one at a time'] / cpu['arms in one batch']:.2f}x")
+
+
+if __name__ == "__main__":
+    main()
