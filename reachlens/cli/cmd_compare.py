@@ -66,6 +66,10 @@ def summary_text(s: dict) -> str:
         f"  O_K (reachable): {rate('O_K_base')} -> {rate('O_K_trained')}   delta {s['delta_O_K']:+.3f} "
         f"{ci(s['delta_O_K_ci'])}",
         f"    entered {s['entered']}, left {s['left']}: exact McNemar p = {s['mcnemar_reachable_p']:.3g}",
+        f"  maj_K (majority of the K samples, ties averaged): {rate('maj_K_base')} -> {rate('maj_K_trained')}   "
+        f"delta {s['delta_maj_K']:+.3f} {ci(s['delta_maj_K_ci'])}",
+        f"    {'exact McNemar' if s['majority_test'] == 'mcnemar' else 'sign-flip (fractional ties)'} "
+        f"p = {s['majority_p']:.3g}",
     ]
     if lb["n"]:
         lines.append(f"    the {lb['n']} that left: per-sample rate below {lb['max']:.4f} (one-sided 95 % bound at "

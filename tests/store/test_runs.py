@@ -184,6 +184,24 @@ def test_reading_a_run_in_an_older_format_names_convert(runs, tmp_path):
     pd.testing.assert_frame_equal(again.samples, read_run(runs / "audit").samples)
 
 
+def test_convert_makes_an_older_summary_again_from_the_tables(runs, tmp_path):
+    """An audit summary written before maj_K and the selection gap: convert derives it again, once."""
+    import shutil
+
+    from reachlens.store.convert import convert
+
+    shutil.copytree(runs / "audit", tmp_path / "old")
+    path = tmp_path / "old" / "summary.json"
+    today = json.loads(path.read_text())
+    new = ("maj_K", "maj_K_ci", "selection_gap", "selection_gap_ci")
+    assert set(new) <= set(today)
+    path.write_text(json.dumps({k: v for k, v in today.items() if k not in new}))
+    assert [what for _, what in convert(tmp_path / "old")] == [
+        "summary made again from its tables (new: maj_K, maj_K_ci, selection_gap, selection_gap_ci)"]
+    assert json.loads(path.read_text()) == today
+    assert convert(tmp_path / "old") == []
+
+
 def test_summary_json_is_named_only_by_the_store():
     from pathlib import Path
 
