@@ -102,7 +102,7 @@ class GraftProbe(ArmProbe):
 
     family = "graft"
 
-    kind: tuple[str, ...] = field(default=("zero",), metadata={"help": f"graft kind(s): {', '.join(GRAFT_KINDS)}"})
+    kind: tuple[str, ...] = field(metadata={"help": f"graft kind(s): {', '.join(GRAFT_KINDS)}"})
     layer: tuple[int, ...] = field(metadata={"help": "the block(s) whose site is replaced"})
     site: str = field(default="resid_post", metadata={"help": "a site of one vector per position"})
     position: int = field(default=-1, metadata={"help": "prompt token replaced: -1 the last, >= 0 from the first"})

@@ -166,25 +166,31 @@ def budget_matched(bank: pd.DataFrame, mixtures: Mapping[str, Sequence[tuple[str
         max_subsets: past this many subsets per question, a seeded uniform sample of this many.
 
     Returns:
-        One row per mixture: ``mixture``, ``kind``, ``budget`` (candidates), ``subsets``, ``n``, ``O`` and
+        One row per mixture: ``mixture``, ``kind``, ``budget`` (candidates), ``subsets`` (per question, before
+        any sampling), ``n`` (the questions where every mixture is defined: all are measured on these), ``O`` and
         ``majority`` with bootstrap intervals, and ``dO`` / ``dmajority`` (minus the first mixture's) with
         paired bootstrap intervals.
     """
     ids = question_ids(bank)
-    rows, ref = [], None
+    per = {}
     for name, parts in mixtures.items():
-        pseudo = _mixture_rows(bank, parts, max_subsets, seed)
-        o, maj = _per_question(pseudo, ids)
-        ref = ref or (o, maj)
+        per[name] = _per_question(_mixture_rows(bank, parts, max_subsets, seed), ids)
+    common = pd.Series(True, index=ids)
+    for o, maj in per.values():
+        common &= o.notna() & maj.notna()
+    ref = next(iter(per.values()), None)
+    rows = []
+    for name, parts in mixtures.items():
         row = {"mixture": name, "kind": "intervention" if any(source_is_intervention(bank, s) for s, _ in parts)
                else "decoding", "budget": sum(t for _, t in parts),
-               "subsets": pseudo["question_id"].nunique() / max(len(ids), 1), "n": int(o.notna().sum())}
-        for label, values, base in (("O", o, ref[0]), ("majority", maj, ref[1])):
-            row[label] = float(values.mean())
-            row[f"{label}_lo"], row[f"{label}_hi"] = paired_bootstrap_ci(values.to_numpy(float), n_boot=n_boot, seed=seed)
-            diff = (values - base).to_numpy(float)
-            row[f"d{label}"] = float(np.nanmean(diff)) if np.isfinite(diff).any() else math.nan
-            row[f"d{label}_lo"], row[f"d{label}_hi"] = paired_bootstrap_ci(diff, n_boot=n_boot, seed=seed)
+               "subsets": math.prod(math.comb(int(bank[source_mask(bank, s)].groupby("question_id").size().min()), t)
+                                    for s, t in parts), "n": int(common.sum())}
+        for label, values, base in (("O", per[name][0], ref[0]), ("majority", per[name][1], ref[1])):
+            v, d = values[common].to_numpy(float), (values - base)[common].to_numpy(float)
+            row[label] = float(v.mean()) if len(v) else math.nan
+            row[f"{label}_lo"], row[f"{label}_hi"] = paired_bootstrap_ci(v, n_boot=n_boot, seed=seed)
+            row[f"d{label}"] = float(d.mean()) if len(d) else math.nan
+            row[f"d{label}_lo"], row[f"d{label}_hi"] = paired_bootstrap_ci(d, n_boot=n_boot, seed=seed)
         rows.append(row)
     return pd.DataFrame(rows)
 

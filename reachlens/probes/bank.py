@@ -46,16 +46,16 @@ _UNION = re.compile(r"O\[(.+)\]")
 
 
 def candidate_frame(rows: Sequence[dict]) -> pd.DataFrame:
-    """Bank rows (dicts) as a DataFrame of :data:`BANK_COLUMNS` with fixed dtypes (what parquet stores)."""
+    """Bank rows (dicts) as a DataFrame of :data:`BANK_COLUMNS` with fixed dtypes, text as pandas' string dtype
+    (a missing answer: NaN), so that a bank compares equal to itself read back from parquet."""
     df = pd.DataFrame(list(rows), columns=BANK_COLUMNS)
     for col in ("correct", "scored", "intervention"):
         df[col] = df[col].astype(bool)
     df["candidate_idx"] = df["candidate_idx"].astype("int64")
     df["decoded_tokens"] = df["decoded_tokens"].astype("int64")
     df["mean_logprob"] = df["mean_logprob"].astype("float64")
-    for col in ("question_id", "probe", "arm", "text", "finish_reason", "detail"):
-        df[col] = df[col].astype(object)
-    df["answer"] = df["answer"].astype(object).where(df["answer"].notna(), None)
+    for col in ("question_id", "probe", "arm", "text", "answer", "finish_reason", "detail"):
+        df[col] = df[col].astype("str")
     return df
 
 
