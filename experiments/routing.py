@@ -15,7 +15,7 @@ names one for all. Per cell the script reports
   oracle mode (``STRATEGY+oracle``: the objective is correctness, read from the grader, as when routes
   are searched to make training labels), which bounds what search with the answer can find at K;
 * the reach-vs-K curve (O_K at k = 1, 2, 4, ... K, read off the anytime searches);
-* D (the deployment), each answer-blind selector (majority, confidence, lowest window, self-verification, the
+* D (the deployment), each answer-blind selector (majority, logprob, DeepConf lowest window, self-verification, the
   search's own pick) and the gap recovery (S - G) / (O - G), "undefined" where O == G, with the
   median over cells;
 * the space ceiling: reachable over *every* route of the space (spaces of at most --exhaustive-max
@@ -48,7 +48,7 @@ import torch
 
 from reachlens.records import markdown_table
 
-SELECTORS = ("majority", "confidence", "lowest_window", "self_verify", "search")
+SELECTORS = ("majority", "logprob", "deepconf", "self_verify", "search")
 
 
 def slug(spec: str) -> str:
@@ -135,7 +135,7 @@ def run(args: argparse.Namespace) -> None:
             proto = Protocol(task_name, k=args.audit_k, temperature=args.temperature,
                              max_new_tokens=args.max_new_tokens, seed=args.seed, prompt_format=evaluator.format.name)
             res = audit(model, task, proto)
-            _, summ = audit_selector_table(res, ("majority", "confidence"))
+            _, summ = audit_selector_table(res, ("majority", "logprob"))
             row = summ.iloc[0].to_dict()
             audits.append({"model": spec, "task": cell_task, "K": args.audit_k, "T": args.temperature, **row, "n": int(row["n"])})
             pd.DataFrame(audits).to_csv(out / "audits.csv", index=False)
@@ -209,7 +209,7 @@ def report_only(args: argparse.Namespace) -> None:
 
 
 def write_report(args, out, cells, curves, audits, ceilings, log, wall, format_recovery) -> None:
-    from reachlens.studies.stats import paired_bootstrap_ci
+    from reachlens.stats import paired_bootstrap_ci
 
     cell_df = pd.DataFrame([{k: v for k, v in c.items() if k != "_reachable_q"} for c in cells])
     curve_df = pd.concat(curves, ignore_index=True) if curves else pd.DataFrame()
@@ -274,8 +274,8 @@ def write_report(args, out, cells, curves, audits, ceilings, log, wall, format_r
     ]
     if len(audit_df):
         sections.append("## Reference: the same selectors on temperature samples (audit)\n\n" + markdown_table(
-            audit_df[["model", "task", "K", "T", "n", "D", "O_K", "majority", "confidence",
-                      "recovery_majority", "recovery_confidence"]]))
+            audit_df[["model", "task", "K", "T", "n", "D", "O_K", "majority", "logprob",
+                      "recovery_majority", "recovery_logprob"]]))
     text = "\n\n".join(sections) + "\n"
     (out / "table.md").write_text(text)
     print(text)

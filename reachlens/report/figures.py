@@ -12,7 +12,7 @@ import pandas as pd
 
 from reachlens.studies.compare import Comparison
 from reachlens.studies.metrics import sign_changes
-from reachlens.studies.stats import wilson_interval
+from reachlens.stats import wilson_interval
 
 __all__ = ["fate_bars", "accuracy_bars", "propensity_figure", "pass_at_k_figure", "pass_at_k_delta_figure",
            "trajectory_figure"]

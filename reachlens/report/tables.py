@@ -12,7 +12,7 @@ import math
 import pandas as pd
 
 from reachlens.records import markdown_table
-from reachlens.studies.stats import N_BOOT, N_PERM
+from reachlens.stats import N_BOOT, N_PERM
 from reachlens.studies.study_view import StudyView
 
 __all__ = ["bins_table", "display_tables", "fmt", "heading", "markdown_summary", "md_table", "text_summary"]

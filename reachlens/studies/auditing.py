@@ -33,7 +33,7 @@ from reachlens.records import update_question_table
 from reachlens.runner import AuditJob, run_jobs
 from reachlens.store import AuditDir, Run, RunDir, RunRecord, register_kind
 from reachlens.studies.metrics import budget_grid, pass_at_k_curve
-from reachlens.studies.stats import wilson_interval
+from reachlens.stats import wilson_interval
 from reachlens.tasks.base import Task
 
 __all__ = ["AuditResult", "audit"]
@@ -106,6 +106,11 @@ class AuditResult(Run):
     def truncated_deployed(self) -> float:
         """Share of the deployed (greedy) outputs that stopped at ``max_new_tokens``."""
         return float((self.questions["deployed_finish"] == "length").mean()) if self.n else math.nan
+
+    @property
+    def bank(self) -> pd.DataFrame:
+        """The K samples as a candidate bank (:mod:`reachlens.selectors`): ``sample_idx`` is the ``candidate_idx``."""
+        return self.samples.rename(columns={"sample_idx": "candidate_idx"})
 
     def pass_at_k_curve(self) -> pd.DataFrame:
         """Unbiased pass@k averaged over questions, k = 1, 2, 4, ... up to K (columns ``k``, ``pass_at_k``)."""

@@ -39,7 +39,7 @@ from reachlens.protocol import Protocol, ProtocolMismatch
 from reachlens.store import Run, RunDir, RunRecord, register_kind, run_differences
 from reachlens.studies.auditing import AuditResult
 from reachlens.studies.metrics import budget_grid, pass_at_k_matrix, sign_changes
-from reachlens.studies.stats import (
+from reachlens.stats import (
     N_BOOT,
     holm,
     mcnemar_exact_p,

@@ -36,7 +36,7 @@ from reachlens.runner import plan_rerun, rerun_name, run_reruns
 from reachlens.store import AuditDir, Run, RunDir, RunRecord, read_run, register_kind
 from reachlens.studies.auditing import AuditResult
 from reachlens.studies.compare import Comparison, compare, delta_row
-from reachlens.studies.stats import wilson_interval
+from reachlens.stats import wilson_interval
 from reachlens.tasks.base import Task
 
 __all__ = ["LengthControl", "TemperatureControl", "left_reachable", "length_control", "length_table",

@@ -30,7 +30,7 @@ from reachlens.studies.auditing import AuditResult
 from reachlens.studies.compare import Comparison, compare, crossovers, delta_row, truncation_parity
 from reachlens.studies.controls import left_reachable, length_table, temperature_table
 from reachlens.studies.metrics import pass_at_k_matrix
-from reachlens.studies.stats import N_BOOT, holm, paired_bootstrap_ci
+from reachlens.stats import N_BOOT, holm, paired_bootstrap_ci
 from reachlens.studies.study_plan import StudyPlan
 
 __all__ = ["StudyView"]

@@ -18,7 +18,7 @@ from reachlens import Protocol, audit
 from reachlens.cli import main as cli
 from reachlens.models import load_model
 from reachlens.models.zoo import native_format, zoo_entries, zoo_root
-from reachlens.studies.stats import paired_bootstrap_ci
+from reachlens.stats import paired_bootstrap_ci
 from reachlens.tasks import load_task
 
 ZOO_SCRIPTS = Path(__file__).resolve().parents[2] / "experiments" / "zoo"
