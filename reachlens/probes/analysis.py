@@ -4,7 +4,7 @@
   Wilson interval, its candidates and decoded tokens per question, and whether it is an intervention.
 * :func:`fix_sets` / :func:`jaccard_table`: the *fix-set* of a source is the questions it reaches that the
   greedy deployment gets wrong; two fix-sets' Jaccard index |A & B| / |A | B| with a bootstrap interval
-  (questions resampled, :data:`~reachlens.studies.stats.N_BOOT` times; undefined when both are empty).
+  (questions resampled, :data:`~reachlens.stats.N_BOOT` times; undefined when both are empty).
 * :func:`recovery_table`: on the *stratum* a source never solves (K samples: 0 of K correct), the share
   each other source reaches, with its Wilson interval.
 * :func:`budget_matched`: mixtures of equal budget (6 samples; greedy + 5 grafts; 3 samples + 3 grafts),
@@ -30,7 +30,7 @@ import pandas as pd
 
 from reachlens.errors import ReachlensError
 from reachlens.probes.bank import GREEDY, question_ids, reach, realized, source_is_intervention, source_mask
-from reachlens.studies.stats import N_BOOT, mcnemar_exact_p, paired_bootstrap_ci, wilson_interval
+from reachlens.stats import N_BOOT, mcnemar_exact_p, paired_bootstrap_ci, wilson_interval
 
 __all__ = [
     "budget_matched", "fix_sets", "jaccard_table", "kind_of", "placebo_pairs", "placebo_table", "reach_table",
