@@ -124,23 +124,29 @@ def _subsets(sizes: Sequence[int], takes: Sequence[int], max_subsets: int, rng: 
 
 def _mixture_rows(bank: pd.DataFrame, parts: Sequence[tuple[str, int]], max_subsets: int, seed: int) -> pd.DataFrame:
     """The pseudo-bank of a mixture: for each question and subset, its candidates, ``question_id`` set to
-    ``QID\\x1fSUBSET`` (``subset_of`` keeps the question)."""
-    pools = [bank[source_mask(bank, s)] for s, _ in parts]
-    frames = []
+    ``QID\x1fSUBSET`` (``subset_of`` keeps the question). Built with one ``take`` of the bank."""
+    qids = bank["question_id"].to_numpy()
+    pools = [np.flatnonzero(source_mask(bank, s).to_numpy()) for s, _ in parts]
+    groups = [pd.Series(pool).groupby(qids[pool]).indices for pool in pools]  # question -> positions in the pool
+    flat, names, owners = [], [], []
     for qid in question_ids(bank):
-        per = [p[p["question_id"] == qid] for p in pools]
-        for (source, take), p in zip(parts, per):
-            if len(p) < take:
+        per = [pool[g[qid]] if qid in g else pool[:0] for pool, g in zip(pools, groups)]
+        for (source, take), rows in zip(parts, per):
+            if len(rows) < take:
                 raise ReachlensError(f"a budget-matched mixture takes {take} candidates of {source!r}, which has "
-                                     f"{len(p)} on question {qid!r}; take at most {len(p)}")
+                                     f"{len(rows)} on question {qid!r}; take at most {len(rows)}")
         rng = random.Random(f"budget-matched/{seed}/{qid}")
-        for s, choice in enumerate(_subsets([len(p) for p in per], [t for _, t in parts], max_subsets, rng)):
-            rows = pd.concat([p.iloc[list(c)] for p, c in zip(per, choice)], ignore_index=True)
-            rows["subset_of"] = qid
-            rows["question_id"] = f"{qid}\x1f{s}"
-            rows["candidate_idx"] = range(len(rows))
-            frames.append(rows)
-    return pd.concat(frames, ignore_index=True)
+        choices = _subsets([len(r) for r in per], [t for _, t in parts], max_subsets, rng)
+        for s, choice in enumerate(choices):
+            flat.append(np.concatenate([rows[list(c)] for rows, c in zip(per, choice)]))
+            names.append(f"{qid}\x1f{s}")
+            owners.append(qid)
+    sizes = [len(f) for f in flat]
+    out = bank.iloc[np.concatenate(flat)].reset_index(drop=True)
+    out["subset_of"] = np.repeat(owners, sizes)
+    out["question_id"] = np.repeat(names, sizes)
+    out["candidate_idx"] = np.concatenate([np.arange(n) for n in sizes])
+    return out
 
 
 def _per_question(pseudo: pd.DataFrame, ids: Sequence[str]) -> tuple[pd.Series, pd.Series]:

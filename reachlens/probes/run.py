@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 import os
 import re
 from collections.abc import Callable, Sequence
@@ -37,7 +38,7 @@ from reachlens.models import identity_of, load_model
 from reachlens.probes.bank import BANK_COLUMNS, GREEDY, ORDER, union_terms
 from reachlens.probes.decode import decode_slice, plan_units, unit_slices
 from reachlens.probes.spec import Probe, parse_probe
-from reachlens.probes.summary import default_unions, probe_summary
+from reachlens.probes.summary import default_unions, probe_summary, probe_tables
 from reachlens.protocol import Protocol
 from reachlens.runner.decode import check_budget, check_context
 from reachlens.store import Run, RunDir, RunRecord, register_kind
@@ -108,9 +109,14 @@ class ProbeRun(Run):
         """The named unions the summary reports."""
         return list(self.record.options["unions"])
 
+    @functools.cached_property
+    def analysis(self) -> dict[str, pd.DataFrame]:
+        """Every table of the run (:func:`~reachlens.probes.summary.probe_tables`), computed once from the bank."""
+        return probe_tables(self.candidates, self.probes, self.unions)
+
     def summary(self) -> dict[str, Any]:
-        return probe_summary(self.candidates, self.probes, self.unions, model=self.record.model.get("spec"),
-                             task=self.protocol.task)
+        return probe_summary(self.candidates, self.probes, self.unions, tables=self.analysis,
+                             model=self.record.model.get("spec"), task=self.protocol.task)
 
     def tables(self) -> dict[str, pd.DataFrame]:
         return {"candidates": self.candidates}
@@ -217,4 +223,6 @@ def probe(
             return result
         store.write_table("candidates", result.candidates)
         store.finish(result.summary())
-    return dataclasses.replace(result, record=store.record(), location=store.path)
+    done = dataclasses.replace(result, record=store.record(), location=store.path)
+    done.__dict__["analysis"] = result.analysis  # the same bank: its tables, computed once
+    return done

@@ -90,7 +90,7 @@ def matched_mixtures(bank: pd.DataFrame, labels: Sequence[str]) -> dict[str, dic
     out = {}
     for label in labels:
         size = int(bank.loc[bank["probe"] == label].groupby("question_id").size().min())
-        if label == sampling or family_of(label) in ("sampling", "routes") or k < 2 or size < k - 1:
+        if family_of(label) in ("sampling", "routes", "placebo") or k < 2 or size < k - 1:
             continue
         half = k // 2
         mixtures = {f"{k} samples": [(sampling, k)], f"greedy + {k - 1} of {label}": [(GREEDY, 1), (label, k - 1)]}
@@ -127,10 +127,12 @@ def _native(value: Any) -> Any:
     return None if isinstance(value, float) and math.isnan(value) else value
 
 
-def probe_summary(bank: pd.DataFrame, labels: Sequence[str], unions: Sequence[str], **about: Any) -> dict[str, Any]:
+def probe_summary(bank: pd.DataFrame, labels: Sequence[str], unions: Sequence[str], *,
+                  tables: dict[str, pd.DataFrame] | None = None, **about: Any) -> dict[str, Any]:
     """``summary.json`` of a probe run: D, and per probe, arm and union its O with its interval, then the
-    other tables of :func:`probe_tables` as lists of rows. ``about``: names to record beside (model, task)."""
-    tables = probe_tables(bank, labels, unions)
+    other tables of :func:`probe_tables` (``tables`` when computed already) as lists of rows. ``about``: names
+    to record beside (model, task)."""
+    tables = tables if tables is not None else probe_tables(bank, labels, unions)
     reach = tables["reach"].set_index("source")
     sel = tables["selectors"].set_index("probe")
 

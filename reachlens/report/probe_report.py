@@ -15,7 +15,6 @@ from typing import Any
 
 import pandas as pd
 
-from reachlens.probes import probe_tables
 from reachlens.report.page import html_table, write_page
 from reachlens.report.tables import md_table
 
@@ -36,7 +35,9 @@ def _name(source: str, kind: str) -> str:
 
 
 def _ci(v: float, lo: float, hi: float) -> str:
-    return "undefined" if any(isinstance(x, float) and math.isnan(x) for x in (v, lo, hi)) else f"{v:.3f} [{lo:.3f}, {hi:.3f}]"
+    if any(x is None or (isinstance(x, float) and math.isnan(x)) for x in (v, lo, hi)):
+        return "undefined"
+    return f"{v:.3f}\u00a0[{lo:.3f},\u00a0{hi:.3f}]"  # no break inside a rate and its interval
 
 
 def _error(values, lo, hi) -> dict:
@@ -44,18 +45,26 @@ def _error(values, lo, hi) -> dict:
                 arrayminus=[v - x for v, x in zip(values, lo)], thickness=1.2, width=4)
 
 
+def _wrapped(label: str) -> str:
+    """A long source name broken at its keys, for a chart's axis."""
+    return label if len(label) <= 32 else label.replace(":", "<br>:")
+
+
 def reach_figure(reach: pd.DataFrame):
     """O per source (D for greedy) with its 95 % Wilson interval, decoding and intervention sources apart."""
     go = _go()
     fig = go.Figure()
+    order = list(reach["source"])[::-1]  # the table's order, top down
     for kind, rows in reach.groupby("kind", sort=False):
         label = "decoding probe" if kind == "decoding" else "activation probe (intervention)"
-        fig.add_trace(go.Bar(name=label, x=[_name(s, kind) for s in rows["source"]], y=rows["O"],
-                             marker_color=_KIND_COLOR[kind], error_y=_error(rows["O"], rows["O_lo"], rows["O_hi"]),
-                             text=[f"{v:.0%}" for v in rows["O"]], textposition="inside"))
-    fig.update_layout(title="Reachable by probe (greedy: D; 95 % Wilson intervals)", yaxis_title="share of questions",
-                      yaxis_tickformat=".0%", xaxis_title="source (probe, arm or named union)", height=560,
-                      xaxis_tickangle=-30, legend_title="kind")
+        fig.add_trace(go.Bar(name=label, orientation="h", y=[_name(s, kind) for s in rows["source"]], x=rows["O"],
+                             marker_color=_KIND_COLOR[kind], error_x=_error(rows["O"], rows["O_lo"], rows["O_hi"]),
+                             text=[f"{v:.0%}" for v in rows["O"]], textposition="auto"))
+    kinds = dict(zip(reach["source"], reach["kind"]))
+    fig.update_layout(title="Reachable by probe (greedy: D; 95 % Wilson intervals)", xaxis_title="share of questions",
+                      xaxis_tickformat=".0%", xaxis_range=[0, 1.05], yaxis_title=None, legend_title="kind",
+                      height=160 + 26 * len(reach), yaxis_categoryorder="array",
+                      yaxis_categoryarray=[_name(s, kinds[s]) for s in order], yaxis_automargin=True)
     return fig
 
 
@@ -64,17 +73,20 @@ def overlap_figure(overlap: pd.DataFrame, kinds: dict[str, str]):
     go = _go()
     names = list(dict.fromkeys([*overlap["a"], *overlap["b"]]))
     index = {n: i for i, n in enumerate(names)}
-    z = [[1.0 if i == j else math.nan for j in range(len(names))] for i in range(len(names))]
+    z = [[math.nan for _ in names] for _ in names]
     text = [["" for _ in names] for _ in names]
+    sizes = {**dict(zip(overlap["a"], overlap["fix_a"])), **dict(zip(overlap["b"], overlap["fix_b"]))}
+    for n, i in index.items():
+        text[i][i] = f"fix-set: {sizes[n]}"
     for r in overlap.itertuples():
         i, j = index[r.a], index[r.b]
         z[i][j] = z[j][i] = r.jaccard
         text[i][j] = text[j][i] = "undefined" if math.isnan(r.jaccard) else f"{r.jaccard:.2f}<br>({r.both} of {r.fix_a}, {r.fix_b})"
-    labels = [_name(n, kinds.get(n, "decoding")) for n in names]
+    labels = [_wrapped(_name(n, kinds.get(n, "decoding"))) for n in names]
     fig = go.Figure(go.Heatmap(z=z, x=labels, y=labels, text=text, texttemplate="%{text}", zmin=0, zmax=1,
                                colorscale="Blues", colorbar_title="Jaccard"))
-    fig.update_layout(title="Overlap of fix-sets: Jaccard (shared fixes of fix-set sizes)", height=520,
-                      xaxis_tickangle=-30)
+    fig.update_layout(title="Overlap of fix-sets: Jaccard (shared fixes of fix-set sizes)",
+                      height=300 + 90 * len(names), xaxis_tickangle=-20, yaxis_automargin=True, xaxis_automargin=True)
     return fig
 
 
@@ -84,24 +96,33 @@ def selection_figure(selectors: pd.DataFrame):
     fig = go.Figure()
     names = [_name(p, k) for p, k in zip(selectors["probe"], selectors["kind"])]
     for column, color in (("O", "#3182bd"), ("majority", "#31a354"), ("logprob", "#756bb1")):
-        fig.add_trace(go.Bar(name="O (reachable)" if column == "O" else f"selector: {column}", x=names,
-                             y=selectors[column], marker_color=color))
+        fig.add_trace(go.Bar(name="O (reachable)" if column == "O" else f"selector: {column}", y=names, orientation="h",
+                             x=selectors[column], marker_color=color))
     fig.update_layout(barmode="group", title="Selection gap: reachable vs what an answer-blind selector picks",
-                      yaxis_title="share of questions", yaxis_tickformat=".0%", height=480, xaxis_tickangle=-30)
+                      xaxis_title="share of questions", xaxis_tickformat=".0%", xaxis_range=[0, 1.05],
+                      height=180 + 70 * len(selectors), yaxis_autorange="reversed", yaxis_automargin=True)
     return fig
 
 
-def _display(name: str, df: pd.DataFrame) -> pd.DataFrame:
-    """A table for reading: rates with their intervals in one column, interventions named."""
+_LABELS = ("source", "probe", "a", "b", "mixture", "graft")
+_DROP = {"budget_matched": ("probe",), "placebo": ("placebo",)}
+"""Columns a reader does not need: the mixture names its probe; a placebo is its graft's spec with placebo=true."""
+
+
+def _display(name: str, df: pd.DataFrame, *, wrap: bool) -> pd.DataFrame:
+    """A table for reading: rates with their intervals in one column, interventions named; ``wrap``: long labels
+    may break after ':' and ',' (a zero-width space; for HTML)."""
     if df.empty:
         return df
-    d = df.copy()
+    d = df.drop(columns=[c for c in _DROP.get(name, ()) if c in df.columns])
     for col in [c for c in d.columns if f"{c}_lo" in d.columns]:
         d[col] = [_ci(v, lo, hi) for v, lo, hi in zip(d[col], d[f"{col}_lo"], d[f"{col}_hi"])]
         d = d.drop(columns=[f"{col}_lo", f"{col}_hi"])
-    for col in ("source", "probe", "a", "b", "mixture", "graft", "placebo"):
-        if col in d.columns and "kind" in d.columns and name != "overlap":
+    for col in (c for c in _LABELS if c in d.columns):
+        if "kind" in d.columns and name != "overlap":
             d[col] = [_name(s, k) for s, k in zip(d[col], d["kind"])]
+        if wrap:
+            d[col] = [s.replace(":", ":\u200b").replace(",", ",\u200b") for s in d[col]]
     return d
 
 
@@ -117,8 +138,9 @@ _NOTES = {
     "budget_matched": "Mixtures at a matched budget, averaged over every subset of their pools: O (any correct) "
                       "and majority vote (ties averaged), with bootstrap intervals; dO and dmajority are the paired "
                       "differences from the first mixture of each probe.",
-    "placebo": "Each graft beside the same graft at a seeded random prompt position: dO = graft - placebo with its "
-               "paired bootstrap interval, and the exact McNemar p of the paired reach.",
+    "placebo": "Each graft probe beside its placebo (the same spec with placebo=true: the same grafts at a seeded "
+               "random prompt position): dO = graft - placebo with its paired bootstrap interval, and the exact "
+               "McNemar p of the paired reach.",
 }
 
 
@@ -126,9 +148,9 @@ def _sections(tables: dict[str, pd.DataFrame]) -> tuple[list[str], list[str]]:
     body, md = [], []
     for name, df in tables.items():
         title = name.replace("_", "-").capitalize()
-        shown = _display(name, df)
         body.append(f"<h2>{html.escape(title)}</h2><p class=note>{html.escape(_NOTES[name])}</p>"
-                    f'<div class="scroll">{html_table(shown)}</div>')
+                    f'<div class="scroll">{html_table(_display(name, df, wrap=True))}</div>')
+        shown = _display(name, df, wrap=False)
         md += [f"## {title}", "", _NOTES[name], "", md_table(shown) if len(shown) else "(none)\n"]
     return body, md
 
@@ -137,7 +159,7 @@ def write_probe_report(run: Any, out: str | Path | None = None) -> tuple[Path, P
     """Write ``report.html`` and ``report.md`` of a probe run into ``out`` (default: its directory)."""
     out = Path(out) if out is not None else Path(run.location)
     out.mkdir(parents=True, exist_ok=True)
-    tables = probe_tables(run.candidates, run.probes, run.unions)
+    tables = run.analysis
     p, s = run.protocol, run.summary()
     kinds = dict(zip(tables["reach"]["source"], tables["reach"]["kind"]))
     figs = [reach_figure(tables["reach"]), selection_figure(tables["selectors"])]
