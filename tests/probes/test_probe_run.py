@@ -162,3 +162,13 @@ def test_the_report_names_interventions_and_every_section(run, tmp_path, chromiu
     assert shot.stat().st_size > 50_000  # a drawn page, not a blank one
     if os.environ.get("REACHLENS_SCREENSHOT_DIR"):
         shutil.copy(shot, os.environ["REACHLENS_SCREENSHOT_DIR"])
+
+
+def test_arm_hooks_keep_prefix_sharing_on(tiny_model):
+    from reachlens.engine.hooks import user_hooks
+    from reachlens.probes.activation import arm_hooks
+
+    probes = [parse_probe(s) for s in SPECS[1:5]]
+    keyed = [(p, {c.key: c.value for c in p.candidates("q", 12, 0)}) for p in probes]
+    with tiny_model.hooks(fwd_hooks=arm_hooks(tiny_model, keyed, GREEDY)):
+        assert user_hooks(tiny_model) == []  # every hook per-arm: the engine shares prefixes under them
