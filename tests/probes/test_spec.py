@@ -60,3 +60,12 @@ def test_a_bad_spec_is_one_line_naming_the_bad_part(spec, says):
     with pytest.raises(ReachlensError) as err:
         parse_probe(spec)
     assert says in str(err.value) and "\n" not in str(err.value)
+
+
+def test_every_option_of_the_probe_command_has_help():
+    from reachlens.cli.main import build_parser
+
+    parser, _ = build_parser()
+    sub = next(a for a in parser._actions if a.dest == "command").choices["probe"]
+    missing = [a.option_strings or a.dest for a in sub._actions if a.dest != "help" and not a.help]
+    assert not missing and "graft:kind=zero,noise:layer=3" in sub.format_help()
