@@ -62,22 +62,25 @@ def run(args: argparse.Namespace) -> int:
     protocol = Protocol.greedy(args.task, split=args.split, max_new_tokens=args.max_new_tokens or task.max_new_tokens or 256,
                                prompt_format=args.prompt_format, seed=args.seed, stop=stops_from_args(args, task))
     model = load_model_from_args(args)
-    bar = tqdm(unit="slice", desc=f"probe {args.model}", file=sys.stderr)
+    bars: list = []  # the bar starts with the first slice, after every check has passed
 
     def progress(done: int, total: int) -> None:
-        bar.total = total
-        bar.update(done - bar.n)
+        if not bars:
+            bars.append(tqdm(total=total, unit="slice", desc=f"probe {args.model}", file=sys.stderr))
+        bars[0].update(done - bars[0].n)
 
     try:
         result = probe(model, task, probes, out=args.out, protocol=protocol, unions=args.union,
                        exec_config=ExecConfig(max_batch_rows=args.max_batch_rows), progress=progress)
     finally:
-        bar.close()
+        for bar in bars:
+            bar.close()
     s = result.summary()
-    print(f"{args.model} on {args.task} (n={s['n']}): D={s['D']:.3f}   -> {args.out}")
-    for label, p in {**s["probes"], **s["unions"]}.items():
+    print(f"{args.model} on {args.task} (n={s['n']}): D={_num(s['D'])}   -> {args.out}")
+    named = {**{f"O[{label}]": p for label, p in s["probes"].items()}, **s["unions"]}
+    for name, p in named.items():
         tag = "  [intervention]" if p["kind"] == "intervention" else ""
-        print(f"  O {label:<44} {_num(p['O'])}  [{_num(p['O_ci'][0])}, {_num(p['O_ci'][1])}]{tag}")
+        print(f"  {name:<46} {_num(p['O'])}  [{_num(p['O_ci'][0])}, {_num(p['O_ci'][1])}]{tag}")
     return 0
 
 

@@ -37,6 +37,7 @@ from reachlens.execution import ExecConfig, model_exec
 from reachlens.models import identity_of, load_model
 from reachlens.probes.bank import BANK_COLUMNS, GREEDY, ORDER, union_terms
 from reachlens.probes.decode import decode_slice, plan_units, unit_slices
+from reachlens.probes.families import Sampling
 from reachlens.probes.spec import Probe, parse_probe
 from reachlens.probes.summary import default_unions, probe_summary, probe_tables
 from reachlens.protocol import Protocol
@@ -166,6 +167,19 @@ def _assemble(parts: dict[tuple[int, int], pd.DataFrame], task: Task, labels: Se
     return bank.sort_values(ORDER, kind="stable").reset_index(drop=True)[BANK_COLUMNS]
 
 
+def _record(model, task: Task, probes: Sequence[Probe], protocol: Protocol, exec_config: ExecConfig,
+            unions: Sequence[str] | None) -> RunRecord:
+    """The run's record, after refusing (before anything is decoded) what its probes cannot do here."""
+    for p in probes:
+        p.check(model, protocol)
+        if isinstance(p, Sampling):
+            check_budget(p.protocol(protocol), exec_config.max_batch_rows)
+    check_context(model, task, protocol)
+    options = {"probes": [p.label for p in probes], "unions": _unions(unions, probes)}
+    return RunRecord.new("probe", protocol, identity_of(model), task.data_identity, options,
+                         exec=exec_config.recorded(model_exec(model)))
+
+
 def probe(
     model, task: Task | str, probes: Sequence[str | Probe], *, out: str | os.PathLike | None = None,
     protocol: Protocol | None = None, exec_config: ExecConfig | None = None, unions: Sequence[str] | None = None,
@@ -191,21 +205,15 @@ def probe(
     model = load_model(model) if isinstance(model, str) else model
     task = load_task(task, n=n) if isinstance(task, str) else task
     made = _probes(probes)
-    labels = [p.label for p in made]
-    protocol = _protocol(model, task, protocol)
     exec_config = exec_config or ExecConfig()
-    for p in made:
-        p.check(model, protocol)
-        if hasattr(p, "protocol"):
-            check_budget(p.protocol(protocol), exec_config.max_batch_rows)
-    check_context(model, task, protocol)
-    options = {"probes": labels, "unions": _unions(unions, made)}
-    record = RunRecord.new("probe", protocol, identity_of(model), task.data_identity, options,
-                           exec=exec_config.recorded(model_exec(model)))
+    record = _record(model, task, made, _protocol(model, task, protocol), exec_config, unions)
+    protocol, labels = record.protocol, [p.label for p in made]
     store = ProbeDir(out) if out is not None else None
     if store is not None:
         store.check_target()
         store.check_run(record)
+        if store.is_complete():  # the same run, finished: read, not decoded again
+            return ProbeRun.read(store)
     plan = [(u, s) for u in plan_units(made) for s in unit_slices(u, task, protocol, exec_config.max_batch_rows)]
     with store.writer() if store is not None else contextlib.nullcontext():
         if store is not None:

@@ -172,3 +172,14 @@ def test_arm_hooks_keep_prefix_sharing_on(tiny_model):
     keyed = [(p, {c.key: c.value for c in p.candidates("q", 12, 0)}) for p in probes]
     with tiny_model.hooks(fwd_hooks=arm_hooks(tiny_model, keyed, GREEDY)):
         assert user_hooks(tiny_model) == []  # every hook per-arm: the engine shares prefixes under them
+
+
+def test_a_finished_run_given_again_is_read_not_decoded(tiny_model, task, run, monkeypatch):
+    import reachlens.probes.run as probe_run
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("decoded a finished run again")
+
+    monkeypatch.setattr(probe_run, "decode_slice", refuse)
+    again = probe(tiny_model, task, SPECS, protocol=GREEDY, exec_config=EXEC, out=run.location)
+    pd.testing.assert_frame_equal(again.candidates, run.candidates)
