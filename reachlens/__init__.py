@@ -9,7 +9,7 @@
 >>> result.D, result.O_K  # doctest: +SKIP
 
 Every study's result is a run (:class:`reachlens.store.Run`), saved with ``run.save(DIR)`` and read back with
-:func:`read_run`. Importing reachlens imports every module that defines a kind of run (the studies, routing),
+:func:`read_run`. Importing reachlens imports every module that defines a kind of run (the studies, routing, probes),
 so that :func:`read_run` knows them all.
 """
 
@@ -17,6 +17,7 @@ from reachlens import routing as _routing  # noqa: F401  (registers the routing 
 from reachlens.errors import ReachlensError
 from reachlens.execution import ExecConfig
 from reachlens.models import load_model
+from reachlens.probes import ProbeRun, probe
 from reachlens.protocol import Protocol, ProtocolMismatch
 from reachlens.runner import rerun
 from reachlens.store import Run, RunDir, RunRecord, list_runs, read_run
@@ -27,6 +28,7 @@ from reachlens.version import __version__
 __all__ = [
     "AuditResult",
     "ExecConfig",
+    "ProbeRun",
     "Protocol",
     "ProtocolMismatch",
     "ReachlensError",
@@ -41,6 +43,7 @@ __all__ = [
     "load_model",
     "load_task",
     "pass_at_k",
+    "probe",
     "read_run",
     "rerun",
     "rescore",

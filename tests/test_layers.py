@@ -30,6 +30,7 @@ LAYERS = (
     ("reachlens.runner",),
     ("reachlens.studies",),
     ("reachlens.routing",),
+    ("reachlens.probes",),
     ("reachlens.report",),
     ("reachlens.cli",),
     ("reachlens", "reachlens.__main__"),

@@ -57,7 +57,7 @@ def add_task_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--data", default=None,
                    help="a local data file (or a copy of the hub dataset's folder); without it gsm8k, arc, math500, "
                         "piqa and logiqa are read from the Hugging Face hub, as lm-eval-harness reads them")
-    p.add_argument("--split", default="test")
+    p.add_argument("--split", default="test", help="the task's split (default test)")
     p.add_argument("--n", type=positive_int("--n"), default=None, help="use the first N questions")
 
 

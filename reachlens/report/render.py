@@ -3,7 +3,8 @@
 :func:`report_run` renders a run by its kind: a kind with a study view (:data:`VIEWS`: a training study, one
 audit, a comparison) gets the study report (:func:`write_report`: every table of
 :func:`~reachlens.report.tables.display_tables` and the figures); any other kind (a routing run, a recognition
-run, a causal sweep, a control) gets its record, summary and tables (:func:`write_run_report`). A new kind of
+run, a causal sweep, a control) gets its record, summary and tables (:func:`write_run_report`), unless it
+registers a page of its own (:data:`PAGES`: a probe run's, :mod:`reachlens.report.probe_report`). A new kind of
 run is rendered the second way until it registers a view here.
 """
 
@@ -29,17 +30,21 @@ from reachlens.report.figures import (
 from reachlens.escape import html_text as esc
 from reachlens.escape import md_text
 from reachlens.report.page import html_table, kv_table, write_markdown, write_page
+from reachlens.report.probe_report import write_probe_report
 from reachlens.report.tables import bins_table, display_tables, heading, markdown_summary, md_table
 from reachlens.store import read_run
 from reachlens.studies.study_view import StudyView
 
-__all__ = ["VIEWS", "report_run", "write_report", "write_run_report"]
+__all__ = ["PAGES", "VIEWS", "report_run", "write_report", "write_run_report"]
 
 VIEWS: Registry[Callable[[Any], StudyView]] = Registry("report view")
 """Kind of run -> the study view its report shows."""
 VIEWS.register("training_audit", lambda run: run)
 VIEWS.register("audit", StudyView.of_audit)
 VIEWS.register("comparison", StudyView.of_comparison)
+PAGES: Registry[Callable[..., tuple[Path, Path]]] = Registry("report page")
+"""Kind of run -> the page writer of its own report (``fn(run, out, *, force)``)."""
+PAGES.register("probe", write_probe_report)
 
 
 def report_run(run: Any, out: str | Path | None = None, *, force: bool = False) -> tuple[Path, Path]:
@@ -53,6 +58,8 @@ def report_run(run: Any, out: str | Path | None = None, *, force: bool = False) 
     out = out if out is not None else run.location
     if run.kind in VIEWS:
         return write_report(VIEWS[run.kind](run), out, force=force)
+    if run.kind in PAGES:
+        return PAGES[run.kind](run, out, force=force)
     return write_run_report(run, out, force=force)
 
 

@@ -28,6 +28,7 @@ from reachlens.studies import (
     length_control,
     temperature_control,
 )
+from reachlens.probes import ProbeRun
 from reachlens.routing import RoutingResult
 from reachlens.studies.causal import SteerSweep, UnitsSweep
 from reachlens.studies.study_plan import StudyPlan
@@ -53,7 +54,9 @@ def runs(tiny_dir, tmp_path_factory):
                  ["recognize", model, "--task", "arith_mc", "--n", "6", "--max-new-tokens", "6", "--min-failures", "1",
                   "--out", root / "recognition"],
                  ["silence", model, "--sets", root / "recognition", "--layers", "0", "--components", "mlp",
-                  "--out", root / "silence"]):
+                  "--out", root / "silence"],
+                 ["probe", model, "--task", "arith", "--n", "2", "--probe", "sampling:k=2", "--probe",
+                  "graft:kind=zero:layer=0", "--max-new-tokens", "6", "--out", root / "probe"]):
         assert main([str(x) for x in argv]) == 0
     # steering and unit sweeps need a healthy panel a random model does not have: their runs made by hand
     silence = read_run(root / "silence")
@@ -67,7 +70,8 @@ def runs(tiny_dir, tmp_path_factory):
 
 TYPES = {"audit": AuditResult, "comparison": Comparison, "temperature_control": TemperatureControl,
          "length_control": LengthControl, "training_audit": TrainingAudit, "recognition": RecognitionResult,
-         "silence": CausalResult, "steer": CausalResult, "units": CausalResult, "routing": RoutingResult}
+         "silence": CausalResult, "steer": CausalResult, "units": CausalResult, "routing": RoutingResult,
+         "probe": ProbeRun}
 
 
 @pytest.mark.parametrize("kind", sorted(RUN_KINDS.names()))
