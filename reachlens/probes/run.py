@@ -5,7 +5,7 @@
                             model and data identity, exec
     DIR/parts/UU.SSSSS.parquet  one part per finished slice of each unit (:mod:`reachlens.probes.decode`)
     DIR/candidates.parquet  the bank (:data:`~reachlens.probes.bank.BANK_COLUMNS`), written when it completes
-    DIR/summary.json        D and O per probe, per arm and per named union (intervals), selectors and the
+    DIR/(the summary)      D and O per probe, per arm and per named union (intervals), selectors and the
                             selection gap, the fix-set overlap, recovery, the budget-matched comparison, the
                             placebo comparison (:mod:`reachlens.probes.summary`)
 

@@ -1,6 +1,6 @@
 """Every table of a probe run, and its summary, computed from the bank alone.
 
-:func:`probe_tables` names each table a report shows; :func:`probe_summary` is what ``summary.json`` holds
+:func:`probe_tables` names each table a report shows; :func:`probe_summary` is what the run's summary holds
 (the same numbers as plain values). Which comparisons a run gets follows from its probes:
 
 * reach: the deployment (``greedy``: D), each probe, each arm of a probe with several, each named union;
@@ -129,7 +129,7 @@ def _native(value: Any) -> Any:
 
 def probe_summary(bank: pd.DataFrame, labels: Sequence[str], unions: Sequence[str], *,
                   tables: dict[str, pd.DataFrame] | None = None, **about: Any) -> dict[str, Any]:
-    """``summary.json`` of a probe run: D, and per probe, arm and union its O with its interval, then the
+    """The summary of a probe run: D, and per probe, arm and union its O with its interval, then the
     other tables of :func:`probe_tables` (``tables`` when computed already) as lists of rows. ``about``: names
     to record beside (model, task)."""
     tables = tables if tables is not None else probe_tables(bank, labels, unions)
