@@ -5,9 +5,9 @@
                             model and data identity, exec
     DIR/parts/UU.SSSSS.parquet  one part per finished slice of each unit (:mod:`reachlens.probes.decode`)
     DIR/candidates.parquet  the bank (:data:`~reachlens.probes.bank.BANK_COLUMNS`), written when it completes
-    DIR/summary.json        D and O per probe, per arm and per named union (intervals), selectors and the
-                            selection gap, the fix-set overlap, recovery, the budget-matched comparison, the
-                            placebo comparison (:mod:`reachlens.probes.summary`)
+    and its summary, written by the store when it completes: D and O per probe, per arm and per named union
+    (intervals), selectors and the selection gap, the fix-set overlap, recovery, the budget-matched comparison,
+    the placebo comparison (:mod:`reachlens.probes.summary`)
 
 Resumable: a slice is appended as a part when it is decoded, so a run killed at any moment resumes from its
 last part; the slices are fixed, so the bank equals an uninterrupted run's. Deterministic: every candidate

@@ -1,6 +1,6 @@
 """Every table of a probe run, and its summary, computed from the bank alone.
 
-:func:`probe_tables` names each table a report shows; :func:`probe_summary` is what ``summary.json`` holds
+:func:`probe_tables` names each table a report shows; :func:`probe_summary` is the run's stored summary
 (the same numbers as plain values). Which comparisons a run gets follows from its probes:
 
 * reach: the deployment (``greedy``: D), each probe, each arm of a probe with several, each named union;
@@ -129,7 +129,7 @@ def _native(value: Any) -> Any:
 
 def probe_summary(bank: pd.DataFrame, labels: Sequence[str], unions: Sequence[str], *,
                   tables: dict[str, pd.DataFrame] | None = None, **about: Any) -> dict[str, Any]:
-    """``summary.json`` of a probe run: D, and per probe, arm and union its O with its interval, then the
+    """The stored summary of a probe run: D, and per probe, arm and union its O with its interval, then the
     other tables of :func:`probe_tables` (``tables`` when computed already) as lists of rows. ``about``: names
     to record beside (model, task)."""
     tables = tables if tables is not None else probe_tables(bank, labels, unions)
@@ -146,7 +146,7 @@ def probe_summary(bank: pd.DataFrame, labels: Sequence[str], unions: Sequence[st
         arms = sorted(set(bank.loc[source_mask(bank, label), "arm"]))
         probes[label] = {**entry(label), "family": family_of(label),
                          "arms": {a: entry(f"arm:{a}") for a in arms if f"arm:{a}" in reach.index},
-                         "selectors": {s: sel.loc[label, s] for s in ("majority", "logprob")},
+                         "selectors": {s: sel.loc[label, s] for s in SELECTORS},
                          "selection_gap": sel.loc[label, "gap"],
                          "selection_gap_ci": [sel.loc[label, "gap_lo"], sel.loc[label, "gap_hi"]]}
     g = reach.loc[GREEDY]
