@@ -6,7 +6,10 @@
 Each notebook runs top to bottom in a scratch folder (nothing it writes lands in the repository), with plotly
 rendering every figure twice: interactive (``application/vnd.plotly.v1+json``, for Jupyter) and as a static PNG
 (``image/png``, drawn by kaleido in headless Chromium), because GitHub shows notebooks without running their
-JavaScript. The notebook's metadata records, under ``reachlens``, the hash of its code cells
+JavaScript; each PNG is drawn at 960 x 540 unless the figure sets its own size. The libraries' progress bars
+("Loading weights") are left out of the stored outputs, as the ``reachlens`` command leaves them out: both are
+set by an IPython startup file of the scratch profile (:data:`STARTUP`), not in the notebooks. The notebook's
+metadata records, under ``reachlens``, the hash of its code cells
 (:func:`code_hash`), when and how long it ran, and the versions it ran with; ``tests/notebooks`` fails when a
 code cell changed after that without re-executing.
 """
@@ -27,6 +30,19 @@ STATIC = "plotly_mimetype+png"
 """The plotly renderer the stored notebooks are executed with: interactive and a PNG for GitHub."""
 
 
+STARTUP = """\
+import warnings
+import plotly.io as pio
+import huggingface_hub.utils
+import transformers.utils.logging
+pio.renderers["png"].width, pio.renderers["png"].height = 960, 540
+transformers.utils.logging.disable_progress_bar()
+huggingface_hub.utils.disable_progress_bars()
+warnings.filterwarnings("ignore", message="IProgress not found")
+"""
+"""Run by the kernel before the notebook's first cell (an IPython startup file)."""
+
+
 def code_hash(nb) -> str:
     """SHA-256 of the notebook's code cells' sources, in order (markdown cells and outputs left out)."""
     sources = [c["source"] if isinstance(c["source"], str) else "".join(c["source"])
@@ -40,12 +56,27 @@ def execute(path: Path, *, renderer: str = STATIC, timeout: int = 1200):
     from nbclient import NotebookClient
 
     nb = nbformat.read(path, as_version=4)
-    os.environ["PLOTLY_RENDERER"] = renderer  # the kernel inherits it; plotly reads it at import
     with tempfile.TemporaryDirectory(prefix=f"{path.stem}-") as scratch:
-        t0 = time.perf_counter()
-        NotebookClient(nb, timeout=timeout, kernel_name="python3", record_timing=False,
-                       resources={"metadata": {"path": scratch}}).execute()
-        seconds = time.perf_counter() - t0
+        startup = Path(scratch, "ipython", "profile_default", "startup")
+        startup.mkdir(parents=True)
+        (startup / "00-notebooks.py").write_text(STARTUP)
+        work = Path(scratch, "work")
+        work.mkdir()
+        # the kernel inherits the environment: plotly reads PLOTLY_RENDERER at import, IPython its IPYTHONDIR
+        env = {"PLOTLY_RENDERER": renderer, "IPYTHONDIR": str(Path(scratch, "ipython"))}
+        before = {k: os.environ.get(k) for k in env}
+        os.environ.update(env)
+        try:
+            t0 = time.perf_counter()
+            NotebookClient(nb, timeout=timeout, kernel_name="python3", record_timing=False,
+                           resources={"metadata": {"path": str(work)}}).execute()
+            seconds = time.perf_counter() - t0
+        finally:
+            for k, v in before.items():
+                if v is None:
+                    os.environ.pop(k, None)
+                else:
+                    os.environ[k] = v
     return nb, seconds
 
 

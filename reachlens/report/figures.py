@@ -107,10 +107,12 @@ def propensity_figure(bins: dict[str, pd.DataFrame]):
         order += [b for b in df.loc[df["n"] > 0, "bin"] if b not in order]
     rank = {b: i for df in bins.values() for i, b in enumerate(df["bin"])}
     order.sort(key=rank.__getitem__)
+    top = 0.0
     for label, df in bins.items():
         df = df[df["n"] > 0]
+        top = max([top, *df["rate_hi"]])
         fig.add_trace(go.Scatter(x=df["bin"], y=df["rate"], mode="markers", name=label, marker=dict(size=9),
-                                 error_y=_error(df["rate"], df["rate_lo"], df["rate_hi"]),
+                                 showlegend=True, error_y=_error(df["rate"], df["rate_lo"], df["rate_hi"]),
                                  customdata=df[["n", "realized_after"]].to_numpy(),
                                  hovertemplate="%{x}: %{customdata[1]} of %{customdata[0]} realized after (%{y:.0%})"))
     fig.update_layout(title="Base-reachable, base-unrealized questions: realized after training, by base propensity",
@@ -118,6 +120,8 @@ def propensity_figure(bins: dict[str, pd.DataFrame]):
                       yaxis_title="realized after training (share of the bin)", yaxis_tickformat=".0%",
                       scattermode="group", legend_title="pair")
     fig.update_xaxes(type="category", categoryorder="array", categoryarray=order)
+    pad = max(0.01, 0.05 * min(1.0, top))  # a point at 0 % or at the top drawn whole, not cut by the axis
+    fig.update_yaxes(range=[-pad, min(1.0, top) + pad])
     return fig
 
 
