@@ -7,6 +7,7 @@
 >>> model = reachlens.load_model("zoo:base")  # doctest: +SKIP
 >>> result = reachlens.audit(model, reachlens.load_task("arith", n=50), reachlens.Protocol("arith", k=16))  # doctest: +SKIP
 >>> result.D, result.O_K  # doctest: +SKIP
+>>> reachlens.compare("runs/base", "runs/grpo").summary()["delta_O_K"]  # doctest: +SKIP
 
 Every study's result is a run (:class:`reachlens.store.Run`), saved with ``run.save(DIR)`` and read back with
 :func:`read_run`. Importing reachlens imports every module that defines a kind of run (the studies, routing, probes),
@@ -21,12 +22,13 @@ from reachlens.probes import ProbeRun, probe
 from reachlens.protocol import Protocol, ProtocolMismatch
 from reachlens.runner import rerun
 from reachlens.store import Run, RunDir, RunRecord, list_runs, read_run
-from reachlens.studies import AuditResult, audit, pass_at_k, rescore
+from reachlens.studies import AuditResult, Comparison, audit, compare, pass_at_k, rescore
 from reachlens.tasks import Question, Task, load_task
 from reachlens.version import __version__
 
 __all__ = [
     "AuditResult",
+    "Comparison",
     "ExecConfig",
     "ProbeRun",
     "Protocol",
@@ -39,6 +41,7 @@ __all__ = [
     "Task",
     "__version__",
     "audit",
+    "compare",
     "list_runs",
     "load_model",
     "load_task",

@@ -1,6 +1,6 @@
 """The tables every study writes: their columns, their per-question updates, and one Markdown writer.
 
-One vocabulary across studies (the README's glossary):
+One vocabulary across studies (the glossary of docs/concepts.md):
 
 * ``realized``: the deployment (greedy, the protocol's prompt) is graded correct; its mean is ``D``;
 * ``reachable``: the probe of budget K (K samples, or K layer routes) has a correct candidate; its

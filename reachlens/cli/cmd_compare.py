@@ -20,8 +20,8 @@ HELP = "join two audits question by question (refuses unmatched protocols)"
 
 def register(sub) -> argparse.ArgumentParser:
     p = sub.add_parser(NAME, help=HELP)
-    p.add_argument("base")
-    p.add_argument("trained")
+    p.add_argument("base", help="the parent's audit directory")
+    p.add_argument("trained", help="the descendant's audit directory")
     p.add_argument("--k", type=int, default=None, help="cut both audits to their first k samples")
     p.add_argument("--allow", action="append", default=[],
                    help="protocol field (or dtype, device) allowed to differ (a control); repeatable")

@@ -32,9 +32,10 @@ def _common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--out", required=True, help="directory for the rerun audits and the table (re-running resumes)")
     p.add_argument("--data", default=None, help="the data file the audits were made on (file-based tasks)")
     p.add_argument("--trained-model", default=None, help="load the descendant from here (default: its audit's spec)")
-    p.add_argument("--max-batch-rows", type=positive_int("--max-batch-rows"), default=1024)
+    p.add_argument("--max-batch-rows", type=positive_int("--max-batch-rows"), default=1024,
+                   help="most completions decoded together (default 1024; recorded in run.json)")
     p.add_argument("--device", default="cpu", help="where the models run (default cpu)")
-    p.add_argument("--dtype", default="float32", choices=DTYPES)
+    p.add_argument("--dtype", default="float32", choices=DTYPES, help="weights and activations (default float32)")
 
 
 def register(sub) -> argparse.ArgumentParser:

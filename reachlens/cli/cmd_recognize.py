@@ -18,15 +18,19 @@ def register(sub) -> argparse.ArgumentParser:
     p.add_argument("--seed", type=int, default=0, help="task seed (generated tasks such as arith_mc)")
     p.add_argument("--recognition-format", default=None, help="prompt format scored as context (default: the task's)")
     p.add_argument("--prompt-format", default=None, help="prompt format for generation (default: the task's)")
-    p.add_argument("--max-new-tokens", type=positive_int("--max-new-tokens"), default=96)
+    p.add_argument("--max-new-tokens", type=positive_int("--max-new-tokens"), default=96,
+                   help="decode length of the greedy generation (default 96)")
     p.add_argument("--batch-size", type=positive_int("--batch-size"), default=32, help="rows per scoring forward")
     p.add_argument("--max-length", type=positive_int("--max-length"), default=None,
                    help="scoring window in tokens, lm-eval's max_length: longer inputs lose their left end "
                         "(default: the model config's window; the run records the one used)")
     p.add_argument("--metric", choices=("acc", "acc_norm"), default="acc", help="which recognition picks the sets")
-    p.add_argument("--min-failures", type=positive_int("--min-failures"), default=8)
-    p.add_argument("--max-failures", type=positive_int("--max-failures"), default=None)
-    p.add_argument("--max-healthy", type=positive_int("--max-healthy"), default=None)
+    p.add_argument("--min-failures", type=positive_int("--min-failures"), default=8,
+                   help="refuse when fewer questions are recognized right but generated wrong (default 8)")
+    p.add_argument("--max-failures", type=positive_int("--max-failures"), default=None,
+                   help="keep at most this many failures, the first in task order (default all)")
+    p.add_argument("--max-healthy", type=positive_int("--max-healthy"), default=None,
+                   help="keep at most this many healthy questions, the first in task order (default all)")
     p.add_argument("--out", required=True, help="run directory (tables, summary, sets.json)")
     return p
 

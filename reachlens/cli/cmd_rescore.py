@@ -12,7 +12,7 @@ HELP = "re-grade a stored audit without sampling"
 
 def register(sub) -> argparse.ArgumentParser:
     p = sub.add_parser(NAME, help=HELP)
-    p.add_argument("dir")
+    p.add_argument("dir", help="the audit directory to re-grade (rewritten in place)")
     p.add_argument("--grader", default=None, help="grader to use instead of the protocol's")
     return p
 

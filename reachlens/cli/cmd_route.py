@@ -32,10 +32,11 @@ def register(sub) -> argparse.ArgumentParser:
     p.add_argument("--max-repeat", type=int, default=None, help="native: most layers run twice (default 1)")
     p.add_argument("--window", type=int, default=None,
                    help="reorder: a layer moves at most WINDOW-1 places (default 2)")
-    p.add_argument("--max-new-tokens", type=positive_int("--max-new-tokens"), default=96)
-    p.add_argument("--prompt-format", default=None)
+    p.add_argument("--max-new-tokens", type=positive_int("--max-new-tokens"), default=96,
+                   help="decode length of each route's greedy decode (default 96)")
+    p.add_argument("--prompt-format", default=None, help="the task's prompt format (default: its own)")
     p.add_argument("--verification", default="rescore", help="self-verification prompt: rescore or yes_no")
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--seed", type=int, default=0, help="seed of the route search (default 0)")
     p.add_argument("--out", required=True, help="result directory")
     return p
 

@@ -21,7 +21,7 @@ HELP = "steer one site of a block along v: rescue on the failure set (-alpha v),
 def register(sub) -> argparse.ArgumentParser:
     p = sub.add_parser(NAME, help=HELP)
     add_study_args(p)
-    p.add_argument("--layer", type=int, required=True)
+    p.add_argument("--layer", type=int, required=True, help="the block whose site is steered (0-based)")
     where = p.add_mutually_exclusive_group()
     where.add_argument("--site", default="mlp_out",
                        help="the TransformerLens site v is added to: mlp_out (default), attn_out, resid_post (the "

@@ -13,7 +13,7 @@ HELP = "rank a block's MLP units by their contribution along v; silence the top 
 def register(sub) -> argparse.ArgumentParser:
     p = sub.add_parser(NAME, help=HELP)
     add_study_args(p)
-    p.add_argument("--layer", type=int, required=True)
+    p.add_argument("--layer", type=int, required=True, help="the block whose MLP units are ranked (0-based)")
     p.add_argument("--k", type=comma_list("--k", int), default=[32], help="units to silence, e.g. 8,16,32,64")
     p.add_argument("--direction", default=None, help="a .npy or .json d_model vector (default: mean difference)")
     p.add_argument("--control-seed", type=int, default=0, help="seed of the random-units control")

@@ -20,6 +20,7 @@ import pandas as pd
 
 from reachlens._registry import Registry
 from reachlens.report.figures import (
+    CAPTIONS,
     accuracy_bars,
     fate_bars,
     pass_at_k_delta_figure,
@@ -63,28 +64,30 @@ def report_run(run: Any, out: str | Path | None = None, *, force: bool = False) 
     return write_run_report(run, out, force=force)
 
 
-def _figures(study: StudyView) -> list[tuple[str, Any]]:
+def _figures(study: StudyView) -> list[tuple[str, Any, str]]:
     comps = study.comparisons()
-    figs = []
+    figs = []  # (title, figure, caption: what one mark is)
     if comps:
-        figs.append(("Per-question fates", fate_bars(comps)))
+        figs.append(("Per-question fates", "fate_bars", fate_bars(comps)))
     if study.audits:
-        figs.append(("Realized vs reachable", accuracy_bars(study.audits)))
+        figs.append(("Realized vs reachable", "accuracy_bars", accuracy_bars(study.audits)))
     trajectory = study.trajectory()
     if len(trajectory) > 1:
-        figs.append(("Realization and reachability over training", trajectory_figure(trajectory, study.protocol.k)))
+        figs.append(("Realization and reachability over training", "trajectory_figure",
+                     trajectory_figure(trajectory, study.protocol.k)))
     if comps:
-        figs.append(("Propensity bins", propensity_figure({f"{a} → {b}": c.propensity_bins() for (a, b), c in comps.items()})))
+        figs.append(("Propensity bins", "propensity_figure", propensity_figure(
+            {f"{a} → {b}": c.propensity_bins() for (a, b), c in comps.items()})))
     if study.audits:
         crossovers = {f"{a} / {b}": (a, b, c.crossovers()) for (a, b), c in comps.items()}
         drawn = study.plan.paired_models  # a trajectory-only checkpoint has the trajectory figure
-        figs.append(("pass@k curves", pass_at_k_figure(
+        figs.append(("pass@k curves", "pass_at_k_figure", pass_at_k_figure(
             {**{n: r for n, r in study.audits.items() if n in drawn},
              **{f"{n} (K={e.k})": e for n, e in study.extended.items()}}, crossovers)))
     if comps:
-        figs.append(("pass@k difference with its interval", pass_at_k_delta_figure(
+        figs.append(("pass@k difference with its interval", "pass_at_k_delta_figure", pass_at_k_delta_figure(
             {f"{a} → {b}": c.pass_at_k_curve() for (a, b), c in comps.items()})))
-    return figs
+    return [(title, fig, CAPTIONS[name]) for title, name, fig in figs]
 
 
 def write_report(study: StudyView, out: str | Path, *, force: bool = False) -> tuple[Path, Path]:
@@ -93,10 +96,11 @@ def write_report(study: StudyView, out: str | Path, *, force: bool = False) -> t
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     charts = []
-    for title, fig in _figures(study):
+    for title, fig, caption in _figures(study):
         charts.append(f"<h2>{esc(title)}</h2>")
         charts.append(fig.to_html(full_html=False, include_plotlyjs=False, default_width="100%",
                                   default_height=f"{fig.layout.height or 480}px"))
+        charts.append(f"<p class=note>{esc(caption)}</p>")
     sections = [f"<h2>{esc(heading(title))}</h2>{html_table(df)}"
                 + (f"<p class=note>{esc(note)}</p>" if note else "")
                 for title, df, note in display_tables(study)]
