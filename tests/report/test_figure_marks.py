@@ -13,7 +13,7 @@ import pytest
 from reachlens.report import figures, propensity_figure
 from reachlens.report.render import _figures
 from reachlens.studies.compare import propensity_bins
-from reachlens.studies.stats import wilson_interval
+from reachlens.stats import wilson_interval
 
 
 def _questions(propensities, realized_after):
