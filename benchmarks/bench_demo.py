@@ -1,21 +1,47 @@
-"""Wall time of the main job (`reachlens demo`) against its 15-minute target, with per-audit throughput.
+"""Wall time of the main job (`reachlens demo`) from an empty directory against its 15-minute target.
 
-    python benchmarks/bench_demo.py [--out runs/bench-demo] [--n 300 --k 200 --budget-k 400]
+    python benchmarks/bench_demo.py [--out runs/bench-demo] [--n 300 --k 200 --budget-k 400] [--workers 2]
+        [--reference DIR] [--profile FILE]
 
-Runs the full training audit of the zoo (five checkpoints, four pairs, the budget control) from an
-empty directory, so nothing is resumed, and prints the wall time, its ratio to the 15-minute target,
-and for each checkpoint the completions decoded per second.
+Runs the full training audit of the zoo (the five checkpoints and the GRPO snapshots, the pairs, the budget,
+prompt-format, temperature and length controls, the report) into ``--out``, emptied first so nothing is
+resumed, and prints the wall time, this process's and its workers' CPU seconds, and each step's wall time
+as the study records it. ``--reference DIR`` (an earlier demo's directory, same settings) compares every
+table (each ``.parquet`` file, by its path in the directory) with it, exactly, and names each one that
+differs. ``--profile FILE`` writes a cProfile of this process (use ``--workers 1``: the workers are other
+processes). The last line is ``ratio: N.NNx``, the 15-minute target over the wall time (higher is better;
+1.00x is on target).
 """
 
 from __future__ import annotations
 
 import argparse
-import json
+import resource
 import shutil
 import time
 from pathlib import Path
 
 TARGET_S = 15 * 60
+
+
+def compare_tables(out: Path, reference: Path) -> list[str]:
+    """The relative paths of the tables of ``out`` that differ from (or are missing in) ``reference``."""
+    import pandas as pd
+
+    differ = []
+    for path in sorted(out.rglob("*.parquet")):
+        rel = path.relative_to(out)
+        other = reference / rel
+        if not other.is_file():
+            differ.append(f"{rel} (not in the reference)")
+            continue
+        try:
+            pd.testing.assert_frame_equal(pd.read_parquet(path), pd.read_parquet(other), check_exact=True)
+        except AssertionError as err:
+            differ.append(f"{rel}: {str(err).splitlines()[0]}")
+    differ += [f"{p.relative_to(reference)} (only in the reference)" for p in sorted(reference.rglob("*.parquet"))
+               if not (out / p.relative_to(reference)).is_file()]
+    return differ
 
 
 def main() -> None:
@@ -24,23 +50,43 @@ def main() -> None:
     ap.add_argument("--n", type=int, default=300)
     ap.add_argument("--k", type=int, default=200)
     ap.add_argument("--budget-k", type=int, default=400)
+    ap.add_argument("--workers", type=int, default=2)
+    ap.add_argument("--reference", default=None, help="an earlier demo directory whose tables must be equal")
+    ap.add_argument("--profile", default=None, help="write a cProfile of this process here (with --workers 1)")
     args = ap.parse_args()
     out = Path(args.out)
     if out.exists():
         shutil.rmtree(out)
     from reachlens.cli.main import main as cli
+    from reachlens.store import read_run
 
-    t0 = time.perf_counter()
-    code = cli(["demo", "--out", str(out), "--n", str(args.n), "--k", str(args.k), "--budget-k", str(args.budget_k)])
-    wall = time.perf_counter() - t0
+    argv = ["demo", "--out", str(out), "--n", str(args.n), "--k", str(args.k), "--budget-k", str(args.budget_k),
+            "--workers", str(args.workers)]
+    t0, c0 = time.perf_counter(), time.process_time()
+    if args.profile:
+        import cProfile
+
+        prof = cProfile.Profile()
+        code = prof.runcall(cli, argv)
+        prof.dump_stats(args.profile)
+    else:
+        code = cli(argv)
+    wall, cpu = time.perf_counter() - t0, time.process_time() - c0
     if code != 0:
         raise SystemExit(code)
-    walls = json.loads((out / "study.json").read_text()).get("wall_seconds", {})
-    per_model = args.n * (args.budget_k + 1)
-    print(f"\ndemo wall time: {wall:.0f} s  (target {TARGET_S} s; ratio target/actual = {TARGET_S / wall:.2f})")
+    children = resource.getrusage(resource.RUSAGE_CHILDREN)
+    walls = (read_run(out).summary() or {}).get("wall_seconds", {})
+    print(f"\ndemo wall time: {wall:.0f} s (target {TARGET_S} s); CPU: {cpu:.0f} s here, "
+          f"{children.ru_utime + children.ru_stime:.0f} s in worker processes")
     for name, s in walls.items():
-        print(f"  {name:>9s}: {s:6.0f} s, {per_model / s:7.0f} completions/s (greedy + {args.budget_k} samples x {args.n})")
-    (out / "bench.json").write_text(json.dumps({"wall_s": wall, "target_s": TARGET_S, "per_model_s": walls}, indent=2))
+        print(f"  {name:>24s}: {s:6.0f} s")
+    if args.reference:
+        differ = compare_tables(out, Path(args.reference))
+        n_tables = len(list(out.rglob("*.parquet")))
+        print(f"tables equal to {args.reference}: {n_tables - len(differ)} of {n_tables}")
+        for line in differ:
+            print(f"  differs: {line}")
+    print(f"ratio: {TARGET_S / wall:.2f}x")
 
 
 if __name__ == "__main__":

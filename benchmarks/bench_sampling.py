@@ -2,6 +2,7 @@
 
     python benchmarks/bench_sampling.py [--rounds 5] [--model PATH | --family NAME | --from-tokenizer DIR]
                                         [--profile] [--json OUT]
+    python benchmarks/bench_sampling.py --shape qwen2.5-0.5b --threads 1 [--profile]   # or --shape llama3-1b
 
 ``--model DIR`` runs on any HF folder (any family: the engine's path is printed); ``--family NAME``
 builds a tiny random checkpoint of that family first (``reachlens.models.testing.make_tiny_model``:
@@ -9,6 +10,18 @@ builds a tiny random checkpoint of that family first (``reachlens.models.testing
 ``--from-tokenizer DIR`` builds one from a real tokenizer folder's tiny config (``../shared/tokenizers/
 qwen2.5-instruct``: the same 2 layers and d=64 as ``--family qwen2``, with Qwen2.5's 151,936-id
 vocabulary). ``--profile`` prints where one reachlens call spends its time (cProfile, by own time).
+
+``--shape NAME`` builds a random model of a released checkpoint's shape from its ``transformers`` config
+class, nothing downloaded (weights drawn at the config's ``initializer_range``, saved to a temporary
+folder beside the family's real tokenizer from ``../shared/tokenizers``): ``qwen2.5-0.5b`` (24 layers,
+d=896, 14/2 heads, MLP 4,864, vocabulary 151,936, tied head) and ``llama3-1b`` (Llama 3.2 1B: 16 layers,
+d=2048, 32/8 heads, MLP 8,192, vocabulary 128,256, tied head, Llama 3 rope scaling). It times K=64 samples
+of 64 tokens (``--k``, ``--new-tokens``) against HF ``generate(num_return_sequences=64, do_sample=True)``
+only, each warmed up on 2 tokens, one round by default; HF runs on the same weight tensors as the bridge
+(one copy in memory). With ``--profile`` it then profiles both on ``--profile-tokens`` new tokens
+(torch.profiler) and prints where the CPU time goes: the LM head, the passes over the vocabulary (the
+sampler), the other linear layers, attention, the remaining operators, and Python (the time outside
+any operator).
 
 Hot loop: K=200 completions of 32 new tokens at T=0.8 for one 40-token prompt, EOS stopping off
 everywhere so every method emits exactly 200 x 32 tokens, on one model in one process:
@@ -31,6 +44,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import shutil
 import statistics
 import tempfile
 import time
@@ -41,21 +55,103 @@ import torch
 K, NEW, TEMP = 200, 32, 0.8
 PROMPT = "q: is 12+34 = 46? answer yes or no. a: "  # 40 characters -> 40 tokens
 
+LLAMA3_ROPE = {"rope_type": "llama3", "rope_theta": 500000.0, "factor": 32.0, "low_freq_factor": 1.0,
+               "high_freq_factor": 4.0, "original_max_position_embeddings": 8192}
+SHAPES = {
+    "qwen2.5-0.5b": ("qwen2.5-base", {
+        "hidden_size": 896, "intermediate_size": 4864, "num_hidden_layers": 24, "num_attention_heads": 14,
+        "num_key_value_heads": 2, "layer_types": ["full_attention"] * 24, "tie_word_embeddings": True}),
+    "llama3-1b": ("llama3-instruct", {
+        "hidden_size": 2048, "intermediate_size": 8192, "num_hidden_layers": 16, "num_attention_heads": 32,
+        "num_key_value_heads": 8, "head_dim": 64, "tie_word_embeddings": True, "rms_norm_eps": 1e-5,
+        "max_position_embeddings": 131072, "rope_parameters": LLAMA3_ROPE}),
+}
+"""Per shape: the real tokenizer folder (``../shared/tokenizers/NAME``) and the released checkpoint's dimensions."""
+
+
+def build_shape(name: str) -> str:
+    """A folder with a random model of shape ``name`` (:data:`SHAPES`) and its family's real tokenizer."""
+    from reachlens.models.testing import make_tiny_from_folder
+
+    tokenizer, dims = SHAPES[name]
+    source = Path(__file__).resolve().parents[1] / ".." / "shared" / "tokenizers" / tokenizer
+    if not source.is_dir():
+        raise SystemExit(f"--shape {name} needs the real tokenizer folder {source} (../shared beside the checkout)")
+    return str(make_tiny_from_folder(source, Path(tempfile.mkdtemp(prefix=f"shape-{name}-")) / name, **dims))
+
+
+def hf_on_bridge_weights(bridge, folder: str):
+    """The plain HF model of ``folder`` whose parameters are the bridge's own tensors (no second copy)."""
+    from accelerate import init_empty_weights
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    with init_empty_weights():  # parameters on the meta device, buffers (rotary tables) real
+        hf = AutoModelForCausalLM.from_config(AutoConfig.from_pretrained(folder))
+    theirs = {k.replace("_original_component.", ""): v for k, v in bridge.original_model.state_dict().items()}
+    hf.load_state_dict({k: theirs[k] for k in hf.state_dict()}, assign=True)
+    hf.tie_weights()
+    if any(t.is_meta for t in hf.state_dict().values()):
+        raise SystemExit("a parameter of the HF model was not found among the bridge's")
+    return hf.eval()
+
+
+def profile_split(fn, vocab: int, label: str) -> None:
+    """Run ``fn`` under torch.profiler and print its time by kind of work (the profiler times operators in
+    wall seconds, so the split is of the call's wall time; Python is what no operator accounts for)."""
+    from torch.profiler import ProfilerActivity, profile
+
+    t0 = time.perf_counter()
+    with profile(activities=[ProfilerActivity.CPU], record_shapes=True) as prof:
+        fn()
+    total = (time.perf_counter() - t0) * 1e6
+    linear = {"aten::mm", "aten::addmm", "aten::bmm", "aten::matmul", "aten::linear"}
+    attention = {"aten::_scaled_dot_product_flash_attention_for_cpu", "aten::_safe_softmax"}
+    split = {"LM head": 0.0, "sampling over the vocabulary": 0.0, "other linear layers": 0.0, "attention": 0.0,
+             "other operators": 0.0}
+    for evt in prof.key_averages(group_by_input_shape=True):
+        shapes = [tuple(x) for x in evt.input_shapes if isinstance(x, (list, tuple))]
+        wide = any(vocab in shape for shape in shapes)
+        heads = any(len(shape) == 4 for shape in shapes)  # [batch, heads, positions, d_head]: attention
+        if wide:
+            kind = "LM head" if evt.key in linear else "sampling over the vocabulary"
+        elif evt.key in attention or (heads and evt.key in linear | {"aten::_softmax", "aten::index_select"}):
+            kind = "attention"
+        elif evt.key in linear:
+            kind = "other linear layers"
+        else:
+            kind = "other operators"
+        split[kind] += evt.self_cpu_time_total
+    split["Python and the rest (outside operators)"] = max(total - sum(split.values()), 0.0)
+    print(f"{label}: {total / 1e6:.2f} s under the profiler")
+    for kind, us in split.items():
+        print(f"  {kind:45s} {us / 1e6:8.2f} s  {100 * us / total:5.1f} %")
+
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--rounds", type=int, default=None, help="timed rounds (default 5; 1 with --shape)")
     ap.add_argument("--model", default=None, help="HF folder (default: a random 6-layer d=128 Llama)")
     ap.add_argument("--family", default=None, help="build a tiny random checkpoint of this family instead")
     ap.add_argument("--from-tokenizer", default=None,
                     help="build a tiny random checkpoint from this real tokenizer folder's config.json instead")
-    ap.add_argument("--profile", action="store_true", help="profile one reachlens call (cProfile, own time)")
+    ap.add_argument("--shape", choices=sorted(SHAPES), default=None,
+                    help="a random model of a released checkpoint's shape; HF and reachlens only, K=64 x 64 tokens")
+    ap.add_argument("--k", type=int, default=None, help=f"samples (default {K}; 64 with --shape)")
+    ap.add_argument("--new-tokens", type=int, default=None, help=f"new tokens per sample (default {NEW}; 64 with --shape)")
+    ap.add_argument("--profile", action="store_true",
+                    help="profile one reachlens call (cProfile, own time); with --shape, both methods by kind of work")
+    ap.add_argument("--profile-tokens", type=int, default=8, help="new tokens of the --shape profile")
     ap.add_argument("--threads", type=int, default=None)
+    ap.add_argument("--clock", choices=("wall", "cpu"), default="wall",
+                    help="the ratio's seconds: wall, or this process's CPU (steadier on a shared host with --threads 1)")
     ap.add_argument("--prompt", default=PROMPT, help="the prompt (escape sequences such as \\n are decoded)")
     ap.add_argument("--json", default=None)
     args = ap.parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)
+    k = args.k or (64 if args.shape else K)
+    new = args.new_tokens or (64 if args.shape else NEW)
+    rounds = args.rounds or (1 if args.shape else 5)
 
     from transformers import AutoModelForCausalLM
 
@@ -64,7 +160,9 @@ def main() -> None:
     from reachlens.models import load_model
     from reachlens.models.testing import make_tiny_from_folder, make_tiny_llama, make_tiny_model
 
-    if args.family:
+    if args.shape:
+        folder = build_shape(args.shape)
+    elif args.family:
         folder = str(make_tiny_model(args.family, Path(tempfile.mkdtemp()) / args.family))
     elif args.from_tokenizer:
         src = Path(args.from_tokenizer)
@@ -76,63 +174,77 @@ def main() -> None:
         )
     bridge = load_model(folder)
     info = describe(bridge)
-    hf = AutoModelForCausalLM.from_pretrained(folder, use_safetensors=True).eval()
+    if args.shape:
+        hf = hf_on_bridge_weights(bridge, folder)
+        shutil.rmtree(Path(folder).parent, ignore_errors=True)  # loaded: the temporary checkpoint can go
+    else:
+        hf = AutoModelForCausalLM.from_pretrained(folder, use_safetensors=True).eval()
     from reachlens.engine import tokenizer_of
 
     tok = tokenizer_of(bridge)
     prompt = args.prompt.encode().decode("unicode_escape")
     ids = tok(prompt, return_tensors="pt").input_ids
     n_params = sum(p.numel() for p in hf.parameters())
-    print(f"model {folder} ({info.model_type}, engine path {info.path}): {n_params:,} parameters, prompt "
-          f"{ids.shape[1]} tokens, K={K}, {NEW} new tokens, threads={torch.get_num_threads()}")
+    print(f"model {args.shape or folder} ({info.model_type}, engine path {info.path}): {n_params:,} parameters, "
+          f"vocabulary {hf.config.vocab_size:,}, prompt {ids.shape[1]} tokens, K={k}, {new} new tokens, "
+          f"threads={torch.get_num_threads()}")
 
     # exactness first
-    ref = hf.generate(ids, do_sample=False, max_new_tokens=NEW, eos_token_id=None, pad_token_id=tok.pad_token_id)
-    ours = generate(bridge, [prompt], [Row(0)], Protocol.greedy("arith", max_new_tokens=NEW), stop_at_eos=False)[0]
+    ref = hf.generate(ids, do_sample=False, max_new_tokens=new, eos_token_id=None, pad_token_id=tok.pad_token_id)
+    ours = generate(bridge, [prompt], [Row(0)], Protocol.greedy("arith", max_new_tokens=new), stop_at_eos=False)[0]
     exact = list(ours.token_ids) == ref[0, ids.shape[1]:].tolist()
     print(f"greedy equal to HF generate(do_sample=False): {exact}")
 
-    def hf_generate():
+    def hf_generate(n: int = new):
         with torch.inference_mode():
-            out = hf.generate(ids, do_sample=True, temperature=TEMP, top_k=0, max_new_tokens=NEW, min_new_tokens=NEW,
-                              num_return_sequences=K, eos_token_id=None, pad_token_id=tok.pad_token_id)
-        assert out.shape == (K, ids.shape[1] + NEW)
+            out = hf.generate(ids, do_sample=True, temperature=TEMP, top_k=0, max_new_tokens=n, min_new_tokens=n,
+                              num_return_sequences=k, eos_token_id=None, pad_token_id=tok.pad_token_id)
+        assert out.shape == (k, ids.shape[1] + n)
 
-    def bridge_generate():
+    def bridge_generate(n: int = new):
         with torch.inference_mode():
-            out = bridge.generate(ids.repeat(K, 1), max_new_tokens=NEW, do_sample=True, temperature=TEMP,
+            out = bridge.generate(ids.repeat(k, 1), max_new_tokens=n, do_sample=True, temperature=TEMP,
                                   stop_at_eos=False, verbose=False, return_type="tokens")
-        assert out.shape[0] == K
+        assert out.shape[0] == k
 
-    rows = [Row(0, seed=s) for s in range(K)]
-    probe = Protocol("arith", k=K, temperature=TEMP, max_new_tokens=NEW)
+    rows = [Row(0, seed=s) for s in range(k)]
 
-    def reachlens_generate(share: bool = True):
+    def reachlens_generate(n: int = new, share: bool = True):
+        probe = Protocol("arith", k=k, temperature=TEMP, max_new_tokens=n)
         outs = generate(bridge, [prompt], rows, probe, stop_at_eos=False, share_prefixes=share)
-        assert all(len(o.token_ids) == NEW for o in outs)
+        assert all(len(o.token_ids) == n for o in outs)
         return len({o.token_ids for o in outs})
 
-    distinct = reachlens_generate()
-    print(f"distinct samples: {distinct} of {K}")
     methods = {"(a) HF generate": hf_generate, "(b) Bridge generate": bridge_generate,
-               "reachlens": reachlens_generate, "reachlens, no sharing": lambda: reachlens_generate(False)}
-    times: dict[str, list[float]] = {m: [] for m in methods}
+               "reachlens": reachlens_generate, "reachlens, no sharing": lambda n=new: reachlens_generate(n, False)}
+    if args.shape:  # minutes per call at these shapes: the two the target names
+        methods = {name: methods[name] for name in ("(a) HF generate", "reachlens")}
+    times: dict[str, list[tuple[float, float]]] = {m: [] for m in methods}
     for fn in methods.values():
-        fn()  # warm-up
-    for _ in range(args.rounds):
+        fn(2 if args.shape else new)  # warm-up
+    distinct = None
+    for _ in range(rounds):
         for name, fn in methods.items():
-            t0 = time.perf_counter()
-            fn()
-            times[name].append(time.perf_counter() - t0)
-    base = statistics.median(times["(a) HF generate"])
+            t0, c0 = time.perf_counter(), time.process_time()
+            got = fn()
+            times[name].append((time.perf_counter() - t0, time.process_time() - c0))
+            distinct = got if name == "reachlens" else distinct
+    print(f"distinct samples: {distinct} of {k}")
+    clock = 1 if args.clock == "cpu" else 0
+    base = statistics.median(t[clock] for t in times["(a) HF generate"])
     result = {"model_type": info.model_type, "path": info.path, "exact_greedy": exact, "params": n_params,
-              "distinct_samples": distinct, "methods": {}}
-    print(f"{'method':22s} {'median s':>9s} {'tokens/s':>10s} {'ratio to (a)':>13s}")
+              "distinct_samples": distinct, "k": k, "new_tokens": new, "clock": args.clock, "methods": {}}
+    print(f"{'method':22s} {'median s':>9s} {'CPU s':>8s} {'tokens/s':>10s} {'ratio to (a)':>13s}   ({args.clock} seconds)")
     for name, ts in times.items():
-        med = statistics.median(ts)
-        result["methods"][name] = {"median_s": med, "tokens_per_s": K * NEW / med, "ratio_to_a": base / med}
-        print(f"{name:22s} {med:9.3f} {K * NEW / med:10.0f} {base / med:13.2f}")
-    if args.profile:
+        med, cpu = statistics.median(t[0] for t in ts), statistics.median(t[1] for t in ts)
+        chosen = (med, cpu)[clock]
+        result["methods"][name] = {"median_s": med, "median_cpu_s": cpu, "tokens_per_s": k * new / med,
+                                   "ratio_to_a": base / chosen}
+        print(f"{name:22s} {med:9.3f} {cpu:8.3f} {k * new / med:10.0f} {base / chosen:13.2f}")
+    if args.profile and args.shape:
+        for name, fn in methods.items():
+            profile_split(lambda: fn(args.profile_tokens), hf.config.vocab_size, f"{name}, {args.profile_tokens} tokens")
+    elif args.profile:
         import cProfile
         import pstats
 
@@ -143,7 +255,6 @@ def main() -> None:
     if args.json:
         Path(args.json).write_text(json.dumps(result, indent=2))
     print(f"ratio: {result['methods']['reachlens']['ratio_to_a']:.2f}x")
-
 
 if __name__ == "__main__":
     main()
