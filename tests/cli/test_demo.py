@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from reachlens.report.page import MARKDOWN_MARK
 from reachlens.cli import main
 from reachlens.models.zoo import zoo_entries
+from reachlens.report.page import MARKDOWN_MARK
 from reachlens.store import list_runs, read_run
 
 
