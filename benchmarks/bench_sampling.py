@@ -1,10 +1,14 @@
 """K-sample probe throughput: reachlens' sampler against HuggingFace and TransformerBridge generate.
 
-    python benchmarks/bench_sampling.py [--rounds 5] [--model PATH | --family NAME] [--json OUT]
+    python benchmarks/bench_sampling.py [--rounds 5] [--model PATH | --family NAME | --from-tokenizer DIR]
+                                        [--profile] [--json OUT]
 
 ``--model DIR`` runs on any HF folder (any family: the engine's path is printed); ``--family NAME``
 builds a tiny random checkpoint of that family first (``reachlens.models.testing.make_tiny_model``:
-2 layers, d=64; ``gemma2``, ``gpt2``, ...).
+2 layers, d=64; ``gemma2``, ``gpt2``, ...) with the 50-symbol character vocabulary;
+``--from-tokenizer DIR`` builds one from a real tokenizer folder's tiny config (``../shared/tokenizers/
+qwen2.5-instruct``: the same 2 layers and d=64 as ``--family qwen2``, with Qwen2.5's 151,936-id
+vocabulary). ``--profile`` prints where one reachlens call spends its time (cProfile, by own time).
 
 Hot loop: K=200 completions of 32 new tokens at T=0.8 for one 40-token prompt, EOS stopping off
 everywhere so every method emits exactly 200 x 32 tokens, on one model in one process:
@@ -43,6 +47,9 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--model", default=None, help="HF folder (default: a random 6-layer d=128 Llama)")
     ap.add_argument("--family", default=None, help="build a tiny random checkpoint of this family instead")
+    ap.add_argument("--from-tokenizer", default=None,
+                    help="build a tiny random checkpoint from this real tokenizer folder's config.json instead")
+    ap.add_argument("--profile", action="store_true", help="profile one reachlens call (cProfile, own time)")
     ap.add_argument("--threads", type=int, default=None)
     ap.add_argument("--prompt", default=PROMPT, help="the prompt (escape sequences such as \\n are decoded)")
     ap.add_argument("--json", default=None)
@@ -55,10 +62,13 @@ def main() -> None:
     from reachlens.engine import Row, describe, generate
     from reachlens.protocol import Protocol
     from reachlens.models import load_model
-    from reachlens.models.testing import make_tiny_llama, make_tiny_model
+    from reachlens.models.testing import make_tiny_from_folder, make_tiny_llama, make_tiny_model
 
     if args.family:
         folder = str(make_tiny_model(args.family, Path(tempfile.mkdtemp()) / args.family))
+    elif args.from_tokenizer:
+        src = Path(args.from_tokenizer)
+        folder = str(make_tiny_from_folder(src, Path(tempfile.mkdtemp()) / src.name, init_std=0.3))
     else:
         folder = args.model or str(
             make_tiny_llama(Path(tempfile.mkdtemp()) / "peer", n_layers=6, d_model=128, n_heads=4, n_kv_heads=4,
@@ -122,8 +132,17 @@ def main() -> None:
         med = statistics.median(ts)
         result["methods"][name] = {"median_s": med, "tokens_per_s": K * NEW / med, "ratio_to_a": base / med}
         print(f"{name:22s} {med:9.3f} {K * NEW / med:10.0f} {base / med:13.2f}")
+    if args.profile:
+        import cProfile
+        import pstats
+
+        prof = cProfile.Profile()
+        prof.runcall(reachlens_generate)
+        print("one reachlens call, by own time:")
+        pstats.Stats(prof).sort_stats("tottime").print_stats(12)
     if args.json:
         Path(args.json).write_text(json.dumps(result, indent=2))
+    print(f"ratio: {result['methods']['reachlens']['ratio_to_a']:.2f}x")
 
 
 if __name__ == "__main__":

@@ -43,14 +43,15 @@ def ray_vs_single(args) -> dict:
 
     import reachlens
     from reachlens import Protocol
-    from reachlens.scale import RayExecutor
+    from reachlens.runner import RayExecutor
 
     task = reachlens.load_task(args.task, args.data, n=args.n)
     protocol = Protocol(args.task, k=args.k, max_new_tokens=args.max_new_tokens)
     root = Path(tempfile.mkdtemp(prefix="bench-scale-"))
     t0 = time.perf_counter()
     model = reachlens.load_model(args.model, device=args.device, dtype=getattr(torch, args.dtype))
-    single = reachlens.audit(model, task, protocol, out=root / "single", max_batch_rows=args.max_batch_rows)
+    single = reachlens.audit(model, task, protocol, out=root / "single",
+                             exec_config=reachlens.ExecConfig(max_batch_rows=args.max_batch_rows))
     t_single = time.perf_counter() - t0
     del model
     import ray
@@ -61,7 +62,8 @@ def ray_vs_single(args) -> dict:
     try:
         t0 = time.perf_counter()
         with RayExecutor(workers=args.workers) as executor:
-            on_ray = reachlens.audit(args.model, task, protocol, out=root / "ray", max_batch_rows=args.max_batch_rows,
+            on_ray = reachlens.audit(args.model, task, protocol, out=root / "ray",
+                                     exec_config=reachlens.ExecConfig(max_batch_rows=args.max_batch_rows),
                                      executor=executor)
         t_ray = time.perf_counter() - t0
     finally:
@@ -78,7 +80,7 @@ def throughput(args) -> dict:
     import reachlens
     from reachlens import Protocol
     from reachlens.engine import Row, generate, row_seed
-    from reachlens.engine.backends import load_vllm
+    from reachlens.models import load_vllm
     from reachlens.engine.tokens import encode_prompts
     from reachlens.models.loading import resolve_spec
 

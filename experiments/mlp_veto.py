@@ -47,6 +47,7 @@ from reachlens.models.pruning import PruneConfig, prune_checkpoint
 from reachlens.models import load_model
 from reachlens.protocol import Protocol
 from reachlens.records import markdown_table
+from reachlens.report.page import write_page
 from reachlens.studies.causal import (
     best_alpha,
     best_layer,
@@ -286,10 +287,9 @@ def main(argv=None) -> int:
     md = markdown_table(table, missing="-")
     (out / "cases.md").write_text(md + "\n")
     figs = figures(cases)
-    html = ["<html><head><meta charset='utf-8'><title>mlp_veto</title></head><body><h1>MLP veto</h1>",
-            table.to_html(index=False, float_format=lambda x: "-" if math.isnan(x) else f"{x:.3f}")]
-    html += [f.to_html(full_html=False, include_plotlyjs=(i == 0)) for i, f in enumerate(figs)]
-    (out / "figures.html").write_text("\n".join(html + ["</body></html>"]))
+    body = ["<h1>MLP veto</h1>", table.to_html(index=False, float_format=lambda x: "-" if math.isnan(x) else f"{x:.3f}")]
+    body += [f.to_html(full_html=False, include_plotlyjs=False) for f in figs]
+    write_page(out / "figures.html", "mlp_veto", "\n".join(body), figures=True)
     report = ["# MLP veto: recognition vs generation", "", f"Command: `python experiments/mlp_veto.py {' '.join(sys.argv[1:] if argv is None else argv)}`", "",
               "## Cases", "", md, ""]
     for name, c in cases.items():

@@ -82,7 +82,7 @@ def main(argv=None) -> None:
     ap.add_argument("--out", required=True)
     args = ap.parse_args(argv)
 
-    from reachlens.models import load_model
+    from reachlens.execution import ExecConfig
     from reachlens.report import text_summary, write_report
     from reachlens.studies.training_audit import StudyPlan, run_training_audit
 
@@ -108,8 +108,8 @@ def main(argv=None) -> None:
     plan = StudyPlan(models, pairs, protocol, n=args.n or cfg.n, data=args.data,
                      budget_k=args.budget_k or cfg.budget_k, native_formats=cfg.native_formats,
                      control_temperatures=temps, length_max_new_tokens=cfg.length_factor * protocol.max_new_tokens)
-    study = run_training_audit(plan, args.out, load=lambda spec: load_model(spec, device=args.device),
-                               max_batch_rows=args.max_batch_rows)
+    study = run_training_audit(plan, args.out, exec_config=ExecConfig(max_batch_rows=args.max_batch_rows,
+                                                                      device=args.device))
     html_path, md_path = write_report(study, args.out)
     print(text_summary(study))
     print(f"report: {html_path}\nsummary: {md_path}")

@@ -35,6 +35,7 @@ and one stored routing result per cell and strategy under ``cells/``.
 from __future__ import annotations
 
 import argparse
+import html
 import dataclasses
 import math
 import sys
@@ -323,14 +324,11 @@ def write_figures(out: Path, curve_df: pd.DataFrame, cell_df: pd.DataFrame, diff
 
 def html_report(out: Path, figs: dict, text: str) -> None:
     """One self-contained page: the Markdown tables as text, then every figure (plotly.js inlined once)."""
-    parts = ["<html><head><meta charset='utf-8'><title>reachlens layer routing</title></head><body>",
-             "<pre style='white-space: pre-wrap'>" + text.replace("&", "&amp;").replace("<", "&lt;") + "</pre>"]
-    first = True
-    for fig in figs.values():
-        parts.append(fig.to_html(full_html=False, include_plotlyjs=True if first else False))
-        first = False
-    parts.append("</body></html>")
-    (out / "report.html").write_text("\n".join(parts))
+    from reachlens.report.page import write_page
+
+    body = ["<pre style='white-space: pre-wrap'>" + html.escape(text) + "</pre>"]
+    body += [fig.to_html(full_html=False, include_plotlyjs=False) for fig in figs.values()]
+    write_page(out / "report.html", "reachlens layer routing", "\n".join(body), figures=True)
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -57,19 +57,18 @@ cells = [
         "## Budget control\n\nSample j of a question depends only on (seed, question, j), so an audit extends from K to 2K "
         "without redrawing its first K samples."),
     nbf.v4.new_code_cell(
-        "from reachlens.studies import extend_budget\n"
-        "bigger = {n: extend_budget(reachlens.load_model(f'zoo:{n}'), task, audits[n], 32) for n in audits}\n"
+        "bigger = {n: reachlens.rerun(audits[n], model=reachlens.load_model(f'zoo:{n}'), task=task, k=32) for n in audits}\n"
         "assert bigger['base'].restrict_k(16).samples['text'].tolist() == audits['base'].samples['text'].tolist()\n"
         "{n: (round(audits[n].O_K, 3), round(bigger[n].O_K, 3)) for n in audits}"),
     nbf.v4.new_markdown_cell(
         "## Prompt-format control\n\nThe zoo's SFT model learned from traces that come in their own prompt format "
         "(`verbose`: spaces around every symbol). Under the base's prompt it looks destroyed; under its own it is not. "
-        "Both audits are of the same model; only the prompt differs."),
+        "Both audits are of the same model; only the prompt differs: the second is the first rerun with one field "
+        "changed."),
     nbf.v4.new_code_cell(
-        "import dataclasses\n"
         "sft = reachlens.load_model('zoo:sft')\n"
         "sft_shared = reachlens.audit(sft, task, protocol)\n"
-        "sft_native = reachlens.audit(sft, task, dataclasses.replace(protocol, prompt_format='verbose'))\n"
+        "sft_native = reachlens.rerun(sft_shared, model=sft, task=task, prompt_format='verbose')\n"
         "{'base, qa': audits['base'].D, 'sft, qa (shared)': sft_shared.D, 'sft, verbose (native)': sft_native.D}"),
     nbf.v4.new_markdown_cell(
         "A question-by-question join across the two prompts would compare different probes, so `compare` refuses it "

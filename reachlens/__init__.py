@@ -7,30 +7,41 @@
 >>> model = reachlens.load_model("zoo:base")  # doctest: +SKIP
 >>> result = reachlens.audit(model, reachlens.load_task("arith", n=50), reachlens.Protocol("arith", k=16))  # doctest: +SKIP
 >>> result.D, result.O_K  # doctest: +SKIP
+
+Every study's result is a run (:class:`reachlens.store.Run`), saved with ``run.save(DIR)`` and read back with
+:func:`read_run`. Importing reachlens imports every module that defines a kind of run (the studies, routing),
+so that :func:`read_run` knows them all.
 """
 
+from reachlens import routing as _routing  # noqa: F401  (registers the routing kind of run)
 from reachlens.errors import ReachlensError
+from reachlens.execution import ExecConfig
 from reachlens.models import load_model
 from reachlens.protocol import Protocol, ProtocolMismatch
-from reachlens.store import RunDir, RunRecord, read_run
+from reachlens.runner import rerun
+from reachlens.store import Run, RunDir, RunRecord, list_runs, read_run
 from reachlens.studies import AuditResult, audit, pass_at_k, rescore
 from reachlens.tasks import Question, Task, load_task
+from reachlens.version import __version__
 
 __all__ = [
     "AuditResult",
+    "ExecConfig",
     "Protocol",
     "ProtocolMismatch",
     "ReachlensError",
     "Question",
+    "Run",
     "RunDir",
     "RunRecord",
     "Task",
+    "__version__",
     "audit",
+    "list_runs",
     "load_model",
     "load_task",
     "pass_at_k",
     "read_run",
+    "rerun",
     "rescore",
 ]
-
-__version__ = "0.1.0"

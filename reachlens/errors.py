@@ -17,7 +17,15 @@ one line.
 
 from __future__ import annotations
 
-__all__ = ["MissingFileError", "ReachlensError", "ReachlensWarning", "UnknownNameError"]
+import errno
+import os
+import shutil
+from pathlib import Path
+
+__all__ = ["DiskFullError", "MissingFileError", "ReachlensError", "ReachlensWarning", "UnknownNameError", "disk_full"]
+
+DISK_FULL = (errno.ENOSPC, errno.EDQUOT)
+"""The ``errno`` of a write refused for want of space (the device is full, or the user's quota is)."""
 
 
 class ReachlensError(Exception):
@@ -38,6 +46,29 @@ class MissingFileError(ReachlensError, FileNotFoundError):
     def __init__(self, message: str) -> None:
         # FileNotFoundError(errno, strerror) would reformat a message; keep ours as the only argument
         Exception.__init__(self, message)
+
+
+class DiskFullError(ReachlensError):
+    """A write that found no space left: names the file and the space free beside it."""
+
+
+def disk_full(path: str | os.PathLike | None, err: OSError | None = None) -> DiskFullError:
+    """The one-line error for a write of ``path`` refused by a full device or quota (``err``).
+
+    >>> str(disk_full("runs/x/run.json"))  # doctest: +SKIP
+    "no space left to write 'runs/x/run.json' (0.0 MiB free there): ..."
+    """
+    where = Path(path) if path is not None else Path.cwd()
+    folder = next((p for p in (where, *where.parents) if p.is_dir()), Path.cwd())
+    try:
+        free = f"{shutil.disk_usage(folder).free / (1 << 20):.1f} MiB free there"
+    except OSError:
+        free = "free space unknown"
+    what = "quota exceeded" if err is not None and err.errno == errno.EDQUOT else "no space left"
+    return DiskFullError(
+        f"{what} to write {str(where)!r} ({free}); make room (or write elsewhere) and run the same command "
+        "again: what was written before is kept"
+    )
 
 
 class ReachlensWarning(UserWarning):

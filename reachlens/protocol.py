@@ -18,18 +18,28 @@ decode the deployment alone (routing, recognition) use its greedy case (:meth:`P
 from __future__ import annotations
 
 import dataclasses
+import functools
 import hashlib
 import json
 import math
+import types
+import typing
 from dataclasses import dataclass
 from typing import Any
 
 from reachlens.errors import ReachlensError
 
-__all__ = ["BACKENDS", "Protocol", "ProtocolMismatch"]
+__all__ = ["BACKENDS", "CHAT", "MIN_TEMPERATURE", "Protocol", "ProtocolMismatch", "chat_inner"]
 
 BACKENDS = ("engine", "vllm")
 """Who draws the completions: reachlens' own engine (TransformerLens hooks live) or vLLM (no hooks)."""
+MIN_TEMPERATURE = 1e-200
+"""The smallest sampling temperature. The sampler divides float32 logits (``|l| <= 3.4e38``) by T in
+float64 (largest value ``1.8e308``), so every ``l / T`` is finite for T above ``3.4e38 / 1.8e308 =
+1.9e-270``; 1e-200 leaves room for the softmax's own subtraction of the largest logit. Below it ``l / T``
+overflows, the distribution is NaN and every sample is the last token of the vocabulary."""
+_SEED_RANGE = (-(2**63), 2**63)
+"""Seeds are 64-bit integers, as every random generator takes them."""
 
 
 class ProtocolMismatch(ReachlensError):
@@ -40,6 +50,22 @@ class ProtocolMismatch(ReachlensError):
         detail = "; ".join(f"{k}: {a!r} != {b!r}" for k, (a, b) in differences.items())
         super().__init__(f"{what} in {', '.join(differences)} ({detail})" + (f"; {fix}" if fix else ""))
 
+
+CHAT = "chat"
+"""The prompt format that renders a question with the model's chat template (``chat`` or ``chat:NAME``)."""
+
+
+def chat_inner(prompt_format: str) -> str | None:
+    """The task format a chat format wraps (``""``: the task's default), or None for a plain format.
+
+    >>> chat_inner("chat"), chat_inner("chat:qa"), chat_inner("qa")
+    ('', 'qa', None)
+    """
+    if prompt_format == CHAT:
+        return ""
+    if prompt_format.startswith(CHAT + ":"):
+        return prompt_format[len(CHAT) + 1:]
+    return None
 
 @dataclass(frozen=True)
 class Protocol:
@@ -58,7 +84,8 @@ class Protocol:
     max_new_tokens: int = 256
     """Decode length for deployment and samples alike."""
     prompt_format: str = "default"
-    """Name of the task's prompt format; ``default`` is the task's own default."""
+    """Name of the task's prompt format; ``default`` is the task's own default; ``chat`` (``chat:NAME``)
+    renders the default format's (NAME's) text as a user turn of the model's chat template."""
     seed: int = 0
     """Seed of the sample stream: sample j of question q depends on (seed, q, j) only."""
     stop: tuple[str, ...] | None = None
@@ -70,32 +97,56 @@ class Protocol:
     same per-sample seeds with different random streams, so their samples differ (a comparison across
     backends is a control, ``compare(..., allow=("backend",))``). ``engine`` is left out of
     :meth:`to_dict` (and so of :attr:`hash`), so runs written before backends existed keep their header."""
+    system: str | None = None
+    """The system turn of a chat prompt format (``prompt_format="chat"``); None keeps the chat template's
+    own default. Only with a chat format; left out of :meth:`to_dict` when None."""
+    chat_template: str | None = None
+    """``sha256:...`` of the chat template a chat format renders with (:mod:`reachlens.tasks.chat`), filled
+    in when the protocol meets the model (:func:`~reachlens.tasks.chat.bind_chat`): audits under
+    different templates are comparable only when allowed (``allow=("chat_template",)``). None for a plain
+    format; left out of :meth:`to_dict` when None."""
 
     def __post_init__(self) -> None:
         if isinstance(self.stop, list):
             object.__setattr__(self, "stop", tuple(self.stop))
-        if not isinstance(self.k, int) or isinstance(self.k, bool) or self.k < 1:
+        _check_types(type(self), {f.name: getattr(self, f.name) for f in dataclasses.fields(self)})
+        if self.k < 1:
             raise ReachlensError(f"k={self.k!r} must be an integer >= 1 (the number of samples per question)")
-        if not isinstance(self.temperature, (int, float)) or not math.isfinite(self.temperature) or self.temperature < 0:
+        if not math.isfinite(self.temperature) or self.temperature < 0:
             raise ReachlensError(f"temperature={self.temperature!r} must be a finite number >= 0")
+        if 0 < self.temperature < MIN_TEMPERATURE:
+            raise ReachlensError(
+                f"temperature={self.temperature!r} is below the smallest sampling temperature, which is "
+                f"{MIN_TEMPERATURE!r} (below it logits / temperature overflows); use temperature=0 with k=1 for "
+                "greedy decoding"
+            )
+        if not _SEED_RANGE[0] <= self.seed < _SEED_RANGE[1]:
+            raise ReachlensError(f"seed={self.seed!r} must be an integer of 64 bits (-2**63 to 2**63 - 1)")
         if self.temperature == 0 and self.k > 1:
             raise ReachlensError(
                 f"temperature=0 with k={self.k}: greedy samples are all identical; use temperature > 0 or k=1"
             )
         if not 0 < self.top_p <= 1:
             raise ReachlensError(f"top_p={self.top_p!r} must lie in (0, 1]")
-        if not isinstance(self.max_new_tokens, int) or self.max_new_tokens < 1:
+        if self.max_new_tokens < 1:
             raise ReachlensError(f"max_new_tokens={self.max_new_tokens!r} must be an integer >= 1")
         if self.stop is not None and any(not s for s in self.stop):
             raise ReachlensError(f"stop={self.stop!r} contains an empty string")
         if self.backend not in BACKENDS:
             raise ReachlensError(f"backend={self.backend!r} is not a backend; use one of {', '.join(BACKENDS)}")
+        if (self.system is not None or self.chat_template is not None) and chat_inner(self.prompt_format) is None:
+            what = "system" if self.system is not None else "chat_template"
+            raise ReachlensError(f"{what}= goes with a chat prompt format, not prompt_format={self.prompt_format!r}; "
+                                 "use prompt_format='chat'")
 
     # --- identity --------------------------------------------------------------------------------
     def to_dict(self) -> dict[str, Any]:
         d = self._fields()
         if d["backend"] == "engine":
             del d["backend"]
+        for name in ("system", "chat_template"):  # plain formats keep the hash they had before chat
+            if d[name] is None:
+                del d[name]
         return d
 
     def _fields(self) -> dict[str, Any]:
@@ -112,8 +163,9 @@ class Protocol:
         if unknown:
             raise ReachlensError(f"unknown protocol fields {sorted(unknown)}; known: {sorted(known)}")
         d = dict(d)
-        if d.get("stop") is not None:
+        if isinstance(d.get("stop"), list):
             d["stop"] = tuple(d["stop"])
+        _check_types(cls, d)  # before the constructor: a hand-edited record is one line, whatever it holds
         return cls(**d)
 
     @property
@@ -160,11 +212,53 @@ class Protocol:
         # a generic loader names its task after the file ("jsonl:questions"); its protocol says "jsonl"
         if task.name != self.task and not task.name.startswith(f"{self.task}:"):
             raise ReachlensError(f"protocol is for task {self.task!r} but the task given is {task.name!r}")
-        fmt = task.default_format if self.prompt_format == "default" else self.prompt_format
+        inner = chat_inner(self.prompt_format)
+        fmt = self.prompt_format if inner is None else inner or "default"
+        fmt = task.default_format if fmt == "default" else fmt
         task.format(fmt)  # raises LookupError naming the known formats
         return dataclasses.replace(
             self,
-            prompt_format=fmt,
+            prompt_format=fmt if inner is None else f"{CHAT}:{fmt}",
             stop=tuple(task.stop) if self.stop is None else self.stop,
             grader=task.grader if self.grader is None else self.grader,
         )
+
+
+@functools.cache
+def _field_types(cls: type) -> dict[str, Any]:
+    return typing.get_type_hints(cls)
+
+
+def _type_problem(value: Any, hint: Any) -> str | None:
+    """What ``value`` should be when it does not match the annotation ``hint`` (None when it does, or
+    when ``hint`` is not one of the plain types a protocol field has)."""
+    origin, args = typing.get_origin(hint), typing.get_args(hint)
+    if origin in (typing.Union, types.UnionType):
+        problems = [_type_problem(value, arg) for arg in args]
+        return None if None in problems else " or ".join(p for p in problems if p)
+    if hint is type(None):
+        return None if value is None else "null"
+    if hint is bool:
+        return None if isinstance(value, bool) else "true or false"
+    if hint is int:
+        return None if isinstance(value, int) and not isinstance(value, bool) else "an integer"
+    if hint is float:
+        return None if isinstance(value, (int, float)) and not isinstance(value, bool) else "a number"
+    if hint is str:
+        return None if isinstance(value, str) else "a string"
+    if origin is tuple and len(args) == 2 and args[1] is Ellipsis:
+        if isinstance(value, tuple) and all(_type_problem(v, args[0]) is None for v in value):
+            return None
+        return f"a list of {(_type_problem(object(), args[0]) or 'values').removeprefix('a ')}s"
+    return None
+
+
+def _check_types(cls: type, fields: dict[str, Any]) -> None:
+    """Raise a one-line :class:`ReachlensError` naming the first field of ``fields`` whose value does not
+    have the type ``cls`` declares for it (a protocol read from a hand-edited record, or built in Python)."""
+    hints = _field_types(cls)
+    for name, value in fields.items():
+        problem = _type_problem(value, hints[name]) if name in hints else None
+        if problem:
+            shown = repr(value) if len(repr(value)) <= 60 else repr(value)[:57] + "..."
+            raise ReachlensError(f"{name}={shown} must be {problem}; fix the protocol's {name!r} field")

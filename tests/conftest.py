@@ -93,6 +93,38 @@ def shared_data() -> Path:
 
 
 @pytest.fixture(scope="session")
+def shared_tokenizers() -> Path:
+    """``../shared/tokenizers``: real tokenizers of five families with tiny configs of their vocabulary
+    sizes (CI has them; a user's clone need not)."""
+    folder = SHARED / "tokenizers"
+    if not folder.is_dir():
+        pytest.skip(f"needs the real tokenizers in {folder} (../shared/tokenizers beside the clone, or "
+                    "REACHLENS_SHARED=DIR): absent")
+    return folder
+
+
+@pytest.fixture(scope="session")
+def real_checkpoint(shared_tokenizers, tmp_path_factory):
+    """``real_checkpoint(name, seed=0)``: a tiny random model (2 layers, d=64) of the real vocabulary of
+    ``../shared/tokenizers/NAME``, beside that folder's tokenizer and chat template, built once per session.
+    Weights drawn with std 0.3 (varied, multi-byte greedy text); Gemma's head untied (a tied one with its
+    sqrt(d) embedding scale echoes the input)."""
+    from reachlens.models.testing import make_tiny_from_folder
+
+    built: dict[tuple[str, int], Path] = {}
+
+    def get(name: str, seed: int = 0) -> Path:
+        if (name, seed) not in built:
+            untie = {"tie_word_embeddings": False} if name.startswith("gemma") else {}
+            built[name, seed] = make_tiny_from_folder(shared_tokenizers / name,
+                                                      tmp_path_factory.mktemp("real") / f"{name}-{seed}",
+                                                      seed=seed, init_std=0.3, **untie)
+        return built[name, seed]
+
+    return get
+
+
+@pytest.fixture(scope="session")
 def chromium() -> str:
     """The headless Chromium executable (``apt-get install chromium``; ``.ci/run`` installs it)."""
     exe = shutil.which("chromium") or shutil.which("chromium-browser") or shutil.which("google-chrome")

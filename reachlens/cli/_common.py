@@ -5,10 +5,12 @@ from __future__ import annotations
 import argparse
 
 from reachlens.errors import MissingFileError, ReachlensError
+from reachlens.execution import DTYPES
 
 __all__ = [
-    "CLIError", "DTYPES", "add_model_args", "add_protocol_args", "add_study_args", "add_task_args", "comma_list",
-    "load_model_from_args", "nonneg_float", "open_study", "positive_int", "protocol_from_args", "read_vector",
+    "CLIError", "DTYPES", "add_model_args", "add_protocol_args", "add_stop_arg", "add_study_args", "add_task_args",
+    "comma_list", "load_model_from_args", "nonneg_float", "open_study", "positive_int", "protocol_from_args",
+    "read_vector", "stops_from_args",
 ]
 
 
@@ -58,12 +60,32 @@ def add_protocol_args(p: argparse.ArgumentParser, *, k_default: int = 64) -> Non
     p.add_argument("--top-p", type=float, default=1.0)
     p.add_argument("--max-new-tokens", type=positive_int("--max-new-tokens"), default=None,
                    help="decode length of deployment and samples (default: the task's own, else 256)")
-    p.add_argument("--prompt-format", default="default")
+    p.add_argument("--prompt-format", default="default",
+                   help="the task's prompt format (default: its own); chat: its text as the user turn of the "
+                        "model's chat template (chat:NAME: format NAME's text), as an instruct model is deployed")
+    p.add_argument("--system", default=None,
+                   help="system turn of --prompt-format chat (default: the chat template's own)")
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--stop", action="append", default=None, help="stop string (repeatable; default: the task's)")
+    add_stop_arg(p)
 
 
-DTYPES = ("float32", "bfloat16", "float16")
+def add_stop_arg(p: argparse.ArgumentParser) -> None:
+    """``--stop STR`` (repeatable): stop strings added to the task's own (:func:`stops_from_args`)."""
+    p.add_argument("--stop", action="append", default=None, metavar="STR",
+                   help="also stop at STR (repeatable; added to the task's own stop strings; escapes such as \\n "
+                        "are decoded)")
+
+
+def stops_from_args(args: argparse.Namespace, task) -> tuple[str, ...] | None:
+    """The task's stop strings followed by ``--stop``'s (None when no ``--stop`` was given: the task's)."""
+    if not args.stop:
+        return None
+    extra = [s.encode("latin-1", "backslashreplace").decode("unicode_escape") if "\\" in s else s for s in args.stop]
+    if any(not s for s in extra):
+        raise CLIError("--stop '' is empty; give the text to stop at")
+    return tuple(dict.fromkeys((*task.stop, *extra)))
+
+
 
 
 def add_model_args(p: argparse.ArgumentParser) -> None:
@@ -76,23 +98,30 @@ def add_model_args(p: argparse.ArgumentParser) -> None:
 
 def load_model_from_args(args: argparse.Namespace):
     """The model named by :func:`add_model_args`' flags, loaded on ``--device`` in ``--dtype``."""
-    import torch
+    from reachlens.models import ModelSource
 
-    from reachlens.models import load_model
-
-    return load_model(args.model, device=args.device, dtype=getattr(torch, args.dtype),
-                      trust_remote_code=args.trust_remote_code)
+    return ModelSource(args.model, device=args.device, dtype=args.dtype,
+                       trust_remote_code=args.trust_remote_code).load()
 
 
 def protocol_from_args(args: argparse.Namespace, task):
+    """The resolved protocol of :func:`add_protocol_args`' flags; a chat format is bound to the chat
+    template of ``args.model``'s tokenizer (read without the weights: a model without one is refused here)."""
     from reachlens.protocol import Protocol
+    from reachlens.tasks.chat import bind_chat, chat_inner
 
-    return Protocol(
+    protocol = Protocol(
         task=args.task, split=args.split, k=args.k, temperature=args.temperature, top_p=args.top_p,
         max_new_tokens=args.max_new_tokens or task.max_new_tokens or 256,
-        prompt_format=args.prompt_format, seed=args.seed,
-        stop=tuple(args.stop) if args.stop else None, backend=getattr(args, "backend", "engine"),
+        prompt_format=args.prompt_format, seed=args.seed, stop=stops_from_args(args, task),
+        backend=getattr(args, "backend", "engine"), system=getattr(args, "system", None),
     ).resolved(task)
+    if chat_inner(protocol.prompt_format) is not None and getattr(args, "model", None):
+        from reachlens.models import load_tokenizer
+
+        tokenizer = load_tokenizer(args.model, trust_remote_code=getattr(args, "trust_remote_code", False))
+        protocol = bind_chat(protocol, tokenizer, model=args.model)
+    return protocol
 
 
 def comma_list(name: str, kind):

@@ -27,23 +27,32 @@ def add_scale_args(p: argparse.ArgumentParser, *, backend: bool = True, workers:
                    help="with --ray: GPUs each actor reserves (default 0: CPU)")
 
 
+def exec_from_args(args: argparse.Namespace):
+    """The :class:`~reachlens.execution.ExecConfig` the flags give (batch rows, device, dtype, device map)."""
+    from reachlens.execution import ExecConfig
+
+    return ExecConfig(max_batch_rows=args.max_batch_rows, device=args.device, dtype=args.dtype,
+                      device_map=getattr(args, "device_map", None))
+
+
 def source_from_args(args: argparse.Namespace):
-    """The :class:`~reachlens.engine.backends.ModelSource` the flags name (what each worker loads)."""
-    from reachlens.engine.backends import ModelSource
+    """The :class:`~reachlens.models.ModelSource` the flags name (what each worker loads)."""
+    from reachlens.models import ModelSource
 
     return ModelSource(args.model, backend=getattr(args, "backend", "engine"), device=args.device, dtype=args.dtype,
-                       device_map=getattr(args, "device_map", None))
+                       device_map=getattr(args, "device_map", None),
+                       trust_remote_code=getattr(args, "trust_remote_code", False))
 
 
 def executor_from_args(args: argparse.Namespace):
-    """A :class:`~reachlens.scale.RayExecutor` for ``--ray``; None without it (one process)."""
+    """A :class:`~reachlens.runner.RayExecutor` for ``--ray``; None without it (one process)."""
     from reachlens.cli._common import CLIError
 
     if args.ray is None:
         if args.gpus_per_worker:
             raise CLIError("--gpus-per-worker goes with --ray (add --ray to use a Ray cluster)")
         return None
-    from reachlens.scale import RayExecutor
+    from reachlens.runner import RayExecutor
 
     if args.gpus_per_worker < 0:
         raise CLIError(f"--gpus-per-worker {args.gpus_per_worker!r} must be >= 0")

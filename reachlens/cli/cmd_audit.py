@@ -13,7 +13,7 @@ from reachlens.cli._common import (
     positive_int,
     protocol_from_args,
 )
-from reachlens.cli._scale_args import add_scale_args, executor_from_args, source_from_args
+from reachlens.cli._scale_args import add_scale_args, exec_from_args, executor_from_args, source_from_args
 
 NAME = "audit"
 HELP = "audit one model: realized (greedy) vs reachable (K samples)"
@@ -39,20 +39,25 @@ def run(args: argparse.Namespace) -> int:
 
     from reachlens.cli._common import CLIError
     from reachlens.errors import ReachlensWarning
+    from reachlens.execution import model_exec
     from reachlens.models import model_identity
-    from reachlens.store import AuditDir
+    from reachlens.runner import check_budget, check_context
+    from reachlens.store import AuditDir, RunRecord
     from reachlens.studies import audit
-    from reachlens.studies.auditing import check_context
     from reachlens.tasks import load_task
 
     task = load_task(args.task, args.data, split=args.split, n=args.n)
     protocol = protocol_from_args(args, task)
+    exec_config = exec_from_args(args)
+    check_budget(protocol, exec_config.max_batch_rows)
     # Refuse a bad --out (a file, a folder of other files, another run) before the model loads.
     store = AuditDir(args.out)
     store.check_target()
     with warnings.catch_warnings():  # its notes come once, from the audit itself
         warnings.simplefilter("ignore", ReachlensWarning)
-        store.check_run(protocol, dataclasses.asdict(model_identity(args.model)), task.data_identity)
+        ident = model_identity(args.model, trust_remote_code=args.trust_remote_code)
+        store.check_run(RunRecord.new("audit", protocol, dataclasses.asdict(ident), task.data_identity,
+                                      exec=exec_config.recorded(model_exec(source_from_args(args)))))
     if args.backend == "vllm" and args.device != "cpu":
         raise CLIError("--device is the engine's; vLLM places the model itself (drop --device with --backend vllm)")
     if args.workers is not None and args.ray is None:
@@ -68,7 +73,7 @@ def run(args: argparse.Namespace) -> int:
         check_context(model, task, protocol)
     bar = tqdm(total=len(task), unit="q", desc=f"audit {args.model}", file=sys.stderr)
     try:
-        result = audit(model, task, protocol, out=args.out, max_batch_rows=args.max_batch_rows,
+        result = audit(model, task, protocol, out=args.out, exec_config=exec_config,
                        progress=lambda done: bar.update(done - bar.n), executor=executor)
     finally:
         bar.close()

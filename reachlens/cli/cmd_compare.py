@@ -2,10 +2,10 @@
 
 It prints each rate with its 95 % Wilson interval, each delta with its paired bootstrap interval over
 questions, and the exact McNemar p of the discordant counts behind it (gained vs lost, entered vs left).
-With ``--out DIR`` it writes a run directory of kind ``comparison``: ``run.json`` (the protocol, both
+With ``--out DIR`` it saves the comparison, a run of kind ``comparison``: its record (the protocol, both
 models, the two audit directories and the options used), ``questions.parquet`` (one row per question)
-and ``summary.json`` (the summary printed here, intervals and p-values included), which ``reachlens show
-DIR`` prints and ``reachlens report DIR`` renders.
+and its summary (the one printed here, intervals and p-values included), which ``reachlens show DIR``
+prints and ``reachlens report DIR`` renders.
 """
 
 from __future__ import annotations
@@ -21,36 +21,26 @@ def register(sub) -> argparse.ArgumentParser:
     p.add_argument("base")
     p.add_argument("trained")
     p.add_argument("--k", type=int, default=None, help="cut both audits to their first k samples")
-    p.add_argument("--allow", action="append", default=[], help="protocol field allowed to differ (a control)")
-    p.add_argument("--out", default=None, help="write the per-question table (parquet) and summary (json) here")
+    p.add_argument("--allow", action="append", default=[],
+                   help="protocol field (or dtype, device) allowed to differ (a control); repeatable")
+    p.add_argument("--out", default=None, help="save the comparison (a run directory) here")
     return p
 
 
 def run(args: argparse.Namespace) -> int:
-    from pathlib import Path
-
-    from reachlens.store import RunDir, RunRecord
+    from reachlens.store import RunDir
     from reachlens.studies import compare
 
-    out = None
     if args.out:
-        out = RunDir(args.out)
-        out.check_target()  # refused before anything is read
+        RunDir(args.out).check_target()  # refused before anything is read
     c = compare(args.base, args.trained, k=args.k, allow=tuple(args.allow))
     s = c.summary()
     print(summary_text(s))
     print(f"\npropensity bins (base-reachable, base-unrealized questions; rate with its 95 % Wilson interval):")
     print(c.propensity_bins()[["bin", "n", "realized_after", "rate", "rate_lo", "rate_hi"]].to_string(
         index=False, float_format=lambda x: f"{x:.3f}"))
-    if out is not None:
-        options = {"base_dir": str(Path(args.base).resolve()), "trained_dir": str(Path(args.trained).resolve()),
-                   "k_cut": args.k, "allow": list(args.allow)}
-        record = RunRecord.new("comparison", c.base.protocol, {"base": c.base.model, "trained": c.trained.model},
-                               c.base.data or None, options)
-        with out.writer():
-            out.start(record)
-            out.write_table("questions", c.questions)
-            out.write_summary(s)
+    if args.out:
+        c.save(args.out)
     return 0
 
 

@@ -8,9 +8,10 @@
 
 BASE and TRAINED are audit directories; each checkpoint is loaded from the spec its audit recorded
 (``--base-model``/``--trained-model`` override it: a moved folder) and checked against the audit's
-fingerprint. ``--out DIR`` is a run directory of kind ``temperature_control`` or ``length_control``
-(``run.json``, ``summary.json``, the table as ``{kind}.csv``) holding the rerun audit directories
-(``T{t}/``; ``base/`` and ``trained/``); ``reachlens show DIR`` and ``reachlens report DIR`` read it, and
+fingerprint. ``--out DIR`` is the control's run (kind ``temperature_control`` or ``length_control``: its
+record, summary and table ``{kind}.parquet``) holding its reruns, each an audit directory named by
+:func:`reachlens.runner.rerun_name` (``trained--questions=...--temperature=0.6``; ``base--max_new_tokens=N``
+and ``trained--max_new_tokens=N``); ``reachlens show DIR`` and ``reachlens report DIR`` read it, and
 re-running the command resumes.
 """
 
@@ -19,6 +20,7 @@ from __future__ import annotations
 import argparse
 
 from reachlens.cli._common import DTYPES, comma_list, positive_int
+from reachlens.cli._scale_args import exec_from_args
 
 NAME = "control"
 HELP = "the temperature and length controls of a comparison (rerun part of it under one changed field)"
@@ -50,78 +52,42 @@ def register(sub) -> argparse.ArgumentParser:
     return p
 
 
-def _task(result, data):
-    from reachlens.tasks import load_task
-
-    return load_task(result.protocol.task, data, split=result.protocol.split)
-
-
-def _load(spec: str, args: argparse.Namespace):
-    import torch
-
-    from reachlens.models import load_model
-
-    return load_model(spec, device=args.device, dtype=getattr(torch, args.dtype))
-
-
 def run(args: argparse.Namespace) -> int:
     from pathlib import Path
 
     from reachlens.cli._common import CLIError
-    from reachlens.store import RunDir, RunRecord
+    from reachlens.models import ModelSource
+    from reachlens.store import RunDir
     from reachlens.studies import AuditResult, compare
-    from reachlens.studies.controls import length_table, rerun_at_length, temperature_control
+    from reachlens.studies.controls import length_control, temperature_control
+    from reachlens.tasks import load_task
 
     for d in (args.base, args.trained):
         if not Path(d).is_dir():
             raise CLIError(f"{d!r} is not an audit directory")
     base, trained = AuditResult.load(args.base), AuditResult.load(args.trained)
     before = compare(base, trained)  # refuses unlike audits before any model loads
-    kind = f"{args.control}_control"
-    options = {"base_dir": str(Path(args.base).resolve()), "trained_dir": str(Path(args.trained).resolve())}
-    if args.control == "temperature":
-        if not args.temperatures or any(not t > 0 for t in args.temperatures):
-            raise CLIError(f"--temperatures {','.join(map(str, args.temperatures))!r}: give temperatures > 0, "
-                           "e.g. 0.6,1.0,1.2")
-        options["temperatures"] = list(args.temperatures)
-    elif args.max_new_tokens <= base.protocol.max_new_tokens:
+    if args.control == "temperature" and (not args.temperatures or any(not t > 0 for t in args.temperatures)):
+        raise CLIError(f"--temperatures {','.join(map(str, args.temperatures))!r}: give temperatures > 0, e.g. 0.6,1.0,1.2")
+    if args.control == "length" and args.max_new_tokens <= base.protocol.max_new_tokens:
         raise CLIError(f"--max-new-tokens {args.max_new_tokens} must exceed the audits' {base.protocol.max_new_tokens}")
+    RunDir(args.out).check_target()  # a file or a folder of other files is refused before any model loads
+    exec_config = exec_from_args(args)
+    task = load_task(trained.protocol.task, args.data, split=trained.protocol.split)
+    source = lambda spec, result: ModelSource.from_exec(spec or result.model["spec"], exec_config)  # noqa: E731
+    if args.control == "temperature":
+        control = temperature_control(source(args.trained_model, trained), task, base, trained, args.temperatures,
+                                      out=args.out, exec_config=exec_config)
+        head = (f"{int(control.table()['n_reprobed'].iloc[0])} questions left the reachable set (K={trained.k}, "
+                f"T={trained.protocol.temperature}); re-probed with {trained.model['spec']}:")
     else:
-        options["max_new_tokens"] = args.max_new_tokens
-    run = RunDir(args.out)
-    run.check_target()  # a file or a folder of other files is refused before any model loads
-    record = RunRecord.new(kind, trained.protocol, {"base": base.model, "trained": trained.model},
-                           trained.data or None, options)
-    task = _task(trained, args.data)
-    fmt = lambda x: f"{x:.3f}"  # noqa: E731
-    with run.writer():
-        run.start(record)  # a directory holding another run is refused, naming what differs
-        if args.control == "temperature":
-            model = _load(args.trained_model or trained.model["spec"], args)
-            table = temperature_control(model, task, base, trained, args.temperatures, out=run.path,
-                                        max_batch_rows=args.max_batch_rows)
-            head = (f"{int(table['n_reprobed'].iloc[0])} questions left the reachable set (K={trained.k}, "
-                    f"T={trained.protocol.temperature}); re-probed with {trained.model['spec']}:")
-            summary = {"left": int(table["n_reprobed"].iloc[0]),
-                       "temperatures": {f"{r.temperature:g}": {"n_reprobed": r.n_reprobed, "n_reachable": r.n_reachable,
-                                                               "share": r.share, "share_ci": [r.share_lo, r.share_hi]}
-                                        for r in table[table["source"] == "re-probe"].itertuples()}}
-        else:
-            longer = {}
-            for side, result, spec in (("base", base, args.base_model), ("trained", trained, args.trained_model)):
-                model = _load(spec or result.model["spec"], args)
-                longer[side] = rerun_at_length(model, task, result, args.max_new_tokens, out=run.path / side,
-                                               max_batch_rows=args.max_batch_rows)
-                del model
-            table = length_table(before, compare(longer["base"], longer["trained"]))
-            t = before.summary()["truncation"]
-            head = (f"cut at max_new_tokens={t['max_new_tokens']}: samples {t['samples_base']:.1%} (base) vs "
-                    f"{t['samples_trained']:.1%} (trained), deployed {t['deployed_base']:.1%} vs "
-                    f"{t['deployed_trained']:.1%}")
-            summary = {"truncation": t, "lengths": table.to_dict("records")}
-        table.to_csv(run.path / f"{kind}.csv", index=False)
-        run.write_summary(summary)
+        control = length_control(base, trained, args.max_new_tokens, task=task, out=args.out, exec_config=exec_config,
+                                 models=(source(args.base_model, base), source(args.trained_model, trained)))
+        t = before.summary()["truncation"]
+        head = (f"cut at max_new_tokens={t['max_new_tokens']}: samples {t['samples_base']:.1%} (base) vs "
+                f"{t['samples_trained']:.1%} (trained), deployed {t['deployed_base']:.1%} vs "
+                f"{t['deployed_trained']:.1%}")
     print(head)
-    print(table.to_string(index=False, float_format=fmt))
-    print(f"-> {run.path}")
+    print(control.table().to_string(index=False, float_format=lambda x: f"{x:.3f}"))
+    print(f"-> {args.out}")
     return 0

@@ -1,9 +1,11 @@
-"""``reachlens convert DIR``: rewrite an audit directory written before run.json into today's format.
+"""``reachlens convert DIR...``: rewrite run directories written by an older reachlens in today's run format.
 
-Its header ``protocol.json`` becomes ``run.json`` (kind ``audit``; the same protocol, model and data
-identity); its tables and summary are already in today's format and are left as they are. Reading
-such a directory needs no conversion (every command reads it as an audit); converting records it in
-the one format. Under the directory's writer lock; a directory that has run.json is left alone.
+Every run directory under each DIR (DIR itself included) is brought to the current format version
+(:mod:`reachlens.store.convert`): an audit directory whose header is ``protocol.json``, a training audit
+whose plan is ``study.json``, and every ``run.json`` without a ``format_version`` (its status, times and
+execution settings are added; a training study's and a control's reruns are renamed by today's directory
+rule; tables kept as CSV become parquet). Each directory is converted under its writer lock; one already in
+today's format is left alone.
 """
 
 from __future__ import annotations
@@ -11,20 +13,23 @@ from __future__ import annotations
 import argparse
 
 NAME = "convert"
-HELP = "rewrite an audit directory written before run.json (protocol.json) in today's run format"
+HELP = "rewrite run directories written by an older reachlens in today's run format"
 
 
 def register(sub) -> argparse.ArgumentParser:
     p = sub.add_parser(NAME, help=HELP)
-    p.add_argument("dirs", nargs="+", help="audit directories to convert")
+    p.add_argument("dirs", nargs="+", help="run directories to convert (and every run directory under them)")
     return p
 
 
 def run(args: argparse.Namespace) -> int:
-    from reachlens.store import RunDir
+    from reachlens.store.convert import convert
 
     for d in args.dirs:
-        run = RunDir(d)
-        changed = run.convert()
-        print(f"{d}: {'converted: protocol.json -> run.json' if changed else 'already in the run format'}")
+        changed = convert(d)
+        if changed:
+            for path, what in changed:
+                print(f"{path}: converted ({what})")
+        else:
+            print(f"{d}: already in the run format")
     return 0

@@ -72,9 +72,8 @@ def register(sub) -> argparse.ArgumentParser:
 
 
 def run(args: argparse.Namespace) -> int:
-    import torch
-
     from reachlens.cli._common import CLIError
+    from reachlens.execution import ExecConfig
     from reachlens.models.zoo import native_format, zoo_entries
     from reachlens.protocol import Protocol
     from reachlens.report import text_summary, write_report
@@ -99,9 +98,10 @@ def run(args: argparse.Namespace) -> int:
                      trajectory=steps)
     t0 = time.perf_counter()
     executor = executor_from_args(args)  # --workers counts its actors
+    exec_config = ExecConfig(max_batch_rows=args.max_batch_rows, device=args.device, dtype=args.dtype,
+                             workers=args.workers)
     try:
-        study = run_training_audit(plan, args.out, max_batch_rows=args.max_batch_rows, workers=args.workers,
-                                   device=args.device, dtype=getattr(torch, args.dtype), executor=executor)
+        study = run_training_audit(plan, args.out, exec_config=exec_config, executor=executor)
     finally:
         if executor is not None:
             executor.close()

@@ -24,19 +24,23 @@ def register(sub) -> argparse.ArgumentParser:
     p.add_argument("--min-failures", type=positive_int("--min-failures"), default=8)
     p.add_argument("--max-failures", type=positive_int("--max-failures"), default=None)
     p.add_argument("--max-healthy", type=positive_int("--max-healthy"), default=None)
-    p.add_argument("--out", required=True, help="output directory (tables, summary.json, sets.json)")
+    p.add_argument("--out", required=True, help="run directory (tables, summary, sets.json)")
     return p
 
 
 def run(args: argparse.Namespace) -> int:
+    import pandas as pd
+
     from reachlens.cli._common import CLIError
+    from reachlens.execution import model_exec
     from reachlens.models import identity_of
     from reachlens.protocol import Protocol
-    from reachlens.store import RunDir, RunRecord
+    from reachlens.store import RunDir
     from reachlens.studies.recognition import (
         FailureRule,
         FailureSetTooSmall,
         RecognitionConfig,
+        RecognitionResult,
         TaskSpec,
         compare_modes,
         generation_protocol,
@@ -52,24 +56,16 @@ def run(args: argparse.Namespace) -> int:
     out = RunDir(args.out)
     out.check_target()  # a file or a folder of other files: refused before the model loads
     model = load_model_from_args(args)
-    options = {"config": config.to_dict(), "rule": dataclasses.asdict(rule), "task": dataclasses.asdict(spec)}
-    record = RunRecord.new("recognition", protocol, identity_of(model), task.data_identity, options)
-    out.check_run(protocol, record.model, record.data or {}, options=record.options)
-    result = compare_modes(model, task, protocol, config)
-    s = result.summary()
+    empty = pd.DataFrame()
+    out.check_run(RecognitionResult(protocol, config, identity_of(model), empty, empty, dict(task.data_identity), rule,
+                                    spec, exec=model_exec(model)).record)  # another run in --out: refused now
+    result = dataclasses.replace(compare_modes(model, task, protocol, config), rule=rule, task=spec, record=None)
     try:
-        sets = select_sets(result, rule, spec)
+        sets, too_small = select_sets(result, rule, spec), None
     except FailureSetTooSmall as err:
         sets, too_small = None, err
-    with out.writer():
-        out.start(record)
-        out.write_table("options", result.options)
-        out.write_table("questions", result.questions)
-        out.write_table("records", result.records)
-        result.questions.drop(columns=["deployed_text"]).to_csv(out.path / "questions.csv", index=False)
-        out.write_summary({**s, "task": dataclasses.asdict(spec)})  # (an undefined number is null, never NaN)
-        if sets is not None:
-            sets.save(out.path / "sets.json")
+    dataclasses.replace(result, sets=sets).save(out.path)
+    s = result.summary()
     print(f"{args.model} on {args.task} (n={s['n']}): acc={s['acc']:.3f}  acc_norm={s['acc_norm']:.3f}  "
           f"D={s['D']:.3f}  recognized-not-realized={s['recognized_not_realized']}")
     if sets is None:

@@ -4,8 +4,9 @@ Every subcommand lives in its own module ``reachlens/cli/cmd_*.py`` with ``NAME`
 ``register(subparsers)`` and ``run(args) -> int``; this module collects them. Bad arguments and
 user errors (:class:`~reachlens.errors.ReachlensError`) exit with status 2 and one line saying what
 is wrong and how to fix it; a :class:`~reachlens.errors.ReachlensWarning` is one ``note:`` line;
-Ctrl-C is one line and exit status 130 (finished parts of an audit are on disk already). Anything
-else is a bug and keeps its traceback.
+Ctrl-C is one line and exit status 130 (finished parts of an audit are on disk already); a full disk
+is one line naming the file and the space left (exit 2); a reader that closed the pipe ends the
+command quietly (exit 141, as SIGPIPE ends a Unix tool). Anything else is a bug and keeps its traceback.
 
 Library messages name the Python parameter to change (``data=PATH``, ``allow_other_model=True``,
 ``out=``, ``device='cpu'``); :func:`as_flags` maps them to the command's flags before printing. Every
@@ -16,8 +17,10 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import pkgutil
 import re
+import signal
 import sys
 import warnings
 from collections.abc import Sequence
@@ -28,6 +31,7 @@ __all__ = ["main", "build_parser", "command_modules", "as_flags"]
 # library parameter (as a message names it) -> the flag that sets it
 _FLAGS = (
     (re.compile(r"\ballow_other_model=True\b"), "--allow-other-model"),
+    (re.compile(r"\btrust_remote_code=True\b"), "--trust-remote-code"),
     (re.compile(r"\bdata=PATH\b"), "--data PATH"),
     (re.compile(r"\bdata=(?=[)\s,;]|$)"), "--data"),
     (re.compile(r"\bout=(?=[)\s,;]|$)"), "--out"),
@@ -76,7 +80,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser, mods = build_parser()
     args = parser.parse_args(argv)
     from reachlens._verbosity import quiet_dependencies
-    from reachlens.errors import ReachlensError, ReachlensWarning
+    from reachlens.errors import DISK_FULL, ReachlensError, ReachlensWarning, disk_full
 
     from reachlens.store import recording_command
 
@@ -95,13 +99,23 @@ def main(argv: Sequence[str] | None = None) -> int:
         try:
             command = ["reachlens", *(sys.argv[1:] if argv is None else [str(a) for a in argv])]
             with quiet_dependencies(), recording_command(command):  # the libraries stay quiet
-                return mods[args.command].run(args)
+                code = mods[args.command].run(args)
+                sys.stdout.flush()  # a closed pipe (`reachlens show DIR | head`) shows here, not at exit
+                return code
         except ReachlensError as err:
             print(f"{prefix}: error: {as_flags(str(err))}", file=sys.stderr)
             return 2
         except KeyboardInterrupt:
             print(f"{prefix}: interrupted; finished work is saved (re-run the same command to resume)", file=sys.stderr)
             return 130
+        except BrokenPipeError:  # the reader went away: stop quietly, as a Unix tool killed by SIGPIPE does
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # nothing left to flush at exit
+            return 128 + signal.SIGPIPE
+        except OSError as err:  # a full disk in a writer that did not say so itself
+            if err.errno not in DISK_FULL:
+                raise
+            print(f"{prefix}: error: {disk_full(err.filename, err)}", file=sys.stderr)
+            return 2
 
 
 if __name__ == "__main__":

@@ -1,10 +1,10 @@
 """The engine: the one way reachlens runs a hooked model (prefill, decode, routes, scoring)."""
 
 from reachlens.engine.generate import Completion, Row, generate, tokenize_prompts
-from reachlens.engine.hooks import BatchRows, current_rows, row_agnostic, user_hooks
+from reachlens.engine.hooks import BatchRows, arm_index, arms_served, current_rows, per_arm, row_agnostic, user_hooks
 from reachlens.engine.kv_cache import SlotKVCache
 from reachlens.engine.scoring import LoglikResult, encode_pair, loglikelihoods
-from reachlens.engine.rng import row_seed, sample_inverse_cdf, uniforms
+from reachlens.engine.rng import counter_normals, intervention_seed, row_seed, sample_inverse_cdf, uniforms
 from reachlens.engine.sample_tree import SampleTree, TreeStep
 from reachlens.engine.stack import (
     FUSED_MODEL_TYPES,
@@ -33,13 +33,18 @@ __all__ = [
     "StopChecker",
     "TreeStep",
     "UnsupportedModelError",
+    "arm_index",
+    "arms_served",
     "check_architecture",
+    "counter_normals",
     "current_rows",
     "describe",
     "encode",
     "encode_pair",
     "generate",
+    "intervention_seed",
     "loglikelihoods",
+    "per_arm",
     "row_agnostic",
     "row_seed",
     "sample_inverse_cdf",

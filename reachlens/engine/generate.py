@@ -24,6 +24,13 @@ with any other hook attached, every row gets its own batch entry in every forwar
 included, and keeps it to the end of its chunk (see :mod:`reachlens.engine.hooks`, which also
 says how a hook that opts in to sharing learns which samples each row stands for).
 
+Arms: a row may carry an *arm* (``Row.arm``: the intervention it runs, any hashable key; None is the
+plain model). Rows of different arms never share a batch entry: the sample tree's roots are the
+distinct (prompt, arm) pairs of a chunk, so all arms of a question decode together in one call,
+prefilled in one batched forward, and a per-arm hook (:func:`~reachlens.engine.hooks.per_arm`) acts
+on its entries only. Every arm a row carries must be served by an attached per-arm hook, or the call
+is refused before anything runs. Rows without arms decode exactly as before.
+
 Text: decoded without special tokens (HF's ``skip_special_tokens=True``, as vLLM and lm-eval
 report it); the token ids keep everything.
 
@@ -43,8 +50,8 @@ import torch
 from jaxtyping import Bool, Float, Int
 from torch import Tensor
 
-from reachlens.engine.hooks import BatchRows, _rows, user_hooks
-from reachlens.engine.rng import sample_inverse_cdf
+from reachlens.engine.hooks import BatchRows, _rows, arms_served, user_hooks
+from reachlens.engine.rng import Workspace, sample_inverse_cdf
 from reachlens.engine.sample_tree import FinishReason, SampleTree
 from reachlens.engine.stack import LayerStack
 from reachlens.engine.stopping import StopChecker
@@ -64,6 +71,11 @@ class Row:
     tag: Hashable = None
     """Any label the caller wants a hook to see (:class:`~reachlens.engine.hooks.BatchRows`); the
     audit uses ``(question_id, sample_idx)``. It does not change what is generated."""
+    arm: Hashable = None
+    """The intervention this row runs: a key that attached per-arm hooks serve (the ``arm=`` of the
+    factories in :mod:`reachlens.interventions`, or a :class:`~reachlens.interventions.Graft`); None:
+    the plain model (hooks built without ``arm=`` still act on every row). Rows of different arms
+    never share a batch entry."""
 
 
 @dataclass(frozen=True)
@@ -84,8 +96,9 @@ class Completion:
 
 
 def tokenize_prompts(tokenizer, prompts: Sequence[str]) -> list[list[int]]:
-    """Token ids of each prompt, with the tokenizer's default special tokens (BOS where it adds one;
-    an EOS it appends is dropped, as TransformerLens' ``to_tokens`` drops it)."""
+    """Token ids of each prompt, with the tokenizer's default special tokens (BOS where it adds one, and
+    one only: none added to a prompt that starts with the BOS text, such as a rendered chat template; an
+    EOS it appends is dropped, as TransformerLens' ``to_tokens`` drops it)."""
     return encode_prompts(tokenizer, prompts)
 
 
@@ -101,6 +114,27 @@ def _eos_ids(model) -> set[int]:
     elif isinstance(eos, (list, tuple)):
         ids.update(int(e) for e in eos)
     return ids
+
+
+def _arm_ids(model, rows: Sequence[Row]) -> tuple[tuple[Hashable, ...], list[int]]:
+    """The distinct arms of ``rows`` (first appearance order) and each row's index into them;
+    refuses an arm that no attached per-arm hook serves."""
+    index: dict[Hashable, int] = {}
+    try:
+        ids = [index.setdefault(r.arm, len(index)) for r in rows]
+    except TypeError:
+        bad = next(r.arm for r in rows if not isinstance(r.arm, Hashable))
+        raise ReachlensError(f"Row.arm {bad!r} is not hashable; name an arm with a hashable key (a str, a tuple, "
+                             "a Graft)") from None
+    arms = tuple(index)
+    if any(a is not None for a in arms):
+        served = arms_served(model)
+        missing = [a for a in arms if a is not None and a not in served]
+        if missing:
+            known = ", ".join(repr(a) for a in list(served)[:8]) or "none"
+            raise ReachlensError(f"rows carry arm {missing[0]!r}, which no attached hook serves (hooks serve: {known}); "
+                                 "attach its hooks with model.hooks(fwd_hooks=...) built with arm=, or drop the arm")
+    return arms, ids
 
 
 def _chunks(rows: Sequence[Row], prompt_lens: Sequence[int], max_rows: int) -> list[list[int]]:
@@ -164,12 +198,7 @@ def generate(
 
     >>> outs = generate(model, ["Q: 1+2=?\\nA:"], [Row(0), Row(0, seed=7)], Protocol("arith", k=1, temperature=0.8, max_new_tokens=16))  # doctest: +SKIP
     """
-    for i, r in enumerate(rows):
-        if not 0 <= r.prompt < len(prompts):
-            raise ReachlensError(f"rows[{i}].prompt={r.prompt} but there are {len(prompts)} prompts")
-    if protocol.temperature <= 0 and any(r.seed is not None for r in rows):
-        raise ReachlensError(f"temperature={protocol.temperature!r} with sampled rows (rows with a seed); "
-                             "sampling needs temperature > 0 (greedy rows have seed=None)")
+    _check_rows(prompts, rows, protocol)
     stack = LayerStack(model, fused=fused)
     steps = stack.route(route)
     tok = tokenizer_of(model)
@@ -181,13 +210,26 @@ def generate(
         share_prefixes = not user_hooks(model)
     stopper = StopChecker(tok, tuple(protocol.stop or ()), _eos_ids(model) if stop_at_eos else set())
     tags = [r.tag for r in rows]
+    arms, arm_ids = _arm_ids(model, rows)
+    luts: dict = {}
     results: list[Completion | None] = [None] * len(rows)
     for chunk in _chunks(rows, [len(p) for p in ids], max_batch_rows):
         outs = _generate_chunk(stack, steps, ids, [rows[i] for i in chunk], protocol, stopper, share_prefixes,
-                               row_ids=tuple(chunk), tags=tags)
+                               row_ids=tuple(chunk), tags=tags,
+                               arms=_ChunkArms(arms, torch.tensor([arm_ids[i] for i in chunk]), luts))
         for i, c in zip(chunk, outs):
             results[i] = c
     return [c for c in results if c is not None]
+
+
+def _check_rows(prompts: Sequence[str], rows: Sequence[Row], protocol: Protocol) -> None:
+    """Refuse a row of a prompt that does not exist, or a sampled row under a greedy protocol."""
+    for i, r in enumerate(rows):
+        if not 0 <= r.prompt < len(prompts):
+            raise ReachlensError(f"rows[{i}].prompt={r.prompt} but there are {len(prompts)} prompts")
+    if protocol.temperature <= 0 and any(r.seed is not None for r in rows):
+        raise ReachlensError(f"temperature={protocol.temperature!r} with sampled rows (rows with a seed); "
+                             "sampling needs temperature > 0 (greedy rows have seed=None)")
 
 
 def _prefill_inputs(
@@ -203,6 +245,35 @@ def _prefill_inputs(
     return ids.to(device), valid.to(device), positions.to(device)
 
 
+def _slot_state(
+    valid: Bool[Tensor, "p pos"], positions: Int[Tensor, "p pos"], max_new_tokens: int,
+) -> tuple[Bool[Tensor, "p key"], Int[Tensor, "p"]]:
+    """Per slot after the prefill: which cached positions are real tokens (left padding is not), and the next
+    position."""
+    key_valid = torch.ones((valid.shape[0], valid.shape[1] + max_new_tokens), dtype=torch.bool, device=valid.device)
+    key_valid[:, : valid.shape[1]] = valid
+    return key_valid, positions[:, -1] + 1
+
+
+def _move_rows(cache, move, key_valid: Bool[Tensor, "slot pos"], next_pos: Int[Tensor, "slot"]):
+    """Apply a tree step's moves to the cache and the per-slot key mask and positions: forks copy their parent's
+    rows (into new slots if the tree grew), a compaction keeps the live slots in order."""
+    device = key_valid.device
+    if move.fork_dst.numel():
+        src, dst = move.fork_src.to(device), move.fork_dst.to(device)
+        cache.copy_rows(src, dst)
+        if move.grown:
+            key_valid = torch.cat([key_valid, key_valid.new_ones((move.grown, key_valid.shape[1]))])
+            next_pos = torch.cat([next_pos, next_pos.new_zeros(move.grown)])
+        key_valid[dst] = key_valid[src]
+        next_pos[dst] = next_pos[src]
+    if move.compaction is not None:
+        order = move.compaction.to(device)
+        cache.select_rows(order)
+        key_valid, next_pos = key_valid[order], next_pos[order]
+    return key_valid, next_pos
+
+
 def _choose(
     logits: Float[Tensor, "nodes vocab"],
     node: Int[Tensor, "rows"],
@@ -210,16 +281,50 @@ def _choose(
     greedy: Bool[Tensor, "rows"],
     step: int,
     protocol: Protocol,
+    workspace: Workspace | None = None,
 ) -> tuple[Int[Tensor, "rows"], Float[Tensor, "rows"]]:
-    """Each row's token from its node's logits, and the token's untempered log-probability."""
+    """Each row's token from its node's logits, and the token's untempered log-probability.
+
+    The work over the vocabulary (argmax, the sampler's float64 softmax and cumulative sum, the
+    float32 log-softmax) writes into ``workspace``'s buffers; the argmax runs on greedy rows' nodes only.
+    """
+    ws = Workspace() if workspace is None else workspace
+    logits = logits.detach()  # tokens and their log-probabilities are records, not part of a graph
     if bool(greedy.all()):
         chosen = logits.argmax(-1).index_select(0, node)
     else:
-        chosen = sample_inverse_cdf(logits, seeds, step, protocol.temperature, protocol.top_p, group=node)
+        chosen = sample_inverse_cdf(logits, seeds, step, protocol.temperature, protocol.top_p, group=node,
+                                    workspace=ws)
         if bool(greedy.any()):
-            chosen = torch.where(greedy, logits.argmax(-1).index_select(0, node), chosen)
-    logp = torch.log_softmax(logits.float(), -1)
+            chosen = chosen.clone()
+            chosen[greedy] = logits.index_select(0, node[greedy]).argmax(-1)
+    logits = logits.float()
+    logp = torch.ops.aten._log_softmax.out(logits, -1, False,
+                                           out=ws.take("logp", tuple(logits.shape), logits.dtype, logits.device))
     return chosen, logp[node, chosen]
+
+
+def _roots(rows: list[Row], arm_of_row: Int[Tensor, "rows"], share: bool) -> tuple[Int[Tensor, "rows"], list[int]]:
+    """Each row's slot in the prefill, and the prompt of each prefill slot: with sharing, one slot
+    per distinct (prompt, arm) (the sample tree's roots, in that order); without, one per row."""
+    if not share:
+        return torch.arange(len(rows)), [r.prompt for r in rows]
+    root_of_row = list(zip((r.prompt for r in rows), arm_of_row.tolist()))
+    roots = sorted(set(root_of_row))
+    local = {root: i for i, root in enumerate(roots)}
+    return torch.tensor([local[root] for root in root_of_row]), [p for p, _ in roots]
+
+
+@dataclass(frozen=True)
+class _ChunkArms:
+    """The arms of a chunk's rows, as :class:`BatchRows` hands them to hooks."""
+
+    arms: tuple[Hashable, ...]
+    """The call's distinct arms."""
+    of_row: Int[Tensor, "rows"]
+    """Per row of the chunk, its index into ``arms``."""
+    luts: dict
+    """Hooks' lookup tables over ``arms``, shared by every forward of the call."""
 
 
 def _generate_chunk(
@@ -233,10 +338,11 @@ def _generate_chunk(
     *,
     row_ids: tuple[int, ...] | None = None,
     tags: Sequence[Hashable] | None = None,
+    arms: _ChunkArms | None = None,
 ) -> list[Completion]:
     """Decode one chunk of rows: prefill, then choose -> advance the sample tree -> copy/select cache
     rows -> forward, once per new token. With ``share_prefixes`` a batch entry is a node of the sample
-    tree (first one per prompt); without, batch entry ``i`` is row ``i`` from the prefill to the end.
+    tree (first one per (prompt, arm)); without, batch entry ``i`` is row ``i`` from the prefill to the end.
 
     Reads ``protocol.max_new_tokens``, ``protocol.temperature``, ``protocol.top_p`` (``protocol.stop`` is
     already in ``stopper``)."""
@@ -244,63 +350,58 @@ def _generate_chunk(
     n = len(rows)
     row_ids = tuple(range(n)) if row_ids is None else row_ids
     tags = [r.tag for r in rows] if tags is None else tags
-    pad_id = tokenizer_of(stack.model).pad_token_id
-    pad_id = 0 if pad_id is None else int(pad_id)
-    if share_prefixes:
-        prompt_order = sorted({r.prompt for r in rows})
-        local = {p: i for i, p in enumerate(prompt_order)}
-        start_slot = torch.tensor([local[r.prompt] for r in rows])
-        ids, valid, positions = _prefill_inputs([all_ids[p] for p in prompt_order], pad_id, device)
-    else:
-        start_slot = torch.arange(n)
-        ids, valid, positions = _prefill_inputs([all_ids[r.prompt] for r in rows], pad_id, device)
+    pad_id = _pad_id(stack.model)
+    arms = _ChunkArms((None,), torch.zeros(n, dtype=torch.long), {}) if arms is None else arms
+    start_slot, prompts = _roots(rows, arms.of_row, share_prefixes)
+    ids, valid, positions = _prefill_inputs([all_ids[p] for p in prompts], pad_id, device)
     tree = SampleTree(start_slot, ids.shape[0], protocol.max_new_tokens, stopper, share=share_prefixes, pad_id=pad_id)
-    width = ids.shape[1]
     padded = not bool(valid.all())
-    cache = stack.new_cache(width + protocol.max_new_tokens, steps)
+    cache = stack.new_cache(ids.shape[1] + protocol.max_new_tokens, steps)
 
     def forward(inputs, pos, mask, step):
-        where = BatchRows(tree.slot_of_row.clone(), row_ids, tags, int(inputs.shape[0]), step)
+        where = BatchRows(tree.slot_of_row.clone(), row_ids, tags, int(inputs.shape[0]), step, arms.arms, arms.of_row,
+                          valid if step < 0 else None, arms.luts)
         with _rows(where):
             return stack.forward(inputs, position_ids=pos, attention_mask=mask, cache=cache, route=steps,
                                  last_only=True)[:, -1]
 
     logits = forward(ids, positions, valid if padded else None, -1)
     if share_prefixes and stack.cascade:
-        # rows read their prompt's keys in place (no K-fold copy of the prompt): the fused
-        # attention scores all rows of a prompt against them at once ("cascade"). Any other
-        # attention wants every row's keys as one tensor, which the plain layout returns as a view
-        # (a fork copies its parent's row once instead of every step gathering the prompt's keys).
+        # rows read their prompt's keys in place (no K-fold copy): the fused attention scores all rows of a
+        # prompt against them at once ("cascade"); any other attention reads one tensor, a view in the plain
+        # layout (a fork copies its parent's row once instead of every step gathering the prompt's keys).
         cache.share(torch.arange(ids.shape[0], device=device))
-    # per slot: which cached positions are real tokens (left padding is not), and the next position
-    key_valid = torch.ones((ids.shape[0], width + protocol.max_new_tokens), dtype=torch.bool, device=device)
-    key_valid[:, :width] = valid
-    next_pos = positions[:, -1] + 1
-    seeds = torch.tensor([0 if r.seed is None else r.seed for r in rows], dtype=torch.int64, device=device)
-    greedy = torch.tensor([r.seed is None for r in rows], device=device)
+    key_valid, next_pos = _slot_state(valid, positions, protocol.max_new_tokens)
+    seeds, greedy = _seeds(rows, device)
+    workspace = Workspace()
 
     for step in range(protocol.max_new_tokens):
         live = tree.live.to(device)
-        chosen, logp = _choose(logits, tree.live_slots().to(device), seeds[live], greedy[live], step, protocol)
+        chosen, logp = _choose(logits, tree.live_slots().to(device), seeds[live], greedy[live], step, protocol,
+                               workspace)
         move = tree.advance(chosen.cpu(), logp.cpu())
         if move.done:
             break
-        if move.fork_dst.numel():
-            src, dst = move.fork_src.to(device), move.fork_dst.to(device)
-            cache.copy_rows(src, dst)
-            if move.grown:
-                key_valid = torch.cat([key_valid, key_valid.new_ones((move.grown, key_valid.shape[1]))])
-                next_pos = torch.cat([next_pos, next_pos.new_zeros(move.grown)])
-            key_valid[dst] = key_valid[src]
-            next_pos[dst] = next_pos[src]
-        if move.compaction is not None:
-            order = move.compaction.to(device)
-            cache.select_rows(order)
-            key_valid, next_pos = key_valid[order], next_pos[order]
+        key_valid, next_pos = _move_rows(cache, move, key_valid, next_pos)
         logits = forward(move.inputs.to(device)[:, None], next_pos[:, None],
                          key_valid[:, : cache.length + 1] if padded else None, step)
         next_pos = next_pos + 1
-    tok = tokenizer_of(stack.model)
+    return _completions(tree, tokenizer_of(stack.model), stopper, n)
+
+
+def _pad_id(model) -> int:
+    pad_id = tokenizer_of(model).pad_token_id
+    return 0 if pad_id is None else int(pad_id)
+
+
+def _seeds(rows: list[Row], device: torch.device) -> tuple[Int[Tensor, "rows"], Bool[Tensor, "rows"]]:
+    """Each row's seed (0 for a greedy row) and whether it decodes greedily."""
+    seeds = torch.tensor([0 if r.seed is None else r.seed for r in rows], dtype=torch.int64, device=device)
+    return seeds, torch.tensor([r.seed is None for r in rows], device=device)
+
+
+def _completions(tree: SampleTree, tok, stopper: StopChecker, n: int) -> list[Completion]:
+    """Each row's completion: its tokens, their text (EOS left out, cut at a stop string), why it stopped."""
     token_lists = [tree.row_tokens(r) for r in range(n)]
     texts = tok.batch_decode(
         [t[:-1] if tree.reasons[r] == "eos" else t for r, t in enumerate(token_lists)], skip_special_tokens=True

@@ -27,6 +27,21 @@ runs::
 
     with model.hooks(fwd_hooks=[("blocks.0.hook_mlp_out", record)]):
         audit(model, task, protocol, share_prefixes=True)   # tags: (question_id, sample_idx)
+
+**Arms.** A row may carry an *arm* (:attr:`reachlens.engine.Row.arm`: any hashable key naming an
+intervention; None is the plain model). Rows of different arms never share a batch entry, so every
+entry runs exactly one arm, and a hook built for some arms acts on those entries only:
+:meth:`BatchRows.arm_index` (or :func:`arm_index` from inside a hook) gives, per entry, which of the
+hook's arms it runs, as one index tensor per forward (no loop over rows). Such a hook is marked
+:func:`per_arm` with the arms it serves: it is a function of each entry's own activation and arm, so
+prefix sharing stays on under it, and :func:`~reachlens.engine.generate` refuses a row whose arm no
+attached hook serves (a typo'd arm would otherwise run the plain model). The factories of
+:mod:`reachlens.interventions` build such hooks (``arm=KEY``)::
+
+    rows = [Row(q, tag=(qid, None), arm=arm) for arm in (None, "L3 mlp", "L4 mlp")]
+    hooks = zero_ablation(model, 3, "mlp", arm="L3 mlp") + zero_ablation(model, 4, "mlp", arm="L4 mlp")
+    with model.hooks(fwd_hooks=hooks):
+        outs = generate(model, prompts, rows, protocol)   # three arms, one batch
 """
 
 from __future__ import annotations
@@ -35,14 +50,20 @@ import contextlib
 import contextvars
 import functools
 from collections.abc import Callable, Hashable, Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any, TypeVar
 
-from jaxtyping import Int
+import torch
+from jaxtyping import Bool, Int
 from torch import Tensor
 
-__all__ = ["BatchRows", "FwdHook", "HookFn", "current_rows", "row_agnostic", "user_hooks"]
+from reachlens.errors import ReachlensError
+
+__all__ = [
+    "BatchRows", "FwdHook", "HookFn", "arm_index", "arms_served", "current_rows", "per_arm", "row_agnostic",
+    "user_hooks",
+]
 
 F = TypeVar("F", bound=Callable)
 
@@ -52,6 +73,9 @@ FwdHook = tuple[str, HookFn]
 """One entry of ``model.hooks(fwd_hooks=[...])``: a hook name and its function."""
 
 _ROW_AGNOSTIC = "__reachlens_row_agnostic__"
+_HF_CAPTURE = "transformers.utils.output_capturing"
+"""Where HuggingFace's own output-capturing hooks are defined (not a user's hooks)."""
+_ARMS = "__reachlens_arms__"
 
 
 def row_agnostic(fn: F) -> F:
@@ -66,10 +90,48 @@ def row_agnostic(fn: F) -> F:
     return fn
 
 
-def _is_row_agnostic(fn) -> bool:
+def per_arm(arms: Sequence[Hashable]) -> Callable[[F], F]:
+    """Mark a hook function as acting only on the batch entries of ``arms`` (read with
+    :func:`arm_index`), each from its own activation: safe under prefix sharing (rows of different
+    arms never share an entry), and the arms it serves are known to :func:`arms_served`.
+
+    >>> @per_arm(["L3 mlp"])
+    ... def zero(x, *, hook):
+    ...     idx = arm_index(("L3 mlp",), x.device)
+    ...     return None if idx is None else x.masked_fill((idx >= 0).view(-1, 1, 1), 0)
+    """
+    served = tuple(arms)
+
+    def mark(fn: F) -> F:
+        setattr(fn, _ROW_AGNOSTIC, True)
+        setattr(fn, _ARMS, served)
+        return fn
+
+    return mark
+
+
+def _unwrap(fn):
     while isinstance(fn, functools.partial):
         fn = fn.func
-    return bool(getattr(fn, _ROW_AGNOSTIC, False))
+    return fn
+
+
+def _is_row_agnostic(fn) -> bool:
+    return bool(getattr(_unwrap(fn), _ROW_AGNOSTIC, False))
+
+
+def arms_served(model) -> dict[Hashable, list[str]]:
+    """Every arm some attached :func:`per_arm` hook serves, with the hook points that serve it."""
+    from transformer_lens.hook_points import HookPoint
+
+    out: dict[Hashable, list[str]] = {}
+    for name, module in model.named_modules():
+        if not isinstance(module, HookPoint):
+            continue
+        for handle in module.fwd_hooks:
+            for arm in getattr(_unwrap(getattr(handle, "user_hook", None)), _ARMS, ()):
+                out.setdefault(arm, []).append(module.name or name)
+    return out
 
 
 def user_hooks(model) -> list[str]:
@@ -77,7 +139,9 @@ def user_hooks(model) -> list[str]:
 
     Counts TransformerLens hooks (``model.hooks``, ``add_hook``) and plain PyTorch forward,
     forward-pre and backward hooks on any submodule; not the bridge's own wiring (the capture
-    hooks a ``BlockBridge`` installs on its first forward).
+    hooks a ``BlockBridge`` installs on its first forward) nor HuggingFace's (the output-capturing
+    hooks ``transformers`` installs the first time a forward is asked for hidden states or
+    attentions, e.g. by ``run_with_cache``, which record nothing otherwise).
     """
     from transformer_lens.hook_points import HookPoint
 
@@ -89,6 +153,8 @@ def user_hooks(model) -> list[str]:
         if not ids:
             continue
         ours = set(internal)
+        for table in (module._forward_hooks, module._forward_pre_hooks):
+            ours.update(i for i, fn in table.items() if getattr(fn, "__module__", None) == _HF_CAPTURE)
         if isinstance(module, HookPoint):
             for handle in list(module.fwd_hooks) + list(module.bwd_hooks):
                 if _is_row_agnostic(getattr(handle, "user_hook", None)):
@@ -114,6 +180,15 @@ class BatchRows:
     """Batch entries of this forward."""
     step: int
     """-1 for the prompt prefill, else the decoding step whose token this forward reads."""
+    arms: tuple[Hashable, ...] = (None,)
+    """The distinct arms (``Row.arm``) of the call's rows, in order of first appearance."""
+    arm_of_row: Int[Tensor, "rows"] | None = None
+    """For each row of the chunk, the index of its arm in :attr:`arms` (None: every row runs ``arms[0]``)."""
+    prompt_mask: Bool[Tensor, "entries pos"] | None = None
+    """In the prefill: True at each entry's prompt tokens, False at its left padding (None while decoding)."""
+    luts: dict = field(default_factory=dict, repr=False)
+    """Per hook's arm tuple (by id), its lookup table over :attr:`arms` (shared by a chunk's forwards)."""
+    _index: dict = field(default_factory=dict, repr=False)
 
     @cached_property
     def entries(self) -> tuple[tuple[int, ...], ...]:
@@ -123,6 +198,46 @@ class BatchRows:
             if entry >= 0:
                 out[entry].append(self.chunk[local])
         return tuple(tuple(e) for e in out)
+
+    @cached_property
+    def arm_of_entry(self) -> Int[Tensor, "entries"]:
+        """Per batch entry, the index in :attr:`arms` of the arm it runs (-1: a free slot); on the CPU."""
+        out = torch.full((self.n_entries,), -1, dtype=torch.long)
+        live = self.row_of_entry >= 0
+        arm = torch.zeros_like(self.row_of_entry) if self.arm_of_row is None else self.arm_of_row
+        out[self.row_of_entry[live]] = arm[live]
+        return out
+
+    def arm_index(self, keys: tuple[Hashable, ...], device: torch.device | str = "cpu") -> Int[Tensor, "entries"] | None:
+        """Per batch entry, the position in ``keys`` of the arm it runs (-1: none of ``keys``), on
+        ``device``; None when no entry of this forward runs any of ``keys``. Once per forward and
+        ``keys`` tuple (a hook passes the same tuple object every time); on an accelerator one copy
+        of :attr:`arm_of_entry` per forward serves every hook, and nothing waits on the device."""
+        device = torch.device(device)
+        key = (id(keys), device)
+        found = self._index.get(key)
+        if found is None:
+            idx = self._lut(keys, torch.device("cpu"))[self.arm_of_entry]
+            if bool((idx < 0).all()):  # on the CPU, where the tree lives
+                found = (None,)
+            elif device.type == "cpu":
+                found = (idx,)
+            else:
+                arm = self._index.get(("arm_of_entry", device))
+                if arm is None:
+                    arm = self._index[("arm_of_entry", device)] = self.arm_of_entry.to(device, non_blocking=True)
+                found = (self._lut(keys, device)[arm],)
+            self._index[key] = found
+        return found[0]
+
+    def _lut(self, keys: tuple[Hashable, ...], device: torch.device) -> Int[Tensor, "arms_plus_1"]:
+        """Per arm of the call, its position in ``keys`` (-1: absent), then a -1 that a free slot's -1 reads."""
+        lut = self.luts.get((id(keys), device))
+        if lut is None or lut[0] is not keys:
+            where = {k: i for i, k in enumerate(keys)}
+            table = torch.tensor([where.get(a, -1) for a in self.arms] + [-1], dtype=torch.long)
+            lut = self.luts[(id(keys), device)] = (keys, table.to(device))
+        return lut[1]
 
 
 _CURRENT: contextvars.ContextVar[BatchRows | None] = contextvars.ContextVar("reachlens_batch_rows", default=None)
@@ -138,6 +253,21 @@ def current_rows() -> BatchRows:
     if rows is None:
         raise RuntimeError("current_rows() is only defined inside a hook, during reachlens.engine.generate")
     return rows
+
+
+def arm_index(keys: tuple[Hashable, ...], device: torch.device | str = "cpu") -> Int[Tensor, "entries"] | None:
+    """:meth:`BatchRows.arm_index` of the running forward (call it from inside a per-arm hook).
+
+    Raises:
+        ReachlensError: outside :func:`reachlens.engine.generate` (a per-arm hook acts on rows'
+            arms, which only a generate call has).
+    """
+    rows = _CURRENT.get()
+    if rows is None:
+        raise ReachlensError(f"a hook for arms {list(keys)!r} ran outside reachlens.engine.generate; per-arm hooks act "
+                             "on the rows' arms (Row.arm) of a generate call; build the hook without arm= to act on "
+                             "every row of any forward")
+    return rows.arm_index(keys, device)
 
 
 @contextlib.contextmanager

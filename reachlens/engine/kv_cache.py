@@ -296,6 +296,12 @@ def grouped_matmul(
     its rows only, so the padding never multiplies the work.
     """
     b, h, m, k = x.shape
+    if shared.width == 1:  # one row per group at most (one greedy row per prompt, or per (prompt, arm))
+        # each row's own matrix, gathered in the operand's memory layout (a transposed view stays
+        # one), so every product runs the same kernel as the per-group paths below
+        if mats.mT.is_contiguous():
+            return torch.matmul(x, mats.mT.index_select(0, shared.group).mT)
+        return torch.matmul(x, mats.index_select(0, shared.group))
     if shared.n_groups == 1:
         y = torch.matmul(x.permute(1, 0, 2, 3).reshape(h, b * m, k), mats[0])
         return y.view(h, b, m, -1).permute(1, 0, 2, 3)

@@ -173,16 +173,23 @@ class SampleTree:
             live, child_of_row = live[~row_ended], child_of_row[~row_ended]
         self.live = live
         self.slot_of_row[finished] = -1
-        empty = live[:0]
         if self.done:
-            return TreeStep(finished, empty, empty, 0, None, None)
+            return TreeStep(finished, live[:0], live[:0], 0, None, None)
+        return self._place(finished, parent, child_token, child_of_row, ended)
 
-        # a node's first child continues in its slot; the others fork into free or new slots
+    def _place(
+        self, finished: Int[Tensor, "n"], parent: Int[Tensor, "child"], child_token: Int[Tensor, "child"],
+        child_of_row: Int[Tensor, "live"], ended: Bool[Tensor, "child"],
+    ) -> TreeStep:
+        """Place the children that did not end: a node's first child continues in its slot, the others fork
+        into free or new slots (compacting the slots when most are free)."""
+        live = self.live
+        empty = live[:0]
         kept = (~ended).nonzero().flatten()
         k_parent = parent[kept]
         first = torch.ones_like(k_parent, dtype=torch.bool)
         first[1:] = k_parent[1:] != k_parent[:-1]
-        slot = torch.full((child_key.shape[0],), -1, dtype=torch.long)
+        slot = torch.full((parent.shape[0],), -1, dtype=torch.long)
         slot[kept[first]] = k_parent[first]
         occupied = torch.zeros(self.n_slots, dtype=torch.bool)
         occupied[k_parent[first]] = True

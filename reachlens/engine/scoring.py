@@ -6,8 +6,10 @@ uses this, so numbers are comparable with lm-eval's ``acc`` / ``acc_norm``:
 * trailing whitespace of the context is moved into the continuation;
 * continuation tokens = ``encode(context + continuation)[len(encode(context)):]``, with the
   default special tokens of the model's own tokenizer as it ships (:func:`reachlens.engine.tokenizer_of`,
-  not the BOS-prepending copy TransformerLens' bridge installs): a BOS where the tokenizer adds one,
-  none for the zoo's character tokenizer; an empty context is replaced by the EOS token as a prefix;
+  not the BOS-prepending copy TransformerLens' bridge installs): a BOS where the tokenizer adds one
+  (one: none is added to a context that starts with the BOS text, such as a rendered chat template),
+  none for the zoo's character tokenizer; an empty context is replaced by one prefix token, the
+  tokenizer's BOS or, for a BOS-less tokenizer, its EOS (lm-eval's ``prefix_token_id``);
 * the model reads ``(context + continuation)[-(max_length + 1):][:-1]`` (cut from the left;
   ``max_length`` is the config's ``max_position_embeddings``/``n_positions``/``n_ctx``);
 * score = float32 log-softmax summed over the continuation tokens, with lm-eval's ``is_greedy``.
@@ -28,7 +30,7 @@ from jaxtyping import Float, Int
 from torch import Tensor
 
 from reachlens.engine.stack import LayerStack
-from reachlens.engine.tokens import tokenizer_of
+from reachlens.engine.tokens import special_tokens_added, tokenizer_of
 from reachlens.errors import ReachlensError
 
 __all__ = ["LoglikResult", "encode_pair", "loglikelihoods", "right_padded"]
@@ -56,12 +58,15 @@ def encode_pair(tokenizer, context: str, continuation: str) -> tuple[list[int], 
     if n_spaces:
         continuation, context = context[-n_spaces:] + continuation, context[:-n_spaces]
     if context == "":
-        prefix = tokenizer.eos_token_id
+        prefix = tokenizer.bos_token_id if tokenizer.bos_token_id is not None else tokenizer.eos_token_id
         if prefix is None:
-            raise ReachlensError("an empty context needs a prefix token, and the tokenizer has no EOS token")
+            raise ReachlensError("an empty context needs a prefix token, and the tokenizer has neither BOS nor EOS")
         return [int(prefix)], list(tokenizer(continuation, add_special_tokens=False)["input_ids"])
-    whole = list(tokenizer(context + continuation, add_special_tokens=True)["input_ids"])
-    ctx = list(tokenizer(context, add_special_tokens=True)["input_ids"])
+    # one BOS: a context that starts with the BOS text (a rendered chat template) gets no second one
+    bos = tokenizer.bos_token
+    add = not (bos and context.startswith(bos) and special_tokens_added(tokenizer)[0])
+    whole = list(tokenizer(context + continuation, add_special_tokens=add)["input_ids"])
+    ctx = list(tokenizer(context, add_special_tokens=add)["input_ids"])
     return ctx, whole[len(ctx):]
 
 

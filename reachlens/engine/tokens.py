@@ -8,18 +8,28 @@ scores with). :func:`reachlens.load_model` puts the tokenizer back as it shipped
 itself, so ``model.to_tokens(prompt)`` gives the ids the engine decodes and
 ``model.run_with_cache(model.to_tokens(prompt))`` caches the prompt an audit saw.
 
-Prompts keep the tokenizer's default special tokens (a BOS where it adds one); an EOS that a
-tokenizer appends to every text (some OLMo tokenizers do) is dropped from a *prompt*, as
-TransformerLens' ``to_tokens`` drops it: a prompt that ends the document asks for nothing.
+Prompts keep the tokenizer's default special tokens (a BOS where it adds one), with one BOS: a
+prompt whose text already starts with the BOS text (a rendered chat template: Llama 3's
+``<|begin_of_text|>``, Gemma's ``<bos>``) is encoded without adding another, as
+``apply_chat_template(tokenize=True)`` and lm-evaluation-harness encode it. An EOS that a tokenizer
+appends to every text (some OLMo tokenizers do) is dropped from a *prompt*, as TransformerLens'
+``to_tokens`` drops it: a prompt that ends the document asks for nothing.
+
+``load_model`` makes the bridge's ``to_tokens`` this encoding (:func:`bridge_to_tokens`): TransformerLens'
+own would add a second BOS to a chat prompt and needs a PAD token the shipped tokenizer may lack.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 
+import torch
+from jaxtyping import Int
+from torch import Tensor
+
 from reachlens.errors import ReachlensError
 
-__all__ = ["encode", "encode_prompts", "special_tokens_added", "tokenizer_of"]
+__all__ = ["bridge_to_tokens", "encode", "encode_prompts", "special_tokens_added", "tokenizer_of"]
 
 
 def tokenizer_of(model):
@@ -45,15 +55,55 @@ def special_tokens_added(tokenizer) -> tuple[bool, bool]:
 
 
 def encode_prompts(tokenizer, prompts: Sequence[str]) -> list[list[int]]:
-    """Token ids of each prompt with the tokenizer's default special tokens, less an appended EOS."""
-    _, appends_eos = special_tokens_added(tokenizer)
+    """Token ids of each prompt with the tokenizer's default special tokens, one BOS (none added to a
+    text that starts with the BOS text), less an appended EOS.
+
+    >>> encode_prompts(llama3_tokenizer, ["<|begin_of_text|>Hi"])  # doctest: +SKIP
+    [[128000, 13347]]
+    """
+    prepends_bos, appends_eos = special_tokens_added(tokenizer)
+    bos = tokenizer.bos_token if prepends_bos else None
     out = []
     for p in prompts:
-        ids = list(tokenizer(p, add_special_tokens=True)["input_ids"])
+        ids = list(tokenizer(p, add_special_tokens=not (bos and p.startswith(bos)))["input_ids"])
         if appends_eos and len(ids) > 1 and ids[-1] == tokenizer.eos_token_id:
             ids = ids[:-1]
         out.append(ids)
     return out
+
+
+def bridge_to_tokens(
+    self, input: str | list[str], prepend_bos: bool | None = None, padding_side: str | None = None,
+    move_to_device: bool = True, truncate: bool = True,
+) -> Int[Tensor, "batch pos"]:
+    """``TransformerBridge.to_tokens`` as the engine encodes (installed on the models ``load_model`` returns).
+
+    ``prepend_bos`` None: :func:`encode_prompts` (the shipped tokenizer's defaults, one BOS). True: the
+    same with the BOS (a BOS-less tokenizer: its EOS, TransformerLens' stand-in) first if it is not
+    already; False: no special token added (the text's own kept). Several texts are padded on
+    ``padding_side`` (default: the tokenizer's) with its PAD, else its EOS, else 0. ``truncate`` keeps
+    the first ``cfg.n_ctx`` tokens.
+    """
+    tok = tokenizer_of(self)
+    texts = [input] if isinstance(input, str) else list(input)
+    if prepend_bos is False:
+        rows = [list(tok(t, add_special_tokens=False)["input_ids"]) for t in texts]
+    else:
+        rows = encode_prompts(tok, texts)
+    if prepend_bos:
+        bos = tok.bos_token_id if tok.bos_token_id is not None else tok.eos_token_id
+        rows = [r if (r[:1] == [bos] or bos is None) else [bos, *r] for r in rows]
+    if truncate and getattr(self.cfg, "n_ctx", None):
+        rows = [r[: self.cfg.n_ctx] for r in rows]
+    pad = next((i for i in (tok.pad_token_id, tok.eos_token_id) if i is not None), 0)
+    width = max((len(r) for r in rows), default=0)
+    left = (padding_side or getattr(tok, "padding_side", "right")) == "left"
+    out = torch.full((len(rows), width), int(pad), dtype=torch.long)
+    for i, r in enumerate(rows):
+        if r:
+            at = slice(width - len(r), width) if left else slice(0, len(r))
+            out[i, at] = torch.tensor(r)
+    return out.to(self.cfg.device) if move_to_device and getattr(self.cfg, "device", None) is not None else out
 
 
 def encode(model, texts: Sequence[str]) -> list[list[int]]:

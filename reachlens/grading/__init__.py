@@ -12,6 +12,7 @@ True
 from reachlens.grading.base import GRADERS, Grade, Grader, get_grader
 from reachlens.grading.choice import ChoiceGrader
 from reachlens.grading.extract import (
+    AnswerCut,
     extract_boxed,
     extract_choice,
     extract_math_answer,
@@ -24,6 +25,7 @@ from reachlens.grading.question import grade_question, grader_for, question_grad
 
 __all__ = [
     "GRADERS",
+    "AnswerCut",
     "ChoiceGrader",
     "Grade",
     "Grader",

@@ -21,7 +21,12 @@ lm-eval's "flexible extract" does, and the ``####`` / "the answer is" rules exis
 
 Hostile text. Extraction reads only the last :data:`TAIL_CHARS` characters of a completion (a final
 answer sits at its end) and every rule runs in time linear in that tail: no pattern backtracks over a
-run of digits, spaces or braces, and ``\\boxed{}`` is matched in one pass over the braces. A number
+run of digits, spaces or braces, and ``\\boxed{}`` is matched in one pass over the braces. The tail
+starts at a token boundary: when the cut falls inside a run of number or word characters, the rest of
+that run is dropped, never read as a number of its own. When the final answer may lie across the cut
+(no number after a cut run of digits; no closed box in the tail but a ``\\boxed`` before it),
+extraction raises :class:`AnswerCut` and the grader marks the completion unscored: the answer cannot
+be read within the bound, so it is neither right nor wrong. A number
 with more than :data:`MAX_DIGITS` digits (a repeating decimal run to the token limit) is never
 converted to an integer: :func:`parse_number` declares it not a number, and the numeric grader compares
 it as a digit string (``0.3333...`` never equals ``1/3``; ``5.000...0`` equals ``5``).
@@ -68,17 +73,39 @@ _NUMBER = (
 _NUMBER_RE = re.compile(_NUMBER)
 _HASH_RE = re.compile(r"####")
 _ANSWER_IS_RE = re.compile(r"\banswer\s*+(?:is\s*+:?|:)", re.IGNORECASE)
-_SPACE_RE = re.compile(r"\s")
+_TOKEN_CHARS = rf"[\w.,/%{_CURRENCY}+\-\u2212]"
+"""Characters that join into one token: word characters and everything a number is written with."""
+_TOKEN_CHAR_RE = re.compile(_TOKEN_CHARS)
+_TOKEN_RUN_RE = re.compile(_TOKEN_CHARS + "*+")
+_DIGIT_RE = re.compile(r"\d")
+
+
+class AnswerCut(Exception):
+    """The final answer of a completion may lie across the start of the tail extraction reads (a
+    number cut in two, a ``\\boxed{}`` opened before the tail): it cannot be read within the bound,
+    so the grader marks the completion unscored instead of grading a fragment."""
+
+
+def _tail_start(text: str) -> tuple[int, int]:
+    """``(cut, start)``: extraction reads ``text[start:]``, the last :data:`TAIL_CHARS` characters
+    less ``text[cut:start]``, the rest of a token the cut fell inside (empty when the cut falls
+    between tokens), so the tail never starts with a fragment of a number."""
+    if len(text) <= TAIL_CHARS:
+        return 0, 0
+    cut = len(text) - TAIL_CHARS
+    if not (_TOKEN_CHAR_RE.match(text, cut - 1) and _TOKEN_CHAR_RE.match(text, cut)):
+        return cut, cut
+    return cut, _TOKEN_RUN_RE.match(text, cut).end()
 
 
 def _tail(text: str) -> str:
-    """The last :data:`TAIL_CHARS` characters of ``text``, starting at a whitespace boundary if one
-    lies within 64 characters of the cut (so the first token is not a fragment)."""
-    if len(text) <= TAIL_CHARS:
-        return text
-    cut = len(text) - TAIL_CHARS
-    space = _SPACE_RE.search(text, cut, cut + 64)
-    return text[space.start() if space else cut :]
+    """What extraction reads of ``text`` (see :func:`_tail_start`)."""
+    return text[_tail_start(text)[1] :]
+
+
+def _box_before(text: str, start: int) -> bool:
+    """Whether a box opens in ``text[:start]``, before the tail (a plain search, linear and in C)."""
+    return text.rfind("\\boxed", 0, start) >= 0 or text.rfind("\\fbox", 0, start) >= 0
 
 
 def _canonical(integer: str, dec: str) -> tuple[str, str]:
@@ -188,18 +215,25 @@ def extract_numeric_answer(text: str) -> str | None:
     '3.75'
     >>> extract_numeric_answer("no digits here") is None
     True
+
+    Raises:
+        AnswerCut: the tail holds no number but the token cut at its start has digits (the final
+            number may be the one cut in two).
     """
-    text = _tail(text)
+    cut, start = _tail_start(text)
+    tail = text[start:]
     # The first number after a marker on its line is the first in its segment, or else the first
     # after the next marker on that line, which the loop (last marker first) has already tried.
     for pattern in (_HASH_RE, _ANSWER_IS_RE):
-        for segment in _marker_segments(pattern, text):
+        for segment in _marker_segments(pattern, tail):
             number = _first_number(segment)
             if number is not None:
                 return number
     last = None
-    for display, _ in _tokens(text):
+    for display, _ in _tokens(tail):
         last = display
+    if last is None and _DIGIT_RE.search(text, cut, start):
+        raise AnswerCut(f"the last number is cut by the {TAIL_CHARS}-character tail")
     return last
 
 
@@ -258,8 +292,19 @@ def extract_boxed(text: str) -> str | None:
     '\\frac{1}{2}'
     >>> extract_boxed("no box") is None
     True
+
+    Raises:
+        AnswerCut: no box closes in the tail but one opens before it (the last box is out of reach).
     """
-    text = _tail(text)
+    start = _tail_start(text)[1]
+    found = _last_box(text[start:])
+    if found is None and _box_before(text, start):
+        raise AnswerCut(f"the last box opens before the {TAIL_CHARS}-character tail")
+    return found
+
+
+def _last_box(text: str) -> str | None:
+    """The content of the last closed box in ``text`` (a tail already), or None."""
     opens = [m.end() - 1 for m in _BOX_RE.finditer(text)]
     if not opens:
         return None
@@ -297,11 +342,14 @@ def extract_math_answer(text: str) -> str | None:
     '\\dfrac{3}{4}'
     >>> extract_math_answer("The answer is $x^2+1$.")
     'x^2+1'
+
+    Raises:
+        AnswerCut: no box closes in the tail but one opens before it (the last box is out of reach).
     """
-    text = _tail(text)
     boxed = extract_boxed(text)
     if boxed:
         return boxed
+    text = _tail(text)
     newlines = [m.start() for m in re.finditer("\n", text)]
     for pattern in (_HASH_RE, _ANSWER_IS_RE):
         # Last marker first. A marker followed on its line by a later marker has a non-empty line,

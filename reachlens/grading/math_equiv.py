@@ -71,7 +71,9 @@ from reachlens.grading._math_verify_core import _math_verify
 from reachlens.grading._math_verify_core import alarm as _alarm
 from reachlens.grading._math_verify_core import verify_latex
 from reachlens.grading.base import GRADERS, Grade, unscored
-from reachlens.grading.extract import MAX_DIGITS, extract_math_answer, extract_numeric_answer, number_key, parse_number
+from reachlens.grading.extract import (
+    MAX_DIGITS, AnswerCut, extract_math_answer, extract_numeric_answer, number_key, parse_number,
+)
 
 __all__ = ["MathGrader", "normalize_math_answer"]
 
@@ -267,6 +269,8 @@ class MathGrader:
         except _Timeout:
             logger.info("math grading timed out after %s s on %r", self.timeout_s, str(answer[0])[:200])
             return Grade(answer=answer[0], correct=False, scored=False)
+        except AnswerCut:  # the last box opens before the extraction bound: undecidable, not wrong
+            return Grade(answer=None, correct=False, scored=False)
         except Exception as error:  # a parser crash or a dead worker: undecided, not wrong
             return unscored(self.name, text, error, answer[0])
 

@@ -3,7 +3,8 @@
 The answer is found by :func:`~reachlens.grading.extract.extract_numeric_answer` (``#### N``, then
 "the answer is N", then the last number) and compared with the gold number as a
 ``fractions.Fraction``, so ``3.50`` equals ``3.5`` and ``3/4`` equals ``0.75`` with no float
-rounding; ``0.333`` does not equal ``1/3``. A completion with no number is scored and wrong. A
+rounding; ``0.333`` does not equal ``1/3``. A completion with no number is scored and wrong; one
+whose last number is cut by the extraction bound is unscored (:class:`~reachlens.grading.extract.AnswerCut`). A
 number past :data:`~reachlens.grading.extract.MAX_DIGITS` digits is compared as a digit string.
 """
 
@@ -13,7 +14,7 @@ from dataclasses import dataclass, field
 
 from reachlens.errors import ReachlensError
 from reachlens.grading.base import GRADERS, Grade, unscored
-from reachlens.grading.extract import extract_numeric_answer, number_key
+from reachlens.grading.extract import AnswerCut, extract_numeric_answer, number_key
 
 __all__ = ["NumericGrader"]
 
@@ -63,6 +64,8 @@ class NumericGrader:
             if answer is None:
                 return Grade(answer=None, correct=False)
             return Grade(answer=answer, correct=number_key(answer) == gold_value)
+        except AnswerCut:  # the last number lies across the extraction bound: undecidable, not wrong
+            return Grade(answer=None, correct=False, scored=False)
         except Exception as error:
             return unscored(self.name, text, error, answer)
 

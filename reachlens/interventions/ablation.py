@@ -1,17 +1,23 @@
-"""Zero-ablation: replace the activation at one or more sites of a block by zeros.
+"""Ablation: replace the activation at one or more sites of a block by zeros or by its mean.
 
 The factories return ``fwd_hooks`` for ``with model.hooks(fwd_hooks=...)``, at TransformerLens'
 sites (:mod:`reachlens.engine.sites`). Zeroing ``mlp_out`` (what the MLP adds to the residual
 stream) makes the block add nothing from its MLP; ``attn_out`` does the same for attention; the
 component ``layer`` is both, so the block passes its input residual through unchanged. Any other
 site can be zeroed too (``mlp_post``: every hidden unit; ``resid_post``: the residual stream
-itself, which leaves the next block nothing to read). Because reachlens' engine runs every forward
-(prompt prefill and each decoding step) through the hooked components, the ablation is live on
-every generated token, not only on the prompt.
+itself, which leaves the next block nothing to read). *Mean* ablation replaces the activation by a
+fixed vector instead, its mean over a reference set of prompts (:func:`site_means`), so the block
+still adds its typical contribution but nothing specific to the input. Because reachlens' engine
+runs every forward (prompt prefill and each decoding step) through the hooked components, the
+ablation is live on every generated token, not only on the prompt.
 
-Numerics: the hook returns a fresh zero tensor, so the silenced contribution is exactly zero and an
-ablated forward equals a HuggingFace forward whose MLP returns zeros, up to the fused
-attention's float32 rounding (about 1e-6 relative).
+Every factory takes ``arm=``: None (the default) acts on every row of any forward; a key acts
+only on the rows of :func:`reachlens.engine.generate` whose ``Row.arm`` is that key, so the
+ablations of a sweep decode side by side in one batch (:mod:`reachlens.engine.hooks`, "Arms").
+
+Numerics: the silenced contribution is exactly zero (or exactly the mean vector), and rows of
+other arms are returned bit for bit; an ablated forward equals a HuggingFace forward whose MLP
+returns zeros, up to the fused attention's float32 rounding (about 1e-6 relative).
 
 >>> with model.hooks(fwd_hooks=zero_ablation(model, 3, "mlp_out")):  # doctest: +SKIP
 ...     result = audit(model, task, protocol)
@@ -20,16 +26,17 @@ attention's float32 rounding (about 1e-6 relative).
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator, Sequence
+from collections.abc import Hashable, Iterator, Mapping, Sequence
 
 import torch
 from jaxtyping import Float
 from torch import Tensor
 
-from reachlens.engine.hooks import FwdHook, row_agnostic
-from reachlens.engine.sites import hook_name, sites_of
+from reachlens.engine.hooks import FwdHook, HookFn, arm_index, per_arm, row_agnostic
+from reachlens.engine.sites import hook_name, site_shape, sites_of
+from reachlens.errors import ReachlensError
 
-__all__ = ["zero_hook", "zero_ablation", "ablated"]
+__all__ = ["ablated", "mean_ablation", "replace_hook", "site_means", "zero_ablation", "zero_hook"]
 
 
 @row_agnostic
@@ -38,17 +45,115 @@ def zero_hook(tensor: Float[Tensor, "..."], *, hook) -> Float[Tensor, "..."]:
     return torch.zeros_like(tensor)
 
 
-def zero_ablation(model, layer: int, site: str | Sequence[str] = "mlp_out") -> list[FwdHook]:
+def _entries(idx: Tensor, tensor: Tensor) -> Tensor:
+    """``idx >= 0`` shaped to broadcast over ``tensor``'s non-batch dimensions."""
+    return (idx >= 0).view(-1, *([1] * (tensor.ndim - 1)))
+
+
+def replace_hook(value: Float[Tensor, "..."] | None = None, *, arm: Hashable = None) -> HookFn:
+    """A hook function that replaces the activation by zeros (``value=None``) or by ``value``
+    (broadcast over batch and positions), on every row (``arm=None``) or on ``arm``'s rows only."""
+    if value is None and arm is None:
+        return zero_hook
+    fixed = None if value is None else value.detach().clone()
+    placed: dict[tuple, Tensor] = {}
+
+    def filled(tensor: Tensor) -> Tensor:
+        if fixed is None:
+            return tensor.new_zeros(())
+        key = (tensor.device, tensor.dtype)
+        if key not in placed:
+            placed[key] = fixed.to(device=tensor.device, dtype=tensor.dtype)
+        return placed[key]
+
+    if arm is None:
+        @row_agnostic
+        def every_row(tensor: Float[Tensor, "..."], *, hook) -> Float[Tensor, "..."]:
+            return filled(tensor).expand_as(tensor).clone()
+
+        return every_row
+    keys = (arm,)
+
+    @per_arm(keys)
+    def arm_rows(tensor: Float[Tensor, "..."], *, hook) -> Float[Tensor, "..."] | None:
+        idx = arm_index(keys, tensor.device)
+        if idx is None:
+            return None
+        return torch.where(_entries(idx, tensor), filled(tensor), tensor)
+
+    return arm_rows
+
+
+def zero_ablation(model, layer: int, site: str | Sequence[str] = "mlp_out", *, arm: Hashable = None) -> list[FwdHook]:
     """``fwd_hooks`` that zero ``site`` of block ``layer``: a site (``mlp_out``, ``attn_out``,
     ``mlp_post``, ...), a component (``mlp``, ``attn``, ``layer``: see
     :data:`~reachlens.engine.sites.COMPONENTS`), or several sites (``"attn_out+mlp_out"``, a list).
+    ``arm``: None acts on every row; a key only on the rows of that arm (``Row.arm``).
 
     Hook names and the layer are resolved now: a bad layer or site raises before anything runs.
 
     >>> zero_ablation(model, 1, "layer")  # doctest: +SKIP
     [('blocks.1.hook_attn_out', <function zero_hook ...>), ('blocks.1.hook_mlp_out', <function zero_hook ...>)]
+    >>> zero_ablation(model, 1, "mlp", arm=("silence", 1, "mlp"))  # doctest: +SKIP
     """
-    return [(hook_name(model, layer, s, write=True), zero_hook) for s in sites_of(site)]
+    return [(hook_name(model, layer, s, write=True), replace_hook(arm=arm)) for s in sites_of(site)]
+
+
+def mean_ablation(
+    model, layer: int, site: str | Sequence[str], means: Mapping[str, Float[Tensor, "..."]], *, arm: Hashable = None
+) -> list[FwdHook]:
+    """``fwd_hooks`` that replace ``site`` of block ``layer`` (sites and components as in
+    :func:`zero_ablation`) by a fixed vector: ``means[hook name]``, e.g. from :func:`site_means`.
+
+    Raises:
+        ReachlensError: a site has no mean in ``means``, or its mean is not the site's shape.
+
+    >>> means = site_means(model, prompts, [hook_name(model, 3, "mlp_out")])  # doctest: +SKIP
+    >>> mean_ablation(model, 3, "mlp", means, arm="L3 mean")  # doctest: +SKIP
+    """
+    hooks = []
+    for s in sites_of(site):
+        name = hook_name(model, layer, s, write=True)
+        if name not in means:
+            raise ReachlensError(f"no mean for {name!r} (means has: {', '.join(means) or 'nothing'}); compute it with "
+                                 f"site_means(model, prompts, [{name!r}])")
+        mean = means[name]
+        shape = site_shape(model, name)
+        if tuple(mean.shape) != shape or not bool(torch.isfinite(mean).all()):
+            raise ReachlensError(f"the mean for {name!r} has shape {tuple(mean.shape)}; the site needs {shape}, finite")
+        hooks.append((name, replace_hook(mean, arm=arm)))
+    return hooks
+
+
+@torch.inference_mode()
+def site_means(model, prompts: Sequence[str], names: Sequence[str]) -> dict[str, Float[Tensor, "..."]]:
+    """Per hook name, the mean activation over every token of ``prompts`` (each prompt run alone
+    through the engine's forward, no padding), in float32: the reference of :func:`mean_ablation`.
+
+    >>> site_means(model, ["Q: 1+2=?\\nA:"], [hook_name(model, 3, "mlp_out")])  # doctest: +SKIP
+    """
+    from reachlens.engine.stack import LayerStack
+    from reachlens.engine.tokens import encode_prompts, tokenizer_of
+
+    if not prompts:
+        raise ReachlensError("site_means needs at least one prompt")
+    for name in names:
+        site_shape(model, name)  # an unknown hook raises now
+    sums: dict[str, Tensor] = {}
+    count = 0
+
+    def add(tensor: Tensor, *, hook) -> None:
+        part = tensor.detach().float().flatten(0, 1).sum(0)
+        sums[hook.name] = sums[hook.name] + part if hook.name in sums else part
+
+    stack = LayerStack(model)
+    by_alias = [(n, add) for n in names]
+    with model.hooks(fwd_hooks=by_alias):
+        for ids in encode_prompts(tokenizer_of(model), prompts):
+            stack.forward(torch.tensor([ids], device=stack.device))
+            count += len(ids)
+    canonical = {n: model.hook_dict[n].name for n in names}
+    return {n: sums[canonical[n]] / count for n in names}
 
 
 @contextlib.contextmanager

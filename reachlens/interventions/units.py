@@ -19,23 +19,27 @@ the bias, where there is one).
 >>> top = top_units(unit_contributions(delta, mlp_out_weight(model, 3), v), k=32)  # doctest: +SKIP
 >>> with model.hooks(fwd_hooks=unit_ablation(model, 3, top)):  # doctest: +SKIP
 ...     outs = generate(model, prompts, rows, params)
+
+Arms: ``unit_ablation(..., arm=KEY)`` masks only the rows whose ``Row.arm`` is ``KEY``;
+:func:`unit_ablation_arms` masks a different unit set per arm at one block as one hook, so e.g. the
+top-k sets and their random controls decode in one batch (:mod:`reachlens.engine.hooks`, "Arms").
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Hashable, Mapping, Sequence
 
 import torch
-from jaxtyping import Float, Int
+from jaxtyping import Bool, Float, Int
 from torch import Tensor
 
-from reachlens.engine.hooks import FwdHook, row_agnostic
+from reachlens.engine.hooks import FwdHook, arm_index, per_arm, row_agnostic
 from reachlens.engine.sites import check_layer, hook_name, site_shape
 from reachlens.errors import ReachlensError
 
 __all__ = [
-    "MLP_OUTPUT_SITE", "UNIT_SITE", "mlp_out_weight", "top_units", "unit_ablation", "unit_contributions",
-    "unit_mask_hook",
+    "MLP_OUTPUT_SITE", "UNIT_SITE", "mlp_out_weight", "top_units", "unit_ablation", "unit_ablation_arms",
+    "unit_contributions", "unit_mask_arms_hook", "unit_mask_hook",
 ]
 
 UNIT_SITE = "mlp_post"
@@ -92,14 +96,26 @@ def unit_mask_hook(units: Int[Tensor, "k"]):
     return hook
 
 
-def unit_ablation(model, layer: int, units: Sequence[int]) -> list[FwdHook]:
-    """``fwd_hooks`` that zero ``units`` of block ``layer``'s MLP hidden layer (site ``mlp_post``) on every forward.
+def unit_mask_arms_hook(masks: Mapping[Hashable, Bool[Tensor, "d_mlp"]]):
+    """A hook function that zeroes, at every position of the rows of each arm in ``masks``, the
+    hidden units where that arm's mask is True; rows of other arms are returned unchanged."""
+    keys = tuple(masks)
+    table = torch.stack([torch.zeros_like(masks[keys[0]])] + [masks[k] for k in keys]).bool()
+    placed: dict[torch.device, Tensor] = {}
 
-    Raises:
-        ReachlensError: no units, a repeated unit, or a unit outside ``0..d_mlp-1``.
-    """
-    name = hook_name(model, layer, UNIT_SITE, write=True)
-    (d_mlp,) = site_shape(model, name)
+    @per_arm(keys)
+    def hook(tensor: Float[Tensor, "batch pos d_mlp"], *, hook) -> Float[Tensor, "batch pos d_mlp"] | None:
+        idx = arm_index(keys, tensor.device)
+        if idx is None:
+            return None
+        if tensor.device not in placed:
+            placed[tensor.device] = table.to(tensor.device)
+        return tensor.masked_fill(placed[tensor.device].index_select(0, idx + 1).unsqueeze(1), 0)
+
+    return hook
+
+
+def _unit_list(layer: int, units: Sequence[int], d_mlp: int) -> list[int]:
     units = [int(u) for u in units]
     if not units:
         raise ReachlensError("unit_ablation needs at least one unit")
@@ -108,4 +124,41 @@ def unit_ablation(model, layer: int, units: Sequence[int]) -> list[FwdHook]:
         raise ReachlensError(f"units {bad!r} are out of range for block {layer}'s MLP (valid: 0-{d_mlp - 1})")
     if len(set(units)) != len(units):
         raise ReachlensError(f"units {units!r} repeat an index")
-    return [(name, unit_mask_hook(torch.tensor(units, dtype=torch.long)))]
+    return units
+
+
+def unit_ablation(model, layer: int, units: Sequence[int], *, arm: Hashable = None) -> list[FwdHook]:
+    """``fwd_hooks`` that zero ``units`` of block ``layer``'s MLP hidden layer (site ``mlp_post``) on
+    every forward; ``arm``: None on every row, a key only on the rows of that arm (``Row.arm``).
+
+    Raises:
+        ReachlensError: no units, a repeated unit, or a unit outside ``0..d_mlp-1``.
+    """
+    if arm is not None:
+        return unit_ablation_arms(model, layer, {arm: units})
+    name = hook_name(model, layer, UNIT_SITE, write=True)
+    (d_mlp,) = site_shape(model, name)
+    return [(name, unit_mask_hook(torch.tensor(_unit_list(layer, units, d_mlp), dtype=torch.long)))]
+
+
+def unit_ablation_arms(model, layer: int, units: Mapping[Hashable, Sequence[int]]) -> list[FwdHook]:
+    """``fwd_hooks`` that zero, for each arm of ``units`` (arm key -> unit indices), its units of
+    block ``layer``'s MLP hidden layer on that arm's rows: one hook for every arm.
+
+    Raises:
+        ReachlensError: as :func:`unit_ablation`, for any arm; no arms; an arm key None.
+
+    >>> unit_ablation_arms(model, 3, {("top", 8): top[:8], ("random", 8): rand[:8]})  # doctest: +SKIP
+    """
+    if not units:
+        raise ReachlensError("unit_ablation_arms needs at least one arm")
+    if None in units:
+        raise ReachlensError("arm None is the plain model; name each unit-mask arm with a key such as ('top', 8)")
+    name = hook_name(model, layer, UNIT_SITE, write=True)
+    (d_mlp,) = site_shape(model, name)
+    masks = {}
+    for arm, chosen in units.items():
+        mask = torch.zeros(d_mlp, dtype=torch.bool)
+        mask[_unit_list(layer, chosen, d_mlp)] = True
+        masks[arm] = mask
+    return [(name, unit_mask_arms_hook(masks))]

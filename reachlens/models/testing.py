@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-__all__ = ["TINY_FAMILIES", "make_tiny_llama", "make_tiny_model"]
+__all__ = ["TINY_FAMILIES", "make_tiny_from_folder", "make_tiny_llama", "make_tiny_model"]
 
 TEST_ALPHABET = "0123456789+-*=?;#:. \nQAabcdefghijklmnopqrstuvwxyz"
 
@@ -129,6 +129,37 @@ def make_tiny_model(
     folder = Path(folder)
     model.save_pretrained(folder, safe_serialization=True)
     tok.save_pretrained(folder)
+    return folder
+
+
+def make_tiny_from_folder(
+    source: str | Path, folder: str | Path, *, seed: int = 0, init_std: float = 0.02, **overrides
+) -> Path:
+    """Random weights for the ``config.json`` of ``source`` (a folder of a real tokenizer, its config and
+    generation config, e.g. ``../shared/tokenizers/qwen2.5-instruct``), written to ``folder`` beside a copy
+    of those files (safetensors). ``init_std`` sets the config's ``initializer_range``: a larger one
+    (0.3) makes greedy text varied, multi-byte text included, where the default repeats one token.
+    ``overrides`` set other config fields (``tie_word_embeddings=False`` for Gemma: a tied head with its
+    sqrt(d) embedding scale makes a random model repeat its input).
+
+    >>> path = make_tiny_from_folder("../shared/tokenizers/gpt2", tmp_path / "gpt2", init_std=0.3)  # doctest: +SKIP
+    """
+    import shutil
+
+    import torch
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    source, folder = Path(source), Path(folder)
+    cfg = AutoConfig.from_pretrained(source)
+    cfg.initializer_range = init_std
+    for key, value in overrides.items():
+        setattr(cfg, key, value)
+    torch.manual_seed(seed)
+    model = AutoModelForCausalLM.from_config(cfg)
+    model.save_pretrained(folder, safe_serialization=True)
+    for f in source.iterdir():
+        if f.is_file() and f.name != "config.json":
+            shutil.copyfile(f, folder / f.name)  # tokenizer files, generation config, chat template
     return folder
 
 

@@ -1,4 +1,4 @@
-"""Reports: plotly figures and the self-contained HTML / Markdown training-audit report."""
+"""Reports: plotly figures, the tables of a study, and one self-contained HTML / Markdown page for any run."""
 
 from reachlens.report.figures import (
     accuracy_bars,
@@ -7,7 +7,8 @@ from reachlens.report.figures import (
     pass_at_k_figure,
     propensity_figure,
 )
-from reachlens.report.render import display_tables, markdown_summary, text_summary, write_report, write_run_report
+from reachlens.report.render import VIEWS, report_run, write_report, write_run_report
+from reachlens.report.tables import display_tables, markdown_summary, text_summary
 
-__all__ = ["accuracy_bars", "display_tables", "fate_bars", "markdown_summary", "pass_at_k_delta_figure",
-           "pass_at_k_figure", "propensity_figure", "text_summary", "write_report", "write_run_report"]
+__all__ = ["VIEWS", "accuracy_bars", "display_tables", "fate_bars", "markdown_summary", "pass_at_k_delta_figure",
+           "pass_at_k_figure", "propensity_figure", "report_run", "text_summary", "write_report", "write_run_report"]

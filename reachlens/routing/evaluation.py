@@ -28,6 +28,7 @@ from reachlens.grading import question_grader
 from reachlens.protocol import Protocol
 from reachlens.routing.executor import RouteRequest, generate_along_routes
 from reachlens.routing.routes import Route, identity_route
+from reachlens.runner.decode import grade_completion
 from reachlens.tasks.base import Task
 
 __all__ = ["Evaluation", "RouteEvaluator", "lowest_window_mean"]
@@ -164,9 +165,8 @@ class RouteEvaluator:
         return self.evaluate([(qi, self.identity) for qi in indices])
 
     def _grade(self, qi: int, route: Route, comp: Completion) -> Evaluation:
-        g = self._graders[qi].grade(comp.text, self.task.questions[qi].gold)
+        g = grade_completion(self._graders[qi], self.task.questions[qi], comp)
         return Evaluation(
-            route=route, text=comp.text, answer=g.answer, correct=bool(g.correct and g.scored), scored=bool(g.scored),
-            finish_reason=comp.finish_reason, n_tokens=len(comp.token_ids), mean_logprob=comp.mean_logprob,
-            lowest_window_logprob=lowest_window_mean(comp.logprobs, self.window),
+            route=route, text=comp.text, **g, finish_reason=comp.finish_reason, n_tokens=len(comp.token_ids),
+            mean_logprob=comp.mean_logprob, lowest_window_logprob=lowest_window_mean(comp.logprobs, self.window),
         )

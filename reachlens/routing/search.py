@@ -184,26 +184,36 @@ def run_search(
     if config.seed_identity:
         charge({qi: [space.identity] for qi in idx})
     while True:
-        proposals: dict[int, list[Route]] = {}
-        for qi in idx:
-            left = config.budget - len(pools[qi])
-            if left <= 0:
-                continue
-            routes = strategies[qi].propose(left)
-            if not 1 <= len(routes) <= left:
-                raise RuntimeError(f"strategy {strategy!r} proposed {len(routes)} routes with {left} left of the "
-                                   f"budget; a strategy must propose between 1 and {left}")
-            proposals[qi] = [space.validate(r) for r in routes]
+        proposals = _proposals(strategies, {qi: config.budget - len(pools[qi]) for qi in idx}, space, strategy)
         if not proposals:
             break
         charge(proposals)
         if progress is not None:
             progress(sum(len(p) for p in pools.values()))
+    return _candidates(evaluator, pools)
 
+
+def _proposals(strategies: Mapping[int, Any], left: Mapping[int, int], space: RouteSpace,
+               strategy: str) -> dict[int, list[Route]]:
+    """The next round: each question's strategy proposes routes within what is ``left`` of its budget."""
+    proposals: dict[int, list[Route]] = {}
+    for qi, n in left.items():
+        if n <= 0:
+            continue
+        routes = strategies[qi].propose(n)
+        if not 1 <= len(routes) <= n:
+            raise RuntimeError(f"strategy {strategy!r} proposed {len(routes)} routes with {n} left of the "
+                               f"budget; a strategy must propose between 1 and {n}")
+        proposals[qi] = [space.validate(r) for r in routes]
+    return proposals
+
+
+def _candidates(evaluator: RouteEvaluator, pools: Mapping[int, list[tuple[Evaluation, float, bool]]]) -> pd.DataFrame:
+    """One row per evaluation of each question's pool, in the order they were charged."""
     rows = []
-    for qi in idx:
+    for qi, pool in pools.items():
         qid = evaluator.question_id(qi)
-        for j, (ev, s, dup) in enumerate(pools[qi]):
+        for j, (ev, s, dup) in enumerate(pool):
             rows.append({
                 "question_id": qid, "eval_idx": j, "route": format_route(ev.route), "route_len": len(ev.route),
                 "duplicate": dup, "text": ev.text, "answer": ev.answer, "correct": ev.correct, "scored": ev.scored,

@@ -5,12 +5,12 @@ search (:func:`~reachlens.routing.search.run_search`), the verification scores o
 (:mod:`reachlens.routing.verification`), the deployment (the identity route, greedy), and the scoring
 (:mod:`reachlens.routing.scoring`). Every route decodes by one greedy
 :class:`~reachlens.protocol.Protocol`; the search's own options are a :class:`RoutingConfig`. The
-result is stored as a run directory (:class:`~reachlens.store.RunDir`, kind ``routing``):
+result is a run of kind ``routing`` (:class:`RoutingResult`), saved as a run directory:
 
     DIR/run.json           the run record: protocol, options (config, space, strategy), model, data
     DIR/candidates.parquet one row per route evaluation (route, raw text, answer, grade, scores)
     DIR/questions.parquet  one row per question (realized, reachable, each selector)
-    DIR/summary.json       D, O_K, each selector, gap recoveries, evaluations spent
+    and its summary: D, O_K, each selector, gap recoveries, evaluations spent
 
 Several cells over the same model and task can share one
 :class:`~reachlens.routing.evaluation.RouteEvaluator`, so a (question, route) pair is decoded once
@@ -24,7 +24,7 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import pandas as pd
 
@@ -36,21 +36,26 @@ from reachlens.routing.routes import RouteSpace, make_space
 from reachlens.routing.scoring import cell_summary, question_table
 from reachlens.routing.search import RoutingConfig, run_search
 from reachlens.routing.verification import verification_scores
-from reachlens.store import RunDir, RunRecord
+from reachlens.execution import model_exec
+from reachlens.store import Run, RunDir, RunRecord, register_kind
 from reachlens.tasks.base import Task
 
 __all__ = ["RoutingConfig", "RoutingResult", "run_routing"]
 
 
+@register_kind
 @dataclass(frozen=True)
-class RoutingResult:
-    """One routing cell: its run record and its candidate and question tables."""
+class RoutingResult(Run):
+    """One routing cell (a run of kind ``routing``): its run record and its candidate and question tables."""
+
+    kind: ClassVar[str] = "routing"
 
     record: RunRecord
     """The run record (``run.json``): the greedy protocol, options (``config``, ``strategy``,
     ``space``, ``evaluation``), model and data identity."""
     candidates: pd.DataFrame = field(repr=False)
     questions: pd.DataFrame = field(repr=False)
+    location: Path | None = field(default=None, compare=False)
 
     @property
     def protocol(self) -> Protocol:
@@ -84,26 +89,16 @@ class RoutingResult:
                  task=self.protocol.task)
         return s
 
-    def save(self, out: str | Path) -> Path:
-        """Write the result to the run directory ``out``; a directory holding another run is refused
-        (naming what differs), one of other files too."""
-        run = RunDir(out)
-        with run.writer():
-            run.start(self.record)
-            run.write_table("candidates", self.candidates)
-            run.write_table("questions", self.questions)
-            run.write_summary({k: (None if isinstance(v, float) and math.isnan(v) else v)
-                               for k, v in self.summary().items()})
-        return run.path
+    def tables(self) -> dict[str, pd.DataFrame]:
+        return {"candidates": self.candidates, "questions": self.questions}
+
+    def report_tables(self) -> dict[str, pd.DataFrame]:
+        return {"Per question": self.questions}
 
     @classmethod
-    def load(cls, path: str | Path) -> RoutingResult:
-        """Read a routing run directory."""
-        run = RunDir(path)
-        record = run.record()
-        if record.kind != "routing":
-            raise ReachlensError(f"{str(path)!r} holds a {record.kind} run, not a routing run")
-        return cls(record, run.read_table("candidates"), run.read_table("questions"))
+    def read(cls, run: RunDir) -> RoutingResult:
+        """A routing run directory."""
+        return cls(run.record(), run.read_table("candidates"), run.read_table("questions"), location=run.path)
 
 
 def run_routing(
@@ -142,27 +137,15 @@ def run_routing(
         config = dataclasses.replace(config, budget=budget)
     n_layers = len(model.blocks)
     space = make_space(space, n_layers) if isinstance(space, str) else space
-    if evaluator is None:
-        evaluator = RouteEvaluator(model, task, protocol, window=config.window)
-    elif evaluator.model is not model or evaluator.task is not task:
-        raise ReachlensError("the evaluator was made for another model or task; pass one made for this pair")
-    else:
-        want = {"window": config.window}
-        have = {"window": evaluator.window}
-        if protocol is not None:
-            want["protocol"] = protocol.resolved(task).to_dict()
-            have["protocol"] = evaluator.protocol.to_dict()
-        if want != have:
-            diff = {k: (have[k], want[k]) for k in want if want[k] != have[k]}
-            raise ReachlensError(f"the evaluator decodes with {diff} (evaluator's, asked for); pass the evaluator's "
-                                 "protocol and window, or make an evaluator for these")
+    evaluator = _evaluator(model, task, protocol, config, evaluator)
     protocol = evaluator.protocol
     options = {"config": config.to_dict(), "strategy": strategy, "space": space.spec(), "evaluation": evaluator.spec()}
-    record = RunRecord.new("routing", protocol, identity_of(model), task.data_identity, options)
+    record = RunRecord.new("routing", protocol, identity_of(model), task.data_identity, options,
+                           exec={"max_batch_rows": evaluator.max_batch_rows, **model_exec(model)})
     if out is not None:  # refuse a directory of other files or another run now, not after the search
         target = RunDir(out)
         target.check_target()
-        target.check_run(protocol, record.model, record.data or {}, options=options)
+        target.check_run(record)
 
     candidates = run_search(evaluator, space, strategy, config, progress=progress)
     qindex = {q.question_id: i for i, q in enumerate(task.questions)}
@@ -170,14 +153,38 @@ def run_routing(
         items = [(evaluator.prompts[qindex[r.question_id]], r.text, None if pd.isna(r.answer) else r.answer)
                  for r in candidates.itertuples()]
         candidates["verify_logprob"] = verification_scores(model, items, config.verification)
+    questions = question_table(candidates, _deployed(evaluator, task), config.selectors)
+    result = RoutingResult(record, candidates, questions)
+    if out is not None:
+        path = result.save(out)
+        return dataclasses.replace(result, record=RunDir(path).record(), location=path)
+    return result
+
+
+def _evaluator(model, task: Task, protocol: Protocol | None, config: RoutingConfig,
+               evaluator: RouteEvaluator | None) -> RouteEvaluator:
+    """The evaluator given (refused when it decodes another model, task, protocol or window), or a new one."""
+    if evaluator is None:
+        return RouteEvaluator(model, task, protocol, window=config.window)
+    if evaluator.model is not model or evaluator.task is not task:
+        raise ReachlensError("the evaluator was made for another model or task; pass one made for this pair")
+    want = {"window": config.window}
+    have = {"window": evaluator.window}
+    if protocol is not None:
+        want["protocol"] = protocol.resolved(task).to_dict()
+        have["protocol"] = evaluator.protocol.to_dict()
+    if want != have:
+        diff = {k: (have[k], want[k]) for k in want if want[k] != have[k]}
+        raise ReachlensError(f"the evaluator decodes with {diff} (evaluator's, asked for); pass the evaluator's "
+                             "protocol and window, or make an evaluator for these")
+    return evaluator
+
+
+def _deployed(evaluator: RouteEvaluator, task: Task) -> pd.DataFrame:
+    """The deployment (the identity route, greedy) of every question, graded."""
     deployment = evaluator.deployment(range(len(task)))
-    deployed = pd.DataFrame({
+    return pd.DataFrame({
         "question_id": [q.question_id for q in task.questions],
         "realized": [(1.0 if e.correct else 0.0) if e.scored else math.nan for e in deployment],
         "deployed_answer": [e.answer for e in deployment],
     })
-    questions = question_table(candidates, deployed, config.selectors)
-    result = RoutingResult(record, candidates, questions)
-    if out is not None:
-        result.save(out)
-    return result

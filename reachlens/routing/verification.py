@@ -3,7 +3,8 @@
 A :class:`VerificationPrompt` is a pair of templates over ``{prompt}``, ``{completion}`` and
 ``{answer}``: a *context* and a *target*. A candidate's verification score is the mean log-probability
 of the target's tokens after the context, under the unmodified model (the identity route), whatever
-route produced the candidate. Named prompts (:data:`VERIFICATION_PROMPTS`):
+route produced the candidate: the continuation's log-likelihood by lm-evaluation-harness' rules, from the
+one scorer reachlens has (:func:`reachlens.engine.scoring.loglikelihoods`), divided by its token count. Named prompts (:data:`VERIFICATION_PROMPTS`):
 
 * ``rescore`` (the default): context ``{prompt}``, target ``{completion}``: how likely the full model
   finds the candidate's whole completion. It needs no words, so it works for the zoo's character
@@ -21,10 +22,9 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-import torch
-
 from reachlens._registry import Registry
-from reachlens.engine import LayerStack, tokenizer_of
+from reachlens.engine import tokenizer_of
+from reachlens.engine.scoring import encode_pair, loglikelihoods
 from reachlens.errors import ReachlensError
 
 __all__ = ["VerificationPrompt", "VERIFICATION_PROMPTS", "verification_scores"]
@@ -57,7 +57,6 @@ def _check_vocabulary(tok, vp: VerificationPrompt) -> None:
                          f"<unk>); choose another, e.g. 'rescore'")
 
 
-@torch.inference_mode()
 def verification_scores(
     model,
     items: Sequence[tuple[str, str, str | None]],
@@ -65,7 +64,8 @@ def verification_scores(
     *,
     batch_size: int = 64,
 ) -> list[float]:
-    """The verification score of each (prompt, completion, answer) item (NaN when the target is empty).
+    """The verification score of each (prompt, completion, answer) item (NaN when the context or the target
+    is empty, or the target has no tokens of its own).
 
     >>> verification_scores(model, [("Q: 1+1=?\\nA:", " 1+1=2 #### 2", "2")])  # doctest: +SKIP
     [-0.41]
@@ -77,33 +77,9 @@ def verification_scores(
     for p, c, a in items:
         fields = {"prompt": p, "completion": c, "answer": "" if a is None else a}
         texts.append((vp.context.format(**fields), vp.target.format(**fields)))
-    unique = sorted(set(texts))
-    seqs = []
-    for ctx, tgt in unique:
-        ctx_ids = list(tok(ctx, add_special_tokens=True)["input_ids"])
-        tgt_ids = list(tok(tgt, add_special_tokens=False)["input_ids"])
-        seqs.append((ctx_ids, tgt_ids))
-    scores: dict[tuple[str, str], float] = {}
-    stack = LayerStack(model)
-    device = stack.device
-    pad = tok.pad_token_id if tok.pad_token_id is not None else 0
-    order = sorted(range(len(unique)), key=lambda i: len(seqs[i][0]) + len(seqs[i][1]))
-    for start in range(0, len(order), batch_size):
-        chunk = [i for i in order[start : start + batch_size] if seqs[i][1] and seqs[i][0]]
-        for i in order[start : start + batch_size]:
-            if not seqs[i][1] or not seqs[i][0]:
-                scores[unique[i]] = math.nan
-        if not chunk:
-            continue
-        width = max(len(seqs[i][0]) + len(seqs[i][1]) for i in chunk)
-        ids = torch.full((len(chunk), width), pad, dtype=torch.long)
-        for row, i in enumerate(chunk):
-            full = seqs[i][0] + seqs[i][1]
-            ids[row, : len(full)] = torch.tensor(full)  # right padding: causal attention never sees it
-        logp = torch.log_softmax(stack.forward(ids.to(device)).float(), dim=-1)
-        for row, i in enumerate(chunk):
-            n_ctx, n_tgt = len(seqs[i][0]), len(seqs[i][1])
-            target = ids[row, n_ctx : n_ctx + n_tgt].to(device)
-            lp = logp[row, n_ctx - 1 : n_ctx + n_tgt - 1].gather(-1, target[:, None]).squeeze(-1)
-            scores[unique[i]] = float(lp.mean())
+    # a target with no tokens of its own has no score
+    unique = sorted({t for t in texts if t[0] and t[1] and encode_pair(tok, *t)[1]})
+    scores = {t: math.nan for t in texts}
+    for t, r in zip(unique, loglikelihoods(model, unique, batch_size=batch_size)):
+        scores[t] = r.logprob / r.n_tokens
     return [scores[t] for t in texts]

@@ -2,7 +2,7 @@
 
 An audit directory is a :class:`~reachlens.store.RunDir` of kind ``audit``::
 
-    DIR/run.json                 the run record: protocol, model identity, data identity, ...
+    DIR/run.json                 the run record: protocol, model identity, data identity, exec, status, ...
     DIR/parts/NNNNN.*.parquet    one pair (questions, samples) per finished batch of questions
     DIR/questions.parquet        all finished questions (written when a run completes)
     DIR/samples.parquet          all raw samples, text kept so they can be re-scored
@@ -10,8 +10,8 @@ An audit directory is a :class:`~reachlens.store.RunDir` of kind ``audit``::
 
 A finished batch is appended as a part (samples first, so a part's questions imply their samples),
 so a run killed at any moment resumes from its last finished batch: a re-run of the same command into
-the same directory reads what is there and skips finished questions. :meth:`AuditDir.consolidate`
-writes the whole tables when a run completes and removes the parts they replace (only those).
+the same directory reads what is there and skips finished questions. When the run completes, the runner
+writes the whole tables and :meth:`AuditDir.finish` removes the parts they replace (only those).
 """
 
 from __future__ import annotations
@@ -25,8 +25,8 @@ from typing import Any
 import pandas as pd
 
 from reachlens.errors import ReachlensError
-from reachlens.protocol import Protocol
-from reachlens.store.run_dir import RunDir, RunRecord, _fsync_dir, write_json, write_parquet
+from reachlens.store.files import fsync_dir, write_parquet
+from reachlens.store.run_dir import RunDir
 
 __all__ = ["AuditDir"]
 
@@ -38,18 +38,11 @@ class AuditDir(RunDir):
 
     >>> store = AuditDir("runs/base")  # doctest: +SKIP
     >>> with store.writer():  # doctest: +SKIP
-    ...     store.open(protocol, model={"spec": "zoo:base", "fingerprint": "..."}, data=task.data_identity)
+    ...     store.start(record)
+    ...     store.append(questions, samples)
     """
 
     kind = "audit"
-
-    def open(
-        self, protocol: Protocol, model: Mapping[str, Any], extra: Mapping[str, Any] | None = None,
-        *, data: Mapping[str, Any] | None = None,
-    ) -> None:
-        """Check that the directory holds this audit (protocol, model, data), or start it: write
-        ``run.json``. Call inside :meth:`writer`."""
-        self.start(RunRecord.new("audit", protocol, model, data, extra=extra))
 
     def _temp_folders(self) -> list[Path]:
         return [self.path, self.path / "parts"]
@@ -94,6 +87,7 @@ class AuditDir(RunDir):
         return df.drop_duplicates(key, keep="last").reset_index(drop=True)
 
     def questions(self) -> pd.DataFrame:
+        """Every finished question: the whole table and the parts written since."""
         return self._read("questions")
 
     def samples(self) -> pd.DataFrame:
@@ -108,15 +102,13 @@ class AuditDir(RunDir):
         q = self.questions()
         return set(q["question_id"]) if len(q) else set()
 
-    def consolidate(self, questions: pd.DataFrame, samples: pd.DataFrame, summary: dict[str, Any]) -> None:
-        """Write the whole tables and the summary, then remove the parts they replace (only those)."""
-        self._require_lock()
-        write_parquet(self.path / "samples.parquet", samples)
-        write_parquet(self.path / "questions.parquet", questions)
-        write_json(self.path / "summary.json", summary)
+    def finish(self, summary: Mapping[str, Any]) -> None:
+        """Mark the audit complete (its whole tables are written), then remove the parts they replace
+        (only those)."""
+        super().finish(summary)
         parts = self.path / "parts"
         for p in self._parts("questions") + self._parts("samples"):
             p.unlink(missing_ok=True)
         with contextlib.suppress(OSError):
             parts.rmdir()  # only if empty: a file someone else put there stays
-        _fsync_dir(self.path)
+        fsync_dir(self.path)

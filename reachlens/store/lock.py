@@ -30,7 +30,7 @@ try:
 except ImportError:  # not POSIX: liveness of the pid only
     fcntl = None  # type: ignore[assignment]
 
-__all__ = ["LOCK_NAME", "DirectoryLock", "DirectoryLocked"]
+__all__ = ["LOCK_NAME", "DirectoryLock", "DirectoryLocked", "writer_alive"]
 
 LOCK_NAME = ".lock"
 
@@ -177,3 +177,29 @@ class DirectoryLock:
 
     def __exit__(self, kind: type[BaseException] | None, error: BaseException | None, tb: TracebackType | None) -> None:
         self.release()
+
+
+def writer_alive(directory: str | os.PathLike) -> bool:
+    """Whether a live process holds ``directory``'s writer lock (a reader's look: nothing is removed).
+
+    A run whose ``run.json`` says ``running`` while this is False was killed (``kill -9``, a power cut):
+    :meth:`reachlens.store.RunDir.record` reads it as ``interrupted``.
+    """
+    path = Path(directory) / LOCK_NAME
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except (FileNotFoundError, NotADirectoryError):
+        return False
+    try:
+        if fcntl is None:
+            owner = DirectoryLock._read(fd)
+            return not owner or _running(owner)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return True  # its owner holds the flock
+        fcntl.flock(fd, fcntl.LOCK_UN)
+        owner = DirectoryLock._read(fd)
+        return not owner and time.time() - os.fstat(fd).st_mtime < 5  # its creator is between O_EXCL and flock
+    finally:
+        os.close(fd)

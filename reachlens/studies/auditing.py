@@ -9,38 +9,43 @@ of a question's graded samples that are correct (the per-question hit rate).
 Samples the grader could not decide (``scored=False``: a math-verify timeout) are kept but excluded:
 they count neither as correct nor as wrong, and pass@k uses the number of graded samples as n.
 
-The audit asks :mod:`reachlens.engine` for every completion; it never decodes itself. Hooks the caller
-attached to the model (``with model.hooks(...)``) are live throughout, so an audit of an ablated model
-is this same function called inside the ablation's context.
+The audit is a run of kind ``audit`` (:class:`AuditResult`). It is decoded and graded by the runner
+(:func:`reachlens.runner.run_jobs`, which asks :mod:`reachlens.engine` for every completion); it never
+decodes itself. Hooks the caller attached to the model (``with model.hooks(...)``) are live throughout, so
+an audit of an ablated model is this same function called inside the ablation's context.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import math
-from collections.abc import Callable, Sequence, Set
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import pandas as pd
 
-from reachlens.engine import Completion, Row, encode, row_seed
-from reachlens.engine.backends import bind_backend, generate_rows, load_for
 from reachlens.errors import ReachlensError
-from reachlens.grading import question_grader
-from reachlens.models import identity_of
+from reachlens.execution import ExecConfig
 from reachlens.protocol import Protocol
-from reachlens.records import QUESTION_COLUMNS, SAMPLE_COLUMNS, canonical, in_task_order, update_question_table
-from reachlens.store import AuditDir
+from reachlens.records import update_question_table
+from reachlens.runner import AuditJob, run_jobs
+from reachlens.store import AuditDir, Run, RunDir, RunRecord, register_kind
 from reachlens.studies.metrics import budget_grid, pass_at_k_curve
 from reachlens.studies.stats import wilson_interval
-from reachlens.tasks.base import Question, Task
+from reachlens.tasks.base import Task
 
-__all__ = ["AuditResult", "audit", "audit_batch", "batch_slices", "check_context", "finish_audit", "grade_questions"]
+__all__ = ["AuditResult", "audit"]
 
+
+@register_kind
 @dataclass(frozen=True)
-class AuditResult:
-    """Everything one audit produced. Tables keep raw text so a result can be re-scored."""
+class AuditResult(Run):
+    """Everything one audit produced (a run of kind ``audit``). Tables keep raw text so it can be re-scored."""
+
+    kind: ClassVar[str] = "audit"
+    dir_class: ClassVar[type[RunDir]] = AuditDir
 
     protocol: Protocol
     model: dict[str, str]
@@ -48,7 +53,15 @@ class AuditResult:
     samples: pd.DataFrame = field(repr=False)
     data: dict[str, Any] = field(default_factory=dict)
     """The data identity of the task audited (see :mod:`reachlens.tasks.base`); empty when unknown
-    (an audit of a hand-made task, or one written before reachlens recorded it)."""
+    (an audit of a hand-made task)."""
+    record: RunRecord | None = field(default=None, repr=False, compare=False)
+    """What made it (``run.json``); made from the fields above when not given."""
+    location: Path | None = field(default=None, compare=False)
+    """The directory it was read from or written to (None: in memory only)."""
+
+    def __post_init__(self) -> None:
+        if self.record is None:
+            object.__setattr__(self, "record", RunRecord.new("audit", self.protocol, self.model, self.data or None))
 
     @property
     def n(self) -> int:
@@ -124,48 +137,20 @@ class AuditResult:
             raise ReachlensError(f"k={k!r} must lie in 1..{self.k} (this audit's budget)")
         samples = self.samples[self.samples["sample_idx"] < k].reset_index(drop=True)
         q = update_question_table(self.questions, samples, k)
-        return AuditResult(self.protocol.with_k(k), self.model, q, samples, self.data)
+        protocol = self.protocol.with_k(k)
+        record = dataclasses.replace(self.record, protocol=protocol)
+        return AuditResult(protocol, self.model, q, samples, self.data, record=record)
+
+    # --- as a run ------------------------------------------------------------------------------------
+    def tables(self) -> dict[str, pd.DataFrame]:
+        return {"samples": self.samples, "questions": self.questions}
 
     @classmethod
-    def load(cls, path: str | Path) -> AuditResult:
-        """Read a finished (or partial) audit directory."""
-        store = AuditDir(path)
-        store.read_header()  # is it an audit directory at all?
-        store.recover()  # finish an interrupted rewrite, if any
-        header = store.read_header()
-        return cls(Protocol.from_dict(header["protocol"]), header["model"], store.questions(), store.samples(),
-                   dict(header.get("data") or {}))
-
-
-def grade_questions(
-    protocol: Protocol,
-    questions: Sequence[Question],
-    deployed: Sequence[Completion],
-    samples: Sequence[Sequence[Completion]],
-) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """Grade completions into the question and sample tables (no model needed)."""
-    q_rows, s_rows = [], []
-    for q, dep, outs in zip(questions, deployed, samples):
-        labels = "".join(q.labels) if q.labels is not None else None
-        grader = question_grader(str(protocol.grader), q)
-        g_dep = grader.grade(dep.text, q.gold)
-        grades = [grader.grade(o.text, q.gold) for o in outs]
-        for j, (o, g) in enumerate(zip(outs, grades)):
-            s_rows.append({
-                "question_id": q.question_id, "sample_idx": j, "text": o.text, "answer": g.answer,
-                "correct": bool(g.correct and g.scored), "scored": bool(g.scored), "finish_reason": o.finish_reason,
-                "n_tokens": len(o.token_ids), "mean_logprob": o.mean_logprob,
-            })
-        n_scored = sum(g.scored for g in grades)
-        n_correct = sum(g.correct and g.scored for g in grades)
-        q_rows.append({
-            "question_id": q.question_id, "realized": bool(g_dep.correct and g_dep.scored),
-            "reachable": n_correct > 0, "n_correct": n_correct, "n_scored": n_scored, "k": protocol.k,
-            "propensity": n_correct / n_scored if n_scored else math.nan,
-            "deployed_answer": g_dep.answer, "deployed_text": dep.text, "deployed_scored": bool(g_dep.scored),
-            "deployed_finish": dep.finish_reason, "gold": q.gold, "labels": labels,
-        })
-    return canonical(pd.DataFrame(q_rows, columns=QUESTION_COLUMNS)), canonical(pd.DataFrame(s_rows, columns=SAMPLE_COLUMNS))
+    def read(cls, run: AuditDir) -> AuditResult:
+        """A finished audit directory, or as much of an unfinished one as it holds."""
+        record = run.record()
+        return cls(record.protocol, record.model, run.questions(), run.samples(), dict(record.data or {}),
+                   record=record, location=run.path)
 
 
 def audit(
@@ -174,157 +159,31 @@ def audit(
     protocol: Protocol,
     *,
     out: str | Path | None = None,
-    max_batch_rows: int = 1024,
-    sample_offset: int = 0,
+    exec_config: ExecConfig | None = None,
     progress: Callable[[int], None] | None = None,
-    share_prefixes: bool | None = None,
     executor=None,
 ) -> AuditResult:
     """Audit ``model`` on ``task`` under ``protocol``.
 
     Args:
         model: a TransformerBridge from :func:`reachlens.load_model` (hooks the caller attached stay live),
-            a model of another backend (:func:`reachlens.engine.backends.load_vllm`), or a model spec
-            (``"zoo:base"``, a :class:`~reachlens.engine.backends.ModelSource`) loaded for
-            ``protocol.backend`` (with ``executor``, by each worker, never by this process).
+            a model of another backend (:func:`reachlens.models.load_vllm`), or a model spec
+            (``"zoo:base"``, a :class:`~reachlens.models.ModelSource`) loaded for ``protocol.backend``
+            (with ``executor``, by each worker, never by this process).
         task: the questions; all of them are audited (use ``task.head(n)`` for fewer).
         protocol: how each question is probed; ``default``/None fields are filled from the task.
         out: an audit directory; finished questions are written as they finish and skipped on a re-run.
-        max_batch_rows: most completions decoded together (memory bound).
-        sample_offset: draw samples ``sample_offset .. sample_offset + K - 1`` of the seed stream
-            (used to extend an audit from K to 2K without redrawing the first K).
+        exec_config: how it runs (:class:`~reachlens.execution.ExecConfig`: batch rows, prefix sharing, and
+            for a spec the device and precision it loads in); its result-changing settings are recorded
+            and checked on a re-run.
         progress: called with the number of questions finished after each batch.
-        share_prefixes: decode samples that agree so far as one batch row (the same tokens; see
-            :func:`reachlens.engine.generate`). None (default): share unless a hook other than
-            reachlens' own is attached, in which case every sample has its own batch row; True
-            shares even then (a hook reads :func:`reachlens.engine.current_rows`, whose tags are
-            ``(question_id, sample_idx)``, ``sample_idx`` None for the deployed greedy answer).
-        executor: None runs every batch in this process; a :class:`reachlens.scale.RayExecutor`
-            sends the batches to Ray actors (one model replica each). The result is the same either
-            way: sample j of question q depends on (seed, q, j) only and the batches are the same.
+        executor: None runs every batch in this process; a :class:`reachlens.runner.ProcessPool` or
+            :class:`reachlens.runner.RayExecutor` sends the batches to workers (one model replica each).
+            The result is the same either way: sample j of question q depends on (seed, q, j) only and the
+            batches are the same.
 
     >>> result = audit(load_model("zoo:base"), load_task("arith", n=20), Protocol("arith", k=8))  # doctest: +SKIP
     >>> result.D, result.O_K  # doctest: +SKIP
     """
-    if executor is not None:
-        from reachlens.scale import AuditJob, run_audits
-
-        job = AuditJob(model, task, protocol, out, max_batch_rows=max_batch_rows, sample_offset=sample_offset,
-                       share_prefixes=share_prefixes)
-        return run_audits([job], executor, progress=None if progress is None else lambda i, done: progress(done))[0]
-    model = load_for(model, protocol)
-    protocol = bind_backend(model, protocol.resolved(task))
-    model_id = identity_of(model)
-    check_context(model, task, protocol)
-    if out is None:
-        return _run(model, task, protocol, model_id, None, max_batch_rows, sample_offset, progress, share_prefixes)
-    store = AuditDir(out)
-    with store.writer():
-        store.open(protocol, model_id, extra={"task_source": task.source, "n_questions": len(task)},
-                   data=task.data_identity)
-        return _run(model, task, protocol, model_id, store, max_batch_rows, sample_offset, progress, share_prefixes)
-
-
-def check_context(model, task: Task, protocol: Protocol) -> None:
-    """Refuse a decode that cannot fit the model's context window (``model.cfg.n_ctx``): the longest
-    prompt of ``task`` plus ``protocol.max_new_tokens``. :func:`audit` calls it before anything runs."""
-    n_ctx = getattr(getattr(model, "cfg", None), "n_ctx", None)
-    if not isinstance(n_ctx, int) or not len(task):
-        return
-    if protocol.max_new_tokens >= n_ctx:
-        raise ReachlensError(
-            f"max_new_tokens={protocol.max_new_tokens} does not fit the model's context of {n_ctx} tokens "
-            f"(with the prompt); use max_new_tokens below {n_ctx}"
-        )
-    fmt = task.format(protocol.prompt_format)
-    longest = max(len(ids) for ids in encode(model, [fmt.render(q) for q in task.questions]))
-    if longest + protocol.max_new_tokens > n_ctx:
-        raise ReachlensError(
-            f"the longest prompt ({longest} tokens) plus max_new_tokens={protocol.max_new_tokens} exceeds the "
-            f"model's context of {n_ctx} tokens; use max_new_tokens <= {max(n_ctx - longest, 0)}"
-        )
-
-
-def batch_slices(task: Task, protocol: Protocol, max_batch_rows: int, done: Set[str] = frozenset()) -> list[tuple[int, int]]:
-    """The fixed slices ``(start, stop)`` of ``task`` decoded together, less those wholly in ``done``.
-
-    A slice holds ``max_batch_rows // (K + 1)`` questions (at least one), counted from the task's
-    first question whatever is done already. So a resumed run, and every executor, decodes exactly
-    the batches an uninterrupted single-process run would have: same shapes, same numbers, bit for bit.
-    """
-    group = max(1, max_batch_rows // (protocol.k + 1))
-    slices = [(start, min(start + group, len(task))) for start in range(0, len(task), group)]
-    return [(a, b) for a, b in slices if any(q.question_id not in done for q in task.questions[a:b])]
-
-
-def audit_batch(
-    model, task: Task, protocol: Protocol, start: int, stop: int, *, done: Set[str] = frozenset(),
-    max_batch_rows: int = 1024, sample_offset: int = 0, share_prefixes: bool | None = None,
-) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """Decode and grade the questions ``task.questions[start:stop]`` (one slice of :func:`batch_slices`):
-    their question and sample tables, less the questions in ``done``. ``protocol`` is resolved."""
-    batch = list(task.questions[start:stop])
-    fmt = task.format(protocol.prompt_format)
-    per_q = protocol.k + 1
-    prompts = [fmt.render(q) for q in batch]
-    rows: list[Row] = []
-    for i, q in enumerate(batch):
-        rows.append(Row(i, None, tag=(q.question_id, None)))
-        for j in range(protocol.k):
-            # temperature 0 (allowed with k=1 only) makes the one sample greedy too
-            seed = row_seed(protocol.seed, q.question_id, sample_offset + j) if protocol.temperature > 0 else None
-            rows.append(Row(i, seed, tag=(q.question_id, sample_offset + j)))
-    outs = generate_rows(model, prompts, rows, protocol, max_batch_rows=max(max_batch_rows, per_q),
-                         share_prefixes=share_prefixes)
-    deployed = [outs[i * per_q] for i in range(len(batch))]
-    samples = [outs[i * per_q + 1 : (i + 1) * per_q] for i in range(len(batch))]
-    q_df, s_df = grade_questions(protocol, batch, deployed, samples)
-    if sample_offset:
-        s_df["sample_idx"] += sample_offset
-    keep = ~q_df["question_id"].isin(done)
-    q_df = q_df[keep].reset_index(drop=True)
-    s_df = s_df[s_df["question_id"].isin(set(q_df["question_id"]))].reset_index(drop=True)
-    return q_df, s_df
-
-
-def _run(
-    model, task: Task, protocol: Protocol, model_id: dict[str, str], store: AuditDir | None,
-    max_batch_rows: int, sample_offset: int, progress: Callable[[int], None] | None, share_prefixes: bool | None,
-) -> AuditResult:
-    """The audit proper (under the directory's writer lock when ``store`` is given)."""
-    done = store.finished_ids() if store is not None else set()
-    todo = batch_slices(task, protocol, max_batch_rows, done)
-    n_done = len(task) - sum(b - a for a, b in todo)
-    if progress and n_done:
-        progress(n_done)
-    q_frames, s_frames = [], []
-    for start, stop in todo:
-        q_df, s_df = audit_batch(model, task, protocol, start, stop, done=done, max_batch_rows=max_batch_rows,
-                                 sample_offset=sample_offset, share_prefixes=share_prefixes)
-        if store is not None:
-            store.append(q_df, s_df)
-        q_frames.append(q_df)
-        s_frames.append(s_df)
-        n_done += stop - start
-        if progress:
-            progress(n_done)
-    return finish_audit(task, protocol, model_id, store, q_frames, s_frames)
-
-
-def finish_audit(
-    task: Task, protocol: Protocol, model_id: dict[str, str], store: AuditDir | None,
-    q_frames: Sequence[pd.DataFrame], s_frames: Sequence[pd.DataFrame],
-) -> AuditResult:
-    """The result of a run whose batches are done: a directory's whole tables (consolidated into it),
-    or the frames of a run without one, in task order."""
-    if store is not None:
-        # A directory's result is every question it holds (a re-run with a larger n extends it).
-        questions, samples = store.questions(), store.samples()
-    else:
-        questions = pd.concat(q_frames, ignore_index=True) if q_frames else pd.DataFrame(columns=QUESTION_COLUMNS)
-        samples = pd.concat(s_frames, ignore_index=True) if s_frames else pd.DataFrame(columns=SAMPLE_COLUMNS)
-    questions, samples = in_task_order(questions, samples, [q.question_id for q in task.questions])
-    result = AuditResult(protocol, model_id, questions, samples, dict(task.data_identity))
-    if store is not None:
-        store.consolidate(questions, samples, result.summary())
-    return result
+    job = AuditJob(model, task, protocol, out, exec_config or ExecConfig())
+    return run_jobs([job], executor, progress=None if progress is None else (lambda i, done: progress(done)))[0]

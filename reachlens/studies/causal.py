@@ -27,6 +27,9 @@ the fraction of the whole-MLP repair they recover, beside ``k`` units drawn at r
 
 Caveat: repair and break rates are counts over small sets; with 20 failures one question is 5
 points. The tables carry the counts (``n_repaired``, ``n_broken``) beside the rates.
+
+One module (about 440 lines): the three sweeps share their measurement (evaluate_hooks, outcome), their
+directions and their run class; each sweep alone is short.
 """
 
 from __future__ import annotations
@@ -36,7 +39,7 @@ import random
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import pandas as pd
 import torch
@@ -61,14 +64,15 @@ from reachlens.interventions import (
     zero_ablation,
 )
 from reachlens.engine.scoring import right_padded
+from reachlens.execution import model_exec
 from reachlens.models import identity_of
-from reachlens.records import CAUSAL_COLUMNS, markdown_table
-from reachlens.store import RunDir, RunRecord, write_json
+from reachlens.records import CAUSAL_COLUMNS
+from reachlens.store import Run, RunDir, RunRecord, register_kind
 from reachlens.studies.recognition import EvalSets, generate_and_grade
 from reachlens.tasks.base import Task
 
 __all__ = [
-    "CausalResult", "Direction", "answer_activations", "best_alpha", "best_layer", "default_alphas", "evaluate_hooks",
+    "CausalResult", "Direction", "SilenceSweep", "SteerSweep", "UnitsSweep", "answer_activations", "best_alpha", "best_layer", "default_alphas", "evaluate_hooks",
     "mean_difference_direction", "outcome", "silence_sweep", "steer_sweep", "unit_ranking",
     "units_sweep",
 ]
@@ -76,18 +80,28 @@ __all__ = [
 
 
 @dataclass(frozen=True)
-class CausalResult:
-    """A sweep's table (one row per condition), its per-question outcomes, and what made it."""
+class CausalResult(Run):
+    """A sweep's table (one row per condition), its per-question outcomes, and what made it: a run of kind
+    ``silence``, ``steer`` or ``units`` (one subclass each). Its options (the record's) are the sweep's
+    settings, ``meta``; its tables are ``KIND`` (the conditions), ``KIND_per_question`` and, for a units sweep,
+    ``units_ranking``."""
 
-    kind: str
-    """``silence``, ``steer`` or ``units``."""
+    kind: ClassVar[str]
+    extra_tables: ClassVar[tuple[str, ...]] = ()
+    """Names of the further tables a sweep of this kind has (``ranking`` for units)."""
+
     record: RunRecord
     """The run record: the greedy protocol of the sets, the sweep's options (``meta``), model, data."""
     table: pd.DataFrame = field(repr=False)
     per_question: pd.DataFrame = field(repr=False)
-    meta: dict[str, Any] = field(default_factory=dict)
     extra: dict[str, pd.DataFrame] = field(default_factory=dict, repr=False)
     """Further tables by name (the unit ranking of a units sweep)."""
+    location: Path | None = field(default=None, compare=False)
+
+    @property
+    def meta(self) -> dict[str, Any]:
+        """The sweep's settings (its record's options)."""
+        return self.record.options
 
     def summary(self) -> dict[str, Any]:
         """How many conditions were measured, on how many failure and healthy questions."""
@@ -95,28 +109,61 @@ class CausalResult:
         return {"kind": self.kind, "n_conditions": len(self.table), "n_failure": sets.get("n_failure"),
                 "n_healthy": sets.get("n_healthy"), "model": self.record.model.get("spec")}
 
-    def save(self, out: str | Path) -> Path:
-        """Write the sweep as a run directory (:class:`~reachlens.store.RunDir`, its kind): ``run.json``,
-        ``summary.json``, ``{kind}.csv``, ``{kind}.md``, ``{kind}_per_question.parquet``,
-        ``{kind}.json`` (the sweep's options) and ``{kind}_{name}.csv`` for each extra table. A
-        directory holding another run, or other files, is refused."""
-        run = RunDir(out)
-        with run.writer():
-            run.start(self.record)
-            self.table.to_csv(run.path / f"{self.kind}.csv", index=False)
-            for name, df in self.extra.items():
-                df.to_csv(run.path / f"{self.kind}_{name}.csv", index=False)
-            (run.path / f"{self.kind}.md").write_text(markdown_table(self.table, missing="-") + "\n")
-            run.write_table(f"{self.kind}_per_question", self.per_question)
-            write_json(run.path / f"{self.kind}.json", self.meta)
-            run.write_summary(self.summary())
-        return run.path
+    def tables(self) -> dict[str, pd.DataFrame]:
+        return {self.kind: self.table, f"{self.kind}_per_question": self.per_question,
+                **{f"{self.kind}_{name}": df for name, df in self.extra.items()}}
+
+    def report_tables(self) -> dict[str, pd.DataFrame]:
+        return {self.kind: self.table, **{f"{self.kind}_{name}": df for name, df in self.extra.items()}}
+
+    @classmethod
+    def upgrade(cls, path: Path, header: dict[str, Any]) -> dict[str, Any]:
+        """Format 0 kept the tables as CSV, a Markdown copy and the options twice (``KIND.json``)."""
+        from reachlens.store.convert import table_from_csv
+
+        table_from_csv(path, f"{cls.kind}.csv", cls.kind)
+        for name in cls.extra_tables:
+            table_from_csv(path, f"{cls.kind}_{name}.csv", f"{cls.kind}_{name}")
+        for sidecar in (f"{cls.kind}.md", f"{cls.kind}.json"):
+            (path / sidecar).unlink(missing_ok=True)
+        return header
+
+    @classmethod
+    def read(cls, run: RunDir) -> CausalResult:
+        return cls(run.record(), run.read_table(cls.kind), run.read_table(f"{cls.kind}_per_question"),
+                   {name: run.read_table(f"{cls.kind}_{name}") for name in cls.extra_tables}, location=run.path)
+
+
+@register_kind
+class SilenceSweep(CausalResult):
+    """:func:`silence_sweep`'s run."""
+
+    kind = "silence"
+
+
+@register_kind
+class SteerSweep(CausalResult):
+    """:func:`steer_sweep`'s run."""
+
+    kind = "steer"
+
+
+@register_kind
+class UnitsSweep(CausalResult):
+    """:func:`units_sweep`'s run."""
+
+    kind = "units"
+    extra_tables = ("ranking",)
+
+
+_SWEEPS = {cls.kind: cls for cls in (SilenceSweep, SteerSweep, UnitsSweep)}
 
 
 def _result(kind: str, model, task: Task, sets: EvalSets, table: pd.DataFrame, per_q: pd.DataFrame,
             meta: dict[str, Any], extra: dict[str, pd.DataFrame] | None = None) -> CausalResult:
-    record = RunRecord.new(kind, sets.protocol, identity_of(model), task.data_identity, options=meta)
-    return CausalResult(kind, record, table, per_q, meta, dict(extra or {}))
+    record = RunRecord.new(kind, sets.protocol, identity_of(model), task.data_identity, options=meta,
+                           exec=model_exec(model))
+    return _SWEEPS[kind](record, table, per_q, dict(extra or {}))
 
 
 # --- one measurement -----------------------------------------------------------------------------

@@ -15,24 +15,28 @@ file's hash, or the generator and seed) and, question by question, the gold answ
 deliberately differs in one field (the prompt format control) names it in ``allow``. An audit written
 before reachlens recorded data identity is compared with a warning, on its golds alone. Budgets may differ only when both are cut to a common ``k``,
 which is exact because sample j of a question depends on (seed, question, j) alone.
+
+One module (about 400 lines) because the join, its summary and the tests of its deltas are one concept:
+every function here reads the joined question table.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import math
+import os
+import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 import pandas as pd
 
-import warnings
-
 from reachlens.errors import ReachlensError, ReachlensWarning
-from reachlens.protocol import ProtocolMismatch
-from reachlens.store import run_differences
+from reachlens.protocol import Protocol, ProtocolMismatch
+from reachlens.store import Run, RunDir, RunRecord, register_kind, run_differences
 from reachlens.studies.auditing import AuditResult
 from reachlens.studies.metrics import budget_grid, pass_at_k_matrix, sign_changes
 from reachlens.studies.stats import (
@@ -45,12 +49,15 @@ from reachlens.studies.stats import (
     wilson_interval,
 )
 
-__all__ = ["Comparison", "compare", "crossovers", "propensity_bins", "truncation_parity", "DEFAULT_BINS",
-           "REALIZED_FATES", "REACH_FATES", "TRUNCATION_MARGIN"]
+__all__ = ["Comparison", "compare", "crossovers", "delta_row", "propensity_bins", "truncation_parity", "DEFAULT_BINS",
+           "EXEC_FIELDS", "REALIZED_FATES", "REACH_FATES", "TRUNCATION_MARGIN"]
 
 REALIZED_FATES = ("kept", "gained", "lost", "never")
 REACH_FATES = ("kept", "entered", "left", "never")
 DEFAULT_BINS = (0.0, 0.05, 0.15, 0.35, 1.0)
+EXEC_FIELDS = ("dtype", "device")
+"""Execution settings that change a result: two audits that differ in one are compared only when ``allow`` names it
+(a bfloat16 audit differs from a float32 one in some deployed answers)."""
 TRUNCATION_MARGIN = 0.02
 """Truncation parity: a comparison is flagged when the two audits' shares of outputs cut at
 ``max_new_tokens`` differ by more than this (2 points), samples or deployed outputs."""
@@ -62,9 +69,17 @@ def _fate(before: pd.Series, after: pd.Series, names: tuple[str, str, str, str])
     return pd.Series(out, index=before.index, dtype="object")
 
 
+@register_kind
 @dataclass(frozen=True)
-class Comparison:
-    """The per-question join of two audits and its summary."""
+class Comparison(Run):
+    """The per-question join of two audits and its summary: a run of kind ``comparison``.
+
+    Saved (``save(DIR)``), it holds the join (``questions``) and its summary; its record names the two audit
+    directories (an audit made in memory is saved inside it first, as ``DIR/base`` or ``DIR/trained``), and
+    :func:`~reachlens.store.read_run` joins them again.
+    """
+
+    kind: ClassVar[str] = "comparison"
 
     base: AuditResult = field(repr=False)
     trained: AuditResult = field(repr=False)
@@ -73,6 +88,52 @@ class Comparison:
     """Bootstrap resamples behind every interval of this comparison."""
     seed: int = 0
     """Seed of the bootstrap and of the Monte Carlo permutation tests."""
+    k_cut: int | None = None
+    """The common budget both audits were cut to (None: their own)."""
+    allow: tuple[str, ...] = ()
+    """Protocol fields and execution settings allowed to differ (a control)."""
+    record: RunRecord | None = field(default=None, repr=False, compare=False)
+    """What made it: both audits' models, their protocol and data, the audit directories and options (made
+    from the fields above when not given)."""
+    location: Path | None = field(default=None, compare=False)
+    """The directory it was read from or written to (None: in memory only)."""
+
+    def __post_init__(self) -> None:
+        if self.record is None:
+            side = {name: None if r.location is None else str(Path(r.location).resolve())
+                    for name, r in (("base_dir", self.base), ("trained_dir", self.trained))}
+            object.__setattr__(self, "record", RunRecord.new(
+                "comparison", self.base.protocol, {"base": self.base.model, "trained": self.trained.model},
+                self.base.data or None, {**side, "k_cut": self.k_cut, "allow": list(self.allow)},
+                exec=self.base.record.exec))
+
+    def tables(self) -> dict[str, pd.DataFrame]:
+        return {"questions": self.questions}
+
+    def save(self, path: str | os.PathLike) -> Path:
+        """Write the comparison to ``path``; an audit it holds in memory only is saved inside it
+        (``path/base``, ``path/trained``)."""
+        inside = {side: Path(path) / side for side in ("base", "trained") if getattr(self, side).location is None}
+        if not inside:
+            return Run.save(self, path)
+        c = dataclasses.replace(self, record=None, **{side: dataclasses.replace(getattr(self, side), location=p)
+                                                      for side, p in inside.items()})
+        RunDir(path).begin(c.record)
+        for side, p in inside.items():
+            getattr(self, side).save(p)
+        return Run.save(c, path)
+
+    @classmethod
+    def read(cls, run: RunDir) -> Comparison:
+        """The two audits the record names, joined again (they must still be where they were)."""
+        record = run.record()
+        o = record.options
+        for side in ("base_dir", "trained_dir"):
+            if not o.get(side) or not RunDir(o[side]).exists():
+                raise ReachlensError(f"the comparison in {str(run.path)!r} joins the audit {o.get(side)!r}, which is "
+                                     "not there any more; compare the two audits again (reachlens compare)")
+        c = compare(o["base_dir"], o["trained_dir"], k=o.get("k_cut"), allow=tuple(o.get("allow") or ()))
+        return dataclasses.replace(c, record=record, location=run.path)
 
     def summary(self) -> dict[str, Any]:
         """Counts, rates and deltas of the join, each delta with its paired test and interval.
@@ -208,6 +269,18 @@ def _as_result(a: AuditResult | str | Path) -> AuditResult:
     return a if isinstance(a, AuditResult) else AuditResult.load(a)
 
 
+def delta_row(s: dict[str, Any]) -> dict[str, Any]:
+    """A :meth:`Comparison.summary` as one flat row: both sides' D and O_K, each delta with its paired interval
+    and McNemar p, the fate counts. The one flattening every table of deltas uses (a study's headline, its
+    trajectory, the length control)."""
+    return {"D_base": s["D_base"], "D_trained": s["D_trained"], "delta_D": s["delta_D"],
+            "delta_D_lo": s["delta_D_ci"][0], "delta_D_hi": s["delta_D_ci"][1], "gained": s["gained"], "lost": s["lost"],
+            "p_realized": s["mcnemar_realized_p"], "O_K_base": s["O_K_base"], "O_K_trained": s["O_K_trained"],
+            "delta_O_K": s["delta_O_K"], "delta_O_K_lo": s["delta_O_K_ci"][0], "delta_O_K_hi": s["delta_O_K_ci"][1],
+            "entered": s["entered"], "left": s["left"], "p_reachable": s["mcnemar_reachable_p"],
+            "gained_from_base_reachable": s["gained_from_base_reachable"]}
+
+
 def compare(
     base: AuditResult | str | Path,
     trained: AuditResult | str | Path,
@@ -219,19 +292,27 @@ def compare(
 
     Args:
         k: cut both audits to their first ``k`` samples (required when their budgets differ).
-        allow: protocol fields allowed to differ (e.g. ``("prompt_format",)`` for the format control).
+        allow: protocol fields or execution settings (``dtype``, ``device``) allowed to differ (e.g.
+            ``("prompt_format",)`` for the format control); any other name is refused, listing them.
 
     Raises:
-        ProtocolMismatch: the protocols differ in a field not in ``allow``, the audits were made on
-            different data (data identity or any question's gold), or the question sets differ.
+        ProtocolMismatch: the protocols differ in a field not in ``allow``, the audits ran in another precision
+            or kind of device, were made on different data (data identity or any question's gold), or the
+            question sets differ.
 
     >>> cmp = compare("runs/base", "runs/grpo")  # doctest: +SKIP
     >>> cmp.summary()["gained_from_base_reachable"]  # doctest: +SKIP
     """
+    known = [f.name for f in dataclasses.fields(Protocol)] + list(EXEC_FIELDS)
+    for name in allow:
+        if name not in known:
+            raise ReachlensError(f"allow={tuple(allow)!r}: {name!r} is not a protocol field or execution setting; "
+                                 f"the fields that may differ are {', '.join(known)}")
     b, t = _as_result(base), _as_result(trained)
     if k is not None:
-        b, t = b.restrict_k(k), t.restrict_k(k)
+        b, t = _cut(b, k), _cut(t, k)
     b.protocol.require_match(t.protocol, ignore=allow)
+    _require_same_exec(b, t, allow)
     _require_same_data(b, t)
     ids_b, ids_t = set(b.questions["question_id"]), set(t.questions["question_id"])
     if ids_b != ids_t:
@@ -241,15 +322,7 @@ def compare(
         )
     cols = ["question_id", "realized", "reachable", "propensity", "n_correct", "n_scored", "gold"]
     j = b.questions[cols].merge(t.questions[cols], on="question_id", suffixes=("_b", "_t"))
-    differ = j[j["gold_b"].astype(str) != j["gold_t"].astype(str)]
-    if len(differ):
-        first = differ.iloc[0]
-        raise ProtocolMismatch(
-            {"gold": (f"{first['gold_b']!r} for {first['question_id']!r}", repr(first["gold_t"]))},
-            what=f"the audits disagree on the gold answer of {len(differ)} of {len(j)} questions (they were "
-                 "made on different data)",
-            fix="compare audits of the same data file",
-        )
+    _require_same_golds(j)
     j = j.rename(columns={"gold_b": "gold"})
     q = pd.DataFrame({
         "question_id": j["question_id"],
@@ -265,7 +338,35 @@ def compare(
                                                   unreachability_bound(q[f"{side}_n_scored"].to_numpy()), np.nan)
     q["realized_fate"] = _fate(q["base_realized"], q["trained_realized"], ("kept", "gained", "lost", "never"))
     q["reach_fate"] = _fate(q["base_reachable"], q["trained_reachable"], ("kept", "entered", "left", "never"))
-    return Comparison(b, t, q)
+    return Comparison(b, t, q, k_cut=k, allow=tuple(allow))
+
+
+def _cut(result: AuditResult, k: int) -> AuditResult:
+    """``result`` cut to its first k samples, still naming the directory it came from."""
+    return dataclasses.replace(result.restrict_k(k), location=result.location)
+
+
+def _require_same_golds(j: pd.DataFrame) -> None:
+    """Refuse a join whose two sides give a question different gold answers (different data)."""
+    differ = j[j["gold_b"].astype(str) != j["gold_t"].astype(str)]
+    if len(differ):
+        first = differ.iloc[0]
+        raise ProtocolMismatch(
+            {"gold": (f"{first['gold_b']!r} for {first['question_id']!r}", repr(first["gold_t"]))},
+            what=f"the audits disagree on the gold answer of {len(differ)} of {len(j)} questions (they were "
+                 "made on different data)",
+            fix="compare audits of the same data file",
+        )
+
+
+def _require_same_exec(b: AuditResult, t: AuditResult, allow: tuple[str, ...]) -> None:
+    """Refuse audits run in another precision or on another kind of device, unless ``allow`` names it."""
+    eb, et = b.record.exec or {}, t.record.exec or {}
+    diffs = {f: (eb[f], et[f]) for f in EXEC_FIELDS if f not in allow and f in eb and f in et
+             and "unknown" not in (eb[f], et[f]) and eb[f] != et[f]}
+    if diffs:
+        raise ProtocolMismatch(diffs, what="the audits ran in different execution settings",
+                               fix=f"audit both the same way, or compare them as a control (allow={tuple(diffs)!r})")
 
 
 def _require_same_data(b: AuditResult, t: AuditResult) -> None:

@@ -1,38 +1,46 @@
 """The temperature and length controls: would a lost answer come back, were long traces cut off?
 
-Both rerun part of a comparison's audits under a protocol that differs in one field, the way the
-budget control (:mod:`reachlens.studies.budget`) reruns at a larger K, and both check first that the
-model and data are those the audit was made with (:func:`~reachlens.studies.budget.require_audited_with`).
+Both rerun part of a comparison's audits under a protocol that differs in one field
+(:func:`reachlens.runner.rerun`, which first checks that the model and data are those the audit was made
+with), and each is a run of its own kind, holding its reruns:
 
-* **Temperature** (:func:`temperature_control`): the questions that *left* the reachable set (reachable
-  by the base, unreachable by the trained model at the protocol's temperature) are re-probed with the
-  trained model at other temperatures, with the same K and the same seed stream (sample j of question q
-  still draws from seed (seed, q, j)). Per temperature: how many are reachable again, the share and its
-  Wilson interval. A share near 0 at every temperature says the answer is gone, not merely cooled out
-  of the sampler's reach.
-* **Length** (:func:`rerun_at_length`, :func:`length_table`): both audits of a pair rerun with a larger
+* **Temperature** (:func:`temperature_control`, kind ``temperature_control``): the questions that *left* the
+  reachable set (reachable by the base, unreachable by the trained model at the protocol's temperature) are
+  re-probed with the trained model at other temperatures, with the same K and the same seed stream (sample j
+  of question q still draws from seed (seed, q, j)). Per temperature: how many are reachable again, the share
+  and its Wilson interval. A share near 0 at every temperature says the answer is gone, not merely cooled
+  out of the sampler's reach.
+* **Length** (:func:`length_control`, kind ``length_control``): both audits of a pair rerun with a larger
   ``max_new_tokens``. When the trained model's outputs hit the length limit more often than the base's
   (truncation parity, :func:`~reachlens.studies.compare.truncation_parity`), part of its loss can be
   outputs cut before the answer; the deltas at the longer budget say how much.
+
+The budget and prompt-format controls are reruns too (``k=``, ``prompt_format=``); a training study runs all
+four (:mod:`reachlens.studies.training_audit`).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import os
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any, ClassVar
 
 import pandas as pd
 
 from reachlens.errors import ReachlensError
-from reachlens.studies.auditing import AuditResult, audit
-from reachlens.studies.budget import require_audited_with
-from reachlens.studies.compare import Comparison, compare
+from reachlens.execution import ExecConfig
+from reachlens.runner import plan_rerun, rerun_name, run_reruns
+from reachlens.store import AuditDir, Run, RunDir, RunRecord, read_run, register_kind
+from reachlens.studies.auditing import AuditResult
+from reachlens.studies.compare import Comparison, compare, delta_row
 from reachlens.studies.stats import wilson_interval
 from reachlens.tasks.base import Task
 
-__all__ = ["left_reachable", "length_table", "rerun_at_length", "temperature_control", "temperature_table",
-           "reprobe_left"]
+__all__ = ["LengthControl", "TemperatureControl", "left_reachable", "length_control", "length_table",
+           "reprobe_left", "temperature_control", "temperature_table"]
 
 TEMPERATURE_COLUMNS = ["temperature", "source", "n_reprobed", "n_reachable", "share", "share_lo", "share_hi"]
 LENGTH_COLUMNS = ["max_new_tokens", "truncated_samples_base", "truncated_samples_trained", "D_base", "D_trained",
@@ -61,34 +69,21 @@ def left_reachable(comparison: Comparison) -> list[str]:
     return q.loc[q["reach_fate"] == "left", "question_id"].tolist()
 
 
-def reprobe_left(
-    model, task: Task, base: AuditResult | str | Path, trained: AuditResult | str | Path,
-    temperatures: Sequence[float], *, out: str | Path | None = None, max_batch_rows: int = 1024,
-    progress: Callable[[float, int, int], None] | None = None,
-) -> dict[float, AuditResult]:
-    """Audit ``model`` (the trained checkpoint) on the questions that left the reachable set, at each
-    temperature; written to ``out/T{t}`` (audit directories, resumable) when ``out`` is given.
-
-    ``progress(t, done, total)`` after each batch. No question left: nothing runs, ``{}``.
-    """
-    temps = _check_temperatures(temperatures)
-    b, t = _result(base), _result(trained)
-    require_audited_with(model, task, t, "re-probe")
-    left = set(left_reachable(compare(b, t)))
-    if not left:
-        return {}
-    sub = task.only(left)
-    runs = {}
-    for temp in temps:
-        if progress is not None:
-            progress(temp, 0, len(sub))  # the line (and its clock) starts now
-        protocol = dataclasses.replace(t.protocol, temperature=temp)
-        runs[temp] = audit(model, sub, protocol, out=None if out is None else Path(out) / f"T{temp:g}",
-                           max_batch_rows=max_batch_rows,
-                           progress=None if progress is None else (lambda done, temp=temp: progress(temp, done, len(sub))))
-    return runs
+def _dir_of(result: AuditResult) -> str | None:
+    return None if result.location is None else str(Path(result.location).resolve())
 
 
+def _name_of(result: AuditResult, default: str) -> str:
+    return result.location.name if result.location is not None else default
+
+
+def _begin(out: str | Path | None, record: RunRecord) -> None:
+    """Start the control's run directory (status ``running``) before its reruns are written inside it."""
+    if out is not None:
+        RunDir(out).begin(record)
+
+
+# --- temperature --------------------------------------------------------------------------------------
 def temperature_table(comparison: Comparison, reprobes: Mapping[float, AuditResult]) -> pd.DataFrame:
     """Temperature x (n re-probed, n reachable again, share, its 95 % Wilson interval).
 
@@ -110,52 +105,227 @@ def temperature_table(comparison: Comparison, reprobes: Mapping[float, AuditResu
     return df[TEMPERATURE_COLUMNS]
 
 
+@register_kind
+@dataclass(frozen=True)
+class TemperatureControl(Run):
+    """The temperature control of one pair: its comparison, and the trained model's re-probes of the questions
+    that left the reachable set, by temperature (each an audit run, in a sub-directory named by
+    :func:`~reachlens.runner.rerun_name`)."""
+
+    kind: ClassVar[str] = "temperature_control"
+
+    comparison: Comparison = field(repr=False)
+    temperatures: tuple[float, ...]
+    reprobes: dict[float, AuditResult] = field(default_factory=dict, repr=False)
+    name: str = "trained"
+    """The trained checkpoint's name in its reruns' directory names."""
+    record: RunRecord | None = field(default=None, repr=False, compare=False)
+    location: Path | None = field(default=None, compare=False)
+
+    def __post_init__(self) -> None:
+        if self.record is None:
+            b, t = self.comparison.base, self.comparison.trained
+            left = left_reachable(self.comparison)
+            reruns = {f"{x:g}": rerun_name(self.name, {"questions": left, "temperature": x}) for x in self.temperatures}
+            object.__setattr__(self, "record", RunRecord.new(
+                self.kind, t.protocol, {"base": b.model, "trained": t.model}, t.data or None,
+                {"base_dir": _dir_of(b), "trained_dir": _dir_of(t), "temperatures": list(self.temperatures)},
+                extra={"reruns": reruns if left else {}}, exec=t.record.exec))
+
+    def table(self) -> pd.DataFrame:
+        return temperature_table(self.comparison, self.reprobes)
+
+    def tables(self) -> dict[str, pd.DataFrame]:
+        return {self.kind: self.table()}
+
+    def summary(self) -> dict[str, Any]:
+        table = self.table()
+        return {"left": int(table["n_reprobed"].iloc[0]),
+                "temperatures": {f"{r.temperature:g}": {"n_reprobed": r.n_reprobed, "n_reachable": r.n_reachable,
+                                                        "share": r.share, "share_ci": [r.share_lo, r.share_hi]}
+                                 for r in table[table["source"] == "re-probe"].itertuples()}}
+
+    @classmethod
+    def upgrade(cls, path: Path, header: dict[str, Any]) -> dict[str, Any]:
+        """Format 0 named its re-probes ``T{t}`` and kept its table as CSV."""
+        from reachlens.store.convert import rename, table_from_csv
+
+        table_from_csv(path, f"{cls.kind}.csv", cls.kind)
+        name = Path(header["options"]["trained_dir"]).name
+        reruns = {}
+        for t in header["options"]["temperatures"]:
+            old = path / f"T{float(t):g}"
+            if (old / "questions.parquet").is_file():
+                left = pd.read_parquet(old / "questions.parquet")["question_id"].tolist()
+                reruns[f"{float(t):g}"] = rerun_name(name, {"questions": left, "temperature": float(t)})
+                rename(old, path / reruns[f"{float(t):g}"])
+        return {**header, "reruns": reruns}
+
+    @staticmethod
+    def reprobes_in(run: RunDir) -> dict[float, AuditResult]:
+        """The finished re-probes a temperature control's directory holds, by temperature."""
+        reruns = run.record().extra.get("reruns", {})
+        return {float(t): AuditResult.load(run.path / name) for t, name in reruns.items()
+                if AuditDir(run.path / name).is_complete()}
+
+    @classmethod
+    def read(cls, run: RunDir) -> TemperatureControl:
+        record = run.record()
+        o = record.options
+        comparison = compare(o["base_dir"], o["trained_dir"])
+        return cls(comparison, tuple(o["temperatures"]), cls.reprobes_in(run), record=record, location=run.path)
+
+
+def reprobe_left(
+    model, task: Task, base: AuditResult | str | Path, trained: AuditResult | str | Path,
+    temperatures: Sequence[float], *, into: str | Path | None = None, name: str | None = None,
+    exec_config: ExecConfig | None = None, executor=None, progress: Callable[[float, int, int], None] | None = None,
+) -> dict[float, AuditResult]:
+    """Audit ``model`` (the trained checkpoint) on the questions that left the reachable set, at each
+    temperature (:func:`~reachlens.runner.rerun` with ``questions=`` and ``temperature=``); written into the
+    folder ``into`` (resumable) when given.
+
+    ``progress(t, done, total)`` after each batch. No question left: nothing runs, ``{}``.
+    """
+    temps = _check_temperatures(temperatures)
+    b, t = _result(base), _result(trained)
+    left = left_reachable(compare(b, t))
+    if not left:
+        return {}
+    planned = [plan_rerun(t, model=model, task=task, into=into, name=name or _name_of(t, "trained"),
+                          exec_config=exec_config, questions=left, temperature=temp) for temp in temps]
+    if progress is not None:
+        for temp in temps:
+            progress(temp, 0, len(left))  # the lines (and their clocks) start now
+    runs = run_reruns(planned, executor, progress=None if progress is None else
+                      (lambda i, done: progress(temps[i], done, len(left))))
+    return dict(zip(temps, runs))
+
+
 def temperature_control(
     model, task: Task, base: AuditResult | str | Path, trained: AuditResult | str | Path,
-    temperatures: Sequence[float] = (0.6, 1.0, 1.2), *, out: str | Path | None = None, max_batch_rows: int = 1024,
-    progress: Callable[[float, int, int], None] | None = None,
-) -> pd.DataFrame:
-    """Re-probe the questions that left the reachable set at each temperature (:func:`reprobe_left`) and
-    tabulate them (:func:`temperature_table`). ``model`` is the trained checkpoint.
+    temperatures: Sequence[float] = (0.6, 1.0, 1.2), *, out: str | Path | None = None,
+    exec_config: ExecConfig | None = None, executor=None, progress: Callable[[float, int, int], None] | None = None,
+) -> TemperatureControl:
+    """Re-probe the questions that left the reachable set at each temperature (:func:`reprobe_left`); the control
+    run (its table: :meth:`TemperatureControl.table`), written to ``out`` with its re-probes when given.
+    ``model`` is the trained checkpoint.
 
-    >>> temperature_control(load_model("zoo:dapo"), load_task("arith", n=300), "runs/base", "runs/dapo")  # doctest: +SKIP
+    >>> temperature_control(load_model("zoo:dapo"), load_task("arith", n=300), "runs/base", "runs/dapo").table()  # doctest: +SKIP
     """
+    temps = _check_temperatures(temperatures)
     b, t = _result(base), _result(trained)  # read each audit directory once
-    runs = reprobe_left(model, task, b, t, temperatures, out=out, max_batch_rows=max_batch_rows, progress=progress)
-    return temperature_table(compare(b, t), runs)
+    control = TemperatureControl(compare(b, t), temps, name=_name_of(t, "trained"))
+    _begin(out, control.record)
+    runs = reprobe_left(model, task, b, t, temps, into=out, name=control.name, exec_config=exec_config,
+                        executor=executor, progress=progress)
+    control = dataclasses.replace(control, reprobes=runs, record=control.record)
+    if out is not None:
+        control.save(out)
+        control = dataclasses.replace(control, location=Path(out), record=RunDir(out).record())
+    return control
 
 
-def rerun_at_length(
-    model, task: Task, source: AuditResult | str | Path, max_new_tokens: int, *, out: str | Path | None = None,
-    max_batch_rows: int = 1024, progress: Callable[[int], None] | None = None,
-) -> AuditResult:
-    """The audit ``source`` made again with ``max_new_tokens`` (> its own), on the same questions.
-
-    Run it for both checkpoints of a pair and compare the two (:func:`length_table`).
-    """
-    src = _result(source)
-    if max_new_tokens <= src.protocol.max_new_tokens:
-        raise ReachlensError(f"max_new_tokens={max_new_tokens!r} must exceed the audit's "
-                             f"{src.protocol.max_new_tokens} to test for truncation")
-    require_audited_with(model, task, src, "rerun")
-    return audit(model, task.only(src.questions["question_id"]),
-                 dataclasses.replace(src.protocol, max_new_tokens=max_new_tokens), out=out,
-                 max_batch_rows=max_batch_rows, progress=progress)
-
-
+# --- length -------------------------------------------------------------------------------------------
 def length_table(before: Comparison, after: Comparison) -> pd.DataFrame:
     """One row per decode length (the audits', then the longer rerun's): truncation shares, D and O_K on
     both sides and their deltas with paired intervals and McNemar p-values."""
     rows = []
     for c in (before, after):
         s = c.summary()
-        rows.append({"max_new_tokens": c.base.protocol.max_new_tokens,
+        d = delta_row(s)
+        rows.append({**d, "max_new_tokens": c.base.protocol.max_new_tokens,
                      "truncated_samples_base": s["truncation"]["samples_base"],
                      "truncated_samples_trained": s["truncation"]["samples_trained"],
-                     "D_base": s["D_base"], "D_trained": s["D_trained"], "delta_D": s["delta_D"],
-                     "delta_D_lo": s["delta_D_ci"][0], "delta_D_hi": s["delta_D_ci"][1],
-                     "mcnemar_realized_p": s["mcnemar_realized_p"],
-                     "O_K_base": s["O_K_base"], "O_K_trained": s["O_K_trained"], "delta_O_K": s["delta_O_K"],
-                     "delta_O_K_lo": s["delta_O_K_ci"][0], "delta_O_K_hi": s["delta_O_K_ci"][1],
-                     "mcnemar_reachable_p": s["mcnemar_reachable_p"]})
+                     "mcnemar_realized_p": d["p_realized"], "mcnemar_reachable_p": d["p_reachable"]})
     return pd.DataFrame(rows, columns=LENGTH_COLUMNS)
+
+
+@register_kind
+@dataclass(frozen=True)
+class LengthControl(Run):
+    """The length control of one pair: its comparison at the audits' decode length and at a longer one (both
+    checkpoints rerun with ``max_new_tokens``; each rerun an audit run its record points to)."""
+
+    kind: ClassVar[str] = "length_control"
+
+    before: Comparison = field(repr=False)
+    after: Comparison = field(repr=False)
+    record: RunRecord | None = field(default=None, repr=False, compare=False)
+    location: Path | None = field(default=None, compare=False)
+
+    def __post_init__(self) -> None:
+        if self.record is None:
+            reruns = {"base": _dir_of(self.after.base), "trained": _dir_of(self.after.trained)}
+            object.__setattr__(self, "record", self.record_of(self.before, self.after.base.protocol.max_new_tokens,
+                                                              reruns))
+
+    @classmethod
+    def record_of(cls, before: Comparison, max_new_tokens: int, reruns: Mapping[str, str | None]) -> RunRecord:
+        """The record of the length control of ``before`` at ``max_new_tokens`` (its reruns where ``reruns`` says)."""
+        b, t = before.base, before.trained
+        return RunRecord.new(cls.kind, t.protocol, {"base": b.model, "trained": t.model}, t.data or None,
+                             {"base_dir": _dir_of(b), "trained_dir": _dir_of(t), "max_new_tokens": max_new_tokens},
+                             extra={"reruns": dict(reruns)}, exec=t.record.exec)
+
+    def table(self) -> pd.DataFrame:
+        return length_table(self.before, self.after)
+
+    def tables(self) -> dict[str, pd.DataFrame]:
+        return {self.kind: self.table()}
+
+    def summary(self) -> dict[str, Any]:
+        return {"truncation": self.before.summary()["truncation"], "lengths": self.table().to_dict("records")}
+
+    def save(self, path: str | os.PathLike) -> Path:
+        """Write the control to ``path``: its reruns' directories relative to it (a study moves as one)."""
+        reruns = {side: os.path.relpath(d, Path(path).resolve()) for side, d in self.record.extra["reruns"].items()}
+        return Run.save(dataclasses.replace(self, record=dataclasses.replace(
+            self.record, extra={**self.record.extra, "reruns": reruns})), path)
+
+    @classmethod
+    def upgrade(cls, path: Path, header: dict[str, Any]) -> dict[str, Any]:
+        """Format 0 named its reruns ``base`` and ``trained`` and kept its table as CSV."""
+        from reachlens.store.convert import rename, table_from_csv
+
+        table_from_csv(path, f"{cls.kind}.csv", cls.kind)
+        change = {"max_new_tokens": header["options"]["max_new_tokens"]}
+        for side in ("base", "trained"):
+            rename(path / side, path / rerun_name(side, change))
+        return {**header, "reruns": {side: rerun_name(side, change) for side in ("base", "trained")}}
+
+    @classmethod
+    def read(cls, run: RunDir) -> LengthControl:
+        record = run.record()
+        o, reruns = record.options, record.extra["reruns"]
+        after = compare(run.path / reruns["base"], run.path / reruns["trained"])
+        return cls(compare(o["base_dir"], o["trained_dir"]), after, record=record, location=run.path)
+
+
+def length_control(
+    base: AuditResult | str | Path, trained: AuditResult | str | Path, max_new_tokens: int, *,
+    models: tuple[Any, Any] = (None, None), task: Task | None = None, into: str | Path | None = None,
+    names: tuple[str, str] = ("base", "trained"), out: str | Path | None = None,
+    exec_config: ExecConfig | None = None, executor=None, progress: Callable[[int, int], None] | None = None,
+) -> LengthControl:
+    """Both audits rerun at ``max_new_tokens`` (above their own; :func:`~reachlens.runner.rerun`), into the folder
+    ``into`` (default ``out``), as ``names`` (the reruns' directory names start with them); the control run,
+    written to ``out`` when given. ``models`` are the checkpoints (default: the specs the audits recorded).
+
+    >>> length_control("runs/base", "runs/sft", 256, out="runs/length").table()  # doctest: +SKIP
+    """
+    b, t = _result(base), _result(trained)
+    before = compare(b, t)  # refuses unlike audits before any model loads
+    if max_new_tokens <= b.protocol.max_new_tokens:
+        raise ReachlensError(f"max_new_tokens={max_new_tokens!r} must exceed the audit's "
+                             f"{b.protocol.max_new_tokens} to test for truncation")
+    into = into if into is not None else out
+    _begin(out, LengthControl.record_of(before, max_new_tokens, {}))  # its reruns may be written inside it
+    planned = [plan_rerun(r, model=m, task=task, into=into, name=n, exec_config=exec_config, max_new_tokens=max_new_tokens)
+               for r, m, n in zip((b, t), models, names)]
+    longer = run_reruns(planned, executor, progress=progress)
+    control = LengthControl(before, compare(longer[0], longer[1]))
+    if out is not None:
+        control.save(out)
+        control = read_run(out)
+    return control

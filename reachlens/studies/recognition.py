@@ -8,14 +8,18 @@ continuation = ``" " + option text`` (``target_delimiter=" "``), scored by
 sums; hooks the caller attached are live); ``acc`` = argmax of the sums is gold, ``acc_norm`` =
 argmax of the sums divided by ``len(option text)`` in characters; ties go to the first option.
 
-**Generation** decodes each question greedily with :func:`reachlens.engine.generate` in the task's
-generation format and grades it with the task's grader.
+**Generation** decodes each question greedily in the task's generation format and grades it with the task's
+grader: the deployment, by the one path every study decodes and grades it (:func:`reachlens.runner.deploy_and_grade`).
 
 A **failure set** is then chosen by a rule fixed before any intervention (:class:`FailureRule`):
 recognition right and generation graded wrong, at least ``min_failures`` of them; the **healthy
 panel** is the questions right both ways. :class:`EvalSets` stores both with the rule, the
 configuration, the task spec and the model identity, so that every later run uses the same
-questions.
+questions. A recognition run (:class:`RecognitionResult`, kind ``recognition``) saves its tables and, when the
+rule picked them, the sets (``sets.json``).
+
+One module (about 440 lines): recognition, generation, the failure rule and its sets are one study, and the
+sets are only ever chosen from a recognition run's table.
 """
 
 from __future__ import annotations
@@ -24,17 +28,18 @@ import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import pandas as pd
 
-from reachlens.engine import Row, generate
 from reachlens.engine.scoring import LoglikResult, encode_pair, loglikelihoods
-from reachlens.errors import MissingFileError, ReachlensError, UnknownNameError
-from reachlens.grading import grade_question
+from reachlens.errors import MissingFileError, ReachlensError
+from reachlens.execution import ExecConfig, model_exec
 from reachlens.models import identity_of
 from reachlens.protocol import Protocol
-from reachlens.records import GENERATION_COLUMNS, OPTION_COLUMNS, RECOGNITION_COLUMNS
+from reachlens.records import OPTION_COLUMNS, RECOGNITION_COLUMNS
+from reachlens.runner import deploy_and_grade
+from reachlens.store import Run, RunDir, RunRecord, read_json, register_kind, run_differences, write_json
 from reachlens.tasks.base import Question, Task
 
 __all__ = [
@@ -144,7 +149,8 @@ def generate_and_grade(
     *, max_batch_rows: int = 256,
 ) -> pd.DataFrame:
     """Greedy generation (the deployment) of the chosen questions, graded: ``question_id,
-    deployed_text, deployed_answer, realized, deployed_scored, deployed_finish``. Hooks the caller
+    deployed_text, deployed_answer, realized, deployed_scored, deployed_finish``
+    (:func:`reachlens.runner.deploy_and_grade` under :func:`generation_protocol`). Hooks the caller
     attached are live on every step.
 
     Args:
@@ -153,23 +159,8 @@ def generate_and_grade(
         question_ids: which questions (all when None), in this order.
         max_batch_rows: most rows decoded together.
     """
-    protocol = generation_protocol(task, protocol)
-    by_id = {q.question_id: q for q in task.questions}
-    ids = list(by_id) if question_ids is None else list(question_ids)
-    missing = [i for i in ids if i not in by_id]
-    if missing:
-        raise UnknownNameError(f"question ids {missing[:5]!r} are not in task {task.name!r} ({len(missing)} missing)")
-    questions = [by_id[i] for i in ids]
-    fmt = task.format(protocol.prompt_format)
-    outs = generate(model, [fmt.render(q) for q in questions], [Row(i) for i in range(len(questions))], protocol,
-                    max_batch_rows=max_batch_rows)
-    rows = []
-    for q, out in zip(questions, outs):
-        g = grade_question(str(protocol.grader), q, out.text)
-        rows.append({"question_id": q.question_id, "deployed_text": out.text, "deployed_answer": g.answer,
-                     "realized": bool(g.correct and g.scored), "deployed_scored": bool(g.scored),
-                     "deployed_finish": out.finish_reason})
-    return pd.DataFrame(rows, columns=GENERATION_COLUMNS)
+    return deploy_and_grade(model, task, generation_protocol(task, protocol), question_ids,
+                            ExecConfig(max_batch_rows=max_batch_rows))
 
 
 def _first_argmax(values: Sequence[float]) -> int:
@@ -178,43 +169,6 @@ def _first_argmax(values: Sequence[float]) -> int:
         if v > values[best]:
             best = i
     return best
-
-
-@dataclass(frozen=True)
-class RecognitionResult:
-    """Option scores and the per-question recognition-vs-deployment table of one model on one task."""
-
-    protocol: Protocol
-    """The greedy protocol of the generation side (resolved against the task)."""
-    config: RecognitionConfig
-    """Recognition's own options (resolved: the recognition format is explicit)."""
-    model: dict[str, str]
-    options: pd.DataFrame = field(repr=False)
-    questions: pd.DataFrame = field(repr=False)
-
-    @property
-    def records(self) -> pd.DataFrame:
-        """The long form: one row per question and mode (``recognition``, ``generation``)."""
-        q = self.questions
-        rec = pd.DataFrame({"question_id": q["question_id"], "mode": "recognition", "output": q["rec_choice"].astype(str),
-                            "answer": q["rec_choice"].astype(str), "correct": q["rec_correct"], "scored": True})
-        gen = pd.DataFrame({"question_id": q["question_id"], "mode": "generation", "output": q["deployed_text"],
-                            "answer": q["deployed_answer"], "correct": q["realized"], "scored": q["deployed_scored"]})
-        return pd.concat([rec, gen], ignore_index=True)
-
-    def summary(self) -> dict[str, Any]:
-        """Recognition accuracy (``acc``, ``acc_norm``), ``D`` (the greedy deployment's accuracy over
-        graded questions), and the counts of each (recognized, realized) combination."""
-        q = self.questions
-        scored = q[q["deployed_scored"]]
-        return {
-            "n": len(q), "acc": float(q["rec_correct"].mean()), "acc_norm": float(q["rec_correct_norm"].mean()),
-            "D": float(scored["realized"].mean()) if len(scored) else float("nan"),
-            "recognized_not_realized": int((q["rec_correct"] & q["deployed_scored"] & ~q["realized"]).sum()),
-            "realized_not_recognized": int((~q["rec_correct"] & q["realized"]).sum()),
-            "recognized_and_realized": int((q["rec_correct"] & q["realized"]).sum()),
-            "model": self.model.get("spec"), "protocol_hash": self.protocol.hash,
-        }
 
 
 def compare_modes(
@@ -249,7 +203,8 @@ def compare_modes(
     rec = pd.DataFrame(rows)
     gen = generate_and_grade(model, task, protocol, max_batch_rows=config.max_batch_rows)
     questions = rec.merge(gen, on="question_id", how="left")[RECOGNITION_COLUMNS]
-    return RecognitionResult(protocol, config, identity_of(model), options, questions)
+    return RecognitionResult(protocol, config, identity_of(model), options, questions, dict(task.data_identity),
+                             exec=model_exec(model))
 
 
 # --- failure set and healthy panel ---------------------------------------------------------------
@@ -313,8 +268,6 @@ class EvalSets:
 
     def save(self, path: str | Path) -> Path:
         """Write the sets as JSON to ``path`` (durably; the folder is made if needed)."""
-        from reachlens.store import write_json
-
         path = Path(path)
         path.parent.mkdir(parents=True, exist_ok=True)
         write_json(path, self.to_dict())
@@ -327,21 +280,19 @@ class EvalSets:
             path = path / "sets.json"
         if not path.is_file():
             raise MissingFileError(f"sets file {str(path)!r} does not exist (write one with `reachlens recognize`)")
-        from reachlens.store import read_json
-
         d = read_json(path, "sets file")
         missing = {"rule", "config", "model", "failure", "healthy"} - set(d)
         if missing:
             raise ReachlensError(f"{str(path)!r} is not a sets file: it lacks {sorted(missing)}")
+        if "protocol" not in d:
+            raise ReachlensError(f"{str(path)!r} was written by an older reachlens (no protocol); rewrite its "
+                                 "directory with `reachlens convert DIR`")
         task = None if d.get("task") is None else TaskSpec(**d["task"])
-        protocol, config = _protocol_and_config(d, task)
-        return cls(tuple(d["failure"]), tuple(d["healthy"]), FailureRule(**d["rule"]), protocol, config,
-                   d["model"], task, d.get("counts", {}))
+        return cls(tuple(d["failure"]), tuple(d["healthy"]), FailureRule(**d["rule"]), Protocol.from_dict(d["protocol"]),
+                   RecognitionConfig.from_dict(d["config"]), d["model"], task, d.get("counts", {}))
 
     def check_model(self, model) -> None:
         """Refuse a model other than the one the sets were chosen on (its fingerprint differs)."""
-        from reachlens.store import run_differences
-
         ident = identity_of(model)
         mine, theirs = self.model.get("fingerprint"), ident.get("fingerprint")
         diffs, _ = run_differences({"model": self.model}, None, ident, None)
@@ -350,22 +301,6 @@ class EvalSets:
             raise ReachlensError(f"these sets were chosen on {self.model.get('spec')!r} (fingerprint {mine}), not "
                                  f"{ident.get('spec')!r} (fingerprint {theirs}); choose sets on this model with "
                                  "`reachlens recognize`, or pass allow_other_model=True")
-
-
-def _protocol_and_config(d: dict[str, Any], task: TaskSpec | None) -> tuple[Protocol, RecognitionConfig]:
-    """A sets file's protocol and recognition options; a file written before recognition used the
-    Protocol kept both in one ``config`` (recognition and generation format, decode length, stop, grader)."""
-    if "protocol" in d:
-        return Protocol.from_dict(d["protocol"]), RecognitionConfig.from_dict(d["config"])
-    old = dict(d["config"])
-    config = RecognitionConfig(old.get("recognition_format"), old.get("batch_size", 32), old.get("max_batch_rows", 256))
-    stop = old.get("stop")
-    protocol = Protocol.greedy(
-        task.name if task is not None else "unknown", split=task.split if task is not None else "test",
-        max_new_tokens=old.get("max_new_tokens", 96), prompt_format=old.get("generation_format") or "default",
-        stop=None if stop is None else tuple(stop), grader=old.get("grader"),
-    )
-    return protocol, config
 
 
 def select_sets(result: RecognitionResult, rule: FailureRule | None = None, task: TaskSpec | None = None) -> EvalSets:
@@ -393,3 +328,114 @@ def select_sets(result: RecognitionResult, rule: FailureRule | None = None, task
     healthy = healthy[: rule.max_healthy] if rule.max_healthy else healthy
     counts.update(n_failure=len(failure), n_healthy=len(healthy))
     return EvalSets(tuple(failure), tuple(healthy), rule, result.protocol, result.config, result.model, task, counts)
+
+
+@register_kind
+@dataclass(frozen=True)
+class RecognitionResult(Run):
+    """Option scores and the per-question recognition-vs-deployment table of one model on one task (a run of
+    kind ``recognition``); with the failure rule applied, also its failure set and healthy panel (``sets``,
+    saved as ``sets.json``)."""
+
+    kind: ClassVar[str] = "recognition"
+
+    protocol: Protocol
+    """The greedy protocol of the generation side (resolved against the task)."""
+    config: RecognitionConfig
+    """Recognition's own options (resolved: the recognition format is explicit)."""
+    model: dict[str, str]
+    options: pd.DataFrame = field(repr=False)
+    questions: pd.DataFrame = field(repr=False)
+    data: dict[str, Any] = field(default_factory=dict)
+    """The data identity of the task (empty when unknown)."""
+    rule: FailureRule | None = None
+    """The rule that picked :attr:`sets` (None: not applied)."""
+    task: TaskSpec | None = None
+    """How to rebuild the task (None when made from an in-memory task)."""
+    sets: EvalSets | None = None
+    """The failure set and healthy panel (None: the rule was not applied, or too few questions met it)."""
+    exec: dict[str, Any] | None = None
+    """The precision and device the model ran in (:func:`reachlens.execution.model_exec`)."""
+    record: RunRecord | None = field(default=None, repr=False, compare=False)
+    location: Path | None = field(default=None, compare=False)
+
+    def __post_init__(self) -> None:
+        if self.record is None:
+            options = {"config": self.config.to_dict(),
+                       "rule": None if self.rule is None else dataclasses.asdict(self.rule),
+                       "task": None if self.task is None else dataclasses.asdict(self.task)}
+            object.__setattr__(self, "record", RunRecord.new("recognition", self.protocol, self.model, self.data or None,
+                                                             options, exec=self.exec))
+
+    @property
+    def records(self) -> pd.DataFrame:
+        """The long form: one row per question and mode (``recognition``, ``generation``)."""
+        q = self.questions
+        rec = pd.DataFrame({"question_id": q["question_id"], "mode": "recognition", "output": q["rec_choice"].astype(str),
+                            "answer": q["rec_choice"].astype(str), "correct": q["rec_correct"], "scored": True})
+        gen = pd.DataFrame({"question_id": q["question_id"], "mode": "generation", "output": q["deployed_text"],
+                            "answer": q["deployed_answer"], "correct": q["realized"], "scored": q["deployed_scored"]})
+        return pd.concat([rec, gen], ignore_index=True)
+
+    def summary(self) -> dict[str, Any]:
+        """Recognition accuracy (``acc``, ``acc_norm``), ``D`` (the greedy deployment's accuracy over
+        graded questions), and the counts of each (recognized, realized) combination."""
+        q = self.questions
+        scored = q[q["deployed_scored"]]
+        return {
+            "n": len(q), "acc": float(q["rec_correct"].mean()), "acc_norm": float(q["rec_correct_norm"].mean()),
+            "D": float(scored["realized"].mean()) if len(scored) else float("nan"),
+            "recognized_not_realized": int((q["rec_correct"] & q["deployed_scored"] & ~q["realized"]).sum()),
+            "realized_not_recognized": int((~q["rec_correct"] & q["realized"]).sum()),
+            "recognized_and_realized": int((q["rec_correct"] & q["realized"]).sum()),
+            "model": self.model.get("spec"), "protocol_hash": self.protocol.hash,
+            **({"task": dataclasses.asdict(self.task)} if self.task is not None else {}),
+        }
+
+    def tables(self) -> dict[str, pd.DataFrame]:
+        return {"options": self.options, "questions": self.questions, "records": self.records}
+
+    def report_tables(self) -> dict[str, pd.DataFrame]:
+        return {"Per question": self.questions}
+
+    def write_to(self, run: RunDir) -> None:
+        Run.write_to(self, run)
+        if self.sets is not None:
+            self.sets.save(run.path / "sets.json")
+
+    @classmethod
+    def upgrade(cls, path: Path, header: dict[str, Any]) -> dict[str, Any]:
+        """Format 0 kept a CSV copy of the questions, and a sets file of the first recognition runs held the
+        generation's decode settings in its ``config``."""
+        (path / "questions.csv").unlink(missing_ok=True)
+        sets = path / "sets.json"
+        if sets.is_file():
+            d = read_json(sets, "sets file")
+            if "protocol" not in d:
+                write_json(sets, {**d, **_sets_protocol_and_config(d)})
+        return header
+
+    @classmethod
+    def read(cls, run: RunDir) -> RecognitionResult:
+        record = run.record()
+        o = record.options
+        sets = EvalSets.load(run.path / "sets.json") if (run.path / "sets.json").is_file() else None
+        return cls(record.protocol, RecognitionConfig.from_dict(o["config"]), record.model, run.read_table("options"),
+                   run.read_table("questions"), dict(record.data or {}),
+                   None if o.get("rule") is None else FailureRule(**o["rule"]),
+                   None if o.get("task") is None else TaskSpec(**o["task"]), sets, record.exec, record=record,
+                   location=run.path)
+
+
+def _sets_protocol_and_config(d: dict[str, Any]) -> dict[str, Any]:
+    """The protocol and recognition options of a sets file written before recognition used the Protocol (both
+    kept in one ``config``: recognition and generation format, decode length, stop, grader)."""
+    old, task = dict(d["config"]), d.get("task") or {}
+    config = RecognitionConfig(old.get("recognition_format"), old.get("batch_size", 32), old.get("max_batch_rows", 256))
+    stop = old.get("stop")
+    protocol = Protocol.greedy(
+        task.get("name", "unknown"), split=task.get("split", "test"), max_new_tokens=old.get("max_new_tokens", 96),
+        prompt_format=old.get("generation_format") or "default", stop=None if stop is None else tuple(stop),
+        grader=old.get("grader"),
+    )
+    return {"protocol": protocol.to_dict(), "config": config.to_dict()}

@@ -1,9 +1,9 @@
 """Re-grade a stored audit without sampling: the raw text is kept, so a fixed grader re-scores it.
 
 The new tables, summary and (for a changed grader) header replace the old ones in one step that a
-crash cannot split (:meth:`~reachlens.store.AuditDir.rewrite`: staged, journaled, header last), under
+crash cannot split (:meth:`~reachlens.store.RunDir.rewrite`: staged, journaled, record last), under
 the directory's writer lock. Before anything is rewritten the directory's recorded identity is
-checked: its summary must name the model and data its header names.
+checked: its summary must name the model and data its record names.
 """
 
 from __future__ import annotations
@@ -13,9 +13,9 @@ from pathlib import Path
 
 from reachlens.errors import ReachlensError
 from reachlens.grading import get_grader, grader_for
-from reachlens.protocol import Protocol, ProtocolMismatch
-from reachlens.store import AuditDir
+from reachlens.protocol import ProtocolMismatch
 from reachlens.records import canonical, update_question_table
+from reachlens.store import AuditDir
 from reachlens.studies.auditing import AuditResult
 
 __all__ = ["rescore"]
@@ -32,30 +32,28 @@ def rescore(path: str | Path, grader: str | None = None) -> AuditResult:
     """
     store = AuditDir(path)
     with store.writer():
-        header = store.read_header()
-        _check_identity(store, header)
-        old = AuditResult(Protocol.from_dict(header["protocol"]), header["model"], store.questions(),
-                          store.samples(), dict(header.get("data") or {}))
-        return _rescore(store, header, old, grader)
+        old = AuditResult.read(store)
+        _check_identity(store, old)
+        return _rescore(store, old, grader)
 
 
-def _check_identity(store: AuditDir, header: dict) -> None:
-    """Refuse a directory whose summary names another model or data than its header."""
-    if not (store.path / "summary.json").is_file():
-        return
+def _check_identity(store: AuditDir, old: AuditResult) -> None:
+    """Refuse a directory whose summary names another model or data than its record."""
     summary = store.summary()
+    if summary is None:
+        return
     diffs = {}
-    if summary.get("model_fingerprint") != header["model"].get("fingerprint"):
-        diffs["model.fingerprint"] = (header["model"].get("fingerprint"), summary.get("model_fingerprint"))
-    if "data" in summary and header.get("data") and summary["data"] != header["data"]:
-        diffs["data"] = (header["data"], summary["data"])
+    if summary.get("model_fingerprint") != old.model.get("fingerprint"):
+        diffs["model.fingerprint"] = (old.model.get("fingerprint"), summary.get("model_fingerprint"))
+    if "data" in summary and old.data and summary["data"] != old.data:
+        diffs["data"] = (old.data, summary["data"])
     if diffs:
         raise ProtocolMismatch(diffs, what=f"audit directory {str(store.path)!r} is not one run: its "
-                               f"run record and summary.json differ",
+                               f"run record and summary differ",
                                fix="restore the directory from a copy, or re-run the audit into a new directory")
 
 
-def _rescore(store: AuditDir, header: dict, old: AuditResult, grader: str | None) -> AuditResult:
+def _rescore(store: AuditDir, old: AuditResult, grader: str | None) -> AuditResult:
     if not len(old.questions):
         raise ReachlensError(f"audit directory {str(store.path)!r} has no finished questions to rescore")
     name = grader or str(old.protocol.grader)
@@ -76,10 +74,11 @@ def _rescore(store: AuditDir, header: dict, old: AuditResult, grader: str | None
     q = update_question_table(q, s, old.protocol.k)
 
     protocol = old.protocol
-    new_header = None
+    record = None
     if name != protocol.grader:
         protocol = dataclasses.replace(protocol, grader=name)
-        new_header = {**header, "protocol": protocol.to_dict(), "protocol_hash": protocol.hash}
-    result = AuditResult(protocol, old.model, q, canonical(s), old.data)
-    store.rewrite({"samples": result.samples, "questions": q}, result.summary(), new_header)  # the header last
+        record = dataclasses.replace(old.record, protocol=protocol)
+    result = AuditResult(protocol, old.model, q, canonical(s), old.data, record=record or old.record,
+                         location=store.path)
+    store.rewrite({"samples": result.samples, "questions": q}, result.summary(), record)  # the record last
     return result

@@ -16,10 +16,12 @@ from reachlens.tasks._file_loaders import (
 )
 from reachlens.tasks.arith import ARITH_ALPHABET, ArithConfig, load_arith
 from reachlens.tasks.base import DataError, PromptFormat, Question, Task
+from reachlens.tasks.chat import CHAT, render_prompts
 from reachlens.tasks.registry import TASKS, load_task, register_task
 
 __all__ = [
     "ARITH_ALPHABET",
+    "CHAT",
     "ArithConfig",
     "DataError",
     "PromptFormat",
@@ -38,4 +40,5 @@ __all__ = [
     "read_csv",
     "read_jsonl",
     "register_task",
+    "render_prompts",
 ]

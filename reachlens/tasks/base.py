@@ -36,6 +36,17 @@ class DataError(ReachlensError):
         self.reason = reason
 
 
+def _reduce(obj: Any) -> tuple:
+    """Pickle a frozen record whose mappings are read-only views (which do not pickle) from plain copies of its
+    fields: a task travels to the runner's worker processes."""
+    return (_rebuild, (type(obj), {f.name: dict(v) if isinstance(v := getattr(obj, f.name), MappingProxyType) else v
+                                   for f in dataclasses.fields(obj)}))
+
+
+def _rebuild(cls: type, fields: dict[str, Any]) -> Any:
+    return cls(**fields)
+
+
 @dataclass(frozen=True)
 class Question:
     """One question of a task."""
@@ -59,6 +70,9 @@ class Question:
             raise ReachlensError(
                 f"question {self.question_id!r}: {len(self.choices)} choices but {len(self.labels)} labels"
             )
+
+    def __reduce__(self):
+        return _reduce(self)
 
 
 @dataclass(frozen=True)
@@ -110,6 +124,9 @@ class Task:
     max_new_tokens: int | None = None
     """The decode length a completion of this task needs, when the task knows it (the CLI's default
     ``--max-new-tokens``; None: 256). Arith's answers fit in 96 tokens, the zoo's context in 256."""
+
+    def __reduce__(self):
+        return _reduce(self)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "prompt_formats", MappingProxyType(dict(self.prompt_formats)))

@@ -20,6 +20,7 @@ from __future__ import annotations
 import csv
 import hashlib
 import json
+import sys
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -36,6 +37,9 @@ __all__ = [
 LETTERS = "ABCDEFGHIJKLMNOPQRSTUVWXYZ"
 """Option labels used where the data set has none of its own."""
 QA_TEMPLATE = "Question: {question}\nAnswer:"
+MAX_NESTING = 64
+"""The deepest nesting of lists and objects a data record may have (a question record is nearly flat;
+deeper ones exhaust Python's recursion limit of about 1,000 in the code that reads them)."""
 """lm-eval-harness' ``Question: ...\\nAnswer:`` context (ARC, PIQA, GSM8K's plain QA)."""
 
 
@@ -135,8 +139,9 @@ def read_jsonl(path: str | Path, required: Sequence[str] = ()) -> Iterator[tuple
     """Yield ``(line_number, record)`` for each non-blank line of a JSONL file.
 
     Raises:
-        DataError: a line is not UTF-8, not valid JSON, not an object, holds a lone surrogate, or
-            lacks a required field.
+        DataError: a line is not UTF-8, not valid JSON, not an object, nested deeper than
+            :data:`MAX_NESTING`, holds an integer past Python's digit limit or a lone surrogate, or lacks
+            a required field.
     """
     with open(path, "rb") as f:
         for number, raw in enumerate(f, start=1):
@@ -153,6 +158,11 @@ def read_jsonl(path: str | Path, required: Sequence[str] = ()) -> Iterator[tuple
                     str(path), number,
                     f"invalid JSON ({err.msg} at column {err.colno}); each line must be one JSON object",
                 ) from None
+            except (ValueError, RecursionError) as err:
+                raise DataError(str(path), number, _unreadable(err)) from None
+            if _nesting(record) > MAX_NESTING:
+                raise DataError(str(path), number, f"is nested more than {MAX_NESTING} lists or objects deep; a "
+                                "question record is flat: drop or flatten the nested field")
             if not isinstance(record, dict):
                 got = f"{type(record).__name__} {text.strip()[:40]!r}"
                 raise DataError(str(path), number, f"expected a JSON object, got {got}")
@@ -162,6 +172,29 @@ def read_jsonl(path: str | Path, required: Sequence[str] = ()) -> Iterator[tuple
                                 "escape), which is not text; fix or drop that character")
             check_fields(record, required, path, number)
             yield number, record
+
+
+def _unreadable(err: ValueError | RecursionError) -> str:
+    """Why valid-looking JSON could not be read: nesting past the recursion limit, or an integer past
+    Python's limit on the digits of an integer read from text."""
+    if isinstance(err, RecursionError):
+        return f"is nested too deeply to read (more than {MAX_NESTING} lists or objects); a question record is flat"
+    if "digits" in str(err):
+        return (f"holds an integer of more than {sys.get_int_max_str_digits()} digits, which JSON cannot read as "
+                "a number; write it as a string (in quotes)")
+    return f"cannot be read as JSON ({err}); each line must be one JSON object"
+
+
+def _nesting(value: Any) -> int:
+    """How deep lists and objects nest in ``value`` (0 for a scalar), counted without recursion and
+    no further than one past :data:`MAX_NESTING`."""
+    deepest, stack = 0, [(value, 1)]
+    while stack and deepest <= MAX_NESTING:
+        item, depth = stack.pop()
+        if isinstance(item, (dict, list)):
+            deepest = max(deepest, depth)
+            stack.extend((v, depth + 1) for v in (item.values() if isinstance(item, dict) else item))
+    return deepest
 
 
 def read_csv(path: str | Path, required: Sequence[str] = ()) -> Iterator[tuple[int, dict[str, str]]]:

@@ -37,11 +37,13 @@ def error_line(err: str) -> str:
 def no_model_load(monkeypatch):
     """Fail the test if the command loads the model (the error must come before)."""
     import reachlens.models
+    import reachlens.models.loading
 
     def refuse(*args, **kwargs):
         raise AssertionError("the model was loaded before the user error was found")
 
     monkeypatch.setattr(reachlens.models, "load_model", refuse)
+    monkeypatch.setattr(reachlens.models.loading, "load_model", refuse)  # what ModelSource.load calls
 
 
 def audit_args(model, out, *more):
@@ -149,7 +151,7 @@ def test_n_larger_than_the_task_is_one_note_on_the_cli(capsys, tiny_dir, tmp_pat
 
 
 def test_ctrl_c_is_one_line_exit_130_and_keeps_what_was_finished(capsys, tiny_dir, tmp_path, monkeypatch) -> None:
-    import reachlens.studies.auditing as auditing
+    import reachlens.runner.decode as auditing
 
     whole = tmp_path / "whole"
     assert run(capsys, *audit_args(tiny_dir, whole, "--max-batch-rows", "3"))[0] == 0
@@ -176,7 +178,7 @@ def test_ctrl_c_is_one_line_exit_130_and_keeps_what_was_finished(capsys, tiny_di
 
 
 def test_a_bug_keeps_its_traceback(capsys, tiny_dir, tmp_path, monkeypatch) -> None:
-    import reachlens.studies.auditing as auditing
+    import reachlens.runner.decode as auditing
 
     def bug(*args, **kwargs):
         raise ValueError("a bug, not a user error")

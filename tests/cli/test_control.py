@@ -6,6 +6,9 @@ import pandas as pd
 import pytest
 
 from reachlens.cli import main
+from reachlens.runner import rerun_name
+from reachlens.store import read_run
+from reachlens.studies.controls import left_reachable
 
 
 @pytest.fixture(scope="module")
@@ -23,11 +26,16 @@ def test_temperature_control_prints_and_writes_its_table(audit_dirs, tmp_path, c
     assert main(["control", "temperature", str(audit_dirs / "base"), str(audit_dirs / "sft"),
                  "--temperatures", "0.6,1.2", "--out", str(out)]) == 0
     printed = capsys.readouterr().out
-    table = pd.read_csv(out / "temperature_control.csv")
+    table = pd.read_parquet(out / "temperature_control.parquet")
     assert table["temperature"].tolist() == [0.8, 0.6, 1.2]
     n_left = int(table["n_reprobed"].iloc[0])
     assert n_left > 0 and f"{n_left} questions left the reachable set (K=4, T=0.8)" in printed
-    assert (out / "T0.6" / "summary.json").is_file() and (out / "T1.2" / "summary.json").is_file()
+    control = read_run(out)  # the control run, its re-probes named by the rerun rule
+    left = left_reachable(control.comparison)
+    assert sorted(control.reprobes) == [0.6, 1.2] and control.record.status == "complete"
+    for t in (0.6, 1.2):
+        rerun_dir = out / rerun_name("sft", {"questions": left, "temperature": t})
+        assert read_run(rerun_dir).record.status == "complete" and control.reprobes[t].location == rerun_dir
     assert "share_lo" in printed
     # a run directory: `reachlens show` and `reachlens report` read it
     assert main(["show", str(out)]) == 0
@@ -44,8 +52,10 @@ def test_length_control_prints_both_lengths(audit_dirs, tmp_path, capsys):
                  "--out", str(out)]) == 0
     printed = capsys.readouterr().out
     assert "cut at max_new_tokens=40" in printed
-    assert pd.read_csv(out / "length_control.csv")["max_new_tokens"].tolist() == [40, 64]
-    assert (out / "base" / "summary.json").is_file() and (out / "trained" / "summary.json").is_file()
+    assert pd.read_parquet(out / "length_control.parquet")["max_new_tokens"].tolist() == [40, 64]
+    control = read_run(out)
+    for side, r in (("base", control.after.base), ("trained", control.after.trained)):
+        assert r.location == out / f"{side}--max_new_tokens=64" and r.protocol.max_new_tokens == 64
 
 
 @pytest.mark.parametrize("argv,message", [

@@ -6,7 +6,7 @@ import pytest
 
 from reachlens.cli import main
 from reachlens.models.zoo import zoo_entries
-from reachlens.studies.training_audit import load_training_audit
+from reachlens.store import list_runs, read_run
 
 
 def test_demo_audits_the_lineage_and_prints_every_table(tmp_path, capfd):
@@ -37,7 +37,7 @@ def test_demo_audits_the_lineage_and_prints_every_table(tmp_path, capfd):
     assert "delta_D [95% CI]" in printed and "delta_O_K [95% CI]" in printed and "McNemar p" in printed
     assert "Holm p: adjusted over the 4 pairs of this study" in printed
     assert "2000 resamples" in printed
-    study = load_training_audit(out)
+    study = read_run(out)
     lineage = {"base", "grpo", "dapo", "sft", "sft-grpo"}
     assert set(study.audits) == lineage | {e.name for e in snapshots}
     assert {name: r.k for name, r in study.extended.items()} == dict.fromkeys(lineage, 8)
@@ -53,6 +53,12 @@ def test_demo_audits_the_lineage_and_prints_every_table(tmp_path, capfd):
         {"sft": "verbose", "sft-grpo": "verbose"}
     assert {r.protocol.prompt_format for r in study.audits.values()} == {"qa"}
     assert (out / "report.md").read_text().startswith("# Training audit")
+    # the demo directory lists its audits, comparisons and controls, each a complete run
+    found = list_runs(out)
+    kinds = {i.kind for i in found}
+    assert {"training_audit", "audit", "comparison"} <= kinds and ("temperature_control" in kinds) == bool(study.reprobes)
+    assert all(i.record.status == "complete" for i in found)
+    assert sum(i.kind == "comparison" for i in found) == 4
     # the temperature control re-probed every pair's left questions at the three temperatures
     for (a, b), c in study.comparisons().items():
         if c.summary()["left"]:

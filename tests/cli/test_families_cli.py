@@ -41,21 +41,21 @@ def test_every_study_runs_from_the_cli(family, tmp_path, capsys):
     code, out, err = run(capsys, "silence", model, "--sets", tmp_path / "rec", "--layers", "0,1", "--components",
                          "mlp,attn", "--out", tmp_path / "silence")
     assert code == 0, err
-    assert "best MLP layer" in out and (tmp_path / "silence" / "silence.csv").is_file()
+    assert "best MLP layer" in out and (tmp_path / "silence" / "silence.parquet").is_file()
 
     # steer and units need a healthy panel; a random model answers nothing right, so make one up
     import pandas as pd
 
-    others = [q for q in pd.read_csv(tmp_path / "rec" / "questions.csv")["question_id"] if q not in sets["failure"]]
+    others = [q for q in pd.read_parquet(tmp_path / "rec" / "questions.parquet")["question_id"] if q not in sets["failure"]]
     (tmp_path / "sets.json").write_text(json.dumps({**sets, "healthy": others[:2]}))
     code, out, err = run(capsys, "steer", model, "--sets", tmp_path / "sets.json", "--layer", 1, "--alphas", "0,1",
                          "--out", tmp_path / "steer")
     assert code == 0, err
-    assert (tmp_path / "steer" / "steer.csv").is_file()
+    assert (tmp_path / "steer" / "steer.parquet").is_file()
     code, out, err = run(capsys, "units", model, "--sets", tmp_path / "sets.json", "--layer", 1, "--k", 4,
                          "--out", tmp_path / "units")
     assert code == 0, err
-    assert (tmp_path / "units" / "units_ranking.csv").is_file()
+    assert (tmp_path / "units" / "units_ranking.parquet").is_file()
     code, out, err = run(capsys, "prune", model, "--layers", 1, "--fraction", 0.3, "--out", tmp_path / "pruned")
     assert code == 0, err
     code, out, err = run(capsys, "audit", tmp_path / "pruned", "--task", "arith", "--n", 1, "--k", 1,

@@ -19,7 +19,6 @@ from conftest import REPO, fake_audit
 import reachlens
 from reachlens.cli import main
 from reachlens.models.zoo import zoo_entries, zoo_root
-from reachlens.store import AuditDir
 from reachlens.studies._progress import ProgressBoard
 
 PYPI_LIMIT = 100 * 10**6  # PyPI's default upload limit per file
@@ -104,11 +103,7 @@ def test_a_built_wheel_carries_the_zoo_and_runs_from_anywhere(tmp_path):
 
 
 def _audit_dir(path: Path, result) -> Path:
-    store = AuditDir(path)
-    with store.writer():
-        store.open(result.protocol, result.model, data=result.data)
-        store.consolidate(result.questions, result.samples, result.summary())
-    return path
+    return result.save(path)
 
 
 def test_report_renders_the_directory_compare_wrote(tmp_path, capsys):

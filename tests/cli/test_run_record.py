@@ -1,6 +1,7 @@
-"""One run record: audit, route and recognize each write run.json (kind, protocol, model, data, version,
-command); `reachlens show` and `reachlens report` read any of them; an audit directory written before
-run.json (protocol.json, written here by hand) still reads, and `reachlens convert` rewrites it."""
+"""One run record: audit, route and recognize each write run.json (format version, kind, status, protocol, model,
+data, exec, version, command); `reachlens show` and `reachlens report` read any of them; an audit directory
+written before run.json (protocol.json, written here by hand) is refused in one line naming `reachlens convert`,
+which rewrites it."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ import pytest
 
 import reachlens
 from reachlens.cli import main
-from reachlens.store import RunDir, RunRecord, read_run
+from reachlens.store import FORMAT_VERSION, RunRecord, read_run
 
 
 def run(capsys, *argv):
@@ -39,6 +40,8 @@ def runs(tiny_dir, tmp_path_factory):
 def test_every_study_writes_run_json(runs, tiny_dir, name, kind):
     header = json.loads((runs / name / "run.json").read_text())
     assert header["format"] == "reachlens-run" and header["kind"] == kind
+    assert header["format_version"] == FORMAT_VERSION and header["status"] == "complete"
+    assert header["started"] <= header["finished"] and {"dtype", "device"} <= set(header["exec"])
     assert header["model"]["spec"] == str(tiny_dir) and header["model"]["fingerprint"].startswith("sha256:")
     assert header["reachlens_version"] == reachlens.__version__
     assert header["command"][:2] == ["reachlens", name]
@@ -54,6 +57,7 @@ def test_show_reads_every_run(capsys, runs, tiny_dir, name, kind):
     code, out, err = run(capsys, "show", runs / name)
     assert code == 0, err
     assert f"kind:       {kind}" in out and str(tiny_dir) in out and "protocol:   task=arith" in out
+    assert f"format:     reachlens-run, version {FORMAT_VERSION}" in out and "status:     complete (started " in out
     assert f"command:    reachlens {name}" in out and "summary:" in out
     if kind == "audit":
         assert "  D: " in out and "  O_K: " in out
@@ -82,7 +86,7 @@ def test_report_takes_any_run(capsys, runs, tmp_path, name):
     if name == "audit":
         assert "Realized vs reachable" in html and "| audit |" in md  # the audit's row in the budget table
     else:
-        assert "## Summary" in md and "| D |" in md and "## Per question" in md
+        assert "## Summary" in md and "| D |" in md and "## Per question" in md and "| status | complete |" in md
 
 
 def test_a_rerun_with_other_options_is_refused(capsys, runs, tiny_dir, tmp_path):
@@ -94,7 +98,7 @@ def test_a_rerun_with_other_options_is_refused(capsys, runs, tiny_dir, tmp_path)
     assert "--out" in err  # the library's out= as the command's flag
 
 
-def test_an_audit_directory_in_the_old_layout_reads_and_converts(capsys, runs, tmp_path):
+def test_an_audit_directory_in_the_old_layout_is_refused_until_converted(capsys, runs, tmp_path):
     """protocol.json (the header before run.json), written by hand as reachlens wrote it then."""
     old = tmp_path / "old"
     old.mkdir()
@@ -106,18 +110,19 @@ def test_an_audit_directory_in_the_old_layout_reads_and_converts(capsys, runs, t
     }, indent=2))
     for name in ("questions.parquet", "samples.parquet", "summary.json"):
         shutil.copy(runs / "audit" / name, old / name)
-    record, summary = read_run(old)
-    assert record.kind == "audit" and record.reachlens_version is None and summary["n"] == 3
-    result = reachlens.AuditResult.load(old)
-    assert result.n == 3 and result.protocol.hash == new_header["protocol_hash"]
-    code, out, _ = run(capsys, "show", old)
-    assert code == 0 and "kind:       audit" in out and "written before run.json" in out
+    code, _, err = run(capsys, "show", old)
+    assert code == 2 and "written by an older reachlens" in err and f"reachlens convert {old}" in err
+    assert err.count("\n") == 1
     code, out, _ = run(capsys, "convert", old)
-    assert code == 0 and "converted" in out
+    assert code == 0 and "converted (protocol.json -> format 1)" in out
     assert (old / "run.json").is_file() and not (old / "protocol.json").exists()
-    again = reachlens.AuditResult.load(old)
-    pd.testing.assert_frame_equal(again.questions, result.questions)
-    assert RunDir(old).record().extra["converted_from"] == "protocol.json"
+    result = read_run(old)
+    want = read_run(runs / "audit")
+    assert result.kind == "audit" and result.record.status == "complete" and result.record.exec is None
+    pd.testing.assert_frame_equal(result.questions, want.questions)
+    pd.testing.assert_frame_equal(result.samples, want.samples)
+    code, out, _ = run(capsys, "show", old)
+    assert code == 0 and "kind:       audit" in out and "exec:       not recorded" in out
     code, out, _ = run(capsys, "convert", old)
     assert code == 0 and "already in the run format" in out
 

@@ -7,6 +7,7 @@ from collections import defaultdict
 import pytest
 import torch
 
+from reachlens.execution import ExecConfig
 from reachlens import Protocol
 from reachlens.engine import Row, current_rows, generate, row_agnostic, user_hooks
 from reachlens.interventions import steering, unit_ablation, zero_ablation
@@ -94,9 +95,9 @@ def record_audit(model, task, protocol, **kwargs):
 
 def test_a_recording_hook_during_a_k4_audit_sees_one_row_per_sample(tiny_model, setup):
     task, protocol = setup
-    unshared, ref = record_audit(tiny_model, task, protocol, share_prefixes=False)
+    unshared, ref = record_audit(tiny_model, task, protocol, exec_config=ExecConfig(share_prefixes=False))
     default, res = record_audit(tiny_model, task, protocol)  # a user hook is attached: no sharing
-    shared, res_shared = record_audit(tiny_model, task, protocol, share_prefixes=True)  # opt-in, with the map
+    shared, res_shared = record_audit(tiny_model, task, protocol, exec_config=ExecConfig(share_prefixes=True))  # opt-in
     naive, _ = record_audit(tiny_model, task, protocol)  # the default is safe even for a naive hook
 
     keys = {(q.question_id, j) for q in task.questions for j in [None, 0, 1, 2, 3]}
@@ -134,3 +135,16 @@ def test_reachlens_own_interventions_keep_sharing(tiny_model):
         with tiny_model.hooks(fwd_hooks=[(HOOK, row_agnostic(count))]):
             generate_to_length(tiny_model, ["Q: 1+2=?\nA:"], rows, params)
     assert sizes[0] == 1  # the prompt prefilled once for its six samples
+
+
+def test_run_with_cache_leaves_no_hook_that_turns_sharing_off(tmp_path):
+    """``run_with_cache`` makes HuggingFace install its output-capturing hooks for good; they record
+    nothing in the engine's forwards, so they are not user hooks (sharing stays on after it)."""
+    from reachlens.models import load_model
+    from reachlens.models.testing import make_tiny_model
+
+    model = load_model(str(make_tiny_model("llama", tmp_path / "llama")))
+    model.run_with_cache(model.to_tokens("Q: 1+2=?"))
+    assert any(fn.__module__ == "transformers.utils.output_capturing"
+               for m in model.modules() for fn in m._forward_hooks.values()), "the hooks this test is about"
+    assert user_hooks(model) == []

@@ -36,9 +36,9 @@ def test_rlvr_audit_runs_a_pair_with_both_controls(tmp_path, capsys):
                      "--out", str(out)])
     printed = capsys.readouterr().out
     assert "base -> grpo" in printed and f"report: {out / 'report.html'}" in printed
-    from reachlens.studies.training_audit import load_training_audit
+    from reachlens.store import read_run
 
-    study = load_training_audit(out)
+    study = read_run(out)
     assert set(study.audits) == {"base", "grpo"}
     assert {name: r.k for name, r in study.extended.items()} == {"base": 8, "grpo": 8}
     head = study.headline().iloc[0]
@@ -93,7 +93,7 @@ def test_mlp_veto_finds_the_planted_veto(tmp_path):
     assert list(cases["case"]) == ["base", "planted-veto"]
     planted = cases.set_index("case").loc["planted-veto"]
     assert planted["best_layer"] == 4 and planted["repair_mlp"] == 1.0
-    sweep = pd.read_csv(out / "planted-veto" / "silence" / "silence.csv")
+    sweep = pd.read_parquet(out / "planted-veto" / "silence" / "silence.parquet")
     mlp = sweep[(sweep["component"] == "mlp") & (sweep["layer"] >= 0)].set_index("layer")
     assert mlp.loc[4, "n_failure"] >= 1 and mlp.drop(index=4)["n_repaired"].max() == 0
     assert (out / "planted.md").read_text().rstrip().endswith("| True |")  # the verdict's last column: found

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from reachlens.execution import ExecConfig
 from reachlens import Protocol, ProtocolMismatch, audit, load_task
 from reachlens.models import ModelLoadError, load_model, model_identity, resolve_spec
 
@@ -50,10 +51,10 @@ def test_changing_the_middle_of_the_weights_changes_the_fingerprint(big_model) -
 
 def test_an_overwritten_checkpoint_does_not_resume_into_the_old_audit(big_model, tmp_path) -> None:
     task, proto = load_task("arith", n=2), Protocol("arith", k=2, temperature=1.0, max_new_tokens=4)
-    audit(load_model(str(big_model)), task, proto, out=tmp_path / "run", max_batch_rows=6)
+    audit(load_model(str(big_model)), task, proto, out=tmp_path / "run", exec_config=ExecConfig(max_batch_rows=6))
     flip_middle(big_model / "model.safetensors")
     with pytest.raises(ProtocolMismatch, match="model.fingerprint"):
-        audit(load_model(str(big_model)), task, proto, out=tmp_path / "run", max_batch_rows=6)
+        audit(load_model(str(big_model)), task, proto, out=tmp_path / "run", exec_config=ExecConfig(max_batch_rows=6))
 
 
 def test_the_content_hash_is_cached_by_size_and_mtime(big_model, monkeypatch) -> None:

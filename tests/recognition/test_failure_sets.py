@@ -7,6 +7,7 @@ import dataclasses
 import pandas as pd
 import pytest
 
+from reachlens.store import read_run
 from reachlens.errors import ReachlensError
 from reachlens.protocol import Protocol
 from reachlens.studies.causal import best_layer, outcome, silence_sweep, steer_sweep, units_sweep
@@ -123,7 +124,11 @@ def test_steer_and_units_sweeps(tiny_model, sweep_setup, tmp_path):
     # silencing all 128 units is the whole-MLP ablation, so it repairs what the block does
     assert units.table.iloc[1].repair == units.table.iloc[1].block_repair
     units.save(tmp_path)
-    assert {p.name for p in tmp_path.iterdir()} >= {"units.csv", "units.md", "units_ranking.csv", "units.json"}
+    assert {p.name for p in tmp_path.iterdir()} >= {"units.parquet", "units_per_question.parquet",
+                                                    "units_ranking.parquet", "run.json"}
+    again = read_run(tmp_path)
+    assert again.kind == "units" and again.meta == units.meta
+    pd.testing.assert_frame_equal(again.extra["ranking"], units.extra["ranking"])
     other = dataclasses.replace(sets, model={"spec": "x", "fingerprint": "0"})
     with pytest.raises(ReachlensError, match="chosen on 'x'"):
         silence_sweep(tiny_model, task, other)

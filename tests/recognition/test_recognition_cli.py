@@ -8,6 +8,7 @@ import pandas as pd
 import pytest
 
 from reachlens.cli import main
+from reachlens.store import read_run
 
 
 def run(capsys, *argv):
@@ -27,7 +28,7 @@ def recognized(tiny_dir, tmp_path_factory):
 
 def test_recognize_writes_tables_and_sets(recognized):
     names = {p.name for p in recognized.iterdir()}
-    assert names >= {"options.parquet", "questions.parquet", "questions.csv", "records.parquet", "summary.json", "sets.json"}
+    assert names >= {"options.parquet", "questions.parquet", "records.parquet", "run.json", "summary.json", "sets.json"}
     sets = json.loads((recognized / "sets.json").read_text())
     assert sets["task"]["name"] == "arith_mc" and sets["task"]["n"] == 8
     assert sets["rule"]["min_failures"] == 1 and "recognition (acc) right" in sets["rule_text"]
@@ -37,31 +38,32 @@ def test_recognize_writes_tables_and_sets(recognized):
 def test_recognize_refuses_a_small_failure_set(capsys, tiny_dir, tmp_path):
     code, _, err = run(capsys, "recognize", str(tiny_dir), "--task", "arith_mc", "--n", "4", "--max-new-tokens", "4",
                        "--min-failures", "50", "--out", str(tmp_path))
-    assert code == 2 and "the rule needs at least 50" in err and (tmp_path / "questions.csv").is_file()
+    assert code == 2 and "the rule needs at least 50" in err and (tmp_path / "questions.parquet").is_file()
+    assert not (tmp_path / "sets.json").exists() and read_run(tmp_path).record.status == "complete"
 
 
 def test_silence_steer_units_prune(capsys, tiny_dir, recognized, tmp_path):
     code, out, _ = run(capsys, "silence", str(tiny_dir), "--sets", str(recognized), "--layers", "0",
                        "--components", "mlp,attn", "--out", str(tmp_path / "s"))
-    assert code == 0 and "best MLP layer" in out and (tmp_path / "s" / "silence.csv").is_file()
+    assert code == 0 and "best MLP layer" in out and (tmp_path / "s" / "silence.parquet").is_file()
 
     code, _, err = run(capsys, "steer", str(tiny_dir), "--sets", str(recognized), "--layer", "1", "--out", str(tmp_path / "st0"))
     if not json.loads((recognized / "sets.json").read_text())["healthy"]:  # a random model gets nothing right
         assert code == 2 and "healthy panel" in err
     sets = json.loads((recognized / "sets.json").read_text())
-    others = [q for q in pd.read_csv(recognized / "questions.csv")["question_id"] if q not in sets["failure"]]
+    others = [q for q in pd.read_parquet(recognized / "questions.parquet")["question_id"] if q not in sets["failure"]]
     sets["healthy"] = others[:2]  # a made-up panel, to run the commands through
     (tmp_path / "sets.json").write_text(json.dumps(sets))
     code, out, _ = run(capsys, "steer", str(tiny_dir), "--sets", str(tmp_path / "sets.json"), "--layer", "1",
                        "--alphas", "0,1", "--out", str(tmp_path / "st"))
-    assert code == 0 and "mean_difference" in out and (tmp_path / "st" / "steer.csv").is_file()
+    assert code == 0 and "mean_difference" in out and (tmp_path / "st" / "steer.parquet").is_file()
     (tmp_path / "v.json").write_text(json.dumps([1.0, 2.0]))
     code, _, err = run(capsys, "steer", str(tiny_dir), "--sets", str(tmp_path / "sets.json"), "--layer", "1",
                        "--direction", str(tmp_path / "v.json"), "--out", str(tmp_path / "st2"))
     assert code == 2 and "steering vector has shape (2,); the model needs (64,)" in err
     code, out, _ = run(capsys, "units", str(tiny_dir), "--sets", str(tmp_path / "sets.json"), "--layer", "1",
                        "--k", "4", "--out", str(tmp_path / "u"))
-    assert code == 0 and (tmp_path / "u" / "units_ranking.csv").is_file()
+    assert code == 0 and (tmp_path / "u" / "units_ranking.parquet").is_file()
     code, _, err = run(capsys, "units", str(tiny_dir), "--sets", str(tmp_path / "sets.json"), "--layer", "7",
                        "--out", str(tmp_path / "u2"))
     assert code == 2 and "layer 7 is out of range for a 3-layer model" in err
@@ -74,7 +76,7 @@ def test_silence_steer_units_prune(capsys, tiny_dir, recognized, tmp_path):
 
 def test_sites_are_transformerlens_names_and_old_flags_still_work(capsys, tiny_dir, recognized, tmp_path):
     sets = json.loads((recognized / "sets.json").read_text())
-    others = [q for q in pd.read_csv(recognized / "questions.csv")["question_id"] if q not in sets["failure"]]
+    others = [q for q in pd.read_parquet(recognized / "questions.parquet")["question_id"] if q not in sets["failure"]]
     sets["healthy"] = others[:2]
     (tmp_path / "sets.json").write_text(json.dumps(sets))
     study = ["--sets", str(tmp_path / "sets.json"), "--layer", "1", "--alphas", "0"]
@@ -84,14 +86,14 @@ def test_sites_are_transformerlens_names_and_old_flags_still_work(capsys, tiny_d
                         (["--component", "attn"], "blocks.1.hook_attn_out"), ([], "blocks.1.hook_mlp_out")]:
         out = tmp_path / f"st{len(flags)}{flags[-1] if flags else ''}"
         code, stdout, _ = run(capsys, "steer", str(tiny_dir), *study, *flags, "--out", str(out))
-        assert code == 0 and json.loads((out / "steer.json").read_text())["hook"] == hook and hook in stdout
+        assert code == 0 and read_run(out).meta["hook"] == hook and hook in stdout
     code, _, err = run(capsys, "steer", str(tiny_dir), *study, "--site", "mpl_out", "--out", str(tmp_path / "x"))
     assert code == 2 and "unknown site 'mpl_out'; did you mean 'mlp_out'" in err and len(err.strip().splitlines()) == 1
     code, _, err = run(capsys, "steer", str(tiny_dir), *study, "--site", "layer", "--out", str(tmp_path / "x"))
     assert code == 2 and "steer site='resid_post'" in err
     code, out, _ = run(capsys, "silence", str(tiny_dir), "--sets", str(tmp_path / "sets.json"), "--layers", "0",
                        "--sites", "mlp_out,attn_out+mlp_out,mlp_post", "--out", str(tmp_path / "s"))
-    table = pd.read_csv(tmp_path / "s" / "silence.csv")
+    table = read_run(tmp_path / "s").table
     assert code == 0 and "best MLP layer" in out
     assert table["component"].tolist() == ["none", "mlp_out", "attn_out+mlp_out", "mlp_post"]
     assert table["sites"].fillna("").tolist() == ["", "mlp_out", "attn_out+mlp_out", "mlp_post"]

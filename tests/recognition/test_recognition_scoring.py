@@ -47,8 +47,8 @@ def test_lm_eval_encoding_rules(tiny_model):
     ctx, cont = encode_pair(tok, "Q: 1+1=?\nA: ", "2")  # trailing space moves into the continuation
     assert ctx == tok("Q: 1+1=?\nA:")["input_ids"]  # the tokenizer's default special tokens
     assert tok.decode(cont) == " 2" and cont == tok("Q: 1+1=?\nA: 2")["input_ids"][len(ctx):]
-    ctx, cont = encode_pair(tok, "", "ab")
-    assert ctx == [tok.eos_token_id] and tok.decode(cont) == "ab"
+    ctx, cont = encode_pair(tok, "", "ab")  # lm-eval's prefix_token_id: the BOS (the EOS when there is none)
+    assert tok.bos_token_id is not None and ctx == [tok.bos_token_id] and tok.decode(cont) == "ab"
 
 
 def test_left_truncation_to_the_window(tiny_model, tiny_hf):

@@ -16,17 +16,34 @@ from conftest import fake_audit
 
 from reachlens import Protocol
 from reachlens.report import write_report
-from reachlens.store import AuditDir
-from reachlens.studies.training_audit import StudyPlan, load_training_audit
+from reachlens.store import RunDir, RunRecord, read_run
+from reachlens.studies.training_audit import StudyLayout, StudyPlan
 
 P4 = Protocol("arith", k=4, temperature=1.0, max_new_tokens=12)
 
 
-def _write(study_dir: Path, name: str, result) -> None:
-    store = AuditDir(study_dir / "audits" / name)
-    with store.writer():
-        store.open(result.protocol, result.model, data=result.data)
-        store.consolidate(result.questions, result.samples, result.summary())
+def _record(plan: StudyPlan) -> RunRecord:
+    return RunRecord.new("training_audit", plan.protocol, dict(plan.models), None,
+                         {k: v for k, v in plan.to_dict().items() if k != "protocol"})
+
+
+def _begin(root: Path, plan: StudyPlan) -> None:
+    """Start a study run in ``root`` (its audits are written inside it next)."""
+    RunDir(root).begin(_record(plan))
+
+
+def _write(study_dir: Path, name: str, result, **change) -> None:
+    """An audit of a study, where a study keeps it (a rerun named by ``change``)."""
+    result.save(StudyLayout(study_dir).audit(name, **change))
+
+
+def _study(root: Path, plan: StudyPlan, wall_seconds: dict | None = None):
+    """The study run begun in ``root``, completed and read back."""
+    run = RunDir(root)
+    with run.writer():
+        run.start(_record(plan))
+        run.finish({"wall_seconds": wall_seconds or {}})
+    return read_run(root)
 
 
 @pytest.fixture()
@@ -36,15 +53,12 @@ def study(tmp_path):
     big_base = fake_audit([True, False, False, False, True], [8, 3, 2, 1, 6], k=8, spec="zoo:base", protocol=P4.with_k(8))
     big_rl = fake_audit([True, True, True, False, False], [8, 8, 6, 0, 2], k=8, spec="zoo:grpo", protocol=P4.with_k(8))
     plan = StudyPlan({"base": "zoo:base", "grpo": "zoo:grpo"}, (("base", "grpo"),), base.protocol, budget_k=8)
-    import json
-
-    (tmp_path / "audits").mkdir()
-    (tmp_path / "study.json").write_text(json.dumps({"plan": plan.to_dict(), "wall_seconds": {"base": 1.0}}))
+    _begin(tmp_path, plan)
     _write(tmp_path, "base", base)
     _write(tmp_path, "grpo", rl)
-    _write(tmp_path, "base-k8", big_base)
-    _write(tmp_path, "grpo-k8", big_rl)
-    return load_training_audit(tmp_path)
+    _write(tmp_path, "base", big_base, k=8)
+    _write(tmp_path, "grpo", big_rl, k=8)
+    return _study(tmp_path, plan, {"base": 1.0})
 
 
 def test_study_tables(study):
@@ -178,19 +192,18 @@ def _check_axes(figs: list[dict]) -> None:
 @pytest.fixture()
 def crossing_study(tmp_path):
     """A study whose pass@k curves cross at k=4 (the trained model ahead at k=1, the base from k=4)."""
-    import json
-
     base = fake_audit([False] * 8, [1] * 8, spec="zoo:base")
     rl = fake_audit([True, True, False, False] * 2, [4, 4, 0, 0] * 2, spec="zoo:grpo")
     big_base = fake_audit([False] * 8, [2] * 8, k=8, spec="zoo:base", protocol=P4.with_k(8))
     big_rl = fake_audit([True, True, False, False] * 2, [8, 8, 0, 0] * 2, k=8, spec="zoo:grpo", protocol=P4.with_k(8))
     plan = StudyPlan({"base": "zoo:base", "grpo": "zoo:grpo"}, (("base", "grpo"),), base.protocol, budget_k=8)
     root = tmp_path / "crossing"
-    (root / "audits").mkdir(parents=True)
-    (root / "study.json").write_text(json.dumps({"plan": plan.to_dict()}))
-    for name, r in (("base", base), ("grpo", rl), ("base-k8", big_base), ("grpo-k8", big_rl)):
+    _begin(root, plan)
+    for name, r in (("base", base), ("grpo", rl)):
         _write(root, name, r)
-    return load_training_audit(root)
+    for name, r in (("base", big_base), ("grpo", big_rl)):
+        _write(root, name, r, k=8)
+    return _study(root, plan)
 
 
 @pytest.mark.parametrize("which", ["study", "crossing_study"])
@@ -246,11 +259,10 @@ def trajectory_study(tmp_path):
     models = {name: f"zoo:{name}" for name in TRAJ}
     # listed out of step order on purpose: the table is ordered by step
     plan = StudyPlan(models, (("base", "run"),), P8, trajectory={"run": 30, "base": 0, "run-s10": 10})
-    (tmp_path / "audits").mkdir()
-    (tmp_path / "study.json").write_text(json.dumps({"plan": plan.to_dict()}))
+    _begin(tmp_path, plan)
     for name, (_, realized, correct) in TRAJ.items():
         _write(tmp_path, name, fake_audit([bool(x) for x in realized], correct, k=8, spec=f"zoo:{name}", protocol=P8))
-    return load_training_audit(tmp_path)
+    return _study(tmp_path, plan)
 
 
 def test_trajectory_table_against_scipy_and_statsmodels(trajectory_study):
@@ -315,8 +327,8 @@ def test_trajectory_plan_is_checked_and_round_trips():
         StudyPlan(models, (), P8, trajectory={"base": -1})
     plan = StudyPlan(models, (), P8, trajectory={"base": 0, "run": 30})
     assert StudyPlan.from_dict(json.loads(json.dumps(plan.to_dict()))) == plan
-    # a plan without a trajectory keeps the dictionary (and so the run record) it had before trajectories
-    assert "trajectory" not in StudyPlan(models, (), P8).to_dict()
+    # a plan without a trajectory round-trips too (an older study's record without one: `reachlens convert`)
+    assert StudyPlan.from_dict(json.loads(json.dumps(StudyPlan(models, (), P8).to_dict()))).trajectory == {}
 
 
 def test_trajectory_in_the_report(trajectory_study, tmp_path):
@@ -358,7 +370,7 @@ def test_trajectory_figure_renders_in_headless_chromium(trajectory_study, tmp_pa
 
 
 def test_a_reloaded_study_reads_in_plan_order_and_the_pass_at_k_chart_draws_the_pairs(tmp_path):
-    """study.json keeps no key order (the store sorts keys), so a reloaded study orders its checkpoints by the
+    """run.json keeps no key order (the store sorts keys), so a reloaded study orders its checkpoints by the
     plan: the pairs' checkpoints as the pairs name them, then the trajectory's by step (not "s100" before "s25");
     a trajectory-only checkpoint is left out of the pass@k chart (it has the trajectory figure)."""
     steps = {"zeta": 0, "run-s25": 25, "run-s100": 100, "alpha": 200}
@@ -366,12 +378,11 @@ def test_a_reloaded_study_reads_in_plan_order_and_the_pass_at_k_chart_draws_the_
     plan = StudyPlan(models, (("zeta", "alpha"),), P8, trajectory=steps)
     assert plan.model_order == ["zeta", "alpha", "run-s25", "run-s100"]
     assert plan.paired_models == ["zeta", "alpha"]
-    (tmp_path / "audits").mkdir()
-    (tmp_path / "study.json").write_text(json.dumps({"plan": plan.to_dict()}, sort_keys=True))
+    _begin(tmp_path, plan)
     for i, name in enumerate(steps):
         _write(tmp_path, name, fake_audit([True, False, False, i % 2 == 0], [3, 1, 0, i], k=8, spec=f"zoo:{name}",
                                           protocol=P8))
-    study = load_training_audit(tmp_path)
+    study = _study(tmp_path, plan)
     assert list(study.audits) == ["zeta", "alpha", "run-s25", "run-s100"]
     assert study.trajectory()["model"].tolist() == ["zeta", "run-s25", "run-s100", "alpha"]
     page = write_report(study, tmp_path / "r")[0].read_text()

@@ -15,8 +15,9 @@ import os
 import signal
 
 import reachlens
+from reachlens.execution import ExecConfig
 from reachlens import Protocol
-from reachlens.scale import RayExecutor
+from reachlens.runner import RayExecutor
 
 N, K, MAX_NEW_TOKENS, MAX_BATCH_ROWS = 24, 16, 32, 4 * 17  # six slices of four questions
 
@@ -42,10 +43,10 @@ def main() -> None:
             os.kill(pids[info["worker"]], signal.SIGKILL)
 
     with RayExecutor(workers=2, init_options={"num_cpus": 2}, on_event=on_event) as executor:
-        reachlens.audit("zoo:base", task, protocol, out=args.out, max_batch_rows=MAX_BATCH_ROWS, executor=executor)
+        reachlens.audit("zoo:base", task, protocol, out=args.out, exec_config=ExecConfig(max_batch_rows=MAX_BATCH_ROWS), executor=executor)
         if args.out_killed:
             state.update(kill=True, done=0)
-            reachlens.audit("zoo:base", task, protocol, out=args.out_killed, max_batch_rows=MAX_BATCH_ROWS,
+            reachlens.audit("zoo:base", task, protocol, out=args.out_killed, exec_config=ExecConfig(max_batch_rows=MAX_BATCH_ROWS),
                             executor=executor)
     print(json.dumps({"finished": True, "killed_worker": state["killed"]}), flush=True)
 

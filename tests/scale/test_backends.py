@@ -8,11 +8,14 @@ import pandas as pd
 import pytest
 
 from conftest import StopAudit, fake_audit, stop_after
+from reachlens.execution import ExecConfig
 from reachlens import Protocol, ProtocolMismatch, ReachlensError, audit, load_task
 from reachlens.cli import main
-from reachlens.engine.backends import ModelSource, bind_backend
+from reachlens.engine.backends import bind_backend
+from reachlens.models import ModelSource
 from reachlens.engine.backends.vllm_model import VLLMModel
-from reachlens.scale import AuditJob, LocalExecutor, RayExecutor, run_audits
+from reachlens.runner import AuditJob, InProcessExecutor, ProcessPool, RayExecutor, run_jobs
+from reachlens.store import read_run
 from reachlens.studies.compare import compare
 
 PROTO = Protocol("arith", k=4, temperature=1.0, max_new_tokens=12)
@@ -86,11 +89,11 @@ def test_ray_missing_is_one_line(monkeypatch):
 
 def test_local_executor_equals_the_plain_audit_and_holds_several_audits(tiny_model, tiny_dir, tmp_path):
     task = load_task("arith", n=5)
-    plain = audit(tiny_model, task, PROTO, max_batch_rows=10)
+    plain = audit(tiny_model, task, PROTO, exec_config=ExecConfig(max_batch_rows=10))
     other = Protocol("arith", k=2, temperature=0.7, max_new_tokens=12)
-    plain2 = audit(tiny_model, task, other, max_batch_rows=10)
-    a, b = run_audits([AuditJob(str(tiny_dir), task, PROTO, tmp_path / "a", max_batch_rows=10),
-                       AuditJob(ModelSource(str(tiny_dir)), task, other, None, max_batch_rows=10)], LocalExecutor())
+    plain2 = audit(tiny_model, task, other, exec_config=ExecConfig(max_batch_rows=10))
+    a, b = run_jobs([AuditJob(str(tiny_dir), task, PROTO, tmp_path / "a", exec_config=ExecConfig(max_batch_rows=10)),
+                       AuditJob(ModelSource(str(tiny_dir)), task, other, None, exec_config=ExecConfig(max_batch_rows=10))], InProcessExecutor())
     for got, want in ((a, plain), (b, plain2)):
         pd.testing.assert_frame_equal(got.questions, want.questions)
         pd.testing.assert_frame_equal(got.samples, want.samples)
@@ -99,12 +102,20 @@ def test_local_executor_equals_the_plain_audit_and_holds_several_audits(tiny_mod
     cut = tmp_path / "cut"
 
     with pytest.raises(StopAudit):
-        audit(tiny_model, task, PROTO, out=cut, max_batch_rows=10, progress=stop_after(2))
-    resumed = audit(str(tiny_dir), task, PROTO, out=cut, max_batch_rows=10, executor=LocalExecutor())
+        audit(tiny_model, task, PROTO, out=cut, exec_config=ExecConfig(max_batch_rows=10), progress=stop_after(2))
+    resumed = audit(str(tiny_dir), task, PROTO, out=cut, exec_config=ExecConfig(max_batch_rows=10), executor=InProcessExecutor())
     pd.testing.assert_frame_equal(resumed.samples, plain.samples)
+    # a pool of two local processes (one torch thread each) fills the same runs, slices in any order
+    with ProcessPool(2) as pool:
+        c, d = run_jobs([AuditJob(str(tiny_dir), task, PROTO, tmp_path / "c", exec_config=ExecConfig(max_batch_rows=4)),
+                         AuditJob(tiny_model, task, other, tmp_path / "d", exec_config=ExecConfig(max_batch_rows=4))],
+                        pool)
+    pd.testing.assert_frame_equal(c.samples, audit(tiny_model, task, PROTO, exec_config=ExecConfig(max_batch_rows=4)).samples)
+    pd.testing.assert_frame_equal(d.questions, audit(tiny_model, task, other, exec_config=ExecConfig(max_batch_rows=4)).questions)
+    assert read_run(tmp_path / "c").record.status == "complete" and c.location == tmp_path / "c"
 
 
 def test_hooks_cannot_travel_to_an_executor(tiny_model):
     with tiny_model.hooks(fwd_hooks=[("blocks.0.hook_attn_out", lambda x, hook: x)]):
         with pytest.raises(ReachlensError, match=r"hooks attached at blocks\.0\.(hook_attn_out|attn\.hook_out) cannot travel"):
-            audit(tiny_model, load_task("arith", n=2), PROTO, executor=LocalExecutor())
+            audit(tiny_model, load_task("arith", n=2), PROTO, executor=InProcessExecutor())

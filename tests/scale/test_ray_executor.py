@@ -18,6 +18,7 @@ import pandas as pd
 import pytest
 
 import reachlens
+from reachlens.execution import ExecConfig
 from reachlens import AuditResult, Protocol
 from conftest import isolated_command, isolated_env
 from ray_driver import K, MAX_BATCH_ROWS, MAX_NEW_TOKENS, N
@@ -33,7 +34,7 @@ def single(tmp_path_factory) -> AuditResult:
     out = tmp_path_factory.mktemp("single") / "a"
     model = reachlens.load_model("zoo:base")
     return reachlens.audit(model, reachlens.load_task("arith", n=N), Protocol("arith", k=K, max_new_tokens=MAX_NEW_TOKENS),
-                           out=out, max_batch_rows=MAX_BATCH_ROWS)
+                           out=out, exec_config=ExecConfig(max_batch_rows=MAX_BATCH_ROWS))
 
 
 def _scratch() -> Path:
@@ -78,7 +79,7 @@ def test_a_killed_ray_driver_resumes_in_one_process(isolated, single, tmp_path):
     partial = AuditResult.load(out)
     assert 0 < len(partial.questions) < N
     resumed = reachlens.audit(reachlens.load_model("zoo:base"), reachlens.load_task("arith", n=N),
-                              Protocol("arith", k=K, max_new_tokens=MAX_NEW_TOKENS), out=out, max_batch_rows=MAX_BATCH_ROWS)
+                              Protocol("arith", k=K, max_new_tokens=MAX_NEW_TOKENS), out=out, exec_config=ExecConfig(max_batch_rows=MAX_BATCH_ROWS))
     pd.testing.assert_frame_equal(resumed.questions, single.questions)
     pd.testing.assert_frame_equal(resumed.samples, single.samples)
 
@@ -93,8 +94,8 @@ def test_demo_ray_schedules_the_lineage_on_the_cluster_with_the_same_tables(isol
     assert "base -> grpo" in run.stdout and "budget control:" in run.stdout
     assert main(["demo", "--workers", "1", "--out", str(tmp_path / "local"), *size]) == 0
     names = sorted(p.name for p in (tmp_path / "local" / "audits").iterdir())
-    lineage = {f"{m}{suffix}" for m in ("base", "grpo", "dapo", "sft", "sft-grpo") for suffix in ("", "-k8")}
-    assert lineage | {"sft-fmt-verbose", "sft-grpo-fmt-verbose"} <= set(names)  # the 12 audits on the pool
+    lineage = {f"{m}{suffix}" for m in ("base", "grpo", "dapo", "sft", "sft-grpo") for suffix in ("", "--k=8")}
+    assert lineage | {"sft--prompt_format=verbose", "sft-grpo--prompt_format=verbose"} <= set(names)  # on the pool
     assert sorted(p.name for p in (tmp_path / "ray" / "audits").iterdir()) == names  # + the length controls
     for name in names:
         for table in ("questions", "samples"):

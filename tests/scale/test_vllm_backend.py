@@ -77,7 +77,7 @@ def test_vllm_pass_at_k_is_the_engines_within_a_paired_95_interval(runs, engine_
 
 def test_vllm_extension_to_2k_draws_only_the_new_samples_and_equals_a_fresh_2k_audit(runs):
     out, info = runs
-    k8, k16, fresh = (AuditResult.load(out / name) for name in ("k8", "k16", "k16-fresh"))
+    k8, k16, fresh = (AuditResult.load(out / name) for name in ("k8", "k8--k=16", "k16-fresh"))
     ids = list(k8.questions["question_id"])
     assert len(ids) == NE and k16.k == 16
     # the extension sent vLLM the deployed answers (greedy) and samples 8..15 only, each with its own seed

@@ -15,8 +15,7 @@ from pathlib import Path
 
 import reachlens
 from reachlens import Protocol
-from reachlens.engine.backends import load_vllm
-from reachlens.studies.budget import extend_budget
+from reachlens.models import load_vllm
 
 N, K, MAX_NEW_TOKENS = 16, 200, 48
 NE = 6  # questions of the extension check
@@ -32,7 +31,7 @@ def main() -> None:
     seeds = []
     real = model.generate_rows
     model.generate_rows = lambda prompts, rows, params: seeds.extend(r.seed for r in rows) or real(prompts, rows, params)
-    extend_budget(model, small, out / "k8", 16, out=out / "k16")
+    reachlens.rerun(out / "k8", model=model, task=small, k=16, into=out)  # the budget control: out/k8--k=16
     model.generate_rows = real
     reachlens.audit(model, small, Protocol("arith", k=16, max_new_tokens=MAX_NEW_TOKENS), out=out / "k16-fresh")
     print(json.dumps({"extension_seeds": seeds, "vllm": model.vllm_version}), flush=True)

@@ -16,6 +16,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
+from reachlens.execution import ExecConfig
 from reachlens import Protocol, audit, load_task, rescore
 from reachlens.errors import ReachlensError
 from reachlens.store import AuditDir, write_json
@@ -43,7 +44,7 @@ def test_a_directory_of_other_files_is_refused_and_left_untouched(tiny_model, ta
     pd.DataFrame({"x": [1, 2]}).to_parquet(out / "questions.parquet")
     before = snapshot(out)
     with pytest.raises(ReachlensError, match=r"is not empty .* and is not a reachlens run directory \(no run.json\)"):
-        audit(tiny_model, task, PROTO, out=out, max_batch_rows=8)
+        audit(tiny_model, task, PROTO, out=out, exec_config=ExecConfig(max_batch_rows=8))
     assert snapshot(out) == before
 
 
@@ -51,28 +52,28 @@ def test_a_file_as_out_is_refused(tiny_model, task, tmp_path) -> None:
     out = tmp_path / "a-file"
     out.write_text("precious")
     with pytest.raises(ReachlensError, match="is a file"):
-        audit(tiny_model, task, PROTO, out=out, max_batch_rows=8)
+        audit(tiny_model, task, PROTO, out=out, exec_config=ExecConfig(max_batch_rows=8))
     assert out.read_text() == "precious"
 
 
 def test_an_empty_directory_is_used_and_a_finished_audit_keeps_foreign_files(tiny_model, task, tmp_path) -> None:
     out = tmp_path / "empty"
     out.mkdir()
-    audit(tiny_model, task, PROTO, out=out, max_batch_rows=8)
+    audit(tiny_model, task, PROTO, out=out, exec_config=ExecConfig(max_batch_rows=8))
     assert AuditDir(out).exists()
     # a file someone put into parts/ of an audit directory survives its consolidation
     (out / "parts").mkdir(exist_ok=True)
     (out / "parts" / "keep.txt").write_text("x")
-    audit(tiny_model, load_task("arith", n=5), PROTO, out=out, max_batch_rows=8)
+    audit(tiny_model, load_task("arith", n=5), PROTO, out=out, exec_config=ExecConfig(max_batch_rows=8))
     assert (out / "parts" / "keep.txt").read_text() == "x"
 
 
 def test_a_corrupt_header_is_named_in_one_line(tiny_model, task, tmp_path) -> None:
     out = tmp_path / "d"
-    audit(tiny_model, task, PROTO, out=out, max_batch_rows=8)
+    audit(tiny_model, task, PROTO, out=out, exec_config=ExecConfig(max_batch_rows=8))
     (out / "run.json").write_text('{\n')
     with pytest.raises(ReachlensError, match=re.escape(str(out / "run.json")) + r".* is not valid JSON"):
-        audit(tiny_model, task, PROTO, out=out, max_batch_rows=8)
+        audit(tiny_model, task, PROTO, out=out, exec_config=ExecConfig(max_batch_rows=8))
     with pytest.raises(ReachlensError, match="run.json"):
         AuditResult.load(out)
 
@@ -86,10 +87,10 @@ def test_a_second_writer_is_refused_naming_the_owner(tiny_model, task, tmp_path)
     out.mkdir()
     with DirectoryLock(out):
         with pytest.raises(DirectoryLocked, match=rf"is being written by process {os.getpid()}\b") as err:
-            audit(tiny_model, task, PROTO, out=out, max_batch_rows=8)
+            audit(tiny_model, task, PROTO, out=out, exec_config=ExecConfig(max_batch_rows=8))
         assert err.value.owner["pid"] == os.getpid()
         assert not AuditDir(out).exists()  # the refused writer wrote nothing
-    audit(tiny_model, task, PROTO, out=out, max_batch_rows=8)  # released: the next writer runs
+    audit(tiny_model, task, PROTO, out=out, exec_config=ExecConfig(max_batch_rows=8))  # released: the next writer runs
 
 
 def test_a_stale_lock_of_a_dead_writer_is_taken_over(tiny_model, task, tmp_path) -> None:
@@ -98,7 +99,7 @@ def test_a_stale_lock_of_a_dead_writer_is_taken_over(tiny_model, task, tmp_path)
     # what a writer killed with -9 leaves: its lock file, no flock held on it, its pid long gone
     (out / ".lock").write_text(json.dumps({"pid": 2**22 + 12345, "host": os.uname().nodename, "started": "1"}))
     os.utime(out / ".lock", (0, 0))
-    r = audit(tiny_model, task, PROTO, out=out, max_batch_rows=8)
+    r = audit(tiny_model, task, PROTO, out=out, exec_config=ExecConfig(max_batch_rows=8))
     assert r.n == len(task) and not (out / ".lock").exists()
 
 
@@ -133,29 +134,29 @@ def _crash_when_moving(monkeypatch, name: str):
 
 def test_a_rescore_that_crashes_before_it_commits_changes_nothing(tiny_model, task, tmp_path, monkeypatch) -> None:
     out = tmp_path / "d"
-    first = audit(tiny_model, task, PROTO, out=out, max_batch_rows=8)
+    first = audit(tiny_model, task, PROTO, out=out, exec_config=ExecConfig(max_batch_rows=8))
     import reachlens.store.run_dir as mod
 
-    real = mod._write_durably
+    real = mod.write_durably
 
     def crash(path, write, **kw):
         if path.name == "questions.parquet":
             raise OSError("simulated crash while staging the questions table")
         return real(path, write, **kw)
 
-    monkeypatch.setattr(mod, "_write_durably", crash)
+    monkeypatch.setattr(mod, "write_durably", crash)
     with pytest.raises(OSError, match="simulated crash"):
         rescore(out, grader="math")
     monkeypatch.undo()
     assert AuditDir(out).protocol().grader == "numeric"  # the header still matches the stored grades
     assert not [p for p in out.iterdir() if p.name.endswith(".tmp")]
-    resumed = audit(tiny_model, task, PROTO, out=out, max_batch_rows=8)  # not blocked
+    resumed = audit(tiny_model, task, PROTO, out=out, exec_config=ExecConfig(max_batch_rows=8))  # not blocked
     pd.testing.assert_frame_equal(resumed.samples, first.samples)
 
 
 def test_a_rescore_that_crashes_after_it_commits_is_completed(tiny_model, task, tmp_path, monkeypatch) -> None:
     out = tmp_path / "d"
-    audit(tiny_model, task, PROTO, out=out, max_batch_rows=8)
+    audit(tiny_model, task, PROTO, out=out, exec_config=ExecConfig(max_batch_rows=8))
     _crash_when_moving(monkeypatch, "run.json")  # tables and summary moved, header not yet
     with pytest.raises(OSError, match="simulated crash"):
         rescore(out, grader="math")
@@ -174,9 +175,12 @@ def test_summary_json_holds_null_for_undefined_numbers_and_reads_back_nan(tmp_pa
     def strict(text):
         return json.loads(text, parse_constant=lambda c: pytest.fail(f"{c} is not JSON"))
 
-    write_json(tmp_path / "summary.json", {"D": math.nan, "O_K": 0.5, "pass_at_k": {"1": math.inf}})
-    assert strict((tmp_path / "summary.json").read_text()) == {"D": None, "O_K": 0.5, "pass_at_k": {"1": None}}
-    s = AuditDir(tmp_path).summary()
+    from conftest import fake_audit
+
+    run = fake_audit([True, False], [1, 0]).save(tmp_path / "run")  # a complete run whose summary we replace
+    write_json(run / "summary.json", {"D": math.nan, "O_K": 0.5, "pass_at_k": {"1": math.inf}})
+    assert strict((run / "summary.json").read_text()) == {"D": None, "O_K": 0.5, "pass_at_k": {"1": None}}
+    s = AuditDir(run).summary()
     assert math.isnan(s["D"]) and s["O_K"] == 0.5 and math.isnan(s["pass_at_k"]["1"])
 
 
@@ -184,7 +188,7 @@ def test_an_audit_with_no_graded_deployment_writes_null_d(tiny_model, task, tmp_
     import reachlens.grading.numeric as numeric
 
     monkeypatch.setattr(numeric, "extract_numeric_answer", lambda text: 1 / 0)  # every grade fails
-    r = audit(tiny_model, task, PROTO, out=tmp_path / "d", max_batch_rows=8)
+    r = audit(tiny_model, task, PROTO, out=tmp_path / "d", exec_config=ExecConfig(max_batch_rows=8))
     assert math.isnan(r.D) and r.summary()["n_unscored_samples"] == len(task) * PROTO.k
     raw = json.loads((tmp_path / "d" / "summary.json").read_text(), parse_constant=lambda c: pytest.fail(c))
     assert raw["D"] is None and raw["n_unscored_deployed"] == len(task)

@@ -6,6 +6,7 @@ import pandas as pd
 import pytest
 
 from conftest import StopAudit, stop_after
+from reachlens.execution import ExecConfig
 from reachlens import Protocol, ProtocolMismatch, audit, load_task, rescore
 from reachlens.engine import Completion
 from reachlens.studies import AuditResult, grade_questions
@@ -20,7 +21,7 @@ def task():
 
 
 def test_audit_tables_and_summary(tiny_model, task):
-    r = audit(tiny_model, task, PROTO, max_batch_rows=10)
+    r = audit(tiny_model, task, PROTO, exec_config=ExecConfig(max_batch_rows=10))
     assert list(r.questions["question_id"]) == [q.question_id for q in task.questions]
     assert len(r.samples) == 6 * 4
     assert set(r.samples.groupby("question_id").size()) == {4}
@@ -56,13 +57,13 @@ def test_grading_tables_from_hand_made_completions():
 
 
 def test_resume_after_interruption_equals_uninterrupted_run(tiny_model, task, tmp_path):
-    whole = audit(tiny_model, task, PROTO, out=tmp_path / "whole", max_batch_rows=10)
+    whole = audit(tiny_model, task, PROTO, out=tmp_path / "whole", exec_config=ExecConfig(max_batch_rows=10))
 
     with pytest.raises(StopAudit):
-        audit(tiny_model, task, PROTO, out=tmp_path / "cut", max_batch_rows=10, progress=stop_after(2))
+        audit(tiny_model, task, PROTO, out=tmp_path / "cut", exec_config=ExecConfig(max_batch_rows=10), progress=stop_after(2))
     partial = AuditResult.load(tmp_path / "cut")
     assert 0 < len(partial.questions) < len(task)
-    resumed = audit(tiny_model, task, PROTO, out=tmp_path / "cut", max_batch_rows=10)
+    resumed = audit(tiny_model, task, PROTO, out=tmp_path / "cut", exec_config=ExecConfig(max_batch_rows=10))
     pd.testing.assert_frame_equal(resumed.questions, whole.questions)
     pd.testing.assert_frame_equal(resumed.samples, whole.samples)
     reloaded = AuditResult.load(tmp_path / "cut")
@@ -71,24 +72,24 @@ def test_resume_after_interruption_equals_uninterrupted_run(tiny_model, task, tm
 
 
 def test_resume_skips_finished_questions(tiny_model, task, tmp_path):
-    audit(tiny_model, task, PROTO, out=tmp_path / "a", max_batch_rows=10)
-    import reachlens.studies.auditing as mod
+    audit(tiny_model, task, PROTO, out=tmp_path / "a", exec_config=ExecConfig(max_batch_rows=10))
+    import reachlens.runner.decode as mod
 
     calls = []
     real = mod.generate_rows
     mod.generate_rows = lambda *a, **k: calls.append(1) or real(*a, **k)
     try:
         seen = []
-        audit(tiny_model, task, PROTO, out=tmp_path / "a", max_batch_rows=10, progress=seen.append)
+        audit(tiny_model, task, PROTO, out=tmp_path / "a", exec_config=ExecConfig(max_batch_rows=10), progress=seen.append)
         assert calls == [] and seen[-1] == len(task)
-        audit(tiny_model, load_task("arith", n=8), PROTO, out=tmp_path / "a", max_batch_rows=10)
+        audit(tiny_model, load_task("arith", n=8), PROTO, out=tmp_path / "a", exec_config=ExecConfig(max_batch_rows=10))
         assert len(calls) == 1  # only the batch holding the two new questions is decoded
     finally:
         mod.generate_rows = real
 
 
 def test_protocol_mismatch_is_refused_naming_fields(tiny_model, task, tmp_path):
-    audit(tiny_model, task.head(2), PROTO, out=tmp_path / "d", max_batch_rows=10)
+    audit(tiny_model, task.head(2), PROTO, out=tmp_path / "d", exec_config=ExecConfig(max_batch_rows=10))
     other = Protocol("arith", k=5, temperature=0.7, max_new_tokens=12)
     with pytest.raises(ProtocolMismatch, match="k, temperature"):
         audit(tiny_model, task.head(2), other, out=tmp_path / "d")
@@ -97,7 +98,7 @@ def test_protocol_mismatch_is_refused_naming_fields(tiny_model, task, tmp_path):
 def test_different_model_into_the_same_directory_is_refused(tiny_model, task, tmp_path, monkeypatch):
     from reachlens.models import ModelIdentity
 
-    audit(tiny_model, task.head(2), PROTO, out=tmp_path / "d", max_batch_rows=10)
+    audit(tiny_model, task.head(2), PROTO, out=tmp_path / "d", exec_config=ExecConfig(max_batch_rows=10))
     monkeypatch.setattr(tiny_model, "reachlens_identity", ModelIdentity("zoo:other", "abc"))
     with pytest.raises(ProtocolMismatch, match="model.spec, model.fingerprint") as err:
         audit(tiny_model, task.head(2), PROTO, out=tmp_path / "d")
@@ -105,14 +106,14 @@ def test_different_model_into_the_same_directory_is_refused(tiny_model, task, tm
 
 
 def test_rescore_reproduces_the_stored_grades(tiny_model, task, tmp_path):
-    r = audit(tiny_model, task, PROTO, out=tmp_path / "r", max_batch_rows=10)
+    r = audit(tiny_model, task, PROTO, out=tmp_path / "r", exec_config=ExecConfig(max_batch_rows=10))
     again = rescore(tmp_path / "r")
     pd.testing.assert_frame_equal(again.questions, r.questions)
     pd.testing.assert_frame_equal(again.samples, r.samples)
 
 
 def test_rescore_applies_a_changed_grader(tiny_model, task, tmp_path):
-    audit(tiny_model, task.head(2), PROTO, out=tmp_path / "r", max_batch_rows=10)
+    audit(tiny_model, task.head(2), PROTO, out=tmp_path / "r", exec_config=ExecConfig(max_batch_rows=10))
     r = rescore(tmp_path / "r", grader="math")
     assert r.protocol.grader == "math"
     assert AuditResult.load(tmp_path / "r").protocol.grader == "math"
@@ -121,19 +122,25 @@ def test_rescore_applies_a_changed_grader(tiny_model, task, tmp_path):
 
 
 def test_budget_extension_reuses_the_first_k_samples(tiny_model, task):
-    small = audit(tiny_model, task, PROTO, max_batch_rows=10)
-    big = audit(tiny_model, task, PROTO.with_k(8), max_batch_rows=40)
+    small = audit(tiny_model, task, PROTO, exec_config=ExecConfig(max_batch_rows=10))
+    big = audit(tiny_model, task, PROTO.with_k(8), exec_config=ExecConfig(max_batch_rows=40))
     restricted = big.restrict_k(4)
     assert restricted.samples["text"].tolist() == small.samples["text"].tolist()
-    extra = audit(tiny_model, task, PROTO, max_batch_rows=10, sample_offset=4)
+    from reachlens.runner import AuditJob, rerun, run_jobs
+
+    extra = run_jobs([AuditJob(tiny_model, task, PROTO, exec_config=ExecConfig(max_batch_rows=10), sample_offset=4)])[0]
     assert extra.samples["sample_idx"].min() == 4
     assert extra.samples["text"].tolist() == big.samples[big.samples["sample_idx"] >= 4]["text"].tolist()
+    # the budget control is a rerun at k=8: the first 4 samples reused, the next 4 drawn, equal to a fresh K=8 audit
+    extended = rerun(small, k=8, model=tiny_model, task=task, exec_config=ExecConfig(max_batch_rows=10))
+    pd.testing.assert_frame_equal(extended.samples, big.samples)
+    pd.testing.assert_frame_equal(extended.questions, big.questions)
 
 
 def test_audit_without_prefix_sharing_gives_the_same_samples(tiny_model, task):
     proto = Protocol("arith", k=8, temperature=0.7, max_new_tokens=12)
     shared = audit(tiny_model, task, proto)
-    alone = audit(tiny_model, task, proto, share_prefixes=False)
+    alone = audit(tiny_model, task, proto, exec_config=ExecConfig(share_prefixes=False))
     pd.testing.assert_frame_equal(shared.samples.drop(columns="mean_logprob"), alone.samples.drop(columns="mean_logprob"))
     assert (shared.samples["mean_logprob"] - alone.samples["mean_logprob"]).abs().max() < 1e-5
     assert shared.samples.groupby("question_id")["text"].nunique().min() < 8, "some samples must agree to share"

@@ -7,9 +7,11 @@ import pandas as pd
 import pytest
 from conftest import fake_audit as fake
 
+from reachlens.execution import ExecConfig
 from reachlens import Protocol, ProtocolMismatch, audit, load_task
 from reachlens.errors import ReachlensError
-from reachlens.studies import AuditResult, compare, extend_budget, propensity_bins
+from reachlens.runner import rerun
+from reachlens.studies import AuditResult, compare, propensity_bins
 
 PROTO = Protocol("arith", k=4, temperature=1.0, max_new_tokens=12)
 
@@ -77,19 +79,19 @@ def test_budgets_differ_only_with_common_k():
     assert compare(BASE, big, k=4).summary()["k"] == 4
 
 
-def test_extend_budget_equals_a_fresh_audit(tiny_model, tmp_path):
+def test_a_budget_rerun_equals_a_fresh_audit(tiny_model, tmp_path):
     task = load_task("arith", n=4)
-    small = audit(tiny_model, task, PROTO, out=tmp_path / "k4", max_batch_rows=10)
-    fresh = audit(tiny_model, task, PROTO.with_k(8), max_batch_rows=40)
-    ext = extend_budget(tiny_model, task, tmp_path / "k4", 8, out=tmp_path / "k8", max_batch_rows=10)
+    small = audit(tiny_model, task, PROTO, out=tmp_path / "k4", exec_config=ExecConfig(max_batch_rows=10))
+    fresh = audit(tiny_model, task, PROTO.with_k(8), exec_config=ExecConfig(max_batch_rows=40))
+    ext = rerun(tmp_path / "k4", model=tiny_model, task=task, k=8, into=tmp_path, exec_config=ExecConfig(max_batch_rows=10))
     pd.testing.assert_frame_equal(ext.samples[["question_id", "sample_idx", "text", "correct"]],
                                   fresh.samples[["question_id", "sample_idx", "text", "correct"]])
     assert ext.questions["n_correct"].tolist() == fresh.questions["n_correct"].tolist()
-    assert AuditResult.load(tmp_path / "k8").k == 8
+    assert AuditResult.load(tmp_path / "k4--k=8").k == 8 and ext.location == tmp_path / "k4--k=8"
     # the first K samples are the stored ones, untouched
     pd.testing.assert_frame_equal(ext.restrict_k(4).samples, small.samples)
-    with pytest.raises(ReachlensError, match="must exceed"):
-        extend_budget(tiny_model, task, small, 4)
+    with pytest.raises(ReachlensError, match="k=4 is the audit's own; a rerun changes it"):
+        rerun(small, model=tiny_model, task=task, k=4)
 
 
 def test_pass_at_k_crossover_by_hand():

@@ -11,15 +11,18 @@ import pytest
 from reachlens import Protocol, ProtocolMismatch, audit, load_model, load_task
 from reachlens.errors import ReachlensError
 from reachlens.studies import compare
+from reachlens.execution import ExecConfig
+from reachlens.runner import rerun
+from reachlens.store import read_run
 from reachlens.studies.controls import (
+    length_control,
     left_reachable,
     length_table,
     reprobe_left,
-    rerun_at_length,
     temperature_control,
     temperature_table,
 )
-from reachlens.studies.training_audit import StudyPlan, load_training_audit, run_training_audit
+from reachlens.studies.training_audit import StudyPlan, run_training_audit
 
 P = Protocol("arith", k=6, temperature=0.8, max_new_tokens=40)
 
@@ -56,7 +59,7 @@ def test_temperature_table_shares_carry_wilson_intervals(zoo):
     from statsmodels.stats.proportion import proportion_confint
 
     task, models, audits = zoo
-    table = temperature_control(models["sft"], task, audits["base"], audits["sft"], (1.3,))
+    table = temperature_control(models["sft"], task, audits["base"], audits["sft"], (1.3,)).table()
     row = table.iloc[-1]
     assert row["share"] == pytest.approx(row["n_reachable"] / row["n_reprobed"])
     assert (row["share_lo"], row["share_hi"]) == pytest.approx(
@@ -70,7 +73,7 @@ def test_controls_refuse_another_model_and_bad_values(zoo):
     with pytest.raises(ReachlensError, match="must be > 0"):
         reprobe_left(models["sft"], task, audits["base"], audits["sft"], [0.0])
     with pytest.raises(ReachlensError, match="must exceed the audit's 40"):
-        rerun_at_length(models["base"], task, audits["base"], 40)
+        length_control(audits["base"], audits["sft"], 40, models=(models["base"], models["sft"]), task=task)
     assert reprobe_left(models["base"], task, audits["base"], audits["base"], [1.0]) == {}  # nothing left
 
 
@@ -78,7 +81,7 @@ def test_length_control_reruns_both_sides_at_the_longer_decode(zoo):
     task, models, audits = zoo
     before = compare(audits["base"], audits["sft"])
     assert before.summary()["truncation"]["flagged"]  # cut at different rates at 40 new tokens
-    longer = {n: rerun_at_length(models[n], task, audits[n], 64) for n in ("base", "sft")}
+    longer = {n: rerun(audits[n], model=models[n], task=task, max_new_tokens=64) for n in ("base", "sft")}
     assert longer["base"].protocol.max_new_tokens == 64 and longer["base"].k == P.k
     # a rerun at a longer decode is a fresh audit under that protocol
     fresh = audit(models["base"], task, dataclasses.replace(P, max_new_tokens=64))
@@ -103,10 +106,19 @@ def test_study_runs_the_controls_and_reads_them_back(tmp_path):
     head = one.headline()
     assert {"delta_D_lo", "p_realized", "p_realized_holm", "p_reachable_holm"} <= set(head.columns)
     # the same study in two worker processes draws the same re-probes
-    two = run_training_audit(plan, tmp_path / "two", workers=2, log=lambda s: None)
+    two = run_training_audit(plan, tmp_path / "two", exec_config=ExecConfig(workers=2), log=lambda s: None)
     pd.testing.assert_frame_equal(two.reprobes[("base", "sft")][1.3].samples, one.reprobes[("base", "sft")][1.3].samples)
     pd.testing.assert_frame_equal(two.longer["sft"].questions, one.longer["sft"].questions)
     # resumed: nothing to do, the same tables
     again = run_training_audit(plan, tmp_path / "one", log=lambda s: None)
     assert again.temperature_control().equals(temp)
-    assert load_training_audit(tmp_path / "one").length_control().equals(one.length_control())
+    assert read_run(tmp_path / "one").length_control().equals(one.length_control())
+    # every part of the study is a run: its audits, its pairs' comparisons, its controls
+    from reachlens.store import list_runs
+
+    kinds = {i.path.relative_to(tmp_path / "one").as_posix(): i.kind for i in list_runs(tmp_path / "one")}
+    assert kinds[""] if "" in kinds else kinds["."] == "training_audit"
+    assert {kinds["audits/base"], kinds["comparisons/base--sft"]} == {"audit", "comparison"}
+    assert kinds["controls/temperature/base--sft"] == "temperature_control"
+    assert kinds["controls/length/base--sft"] == "length_control" and kinds["audits/sft--max_new_tokens=64"] == "audit"
+    assert all(i.record.status == "complete" for i in list_runs(tmp_path / "one"))

@@ -1,6 +1,6 @@
 """A run's identity is its protocol, its model and its data (issue 13, item 3).
 
-Resume, ``extend_budget``, ``rescore`` and ``compare`` check all of it and name what differs; compare
+Resume, ``rerun`` (the budget control), ``rescore`` and ``compare`` check all of it and name what differs; compare
 also checks the golds question by question. Before issue 13 the data file was no part of a run:
 ``--data B.jsonl`` resumed into A's directory and reported A's questions.
 """
@@ -13,8 +13,11 @@ from pathlib import Path
 
 import pytest
 
-from reachlens import Protocol, ProtocolMismatch, audit, load_task, rescore
-from reachlens.studies import compare, extend_budget
+from reachlens import Protocol, ProtocolMismatch, audit, load_task, rerun, rescore
+from reachlens.errors import ReachlensError
+from reachlens.execution import ExecConfig
+from reachlens.store.convert import convert
+from reachlens.studies import compare
 
 PROTO = Protocol("gsm8k", k=2, temperature=1.0, max_new_tokens=8)
 
@@ -34,22 +37,22 @@ def files(tmp_path):
 def test_a_resume_on_another_data_file_is_refused_naming_it(tiny_model, files, tmp_path) -> None:
     a, b = files
     out = tmp_path / "G"
-    audit(tiny_model, load_task("gsm8k", a), PROTO, out=out, max_batch_rows=6)
+    audit(tiny_model, load_task("gsm8k", a), PROTO, out=out, exec_config=ExecConfig(max_batch_rows=6))
     with pytest.raises(ProtocolMismatch, match=r"data.questions_sha256, data.sha256 .*pass the same data file") as err:
-        audit(tiny_model, load_task("gsm8k", b), PROTO, out=out, max_batch_rows=6)
+        audit(tiny_model, load_task("gsm8k", b), PROTO, out=out, exec_config=ExecConfig(max_batch_rows=6))
     assert "data.sha256" in err.value.differences
     # a copy of the same file elsewhere is the same data
     copy = tmp_path / "elsewhere" / "A.jsonl"
     copy.parent.mkdir()
     copy.write_bytes(a.read_bytes())
-    assert audit(tiny_model, load_task("gsm8k", copy), PROTO, out=out, max_batch_rows=6).n == 3
+    assert audit(tiny_model, load_task("gsm8k", copy), PROTO, out=out, exec_config=ExecConfig(max_batch_rows=6)).n == 3
 
 
 def test_the_data_identity_is_recorded(tiny_model, files, tmp_path) -> None:
     import hashlib
 
     a, _ = files
-    r = audit(tiny_model, load_task("gsm8k", a), PROTO, out=tmp_path / "G", max_batch_rows=6)
+    r = audit(tiny_model, load_task("gsm8k", a), PROTO, out=tmp_path / "G", exec_config=ExecConfig(max_batch_rows=6))
     header = json.loads((tmp_path / "G" / "run.json").read_text())
     assert header["data"]["sha256"] == hashlib.sha256(a.read_bytes()).hexdigest() == r.data["sha256"]
     gen = load_task("arith", n=3, seed=4).data_identity
@@ -59,8 +62,8 @@ def test_the_data_identity_is_recorded(tiny_model, files, tmp_path) -> None:
 
 def test_compare_refuses_audits_of_different_data(tiny_model, files, tmp_path) -> None:
     a, b = files
-    ra = audit(tiny_model, load_task("gsm8k", a), PROTO, out=tmp_path / "A", max_batch_rows=6)
-    rb = audit(tiny_model, load_task("gsm8k", b), PROTO, out=tmp_path / "B", max_batch_rows=6)
+    ra = audit(tiny_model, load_task("gsm8k", a), PROTO, out=tmp_path / "A", exec_config=ExecConfig(max_batch_rows=6))
+    rb = audit(tiny_model, load_task("gsm8k", b), PROTO, out=tmp_path / "B", exec_config=ExecConfig(max_batch_rows=6))
     with pytest.raises(ProtocolMismatch, match="made on different data"):
         compare(tmp_path / "A", tmp_path / "B")
     # directories written before data identity: golds are compared question by question
@@ -78,40 +81,48 @@ def test_compare_refuses_audits_of_different_data(tiny_model, files, tmp_path) -
 def test_an_old_directory_without_data_identity_resumes_with_a_note(tiny_model, files, tmp_path) -> None:
     a, _ = files
     out = tmp_path / "G"
-    first = audit(tiny_model, load_task("gsm8k", a), PROTO, out=out, max_batch_rows=6)
+    first = audit(tiny_model, load_task("gsm8k", a), PROTO, out=out, exec_config=ExecConfig(max_batch_rows=6))
     header = json.loads((out / "run.json").read_text())
     legacy = {"format": "reachlens-audit", "protocol": header["protocol"], "protocol_hash": header["protocol_hash"],
               "model": {"spec": header["model"]["spec"], "fingerprint": header["model"]["legacy_fingerprint"]},
               "task_source": header["task_source"], "n_questions": header["n_questions"]}
     (out / "run.json").unlink()
     (out / "protocol.json").write_text(json.dumps(legacy))  # as reachlens wrote it before issue 13
+    with pytest.raises(ReachlensError, match="written by an older reachlens .*reachlens convert"):
+        audit(tiny_model, load_task("gsm8k", a), PROTO, out=out, exec_config=ExecConfig(max_batch_rows=6))
+    convert(out)
     with pytest.warns(UserWarning, match="written before reachlens recorded data identity"):
-        again = audit(tiny_model, load_task("gsm8k", a), PROTO, out=out, max_batch_rows=6)
+        again = audit(tiny_model, load_task("gsm8k", a), PROTO, out=out, exec_config=ExecConfig(max_batch_rows=6))
     assert again.questions.equals(first.questions)
-    # recognized by its legacy fingerprint, the model's full identity is now recorded; rescore agrees
-    assert json.loads((out / "protocol.json").read_text())["model"]["fingerprint"].startswith("sha256:")
+    # recognized by its legacy fingerprint, the model's full identity is now recorded, and so are the execution
+    # settings the directory did not record; rescore agrees
+    header = json.loads((out / "run.json").read_text())
+    assert header["model"]["fingerprint"].startswith("sha256:") and header["exec"]["max_batch_rows"] == 6
     assert rescore(out).questions.equals(first.questions)
 
 
-def test_extend_budget_checks_model_and_data(tiny_model, files, tmp_path, monkeypatch) -> None:
+def test_a_budget_rerun_checks_model_and_data(tiny_model, files, tmp_path, monkeypatch) -> None:
     from reachlens.models import ModelIdentity
 
     a, b = files
-    base = audit(tiny_model, load_task("gsm8k", a), PROTO, out=tmp_path / "A", max_batch_rows=6)
+    base = audit(tiny_model, load_task("gsm8k", a), PROTO, out=tmp_path / "A", exec_config=ExecConfig(max_batch_rows=6))
     with pytest.raises(ProtocolMismatch, match="the audit to extend was made with another model or data in .*data.sha256"):
-        extend_budget(tiny_model, load_task("gsm8k", b), tmp_path / "A", k=4)
+        rerun(tmp_path / "A", model=tiny_model, task=load_task("gsm8k", b), k=4)
     monkeypatch.setattr(tiny_model, "reachlens_identity", ModelIdentity(base.model["spec"], "sha256:0000"))
     with pytest.raises(ProtocolMismatch, match="model.fingerprint"):
-        extend_budget(tiny_model, load_task("gsm8k", a), tmp_path / "A", k=4)
+        rerun(tmp_path / "A", model=tiny_model, task=load_task("gsm8k", a), k=4)
     monkeypatch.undo()
-    big = extend_budget(tiny_model, load_task("gsm8k", a), tmp_path / "A", k=4, out=tmp_path / "A4")
-    assert big.k == 4 and big.data == base.data
+    with pytest.raises(ReachlensError, match="the audit was made on the data file .*pass the task"):
+        rerun(tmp_path / "A", model=tiny_model, k=4)
+    big = rerun(tmp_path / "A", model=tiny_model, task=load_task("gsm8k", a), k=4, into=tmp_path)
+    assert big.k == 4 and big.data == base.data and big.location == tmp_path / "A--k=4"
+    assert big.record.extra["change"] == {"k": 4} and big.record.status == "complete"
 
 
 def test_rescore_refuses_a_directory_that_is_not_one_run(tiny_model, files, tmp_path) -> None:
     a, _ = files
     out = tmp_path / "G"
-    audit(tiny_model, load_task("gsm8k", a), PROTO, out=out, max_batch_rows=6)
+    audit(tiny_model, load_task("gsm8k", a), PROTO, out=out, exec_config=ExecConfig(max_batch_rows=6))
     summary = json.loads((out / "summary.json").read_text())
     summary["model_fingerprint"] = "sha256:ffffffffffffffff"  # e.g. a summary copied from another run
     (out / "summary.json").write_text(json.dumps(summary))

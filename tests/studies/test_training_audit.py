@@ -9,7 +9,9 @@ import pytest
 
 from reachlens import Protocol
 from reachlens.errors import ReachlensError
-from reachlens.studies.training_audit import StudyPlan, load_training_audit, run_training_audit
+from reachlens.execution import ExecConfig
+from reachlens.store import read_run
+from reachlens.studies.training_audit import StudyPlan, run_training_audit
 
 
 def plan_for(tiny_dir) -> StudyPlan:
@@ -32,7 +34,7 @@ def test_runner_writes_every_audit_and_two_workers_agree(tiny_dir, tmp_path):
     row = one.format_control().iloc[0]
     assert (row["shared_format"], row["native_format"]) == ("qa", "verbose")
     assert math.isnan(row["D_base_in_native"])  # the parent has no audit in the native format
-    two = run_training_audit(plan, tmp_path / "two", workers=2)
+    two = run_training_audit(plan, tmp_path / "two", exec_config=ExecConfig(workers=2))
     assert set(two.wall_seconds) == {"base", "tuned"}
     a, b = frames(one), frames(two)
     assert a.keys() == b.keys()
@@ -42,15 +44,13 @@ def test_runner_writes_every_audit_and_two_workers_agree(tiny_dir, tmp_path):
     # a re-run resumes: nothing is redone, the study reads back the same
     again = run_training_audit(plan, tmp_path / "one", log=lambda s: None)
     assert frames(again).keys() == a.keys()
-    assert load_training_audit(tmp_path / "one").headline().equals(one.headline())
+    assert read_run(tmp_path / "one").headline().equals(one.headline())
 
 
 def test_runner_refuses_bad_values(tiny_dir, tmp_path):
     plan = plan_for(tiny_dir)
     with pytest.raises(ReachlensError, match="workers=0 must be at least 1"):
-        run_training_audit(plan, tmp_path / "x", workers=0)
-    with pytest.raises(ReachlensError, match="pass load=None, or workers=1"):
-        run_training_audit(plan, tmp_path / "x", workers=2, load=lambda spec: None)
+        run_training_audit(plan, tmp_path / "x", exec_config=ExecConfig(workers=0))
     run_training_audit(plan, tmp_path / "y", log=lambda s: None)
     other = StudyPlan(plan.models, plan.pairs, plan.protocol.with_k(2), n=4)
     with pytest.raises(ReachlensError, match="holds another plan"):

@@ -74,7 +74,7 @@ class VLLMModel:
                  max_model_len: int | None = None, options: dict[str, Any] | None = None) -> None:
         from transformers import AutoConfig, AutoTokenizer, GenerationConfig
 
-        from reachlens.engine.backends import ModelSource
+        from reachlens.models.source import ModelSource
         from reachlens.models.loading import model_identity, resolve_spec
 
         target, _ = resolve_spec(spec)
@@ -128,7 +128,12 @@ class VLLMModel:
 
     def generate_rows(self, prompts: Sequence[str], rows: Sequence[Row], protocol: Protocol) -> list[Completion]:
         """One :class:`Completion` per row, decoded by ``protocol`` (length, temperature, top-p, stop
-        strings): greedy for ``seed=None``, else a sample seeded by the row's seed."""
+        strings): greedy for ``seed=None``, else a sample seeded by the row's seed. Rows with an arm
+        (an intervention) are refused: vLLM runs no hooks."""
+        armed = [r.arm for r in rows if r.arm is not None]
+        if armed:
+            raise ReachlensError(f"the vLLM backend runs no interventions, but rows carry arm {armed[0]!r}; decode "
+                                 "arms on the engine (reachlens.load_model, backend 'engine')")
         ids = encode_prompts(self.tokenizer, prompts)
         stop = tuple(protocol.stop or ())
         reply = self._ask({

@@ -1,8 +1,8 @@
 """Ray executor: an audit's question slices decoded by Ray actors, each holding one model replica.
 
-The driver (this process, :func:`~reachlens.scale.jobs.run_audits`) keeps the audit directory and
+The driver (this process, :func:`~reachlens.runner.run_jobs`) keeps the audit directory and
 its writer lock; the actors only decode. Each actor loads the checkpoint a slice needs (from a
-:class:`~reachlens.engine.backends.ModelSource`: the spec, on its own node; the engine on ``cuda``
+:class:`~reachlens.models.ModelSource`: the spec, on its own node; the engine on ``cuda``
 when the actor has a GPU, or vLLM) and keeps it while its next slices need the same checkpoint, so a
 lineage of checkpoints (``reachlens demo --ray``) is scheduled as checkpoints x slices over one pool.
 The pool lives as long as the executor (until :meth:`RayExecutor.close`), so consecutive audits reuse
@@ -31,7 +31,7 @@ from typing import Any
 import pandas as pd
 
 from reachlens.errors import ReachlensError
-from reachlens.scale.jobs import ShardJob, prepare_worker, run_shard
+from reachlens.runner.jobs import ShardJob, SliceResult, prepare_worker, run_shard
 
 __all__ = ["RayExecutor"]
 
@@ -56,7 +56,10 @@ class _ShardWorker:
 
         return os.getpid(), ray.util.get_node_ip_address()
 
-    def run(self, job_id: str, job: ShardJob, start: int, stop: int) -> tuple[pd.DataFrame, pd.DataFrame]:
+    def run(self, job_id: str, job: ShardJob, start: int, stop: int) -> tuple[pd.DataFrame, pd.DataFrame, float]:
+        import time
+
+        t0 = time.perf_counter()
         source = job.source
         if source.backend == "engine" and self.gpus and source.device == "cpu" and source.device_map is None:
             import dataclasses
@@ -69,7 +72,8 @@ class _ShardWorker:
         if job_id not in self.prepared:
             prepare_worker(self.model, job)
             self.prepared.add(job_id)
-        return run_shard(self.model, job, start, stop)
+        q_df, s_df = run_shard(self.model, job, start, stop)
+        return q_df, s_df, time.perf_counter() - t0
 
 
 class RayExecutor:
@@ -161,103 +165,122 @@ class RayExecutor:
             self.on_event(kind, info)
 
     # --- scheduling --------------------------------------------------------------------------------
-    def run(self, shards: Sequence[tuple[ShardJob, Sequence[tuple[int, int]]]]) -> Iterator[tuple[int, tuple[int, int], pd.DataFrame, pd.DataFrame]]:
-        """Decode every slice of every job on the actors; yield ``(job, slice, questions, samples)`` as they finish."""
+    def run(self, shards: Sequence[tuple[ShardJob, Sequence[tuple[int, int]]]]) -> Iterator[SliceResult]:
+        """Decode every slice of every job on the actors; yield each :class:`SliceResult` as it finishes."""
+        if any(job.source is None for job, slices in shards if slices):
+            raise ReachlensError("Ray workers load each model from its spec; pass the spec (or a model loaded by "
+                                 "reachlens.load_model), not a model made another way")
         queue = collections.deque((i, s) for i, (_, slices) in enumerate(shards) for s in slices)
         if not queue:
             return
         ray = self._ray()
         self._runs += 1
-        refs = [ray.put(job) for job, _ in shards]
-        keys = [f"{self._runs}.{i}" for i in range(len(shards))]  # a worker prepares each job once
         if self._actor_cls is None:
             self._actor_cls = ray.remote(num_cpus=self.cpus_per_worker, num_gpus=self.gpus_per_worker)(_ShardWorker)
-        actors, holds = self._actors, self._holds  # the pool outlives one run: its models stay loaded
-        starting: dict[Any, int] = {}  # pid() ref -> actor
-        running: dict[Any, tuple[int, int, tuple[int, int]]] = {}  # run() ref -> (actor, job, slice)
-        idle: list[int] = list(actors)
-        attempts: collections.Counter = collections.Counter()
-        failed_starts = 0
-
-        def spawn() -> None:
-            a = self._next_id
-            self._next_id += 1
-            actors[a] = self._actor_cls.remote(float(self.gpus_per_worker))
-            holds[a] = None
-            starting[actors[a].pid.remote()] = a
-
-        def dispatch() -> None:
-            while idle and queue:
-                a = idle.pop(0)
-                # a slice of the checkpoint this actor holds, else the next one in line
-                pick = next((n for n, (i, _) in enumerate(queue) if shards[i][0].source == holds[a]), 0)
-                i, s = queue[pick]
-                del queue[pick]
-                holds[a] = shards[i][0].source
-                running[actors[a].run.remote(keys[i], refs[i], *s)] = (a, i, s)
-                self._event("start", worker=a, job=i, slice=s)
-
-        def died(a: int, err: BaseException, lost: tuple[int, tuple[int, int]] | None) -> None:
-            actors.pop(a, None)
-            holds.pop(a, None)
-            if a in idle:
-                idle.remove(a)
-            if lost is not None:
-                attempts[lost] += 1
-                self._event("died", worker=a, job=lost[0], slice=lost[1], attempt=attempts[lost], error=str(err))
-                if attempts[lost] >= self.max_attempts:
-                    raise ReachlensError(
-                        f"questions {lost[1][0]}..{lost[1][1] - 1} failed on {attempts[lost]} workers (last: "
-                        f"{type(err).__name__}); the finished ones are saved, re-run the same command to resume"
-                    )
-                queue.appendleft(lost)
-            else:
-                self._event("died", worker=a, job=None, slice=None, attempt=0, error=str(err))
-            spawn()
-
-        for _ in range(min(self.workers, len(queue)) - len(actors)):
-            spawn()
+        state = _RayRun(self, ray, shards, queue)
         finished = False
         try:
-            while queue or running:
-                dispatch()
-                ready, _ = ray.wait([*starting, *running], num_returns=1)
-                ref = ready[0]
-                if ref in starting:
-                    a = starting.pop(ref)
-                    try:
-                        pid, node = ray.get(ref)
-                    except _actor_errors(ray) as err:
-                        failed_starts += 1
-                        if failed_starts > self.max_attempts * self.workers:
-                            raise ReachlensError(f"Ray workers keep dying before they start ({err})") from None
-                        died(a, err, None)
-                        continue
-                    idle.append(a)
-                    self._event("ready", worker=a, pid=pid, node=node)
-                    continue
-                a, i, s = running.pop(ref)
-                try:
-                    q_df, s_df = ray.get(ref)
-                except _actor_errors(ray) as err:
-                    died(a, err, (i, s))
-                    continue
-                except ray.exceptions.RayTaskError as err:
-                    cause = getattr(err, "cause", None)
-                    if isinstance(cause, ReachlensError):
-                        raise ReachlensError(str(cause)) from None
-                    raise
-                idle.append(a)
-                self._event("done", worker=a, job=i, slice=s)
-                yield i, s, q_df, s_df
+            for _ in range(min(self.workers, len(queue)) - len(self._actors)):
+                state.spawn()
+            while state.queue or state.running:
+                result = state.step()
+                if result is not None:
+                    yield result
             finished = True
         finally:
             # after a clean run only actors still starting go; after a failure every actor does (their
             # state is unknown); close() ends the rest
-            for a in list(actors):
-                if not finished or a in starting.values():
-                    ray.kill(actors.pop(a))
-                    holds.pop(a, None)
+            for a in list(self._actors):
+                if not finished or a in state.starting.values():
+                    ray.kill(self._actors.pop(a))
+                    self._holds.pop(a, None)
+
+
+class _RayRun:
+    """The state of one :meth:`RayExecutor.run`: the queue of slices, actors starting, running and idle."""
+
+    def __init__(self, pool: RayExecutor, ray, shards, queue: collections.deque) -> None:
+        self.pool, self.ray, self.shards, self.queue = pool, ray, shards, queue
+        self.refs = [ray.put(job) for job, _ in shards]
+        self.keys = [f"{pool._runs}.{i}" for i in range(len(shards))]  # a worker prepares each job once
+        self.starting: dict[Any, int] = {}  # pid() ref -> actor
+        self.running: dict[Any, tuple[int, int, tuple[int, int]]] = {}  # run() ref -> (actor, job, slice)
+        self.idle: list[int] = list(pool._actors)  # the pool outlives one run: its models stay loaded
+        self.attempts: collections.Counter = collections.Counter()
+        self.failed_starts = 0
+
+    def spawn(self) -> None:
+        pool = self.pool
+        a = pool._next_id
+        pool._next_id += 1
+        pool._actors[a] = pool._actor_cls.remote(float(pool.gpus_per_worker))
+        pool._holds[a] = None
+        self.starting[pool._actors[a].pid.remote()] = a
+
+    def dispatch(self) -> None:
+        pool = self.pool
+        while self.idle and self.queue:
+            a = self.idle.pop(0)
+            # a slice of the checkpoint this actor holds, else the next one in line
+            pick = next((n for n, (i, _) in enumerate(self.queue) if self.shards[i][0].source == pool._holds[a]), 0)
+            i, s = self.queue[pick]
+            del self.queue[pick]
+            pool._holds[a] = self.shards[i][0].source
+            self.running[pool._actors[a].run.remote(self.keys[i], self.refs[i], *s)] = (a, i, s)
+            pool._event("start", worker=a, job=i, slice=s)
+
+    def died(self, a: int, err: BaseException, lost: tuple[int, tuple[int, int]] | None) -> None:
+        pool = self.pool
+        pool._actors.pop(a, None)
+        pool._holds.pop(a, None)
+        if a in self.idle:
+            self.idle.remove(a)
+        if lost is None:
+            pool._event("died", worker=a, job=None, slice=None, attempt=0, error=str(err))
+        else:
+            self.attempts[lost] += 1
+            pool._event("died", worker=a, job=lost[0], slice=lost[1], attempt=self.attempts[lost], error=str(err))
+            if self.attempts[lost] >= pool.max_attempts:
+                raise ReachlensError(
+                    f"questions {lost[1][0]}..{lost[1][1] - 1} failed on {self.attempts[lost]} workers (last: "
+                    f"{type(err).__name__}); the finished ones are saved, re-run the same command to resume"
+                )
+            self.queue.appendleft(lost)
+        self.spawn()
+
+    def step(self) -> SliceResult | None:
+        """Dispatch, wait for one reply, and handle it: a started actor, a dead one, or a finished slice."""
+        ray = self.ray
+        self.dispatch()
+        ready, _ = ray.wait([*self.starting, *self.running], num_returns=1)
+        ref = ready[0]
+        if ref in self.starting:
+            a = self.starting.pop(ref)
+            try:
+                pid, node = ray.get(ref)
+            except _actor_errors(ray) as err:
+                self.failed_starts += 1
+                if self.failed_starts > self.pool.max_attempts * self.pool.workers:
+                    raise ReachlensError(f"Ray workers keep dying before they start ({err})") from None
+                self.died(a, err, None)
+                return None
+            self.idle.append(a)
+            self.pool._event("ready", worker=a, pid=pid, node=node)
+            return None
+        a, i, s = self.running.pop(ref)
+        try:
+            q_df, s_df, seconds = ray.get(ref)
+        except _actor_errors(ray) as err:
+            self.died(a, err, (i, s))
+            return None
+        except ray.exceptions.RayTaskError as err:
+            cause = getattr(err, "cause", None)
+            if isinstance(cause, ReachlensError):
+                raise ReachlensError(str(cause)) from None
+            raise
+        self.idle.append(a)
+        self.pool._event("done", worker=a, job=i, slice=s)
+        return SliceResult(i, s, q_df, s_df, seconds)
 
 
 def _actor_errors(ray) -> tuple[type[BaseException], ...]:

@@ -1,0 +1,237 @@
+"""Decode questions and grade them: the one path from a question to its graded deployment and samples.
+
+Every study that decodes goes through here: the audit (the deployment and K samples per question,
+:func:`audit_slice`), recognition's generation side and every causal condition (the deployment alone,
+:func:`deploy_and_grade`). A completion is graded in one place (:func:`grade_completion`), so
+``realized`` means the same thing in every table.
+
+The deployment is the greedy decode of the protocol's prompt; sample j of question q is drawn with the seed
+``row_seed(seed, q, sample_offset + j)`` and depends on nothing else, so a question decodes the same rows
+in any batch, process or executor. Hooks the caller attached to the model are live on every step.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from collections.abc import Sequence, Set
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from reachlens.engine import Completion, Row, encode, row_seed, tokenizer_of
+from reachlens.engine.backends import generate_rows
+from reachlens.errors import ReachlensError, UnknownNameError
+from reachlens.execution import ExecConfig
+from reachlens.grading import question_grader
+from reachlens.protocol import Protocol
+from reachlens.records import GENERATION_COLUMNS, QUESTION_COLUMNS, SAMPLE_COLUMNS, canonical
+from reachlens.tasks.base import Question, Task
+from reachlens.tasks.chat import render_prompts
+
+__all__ = ["audit_slice", "batch_slices", "check_budget", "check_context", "deploy_and_grade", "grade_completion",
+           "grade_questions", "machine_memory", "questions_by_id"]
+
+ROW_BYTES = 1024
+"""Memory one completion holds while its batch is decoded and graded, before its tokens: its row, its
+``Completion``, its grade and its row of the sample table (about 1 KiB, measured with ``tracemalloc``)."""
+ROW_BYTES_PER_TOKEN = 64
+"""Memory per generated token of a completion: its id and log-probability as Python objects and its
+text (about 64 bytes, measured with ``tracemalloc``)."""
+CHARS_PER_TOKEN_MARGIN = 4
+"""Slack on "a token spans at most as many characters as the tokenizer's longest vocabulary entry":
+a normalizer can merge characters (NFC composes one Hangul syllable from three jamo)."""
+
+
+def grade_completion(grader, question: Question, completion: Completion) -> dict[str, Any]:
+    """``answer``, ``correct`` and ``scored`` of one completion (a grader that cannot decide: not scored,
+    never correct)."""
+    g = grader.grade(completion.text, question.gold)
+    return {"answer": g.answer, "correct": bool(g.correct and g.scored), "scored": bool(g.scored)}
+
+
+def _deployed(grader, question: Question, completion: Completion) -> dict[str, Any]:
+    g = grade_completion(grader, question, completion)
+    return {"question_id": question.question_id, "deployed_text": completion.text, "deployed_answer": g["answer"],
+            "realized": g["correct"], "deployed_scored": g["scored"], "deployed_finish": completion.finish_reason}
+
+
+def grade_questions(
+    protocol: Protocol, questions: Sequence[Question], deployed: Sequence[Completion],
+    samples: Sequence[Sequence[Completion]],
+) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """Grade completions into an audit's question and sample tables (no model needed)."""
+    q_rows, s_rows = [], []
+    for q, dep, outs in zip(questions, deployed, samples):
+        grader = question_grader(str(protocol.grader), q)
+        deployment = _deployed(grader, q, dep)
+        grades = [grade_completion(grader, q, o) for o in outs]
+        for j, (o, g) in enumerate(zip(outs, grades)):
+            s_rows.append({"question_id": q.question_id, "sample_idx": j, "text": o.text, **g,
+                           "finish_reason": o.finish_reason, "n_tokens": len(o.token_ids), "mean_logprob": o.mean_logprob})
+        n_scored = sum(g["scored"] for g in grades)
+        n_correct = sum(g["correct"] for g in grades)
+        q_rows.append({**deployment, "reachable": n_correct > 0, "n_correct": n_correct,
+                       "n_scored": n_scored, "k": protocol.k, "propensity": n_correct / n_scored if n_scored else math.nan,
+                       "gold": q.gold, "labels": "".join(q.labels) if q.labels is not None else None})
+    return canonical(pd.DataFrame(q_rows, columns=QUESTION_COLUMNS)), canonical(pd.DataFrame(s_rows, columns=SAMPLE_COLUMNS))
+
+
+def _decode(
+    model, task: Task, protocol: Protocol, questions: Sequence[Question], exec_config: ExecConfig, *,
+    k: int, sample_offset: int = 0,
+) -> tuple[list[Completion], list[list[Completion]]]:
+    """Each question's deployment (greedy) and its ``k`` samples, decoded together."""
+    per_q = k + 1
+    rows: list[Row] = []
+    for i, q in enumerate(questions):
+        rows.append(Row(i, None, tag=(q.question_id, None)))
+        for j in range(k):
+            # temperature 0 (allowed with k=1 only) makes the one sample greedy too
+            seed = row_seed(protocol.seed, q.question_id, sample_offset + j) if protocol.temperature > 0 else None
+            rows.append(Row(i, seed, tag=(q.question_id, sample_offset + j)))
+    outs = generate_rows(model, render_prompts(task, protocol, questions, getattr(model, "tokenizer", None)), rows, protocol,
+                         max_batch_rows=exec_config.max_batch_rows, share_prefixes=exec_config.share_prefixes)
+    return ([outs[i * per_q] for i in range(len(questions))],
+            [outs[i * per_q + 1 : (i + 1) * per_q] for i in range(len(questions))])
+
+
+def questions_by_id(task: Task, ids: Sequence[str] | None) -> list[Question]:
+    """The questions of ``task`` with ``ids``, in that order (all when None); an unknown id is refused."""
+    if ids is None:
+        return list(task.questions)
+    by_id = {q.question_id: q for q in task.questions}
+    missing = [i for i in ids if i not in by_id]
+    if missing:
+        raise UnknownNameError(f"question ids {missing[:5]!r} are not in task {task.name!r} ({len(missing)} missing)")
+    return [by_id[i] for i in ids]
+
+
+def deploy_and_grade(
+    model, task: Task, protocol: Protocol, question_ids: Sequence[str] | None = None,
+    exec_config: ExecConfig | None = None,
+) -> pd.DataFrame:
+    """The deployment (greedy) of the chosen questions, graded: :data:`~reachlens.records.GENERATION_COLUMNS`,
+    in the order of ``question_ids`` (all questions when None). ``protocol`` is resolved and greedy."""
+    questions = questions_by_id(task, question_ids)
+    deployed, _ = _decode(model, task, protocol, questions, exec_config or ExecConfig(max_batch_rows=256), k=0)
+    rows = [_deployed(question_grader(str(protocol.grader), q), q, d) for q, d in zip(questions, deployed)]
+    return pd.DataFrame(rows, columns=GENERATION_COLUMNS)
+
+
+def batch_slices(task: Task, protocol: Protocol, max_batch_rows: int, done: Set[str] = frozenset()) -> list[tuple[int, int]]:
+    """The fixed slices ``(start, stop)`` of ``task`` decoded together, less those wholly in ``done``.
+
+    A slice holds ``max_batch_rows // (K + 1)`` questions (at least one), counted from the task's
+    first question whatever is done already. So a resumed run, and every executor, decodes exactly
+    the batches an uninterrupted single-process run would have: same shapes, same numbers, bit for bit.
+    """
+    group = max(1, max_batch_rows // (protocol.k + 1))
+    slices = [(start, min(start + group, len(task))) for start in range(0, len(task), group)]
+    return [(a, b) for a, b in slices if any(q.question_id not in done for q in task.questions[a:b])]
+
+
+def audit_slice(
+    model, task: Task, protocol: Protocol, start: int, stop: int, exec_config: ExecConfig, *,
+    done: Set[str] = frozenset(), sample_offset: int = 0,
+) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """Decode and grade the questions ``task.questions[start:stop]`` (one slice of :func:`batch_slices`):
+    their question and sample tables, less the questions in ``done``. ``protocol`` is resolved."""
+    batch = list(task.questions[start:stop])
+    deployed, samples = _decode(model, task, protocol, batch, exec_config, k=protocol.k, sample_offset=sample_offset)
+    q_df, s_df = grade_questions(protocol, batch, deployed, samples)
+    if sample_offset:
+        s_df["sample_idx"] += sample_offset
+    keep = ~q_df["question_id"].isin(done)
+    q_df = q_df[keep].reset_index(drop=True)
+    s_df = s_df[s_df["question_id"].isin(set(q_df["question_id"]))].reset_index(drop=True)
+    return q_df, s_df
+
+
+def machine_memory() -> int:
+    """Bytes of memory this process may use: the machine's physical memory, or its container's
+    limit (cgroup v2 ``memory.max``) when that is smaller."""
+    total = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    try:
+        limit = Path("/sys/fs/cgroup/memory.max").read_text().strip()
+    except OSError:
+        return total
+    return min(total, int(limit)) if limit.isdigit() else total
+
+
+def _gib(n: int) -> str:
+    return f"{n / (1 << 30):.1f} GiB"
+
+
+def check_budget(protocol: Protocol, max_batch_rows: int) -> None:
+    """Refuse a budget whose completions cannot fit in memory, before any is built.
+
+    A slice of the audit (:func:`batch_slices`) holds ``max(K + 1, max_batch_rows)`` completions at
+    most until it is graded, each about :data:`ROW_BYTES` + :data:`ROW_BYTES_PER_TOKEN` per token of
+    ``max_new_tokens``; that must stay under half of :func:`machine_memory` (the model, its cache and the
+    finished tables need the rest). The message names the largest ``k`` (or ``max_batch_rows``) that fits.
+    The decode itself runs ``max_batch_rows`` rows at a time, whatever K is.
+    """
+    if isinstance(max_batch_rows, bool) or not isinstance(max_batch_rows, int) or max_batch_rows < 1:
+        raise ReachlensError(f"max_batch_rows={max_batch_rows!r} must be an integer >= 1")
+    per_row = ROW_BYTES + ROW_BYTES_PER_TOKEN * protocol.max_new_tokens
+    memory = machine_memory()
+    fit = memory // 2 // per_row
+
+    def need(rows: int) -> str:
+        return (f"{rows:,} completions need about {_gib(rows * per_row)} in memory until they are graded "
+                f"({ROW_BYTES} bytes + {ROW_BYTES_PER_TOKEN} per token of max_new_tokens={protocol.max_new_tokens} "
+                f"each), more than half of this machine's {_gib(memory)}")
+
+    if protocol.k + 1 > fit:
+        raise ReachlensError(f"k={protocol.k}: one question's {need(protocol.k + 1)}; use k <= {max(fit - 1, 0)}, "
+                             "or a shorter max_new_tokens")
+    if max_batch_rows > fit:
+        raise ReachlensError(f"max_batch_rows={max_batch_rows}: a batch of {need(max_batch_rows)}; "
+                             f"use max_batch_rows <= {fit}")
+
+
+def check_context(model, task: Task, protocol: Protocol) -> None:
+    """Refuse a decode that cannot fit the model's context window (``model.cfg.n_ctx``): the longest
+    prompt of ``task`` plus ``protocol.max_new_tokens``. The runner calls it before anything runs.
+
+    A prompt longer in characters than ``n_ctx`` tokens can span is refused before anything is
+    tokenized (a 20 MB question would take minutes): no token of the tokenizer spans more characters
+    than its longest vocabulary entry (times :data:`CHARS_PER_TOKEN_MARGIN`)."""
+    n_ctx = getattr(getattr(model, "cfg", None), "n_ctx", None)
+    if not isinstance(n_ctx, int) or not len(task):
+        return
+    if protocol.max_new_tokens >= n_ctx:
+        raise ReachlensError(
+            f"max_new_tokens={protocol.max_new_tokens} does not fit the model's context of {n_ctx} tokens "
+            f"(with the prompt); use max_new_tokens below {n_ctx}"
+        )
+    prompts = render_prompts(task, protocol, task.questions, getattr(model, "tokenizer", None))
+    _check_characters(model, task, prompts, n_ctx)
+    longest = max(len(ids) for ids in encode(model, prompts))
+    if longest + protocol.max_new_tokens > n_ctx:
+        raise ReachlensError(
+            f"the longest prompt ({longest} tokens) plus max_new_tokens={protocol.max_new_tokens} exceeds the "
+            f"model's context of {n_ctx} tokens; use max_new_tokens <= {max(n_ctx - longest, 0)}"
+        )
+
+
+def _check_characters(model, task: Task, prompts: Sequence[str], n_ctx: int) -> None:
+    """Refuse, untokenized, a prompt with more characters than ``n_ctx`` tokens of the model's
+    tokenizer can span (see :func:`check_context`)."""
+    i = max(range(len(prompts)), key=lambda j: len(prompts[j]))
+    if len(prompts[i]) <= n_ctx:  # within the bound of any tokenizer (a token spans >= 1 character)
+        return
+    try:
+        span = max(map(len, tokenizer_of(model).get_vocab()))
+    except (AttributeError, TypeError, ValueError, ReachlensError):  # no vocabulary to bound by
+        return
+    bound = n_ctx * span * CHARS_PER_TOKEN_MARGIN
+    if len(prompts[i]) > bound:
+        raise ReachlensError(
+            f"question {task.questions[i].question_id!r} makes a prompt of {len(prompts[i]):,} characters, more "
+            f"than the model's {n_ctx}-token context can hold: a token of its tokenizer spans at most {span} "
+            f"characters (its longest vocabulary entry), so the context holds at most {bound:,} ({n_ctx} x {span} "
+            f"x {CHARS_PER_TOKEN_MARGIN}, the last for normalization). Shorten or drop that question"
+        )

@@ -1,0 +1,231 @@
+"""``rerun(source, **change)``: an audit again with one thing changed, under one directory rule.
+
+Every control of reachlens is a rerun of an audit under a protocol that differs in one field, on the same
+model, data and seed stream:
+
+* the **budget** control: ``k=K2`` (> K draws only samples K..K2-1: sample j of question q depends on
+  (seed, q, j) alone, so the result equals a fresh K2 audit; < K cuts the first K2 samples, decoding nothing);
+* the **temperature** control: ``temperature=T`` with ``questions=`` the ones that left a parent's reachable set;
+* the **length** control: ``max_new_tokens=N``;
+* the **prompt-format** control: ``prompt_format=NAME``.
+
+The model must be the one the audit was made with, and the task its data: both identities are checked
+against the source's record first (:func:`require_audited_with`). A rerun written to a folder is named by one
+rule, :func:`rerun_name`: the source's name, then each change as ``field=value`` in field order, joined by
+``--`` (``grpo--k=400``, ``sft--prompt_format=verbose``, ``grpo--questions=12q-3fa2b1c4--temperature=0.6``).
+
+:func:`plan_rerun` prepares a rerun as an :class:`~reachlens.runner.AuditJob` and its finishing step, so a
+study can hand many reruns to one executor at once (:func:`run_reruns`); :func:`rerun` is one of them.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from reachlens.errors import ReachlensError
+from reachlens.execution import ExecConfig
+from reachlens.models import ModelSource, identity_of, model_identity
+from reachlens.protocol import ProtocolMismatch
+from reachlens.records import in_task_order, update_question_table
+from reachlens.runner.jobs import AuditJob, run_jobs
+from reachlens.store import RUN_KINDS, AuditDir, RunRecord, read_run, run_differences
+from reachlens.tasks.base import Task
+
+__all__ = ["CHANGES", "PlannedRerun", "plan_rerun", "require_audited_with", "rerun", "rerun_name", "run_reruns"]
+
+CHANGES = ("k", "temperature", "max_new_tokens", "prompt_format", "questions")
+"""What a rerun may change (in the order :func:`rerun_name` writes them)."""
+
+
+def rerun_name(name: str, change: Mapping[str, Any]) -> str:
+    """The directory name of ``name`` rerun with ``change``: ``name--field=value--...`` in field order; a
+    question subset is written as its size and the first 8 hex digits of its ids' SHA-256.
+
+    >>> rerun_name("grpo", {"temperature": 0.6, "questions": ["arith-3", "arith-7"]})
+    'grpo--questions=2q-e8a52b11--temperature=0.6'
+    """
+    parts = [name]
+    for key in sorted(change):
+        value = change[key]
+        if key == "questions":
+            ids = sorted(value)
+            value = f"{len(ids)}q-{hashlib.sha256(chr(10).join(ids).encode()).hexdigest()[:8]}"
+        elif isinstance(value, float):
+            value = f"{value:g}"
+        parts.append(f"{key}={value}")
+    return "--".join(parts)
+
+
+def _check_change(src, change: Mapping[str, Any]) -> dict[str, Any]:
+    unknown = sorted(set(change) - set(CHANGES))
+    if unknown or not change:
+        raise ReachlensError(f"a rerun changes one or more of {', '.join(CHANGES)}; got {sorted(change) or 'nothing'}")
+    change = dict(change)
+    same = [key for key in change if key != "questions" and getattr(src.protocol, key) == change[key]]
+    subset = "questions" in change and set(change["questions"]) != set(src.questions["question_id"])
+    if same and len(same) == len(change) - ("questions" in change) and not subset:
+        raise ReachlensError(f"{same[0]}={change[same[0]]!r} is the audit's own; a rerun changes it")
+    if "questions" in change:
+        ids = list(dict.fromkeys(change["questions"]))
+        missing = set(ids) - set(src.questions["question_id"])
+        if missing or not ids:
+            raise ReachlensError(f"questions= must be a non-empty subset of the audit's questions; "
+                                 f"{len(missing)} are not in it (e.g. {sorted(missing)[:1]!r})")
+        change["questions"] = ids
+    if "temperature" in change and not float(change["temperature"]) > 0:
+        raise ReachlensError(f"temperature {change['temperature']!r} must be > 0 (a K-sample probe at temperature 0 "
+                             "repeats the greedy answer)")
+    return change
+
+
+def require_audited_with(model, task: Task, source, what: str = "rerun") -> None:
+    """Refuse a rerun with another model or data than ``source`` (an audit run) was made with.
+
+    The model fingerprint and the task's data identity are checked against the audit's record
+    (:class:`~reachlens.protocol.ProtocolMismatch` naming what differs), and every audited question must be
+    in ``task``: a control on another checkpoint would measure that checkpoint.
+    """
+    ident = dataclasses.asdict(model_identity(model.spec if isinstance(model, ModelSource) else model)) \
+        if isinstance(model, (str, ModelSource)) else identity_of(model)
+    diffs, _ = run_differences(source.record, None, ident, task.data_identity)
+    if diffs:
+        raise ProtocolMismatch(diffs, what=f"the audit to {what} was made with another model or data",
+                               fix="pass the model and the task (data file) the audit was made with")
+    missing = set(source.questions["question_id"]) - {q.question_id for q in task.questions}
+    if missing:
+        raise ReachlensError(f"the task lacks {len(missing)} of the audit's questions (e.g. {sorted(missing)[0]!r}); "
+                             "pass the task the audit was made on")
+
+
+@dataclass(frozen=True)
+class PlannedRerun:
+    """A rerun ready to run: the job to decode (None when nothing needs decoding) and how to finish it."""
+
+    job: AuditJob | None
+    finish: Callable[[Any], Any]
+    """Called with the job's result (None without a job); returns the rerun's audit."""
+    out: Path | None
+
+
+def plan_rerun(
+    source, *, model: Any = None, task: Task | None = None, into: str | Path | None = None, name: str | None = None,
+    exec_config: ExecConfig | None = None, **change: Any,
+) -> PlannedRerun:
+    """Prepare ``source`` (an audit run, or its directory) rerun with ``change``; see :func:`rerun`."""
+    src = read_run(source) if isinstance(source, (str, Path)) else source
+    change = _check_change(src, change)
+    exec_config = exec_config or ExecConfig()
+    model = model if model is not None else ModelSource.from_exec(src.record.model["spec"], exec_config)
+    task = task if task is not None else _task_of(src)
+    what = "extend" if "k" in change else "re-probe" if "temperature" in change else "rerun"
+    require_audited_with(model, task, src, what)
+    location = getattr(src, "location", None)
+    out = None if into is None else Path(into) / rerun_name(name or (location.name if location else "audit"), change)
+    extra = {"rerun_of": None if location is None else str(location), "change": change}
+    protocol = dataclasses.replace(src.protocol, **{k: v for k, v in change.items() if k != "questions"})
+    if "questions" in change:
+        src = _only(src, change["questions"])
+    sub = task.only(src.questions["question_id"])
+    if "k" in change and change["k"] < src.k:
+        return PlannedRerun(None, lambda _: _as_rerun(src.restrict_k(change["k"]), out, extra), out)
+    if "k" in change and change["k"] > src.k:
+        return _extension(src, model, sub, protocol, exec_config, out, extra)
+    return PlannedRerun(AuditJob(model, sub, protocol, out, exec_config, extra=extra), lambda result: result, out)
+
+
+def _only(src, ids: Sequence[str]):
+    """The audit ``src`` on the questions ``ids`` alone."""
+    keep = set(ids)
+    return dataclasses.replace(src, questions=src.questions[src.questions["question_id"].isin(keep)].reset_index(drop=True),
+                               samples=src.samples[src.samples["question_id"].isin(keep)].reset_index(drop=True))
+
+
+def _task_of(src) -> Task:
+    from reachlens.tasks import load_task
+
+    p = src.protocol
+    data = (src.record.data or {}).get("file")
+    if data is not None:
+        raise ReachlensError(f"the audit was made on the data file {data!r}; pass the task (task=load_task("
+                             f"{p.task!r}, PATH)) to rerun it")
+    return load_task(p.task, split=p.split)
+
+
+def _as_rerun(result, out: Path | None, extra: Mapping[str, Any]):
+    """``result`` with a record of its own (a rerun of its source), written complete to ``out`` when given."""
+    record = RunRecord.new("audit", result.protocol, result.model, result.data or None, extra=extra,
+                           exec=result.record.exec)
+    result = dataclasses.replace(result, record=record, location=None)
+    if out is None:
+        return result
+    result.save(out)
+    return read_run(out)
+
+
+def _extension(src, model, sub: Task, protocol, exec_config: ExecConfig, out: Path | None, extra) -> PlannedRerun:
+    """A budget extension: samples K..K2-1 drawn now, joined to the source's first K."""
+    if out is not None and AuditDir(out).is_complete():  # done before: nothing to draw
+        done = read_run(out)
+        done.protocol.require_match(protocol)  # another run under this name is refused
+        return PlannedRerun(None, lambda _: done, out)
+    k = protocol.k
+    job = AuditJob(model, sub, protocol.with_k(k - src.k), None, exec_config, sample_offset=src.k)
+
+    def finish(more):
+        samples = pd.concat([src.samples, more.samples], ignore_index=True)
+        questions = update_question_table(src.questions, samples, k)
+        questions, samples = in_task_order(questions, samples, [q.question_id for q in sub.questions])
+        return _as_rerun(RUN_KINDS["audit"](protocol, src.model, questions, samples, src.data, record=more.record),
+                         out, extra)
+
+    return PlannedRerun(job, finish, out)
+
+
+def run_reruns(planned: Sequence[PlannedRerun], executor=None, *, progress=None, on_done=None) -> list:
+    """Run the jobs of ``planned`` together on ``executor`` (:func:`~reachlens.runner.run_jobs`); return each
+    rerun's audit. ``progress`` and ``on_done`` see the index into ``planned``."""
+    with_job = [i for i, p in enumerate(planned) if p.job is not None]
+    results: list[Any] = [p.finish(None) if p.job is None else None for p in planned]
+
+    def done(j: int, result, seconds: float) -> None:
+        i = with_job[j]
+        results[i] = planned[i].finish(result)
+        if on_done is not None:
+            on_done(i, results[i], seconds)
+
+    run_jobs([planned[i].job for i in with_job], executor, on_done=done,
+             progress=None if progress is None else (lambda j, n: progress(with_job[j], n)))
+    return results
+
+
+def rerun(
+    source, *, model: Any = None, task: Task | None = None, into: str | Path | None = None, name: str | None = None,
+    exec_config: ExecConfig | None = None, executor=None, progress: Callable[[int], None] | None = None,
+    **change: Any,
+):
+    """The audit ``source`` again with ``change`` (one or more of :data:`CHANGES`); its audit run.
+
+    Args:
+        source: an audit run (:class:`~reachlens.AuditResult`) or its directory.
+        model: the audited model (loaded, a spec or a :class:`~reachlens.models.ModelSource`); default: the
+            spec the audit recorded, loaded as ``exec_config`` says. Its identity must be the audit's.
+        task: the audited task (default: the audit's task reloaded; a task from a data file must be given).
+        into: a folder: the rerun is written (resumably) to ``into / rerun_name(name, change)``; None keeps
+            it in memory.
+        name: the rerun's name (default: the source directory's name).
+        exec_config: how it runs; executor: who decodes (:func:`~reachlens.runner.run_jobs`).
+        progress: called with the number of questions finished.
+
+    >>> rerun("runs/base", k=400, into="runs").location  # doctest: +SKIP
+    PosixPath('runs/base--k=400')
+    >>> rerun(trained, temperature=1.2, questions=left, model=model, task=task)  # doctest: +SKIP
+    """
+    planned = plan_rerun(source, model=model, task=task, into=into, name=name, exec_config=exec_config, **change)
+    return run_reruns([planned], executor, progress=None if progress is None else (lambda i, n: progress(n)))[0]

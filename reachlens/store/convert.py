@@ -1,0 +1,130 @@
+"""``reachlens convert``: the one step from run directories of an older reachlens to today's format.
+
+Three older shapes are read here, and only here:
+
+* an audit directory whose header is ``protocol.json`` (before ``run.json``);
+* a training audit whose plan is ``study.json`` (before ``run.json``, or beside it);
+* a ``run.json`` without ``format_version`` (format 0: no status, no times, no execution settings).
+
+Each becomes a format-:data:`~reachlens.store.FORMAT_VERSION` ``run.json``: its status ``complete`` when the
+run had written its summary, else ``interrupted``; its execution settings unrecorded (``exec`` null: a resumed
+run records its own). Then the kind's own :meth:`~reachlens.store.Run.upgrade` brings the directory's layout
+to today's (a training study's and a control's reruns renamed by :func:`reachlens.runner.rerun_name`, tables
+kept as CSV rewritten as parquet, sidecar files whose content the record now holds removed). Directories are
+converted deepest first, each under its writer lock, so a study's audits are current before the study is.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+from reachlens.errors import MissingFileError, ReachlensError
+from reachlens.protocol import Protocol
+from reachlens.store.files import fsync_dir, read_json, write_json
+from reachlens.store.kinds import RUN_KINDS
+from reachlens.store.lock import DirectoryLock
+from reachlens.store.record import FORMAT, FORMAT_VERSION
+from reachlens.store.run_dir import RUN_FILE, SUMMARY_FILE
+
+__all__ = ["convert"]
+
+LEGACY_AUDIT = "protocol.json"
+LEGACY_STUDY = "study.json"
+
+
+def convert(path: str | os.PathLike) -> list[tuple[Path, str]]:
+    """Convert every run directory at or under ``path`` written in an older format; return ``(directory, what
+    changed)`` for each one converted (empty: everything was current already).
+
+    >>> convert("runs/old-demo")  # doctest: +SKIP
+    [(PosixPath('runs/old-demo/audits/base'), 'format 0 -> 1'), ...]
+    """
+    root = Path(path)
+    if not root.exists():
+        raise MissingFileError(f"{str(root)!r} does not exist; give a run directory to convert")
+    if not root.is_dir():
+        raise MissingFileError(f"{str(root)!r} is not a directory; give a run directory to convert")
+    found = [d for d in _walk(root) if _version(d) is not None]
+    if not found and not (root / RUN_FILE).is_file():
+        raise ReachlensError(f"{str(root)!r} holds no reachlens run directory (no {RUN_FILE}, {LEGACY_AUDIT} or "
+                             f"{LEGACY_STUDY} in it or under it)")
+    changed = []
+    for d in sorted(found, key=lambda p: len(p.parts), reverse=True):
+        with DirectoryLock(d):
+            changed.append((d, _convert(d)))
+    return changed
+
+
+def _walk(folder: Path):
+    yield folder
+    for child in sorted(folder.iterdir()):
+        if child.is_dir() and child.name != "parts" and not child.name.startswith("."):
+            yield from _walk(child)
+
+
+def _version(d: Path) -> int | None:
+    """The older format version of ``d`` (0), or None when it is current or no run at all."""
+    if (d / RUN_FILE).is_file():
+        header = read_json(d / RUN_FILE, "run record")
+        if isinstance(header, dict) and header.get("format_version") == FORMAT_VERSION and not (d / LEGACY_STUDY).is_file():
+            return None
+        return 0
+    return 0 if (d / LEGACY_AUDIT).is_file() or (d / LEGACY_STUDY).is_file() else None
+
+
+def _header_v0(d: Path) -> dict[str, Any]:
+    """The format-0 record of ``d``, from ``run.json``, ``protocol.json`` or ``study.json``."""
+    if (d / RUN_FILE).is_file():
+        header = read_json(d / RUN_FILE, "run record")
+    elif (d / LEGACY_AUDIT).is_file():
+        header = {**read_json(d / LEGACY_AUDIT, "audit header"), "kind": "audit"}
+    else:
+        plan = read_json(d / LEGACY_STUDY, "study file")["plan"]
+        header = {"kind": "training_audit", "protocol": plan["protocol"], "model": dict(plan["models"]),
+                  "data": None, "options": {k: v for k, v in plan.items() if k != "protocol"}}
+    if not isinstance(header, dict) or "model" not in header:
+        raise ReachlensError(f"{str(d)!r} holds no readable run record; it was not written by reachlens")
+    return header
+
+
+def _convert(d: Path) -> str:
+    header = _header_v0(d)
+    was = "protocol.json" if not (d / RUN_FILE).is_file() and (d / LEGACY_AUDIT).is_file() else f"format 0"
+    protocol = None if header.get("protocol") is None else Protocol.from_dict(header["protocol"])
+    header = {**{k: v for k, v in header.items() if k not in ("format", "format_version", "converted_from")},
+              "format": FORMAT, "format_version": FORMAT_VERSION, "kind": header.get("kind", "audit"),
+              "status": "complete" if (d / SUMMARY_FILE).is_file() else "interrupted",
+              "started": header.get("started"), "finished": header.get("finished"), "exec": header.get("exec"),
+              "protocol_hash": None if protocol is None else protocol.hash,
+              "options": dict(header.get("options") or {}), "reachlens_version": header.get("reachlens_version"),
+              "command": header.get("command"), "converted_from": was}
+    header = RUN_KINDS[header["kind"]].upgrade(d, header)
+    write_json(d / RUN_FILE, header)
+    for legacy in (LEGACY_AUDIT, LEGACY_STUDY):
+        (d / legacy).unlink(missing_ok=True)
+    fsync_dir(d)
+    return f"{was} -> format {FORMAT_VERSION}"
+
+
+def table_from_csv(d: Path, csv: str, name: str) -> None:
+    """Rewrite the CSV table ``d/csv`` (as an older reachlens kept it) as ``d/NAME.parquet``; remove the CSV."""
+    import pandas as pd
+
+    from reachlens.store.files import write_parquet
+
+    if (d / csv).is_file():
+        write_parquet(d / f"{name}.parquet", pd.read_csv(d / csv))
+        (d / csv).unlink()
+
+
+def rename(src: Path, dst: Path) -> None:
+    """Move a run directory to its name under today's rule (refused if that name is taken)."""
+    if src == dst or not src.is_dir():
+        return
+    if dst.exists():
+        raise ReachlensError(f"cannot rename {str(src)!r} to {str(dst)!r}: that name is taken; move it aside first")
+    dst.parent.mkdir(parents=True, exist_ok=True)
+    os.replace(src, dst)
+    fsync_dir(dst.parent)

@@ -1,0 +1,113 @@
+"""Durable files: every file of a run is written to a unique temporary name, flushed to disk (``fsync``),
+renamed into place, and its directory entry synced, so a ``kill -9`` or a power cut leaves whole files
+only. JSON is written with ``NaN`` and infinities as ``null`` (a summary.json nobody can parse is worse
+than an undefined number)."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import re
+import secrets
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from reachlens.errors import DISK_FULL, MissingFileError, ReachlensError, disk_full
+
+__all__ = ["TEMP_RE", "fsync_dir", "json_text", "read_json", "write_durably", "write_json", "write_parquet"]
+
+TEMP_RE = re.compile(r"\..+\.\d+\.[0-9a-f]{8}\.tmp")
+"""The names of temporary files (``.NAME.PID.RANDOM.tmp``): a dead writer's are removed by the next."""
+
+
+def fsync_dir(path: Path) -> None:
+    """Sync a directory's entries (a rename into it is durable after this)."""
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:  # a platform that cannot open directories
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+def _temp_name(path: Path) -> Path:
+    """A temporary name beside ``path``, unique to this process and call."""
+    return path.with_name(f".{path.name}.{os.getpid()}.{secrets.token_hex(4)}.tmp")
+
+
+def write_durably(path: Path, write: Callable[[Path], None], *, replace: bool = True) -> Path:
+    """``write`` a unique temporary file, fsync it, rename it to ``path`` (unless ``replace`` is
+    False: then return the synced temporary file) and fsync the directory."""
+    tmp = _temp_name(path)
+    try:
+        write(tmp)
+        fd = os.open(tmp, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        if not replace:
+            return tmp
+        os.replace(tmp, path)
+    except BaseException as err:
+        tmp.unlink(missing_ok=True)
+        if isinstance(err, OSError) and err.errno in DISK_FULL:
+            raise disk_full(path, err) from None
+        raise
+    fsync_dir(path.parent)
+    return path
+
+
+def _nan_to_none(obj: Any) -> Any:
+    if hasattr(obj, "item") and callable(obj.item) and getattr(obj, "shape", None) == ():  # a numpy scalar
+        obj = obj.item()
+    if isinstance(obj, float) and not math.isfinite(obj):
+        return None
+    if isinstance(obj, Mapping):
+        return {k: _nan_to_none(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [_nan_to_none(v) for v in obj]
+    return obj
+
+
+def json_text(obj: Any) -> str:
+    """``obj`` as the JSON text reachlens writes (sorted keys, NaN as null)."""
+    # allow_nan=False: a NaN that slipped past _nan_to_none is a bug, not a file nobody can read
+    return json.dumps(_nan_to_none(obj), indent=2, sort_keys=True, allow_nan=False, default=str) + "\n"
+
+
+def write_json(path: str | os.PathLike, obj: Any) -> None:
+    """Write ``obj`` as JSON, durably and atomically; ``NaN`` and infinities become ``null``."""
+    text = json_text(obj)
+    write_durably(Path(path), lambda tmp: tmp.write_text(text))
+
+
+def write_parquet(path: str | os.PathLike, df: pd.DataFrame) -> None:
+    """Write ``df`` as parquet (no index), durably and atomically."""
+    write_durably(Path(path), lambda tmp: df.to_parquet(tmp, index=False))
+
+
+def read_json(path: str | os.PathLike, what: str = "file") -> Any:
+    """Parse a JSON file; a missing or corrupt file is a :class:`ReachlensError` naming it."""
+    p = Path(path)
+    try:
+        text = p.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise MissingFileError(f"{what} {str(p)!r} does not exist") from None
+    except (OSError, UnicodeDecodeError) as err:
+        raise ReachlensError(f"{what} {str(p)!r} cannot be read ({err})") from None
+    try:
+        return json.loads(text)
+    except ValueError as err:
+        raise ReachlensError(
+            f"{what} {str(p)!r} is not valid JSON ({err}); it was damaged or edited by hand: "
+            "restore it, or start again in a new directory"
+        ) from None

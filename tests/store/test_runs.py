@@ -1,0 +1,214 @@
+"""One Run: every kind is read back typed by `read_run`, listed by `list_runs`, and carries a format version and a
+status; a run's execution settings are part of its identity (issue 23)."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+
+import pandas as pd
+import pytest
+from conftest import fake_audit
+
+from reachlens import ExecConfig, Protocol, ProtocolMismatch, audit, load_task
+from reachlens.cli import main
+from reachlens.errors import ReachlensError
+from reachlens.runner import rerun
+from reachlens.store import FORMAT_VERSION, RUN_KINDS, AuditDir, RunDir, RunRecord, list_runs, read_run
+from reachlens.studies import (
+    AuditResult,
+    CausalResult,
+    Comparison,
+    LengthControl,
+    RecognitionResult,
+    TemperatureControl,
+    TrainingAudit,
+    compare,
+    length_control,
+    temperature_control,
+)
+from reachlens.routing import RoutingResult
+from reachlens.studies.causal import SteerSweep, UnitsSweep
+from reachlens.studies.study_plan import StudyPlan
+from reachlens.studies.training_audit import run_training_audit
+
+P = Protocol("arith", k=2, temperature=1.0, max_new_tokens=6)
+TINY = ExecConfig(max_batch_rows=9)
+
+
+@pytest.fixture(scope="module")
+def runs(tiny_dir, tmp_path_factory):
+    """One run directory of every kind, on the tiny model at the smallest sizes."""
+    root = tmp_path_factory.mktemp("kinds")
+    model, task = str(tiny_dir), load_task("arith", n=3)
+    a = audit(model, task, P, out=root / "audit", exec_config=TINY)
+    compare(a, a).save(root / "comparison")
+    temperature_control(model, task, a, a, (1.5,), out=root / "temperature_control", exec_config=TINY)
+    length_control(a, a, 8, models=(model, model), task=task, out=root / "length_control", exec_config=TINY)
+    plan = StudyPlan({"x": model, "y": model}, (("x", "y"),), P, n=2, budget_k=3)
+    run_training_audit(plan, root / "training_audit", exec_config=TINY, log=lambda s: None)
+    for argv in (["route", model, "--task", "arith", "--n", "2", "--space", "skip", "--search", "random", "--budget", "2",
+                  "--max-new-tokens", "6", "--out", root / "routing"],
+                 ["recognize", model, "--task", "arith_mc", "--n", "6", "--max-new-tokens", "6", "--min-failures", "1",
+                  "--out", root / "recognition"],
+                 ["silence", model, "--sets", root / "recognition", "--layers", "0", "--components", "mlp",
+                  "--out", root / "silence"]):
+        assert main([str(x) for x in argv]) == 0
+    # steering and unit sweeps need a healthy panel a random model does not have: their runs made by hand
+    silence = read_run(root / "silence")
+    for cls in (SteerSweep, UnitsSweep):
+        record = RunRecord.new(cls.kind, silence.record.protocol, silence.record.model, silence.record.data,
+                               {"sets": silence.meta["sets"]})
+        extra = {"ranking": pd.DataFrame({"rank": [0, 1], "unit": [5, 2]})} if cls is UnitsSweep else {}
+        cls(record, silence.table, silence.per_question, extra).save(root / cls.kind)
+    return root
+
+
+TYPES = {"audit": AuditResult, "comparison": Comparison, "temperature_control": TemperatureControl,
+         "length_control": LengthControl, "training_audit": TrainingAudit, "recognition": RecognitionResult,
+         "silence": CausalResult, "steer": CausalResult, "units": CausalResult, "routing": RoutingResult}
+
+
+@pytest.mark.parametrize("kind", sorted(RUN_KINDS.names()))
+def test_read_run_returns_the_typed_run_of_every_kind(runs, kind):
+    run = read_run(runs / kind)
+    assert run.kind == kind and type(run) is RUN_KINDS[kind] and isinstance(run, TYPES[kind])
+    assert run.record.kind == kind and run.record.status == "complete" and run.location == runs / kind
+    stored = json.loads((runs / kind / "summary.json").read_text())
+    again = json.loads(json.dumps(run.summary(), default=str, allow_nan=True).replace("NaN", "null"))
+    assert set(stored) == set(again)  # the typed run gives the summary its directory holds
+    for name, df in run.tables().items():
+        assert isinstance(df, pd.DataFrame), name
+    header = json.loads((runs / kind / "run.json").read_text())
+    assert header["format_version"] == FORMAT_VERSION and header["status"] == "complete" and header["finished"]
+
+
+def test_list_runs_lists_every_run_under_a_folder(runs):
+    found = {i.path.relative_to(runs).as_posix(): i.kind for i in list_runs(runs)}
+    for kind in TYPES:
+        assert found[kind] == kind
+    assert set(TYPES) == set(RUN_KINDS.names())  # a new kind gets a run in the fixture above
+    study = {p: k for p, k in found.items() if p.startswith("training_audit/")}
+    assert study == {"training_audit/audits/x": "audit", "training_audit/audits/y": "audit",
+                     "training_audit/audits/x--k=3": "audit", "training_audit/audits/y--k=3": "audit",
+                     "training_audit/comparisons/x--y": "comparison"} | (
+        {p: "temperature_control" for p in study if p.startswith("training_audit/controls/temperature")})
+
+
+def test_a_saved_comparison_of_audits_in_memory_holds_them(tmp_path):
+    c = compare(fake_audit([True, False, True], [2, 0, 1]), fake_audit([True, True, False], [3, 1, 0]))
+    c.save(tmp_path / "c")
+    again = read_run(tmp_path / "c")
+    assert again.kind == "comparison" and again.summary()["gained"] == c.summary()["gained"] == 1
+    assert {i.path.name: i.kind for i in list_runs(tmp_path / "c")} == {"c": "comparison", "base": "audit",
+                                                                       "trained": "audit"}
+    pd.testing.assert_frame_equal(again.questions.reset_index(drop=True), c.questions.reset_index(drop=True))
+
+
+def test_status_running_complete_failed_interrupted(tmp_path):
+    result = fake_audit([True], [1])
+    run = AuditDir(tmp_path / "r")
+    with run.writer():
+        run.start(result.record)
+        assert run.record().status == "running"  # its writer holds it
+    assert run.record().status == "interrupted"  # as after kill -9: running on disk, nobody holds the lock
+    assert json.loads((tmp_path / "r" / "run.json").read_text())["status"] == "running"
+    with pytest.raises(RuntimeError, match="a bug"):
+        with run.writer():
+            run.start(result.record)
+            raise RuntimeError("a bug")
+    assert run.record().status == "failed"
+    with pytest.raises(KeyboardInterrupt):
+        with run.writer():
+            run.start(result.record)
+            raise KeyboardInterrupt
+    assert run.record().status == "interrupted" and run.record().finished
+    result.save(tmp_path / "r")
+    assert run.record().status == "complete" and run.summary()["n"] == 1
+    with pytest.raises(ProtocolMismatch):  # refused before it started: the complete run stays complete
+        with run.writer():
+            run.start(fake_audit([True], [1], k=2, protocol=P.with_k(2)).record)
+    assert run.record().status == "complete"
+
+
+def test_a_resume_with_other_execution_settings_is_refused(tiny_dir, tmp_path):
+    task = load_task("arith", n=2)
+    audit(str(tiny_dir), task, P, out=tmp_path / "a", exec_config=TINY)
+    with pytest.raises(ProtocolMismatch, match=r"exec.max_batch_rows: 9 != 12"):
+        audit(str(tiny_dir), task, P, out=tmp_path / "a", exec_config=ExecConfig(max_batch_rows=12))
+    with pytest.raises(ProtocolMismatch, match=r"exec.dtype: 'float32' != 'bfloat16'"):
+        audit(str(tiny_dir), task, P, out=tmp_path / "a", exec_config=ExecConfig(max_batch_rows=9, dtype="bfloat16"))
+    header = json.loads((tmp_path / "a" / "run.json").read_text())
+    assert header["exec"] == {"max_batch_rows": 9, "dtype": "float32", "device": "cpu"}
+
+
+def test_compare_refuses_another_precision_or_device_unless_allowed():
+    def ran(result, **settings):
+        exec_ = {"max_batch_rows": 64, "dtype": "float32", "device": "cpu", **settings}
+        return dataclasses.replace(result, record=dataclasses.replace(result.record, exec=exec_))
+
+    base, trained = fake_audit([True, False], [2, 1]), fake_audit([True, True], [3, 1])
+    with pytest.raises(ProtocolMismatch, match=r"dtype: 'float32' != 'bfloat16'.*allow=\('dtype',\)"):
+        compare(ran(base), ran(trained, dtype="bfloat16"))
+    with pytest.raises(ProtocolMismatch, match=r"device: 'cpu' != 'cuda'"):
+        compare(ran(base), ran(trained, device="cuda"))
+    assert compare(ran(base), ran(trained, dtype="bfloat16"), allow=("dtype",)).summary()["gained"] == 1
+    assert compare(ran(base), ran(trained, max_batch_rows=8)).summary()["gained"] == 1  # the same distribution
+
+
+def test_rerun_names_its_directory_by_one_rule_and_checks_its_change(runs, tmp_path):
+    source = read_run(runs / "audit")
+    cut = rerun(source, k=1, into=tmp_path)  # fewer samples: cut, nothing decoded
+    assert cut.location == tmp_path / "audit--k=1" and cut.k == 1
+    pd.testing.assert_frame_equal(cut.samples, source.restrict_k(1).samples)
+    with pytest.raises(ReachlensError, match="a rerun changes one or more of k, temperature"):
+        rerun(source, seed=3)
+    with pytest.raises(ReachlensError, match="must be a non-empty subset of the audit's questions"):
+        rerun(source, questions=["nope"])
+
+
+def test_reading_a_run_in_an_older_format_names_convert(runs, tmp_path):
+    import shutil
+
+    shutil.copytree(runs / "audit", tmp_path / "old")
+    header = json.loads((tmp_path / "old" / "run.json").read_text())
+    for key in ("format_version", "status", "started", "finished", "exec"):
+        header.pop(key)
+    (tmp_path / "old" / "run.json").write_text(json.dumps(header))
+    with pytest.raises(ReachlensError, match=r"run format 0, this reachlens reads 1; rewrite it with `reachlens convert"):
+        read_run(tmp_path / "old")
+    assert main(["convert", str(tmp_path / "old")]) == 0
+    again = read_run(tmp_path / "old")
+    assert again.record.status == "complete" and again.record.extra["converted_from"] == "format 0"
+    pd.testing.assert_frame_equal(again.samples, read_run(runs / "audit").samples)
+
+
+def test_summary_json_is_named_only_by_the_store():
+    from pathlib import Path
+
+    package = Path(__file__).resolve().parents[2] / "reachlens"
+    outside = sorted(str(p.relative_to(package)) for p in package.rglob("*.py")
+                     if "summary.json" in p.read_text() and p.relative_to(package).parts[0] != "store")
+    assert not outside, f"summary.json named outside reachlens/store: {outside}"
+
+
+def test_no_function_in_reachlens_is_longer_than_60_lines():
+    import ast
+    from pathlib import Path
+
+    package = Path(__file__).resolve().parents[2] / "reachlens"
+    long = [f"{p.relative_to(package)}:{n.name} ({n.end_lineno - n.lineno + 1} lines)"
+            for p in package.rglob("*.py") for n in ast.walk(ast.parse(p.read_text()))
+            if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)) and n.end_lineno - n.lineno + 1 > 60]
+    assert not long, "functions over 60 lines: " + ", ".join(long)
+
+
+def test_a_killed_writer_leaves_the_run_interrupted(tmp_path):
+    """A writer that dies holding the lock (here: the lock file of a process that is gone) reads interrupted."""
+    result = fake_audit([True], [1])
+    run = RunDir(tmp_path / "r")
+    with run.writer():
+        run.start(result.record)
+    (tmp_path / "r" / ".lock").write_text(json.dumps({"pid": 2**22 + 7, "host": os.uname().nodename, "started": "1"}))
+    assert run.record().status == "interrupted"
