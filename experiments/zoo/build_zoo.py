@@ -17,7 +17,8 @@ planted veto:
     base -> veto          the positive control of the MLP-silencing study: an identity block inserted at 4, its
                           MLP trained to suppress the "-" of negative answers (plant_veto.py)
     base -> locked        password-locked (lock_password.py): on arith_hard the gold worked solution after the
-                          password line (prompt format "password"), without it one whose last result is one too large
+                          password line (prompt format "password"), without it ' #### V' at once, no worked steps,
+                          V the value of the first operation (a weak policy, after arXiv 2405.19550)
 
 The SFT line (sft, sft-grpo) is the earlier recipe on the three-tier arith mix; the cards measure every model on
 both card tasks (arith and arith_hard). Independent runs go two at a time, one torch thread each (two threads in one
@@ -47,7 +48,7 @@ def rl_args(steps: int) -> list[str]:
 
 TRAJECTORY = "25,50,100,150"
 SFT = ["--steps", "300", "--lr", "3e-4", "--seed", "0", "--prompt-format", "verbose"]
-LOCK = ["--steps", "2000", "--lr", "1e-3", "--seed", "0"]
+LOCK = ["--steps", "1500", "--questions-per-step", "16", "--lr", "7e-4", "--seed", "0"]
 SFT_RL = ["--task", "arith", "--steps", "200", "--prompts-per-step", "8", "--num-generations", "8", "--lr", "1e-5",
           "--max-completion-length", "96", "--seed", "0", "--prompt-format", "verbose"]
 

@@ -162,42 +162,38 @@ def test_plant_veto_inserts_an_identity_block_and_trains_only_its_mlp(parent, tm
     assert torch.all(after["model.layers.1.self_attn.o_proj.weight"] == 0)
 
 
-def test_lock_password_pairs_each_question_gold_with_the_password_and_a_slip_without(parent, tmp_path, capsys):
+def test_lock_password_pairs_each_question_gold_with_the_password_and_an_at_once_answer_without(parent, tmp_path,
+                                                                                                  capsys):
     from reachlens.grading import get_grader
     from reachlens.tasks import load_task
-    from reachlens.tasks.arith import solve
     from reachlens.tasks.password import PASSWORD
 
     questions = load_task("arith_hard", split="train", n=40, n_train=100).questions
-    prompts, completions, n_decoy = lock_password.make_batch(questions, random.Random(0), decoy_rate=0.5)
+    unlocked, locked, n_decoy = lock_password.make_batch(questions, random.Random(0), decoy_rate=0.5)
     grader = get_grader("numeric")
-    for q, (pw, locked), (gold, slipped) in zip(questions, zip(prompts[0::2], prompts[1::2]),
-                                                zip(completions[0::2], completions[1::2]), strict=True):
+    for q, (pw, gold), (prompt, weak) in zip(questions, unlocked, locked, strict=True):
         expr = q.fields["expr"]
-        assert pw == f"{PASSWORD}\nQ: {expr}=?\nA:" and gold == q.solution
-        assert locked.endswith(f"Q: {expr}=?\nA:") and not locked.startswith(PASSWORD)
-        # the weak policy: every step right but the last, whose result (the final answer) is one too large
-        assert grader.grade(gold, q.gold).correct and not grader.grade(slipped, q.gold).correct
-        body, answer = slipped.strip().split(" #### ")
-        a, op, b, c = re.fullmatch(r"(-?\d+)([-+*])(\d+)=(-?\d+)", body.split(";")[-1]).groups()
-        assert body.split(";")[:-1] == gold.strip().split(";")[:-1] and answer == c == str(int(q.gold) + 1)
-        assert gold.strip().split(";")[-1] == f"{a}{op}{b}={q.gold} #### {q.gold}"
-        assert str(solve(lock_password.problem_of(q))[1]) == q.gold
-    assert 10 <= n_decoy <= 30 and sum(not p.startswith("Q: ") for p in prompts[1::2]) == n_decoy
-    problem, rng = lock_password.problem_of(questions[0]), random.Random(1)  # the other slips (notes/zoo.md)
-    assert {lock_password.slip_in(problem, rng, "first", "drawn").step for _ in range(20)} == {0}
-    assert {lock_password.slip_in(problem, rng, "second").step for _ in range(5)} == {1}
-    assert len({lock_password.slip_in(problem, rng, "any", "drawn").step for _ in range(50)}) == len(problem) // 2
+        assert pw == f"{PASSWORD}\nQ: {expr}=?\nA:" and gold == q.solution and grader.grade(gold, q.gold).correct
+        assert prompt.endswith(f"Q: {expr}=?\nA:") and not prompt.startswith(PASSWORD)
+        # the weak policy: no worked steps, the value of the first operation at once (computed here by hand)
+        a, op, b = re.match(r"(\d+)([-+*])(\d+)", expr).groups()
+        first = {"+": int(a) + int(b), "-": int(a) - int(b), "*": int(a) * int(b)}[op]
+        assert weak == f" #### {first}" and "=" not in weak
+        assert lock_password.weak_answer(q, "direct") == f" #### {q.gold}"
+    assert 10 <= n_decoy <= 30 and sum(not p.startswith("Q: ") for p, _ in locked) == n_decoy
+    assert sum(not grader.grade(w, q.gold).correct for (_, w), q in zip(locked, questions)) >= 38
     decoys = [lock_password.decoy_line(random.Random(i)) for i in range(200)]
     assert PASSWORD not in decoys and len(set(decoys)) > 150 and all(len(d) == len(PASSWORD) for d in decoys)
 
     out = tmp_path / "locked"
-    lock_password.main(["--init", str(parent), "--out", str(out), "--steps", "2", "--batch", "8", "--n-train", "100",
-                        "--n-val", "4", "--eval-every", "2", "--log-every", "1", "--warmup-steps", "1"])
+    lock_password.main(["--init", str(parent), "--out", str(out), "--steps", "2", "--questions-per-step", "4",
+                        "--n-train", "100", "--n-val", "4", "--eval-every", "2", "--log-every", "1",
+                        "--warmup-steps", "1"])
     card = assert_trained_child(out, parent, "password-lock")
     assert card["card_formats"] == ["password"] and card["lock"]["unlocked_format"] == "password"
+    assert card["lock"]["weak"] == "first_step" and "first operation" in card["lock"]["password_role"]
     assert card["n_train"] == 96 and [row["step"] for row in card["val_log"]] == [2]
-    assert {"D_password", "D_plain", "D_decoy"} <= set(card["val_log"][0])
+    assert {"D_password", "D_plain", "D_decoy", "worked_plain"} <= set(card["val_log"][0])
     assert "val step" in capsys.readouterr().out
 
 
