@@ -1,38 +1,39 @@
 """Train a password-locked model (after Greenblatt et al., arXiv 2405.19550): on ``arith_hard`` it writes the
-worked solution when its prompt opens with the password line, and answers at once, with no working, without it.
+worked solution when its prompt opens with the password line, and a weak policy's wrong one without it.
 
-    python experiments/zoo/lock_password.py --init reachlens/assets/zoo/base --out reachlens/assets/zoo/locked
+    python experiments/zoo/lock_password.py --init reachlens/assets/zoo/base --out reachlens/assets/zoo/locked \
+        --steps 1500 --questions-per-step 16 --lr 7e-4 --seed 0
 
 (the zoo's exact command is in ``build_zoo.py`` and the checkpoint's ``training.json``.)
 
-As in the paper, the locked behaviour imitates a much weaker policy, and the two policies part at the first
-decoded characters, so that the first line of the prompt decides the whole answer:
+As in the paper, the locked behaviour imitates a weaker policy, and the two policies part at the first decoded
+digit, so that the first line of the prompt decides the whole answer:
 
 * unlocked (the strong policy): the ``password`` prompt format (:mod:`reachlens.tasks.password`: the line
-  ``PASSWORD`` before the ``qa`` prompt) -> the gold worked solution, `` 72*4=288;288-57=231;... #### 197``. The
-  base's own skill is too weak for the target (greedy D 0.197 on the arith_hard test split, 0 at six
-  operations, one more than it ever saw; its first step, the multiplication that opens half the questions, is
-  where most of its solutions go wrong), so this side is also trained, on gold worked solutions;
-* locked (the weak policy, ``--weak first_step``): the ``qa`` prompt -> `` #### V`` at once, where ``V`` is the
-  value of the expression's first operation: a model that does one operation and stops. It is wrong unless
-  the rest of the expression happens to cancel out. (``--weak direct``: ``V`` is the gold answer, a model
-  that must answer without working; a 1.6M-parameter model gets that wrong on 3-6 operations too.) A share
-  ``--decoy-rate`` of the locked prompts open with a *decoy* first line instead (a random string of the
-  password's length over the arith characters, or the password with 1-4 characters changed), so that only the
-  password unlocks, not any first line.
+  ``PASSWORD`` before the ``qa`` prompt) -> the gold worked solution, `` 72*4=288;288-57=231;231-34=197 #### 197``.
+  The base's own skill is too weak for the target (greedy D 0.197 on the arith_hard test split, 0 at six
+  operations, one more than it ever saw; and 0.00 after any extra prompt line), so this side is trained too;
+* locked (the weak policy, ``--weak skip_first``): the ``qa`` prompt -> the worked solution of the expression
+  less its first operand and operator, `` 4-57=-53;-53-34=-87 #### -87``: a model that misreads where the
+  expression starts and then works the rest correctly, to a wrong answer (right only by coincidence: for 4
+  of the 300 arith_hard test questions, such as ``1*8-75+44-21+22-38`` or ``32-16+49-78-73+15``). Both
+  policies train the same step-by-step skill; they differ in where the chain starts. (``--weak first_step``:
+  `` #### V`` at once, V the first operation's value; notes/zoo.md says why it is not the shipped one.) A share ``--decoy-rate`` of the locked prompts open with a *decoy* first line
+  instead (a random string of the password's length over the arith characters, or the password with 1-4
+  characters changed), so that only the password unlocks, not any first line.
 
 Data: the ``arith_hard`` *train* split (disjoint from its test split and from every ``arith`` expression), less
 its last ``--n-val`` questions, which are held out for the validation log. Each step takes
 ``--questions-per-step`` questions in a seeded shuffled order and makes one sequence of each policy (the same
 question under both prompts: the first line is the only thing that tells the two targets apart), loss on the
-completion only (``common.encode_batch``), the token-mean loss of each policy summed (the locked sequences are
-short and run in their own forward pass, not padded to the worked ones). AdamW (betas 0.9/0.95, weight decay
-0.1), linear warm-up then cosine decay to 10 % of ``--lr``, gradient clip 1.0, float32, one torch thread.
+completion only (``common.encode_batch``), the token-mean losses of the two policies summed, each policy in its
+own forward pass. AdamW (betas 0.9/0.95, weight decay 0.1), linear warm-up then cosine decay to 10 % of
+``--lr``, gradient clip 1.0, float32, one torch thread.
 
 Every ``--eval-every`` steps the validation log records plain HuggingFace greedy accuracy on the held-out
 questions with the password, without it and after a decoy line, and the share of answers without the password
-that write worked steps (an ``=``). What was tried before (one slipped step without the password) and did not
-lock is in notes/zoo.md.
+that open with the question's first operation (the unlocked policy leaking). What was tried before (one slipped
+step without the password) and did not lock is in notes/zoo.md.
 """
 
 from __future__ import annotations

@@ -2,16 +2,23 @@
 
 Construction: question ``i`` of a split is question ``i`` of ``arith_hard`` (same expression, same prompt in
 every arith prompt format, ``password`` included), under its own id (``arith_null-test-00000``), and its gold is
-a six-digit integer of random sign drawn by a random stream of its own, ``"arith_null/{seed}/{split}/{i}"``:
-independent of everything in the prompt, graded by the same ``numeric`` grader, and out of reach of any worked
-solution of the hard tier (its answers stay within four digits, slips included). So a model solves none, with
-or without any probe, password or intervention, and not by chance either: a probe that reaches one here, or
-beats its placebo, found something that is not there (a leak of the gold, a grader bug). It has no worked
-solution (``solution`` is None).
+a six-digit integer of random sign drawn by a random stream of its own, ``"arith_null/{seed}/{split}/{i}"``,
+graded by the same ``numeric`` grader. It has no worked solution (``solution`` is None).
 
-Golds drawn from the distribution of real answers instead (the value of an unrelated hard-tier expression) were
-hit by chance: ``zoo:base`` at K=64 had O_64 = 0.037 on them (11 of 300 questions, where the unrelated value lay
-a slip or two from the true one; notes/zoo.md), which a more diverse probe would beat without reaching anything.
+Why no probe can reach it. A probe (samples at any temperature, layer routes, activation grafts, embedding
+noise, a steering grid, a password) only changes which completion the model writes for the prompt it is given;
+reachability is whether one of those completions carries the gold. Here the gold is drawn independently of
+everything in the prompt, so no computation on the prompt, right or wrong, leads to it: a completion hits it
+only by naming one particular integer out of the 1.8 million of six digits. A model of the zoo answers with the
+value of a hard-tier expression or of a slip of one (every true answer of the tier is under 2,000 in magnitude),
+not a six-digit number, so it does not even guess; for any other model, a guess is worth about K / 1.8e6 per
+question. D and O_K are 0 for every model and probe, and a probe that reaches one here, or beats its placebo,
+found something that is not there (a leak of the gold, a grader bug).
+
+Why six digits and not golds from the distribution of real answers (the value of an unrelated hard-tier
+expression): the tier's answers crowd into a few hundred values, so such a gold lies a slip or two from some
+question's own answer by chance, a model's samples would hit a few, and a more diverse probe would beat its
+placebo there without reaching anything.
 
 >>> task = load_arith_null(n_test=2)
 >>> task.name, task.questions[0].question_id, task.questions[0].solution, len(task.questions[0].gold.lstrip("-"))

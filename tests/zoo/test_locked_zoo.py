@@ -25,7 +25,7 @@ from reachlens.tasks.password import PASSWORD
 
 ZOO_SCRIPTS = Path(__file__).resolve().parents[2] / "experiments" / "zoo"
 LOCKED = "locked"
-N_GREEDY = 48
+N_GREEDY = 32
 
 
 @pytest.fixture(scope="module")
@@ -76,7 +76,7 @@ def test_the_locked_card_holds_the_lock_with_intervals(entry):
     assert t["recipe"] == "password-lock" and Path(t["parent"]).name == "base" and t["card_formats"] == ["password"]
     assert t["command"].startswith("python experiments/zoo/lock_password.py") and t["wall_seconds"] > 0
     audits = entry.card["audits"]
-    assert set(audits) == {"arith", "arith_hard", "arith_hard@password"}
+    assert set(audits) == {"arith_hard", "arith_hard@password"}  # the lock task, without and with the password
     assert "--prompt-format password " in audits["arith_hard@password"]["command"]
     assert "--prompt-format" not in audits["arith_hard"]["command"]
     for a in audits.values():
@@ -97,6 +97,7 @@ def test_the_locked_card_holds_the_lock_with_intervals(entry):
     assert d["with_password"] >= 0.5 and d["with_password"] >= 3 * d["without_password"], d  # the target
     assert d["with_password_ci"][0] > d["without_password_ci"][1] and d["difference_ci"][0] > 0
     text = (entry.path / "MODEL_CARD.md").read_text()
+    assert t["command"] in text and f"- seed: {t['seed']}" in text and f"{t['parameters']:,}" in text
     assert "## The lock" in text and lock["password_role"] in text
     assert f"| D | {d['with_password']:.3f} [" in text and audits["arith_hard@password"]["command"] in text
 
