@@ -19,7 +19,7 @@ from reachlens.escape import md_text
 from reachlens.report.page import html_table, write_markdown, write_page
 from reachlens.report.tables import md_table
 
-__all__ = ["matched_figure", "overlap_figure", "reach_figure", "selection_figure", "write_probe_report"]
+__all__ = ["CAPTIONS", "matched_figure", "overlap_figure", "reach_figure", "selection_figure", "write_probe_report"]
 
 _KIND_COLOR = {"decoding": "#3182bd", "intervention": "#e6550d"}
 _TAG = " [intervention]"
@@ -141,6 +141,18 @@ def matched_figure(matched: pd.DataFrame):
     return fig
 
 
+CAPTIONS = {
+    "reach_figure": "One bar: the share of questions a source reaches (some candidate correct; greedy: D, the "
+                    "deployment), with its 95 % Wilson interval; orange: an activation probe, an intervention.",
+    "selection_figure": "One bar: per probe, O (some candidate correct) or the accuracy of one answer-blind selector "
+                        "on the same candidates; the label gives the selection gap, O minus the best selector.",
+    "overlap_figure": "One cell: the Jaccard index of two probes' fix-sets (the questions each reaches that greedy "
+                      "gets wrong), shared fixes of the two sizes below it; the diagonal gives each fix-set's size.",
+    "matched_figure": "One bar: a mixture of candidates at the same budget, O or its majority vote (ties averaged), "
+                      "averaged over every subset of its pools, with its 95 % bootstrap interval over questions.",
+}
+"""What one mark of each chart is: the caption under it."""
+
 _LABELS = ("source", "probe", "a", "b", "mixture", "graft")
 _DROP = {"budget_matched": ("probe",), "placebo": ("placebo",)}
 """Columns a reader does not need: the mixture names its probe; a placebo is its graft's spec with placebo=true."""
@@ -206,8 +218,10 @@ def write_probe_report(run: Any, out: str | Path | None = None, *, force: bool =
     figs = [reach_figure(tables["reach"]), selection_figure(tables["selectors"])]
     figs.append(overlap_figure(tables["overlap"], kinds) if len(tables["overlap"]) else None)
     figs.append(matched_figure(tables["budget_matched"]) if len(tables["budget_matched"]) else None)
+    captions = [CAPTIONS[name] for name in ("reach_figure", "selection_figure", "overlap_figure", "matched_figure")]
     charts = ["" if f is None else f.to_html(full_html=False, include_plotlyjs=False, default_width="100%",
-                                             default_height=f"{f.layout.height or 480}px") for f in figs]
+                                             default_height=f"{f.layout.height or 480}px")
+              + f"<p class=note>{esc(caption)}</p>" for f, caption in zip(figs, captions)]
     head = (f"Model <code>{esc(str(run.record.model.get('spec')))}</code>, task <code>{esc(p.task)}</code>"
             f" ({s['n']} questions), greedy deployment with {p.max_new_tokens} new tokens, prompt format "
             f"<code>{esc(str(p.prompt_format))}</code>, seed {esc(str(p.seed))}, protocol <code>{p.hash}</code>. "
