@@ -198,7 +198,7 @@ def _kind_overlap(bank: pd.DataFrame, layer: int) -> dict[str, str]:
     arms = [f"arm:graft:{x}@L{layer}" for x in KINDS]
     sizes = fix_sets(bank, arms)
     jac = jaccard_table(bank, arms).dropna(subset=["jaccard"]).sort_values("jaccard", ascending=False, kind="stable")
-    top = "no two kinds fix anything" if jac.empty else (
+    top = "no two kinds fix anything" if jac.empty else "no two kinds share a fix" if jac["both"].max() == 0 else (
         f"{jac['a'].iloc[0][10:]} / {jac['b'].iloc[0][10:]}: {jac['jaccard'].iloc[0]:.2f} "
         f"({int(jac['both'].iloc[0])} shared)")
     return {"fix-set size per kind": ", ".join(f"{x} {len(sizes[a])}" for x, a in zip(KINDS, arms)),
