@@ -138,7 +138,7 @@ def _probes(probes: Sequence[str | Probe]) -> list[Probe]:
         raise ReachlensError(f"probe {twice[0]!r} is given twice; give each probe once")
     owner: dict[str, str] = {}
     for p in made:
-        for arm in dict.fromkeys(c.arm for c in p.candidates("q", 8, 0)) if isinstance(p, ArmProbe) else ():
+        for arm in dict.fromkeys(c.arm for c in p.candidates("q", 1 << 20, 0)) if isinstance(p, ArmProbe) else ():
             if owner.setdefault(arm, p.label) != p.label:  # the reach of an arm is read by its name: never pool two
                 raise ReachlensError(f"probes {owner[arm]!r} and {p.label!r} both make arm {arm!r}; merge them into "
                                      f"one probe, or give one its own seed (seed=N)")
