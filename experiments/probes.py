@@ -215,7 +215,7 @@ SECTIONS = {"reach": "Reach: O of each probe's candidates alone ([int]: an inter
             "kind_jaccard": "Graft kinds' fix-sets"}
 
 
-def main(argv: list[str] | None = None) -> None:
+def parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--models", nargs="+", default=["zoo:base", "zoo:grpo"], help="zoo models or model folders")
     ap.add_argument("--tasks", nargs="+", default=["arith"], help="registered tasks")
@@ -233,7 +233,11 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--threads", type=int, default=1,
                     help="torch threads (1: on a shared machine more threads spin against each other)")
     ap.add_argument("--out", default="runs/probes", help="output folder")
-    args = ap.parse_args(argv)
+    return ap
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = parser().parse_args(argv)
     import torch
 
     from reachlens.records import markdown_table
