@@ -15,7 +15,7 @@ depends on (seed, question, candidate index) only.
 
 >>> run = probe(load_model("zoo:base"), load_task("arith", n=50),
 ...             ["sampling:k=6:temperature=0.7", "graft:kind=zero,noise:layer=3"], out="runs/probe")  # doctest: +SKIP
->>> run.summary()["probes"]["graft:layer=3:kind=zero,noise"]["O"]  # doctest: +SKIP
+>>> run.summary()["probes"]["graft:kind=zero,noise:layer=3"]["O"]  # doctest: +SKIP
 """
 
 from __future__ import annotations
