@@ -76,13 +76,18 @@ def run(args: argparse.Namespace) -> int:
         for bar in bars:
             bar.close()
     s = result.summary()
-    print(f"{args.model} on {args.task} (n={s['n']}): D={_num(s['D'])}   -> {args.out}")
+    print(f"{args.model} on {args.task} (n={s['n']}): D={_num(s['D'])} [{_num(s['D_ci'][0])}, {_num(s['D_ci'][1])}]"
+          f"   -> {args.out}")
     named = {**{f"O[{label}]": p for label, p in s["probes"].items()}, **s["unions"]}
+    width = max(map(len, named))
     for name, p in named.items():
         tag = "  [intervention]" if p["kind"] == "intervention" else ""
-        print(f"  {name:<46} {_num(p['O'])}  [{_num(p['O_ci'][0])}, {_num(p['O_ci'][1])}]{tag}")
+        gap = "" if "selection_gap" not in p else (f"  selection gap {_num(p['selection_gap'], '+')} "
+                                                   f"[{_num(p['selection_gap_ci'][0], '+')}, {_num(p['selection_gap_ci'][1], '+')}]")
+        print(f"  {name:<{width}}  {_num(p['O'])}  [{_num(p['O_ci'][0])}, {_num(p['O_ci'][1])}]{gap}{tag}")
+    print(f"tables and charts: reachlens report {args.out}")
     return 0
 
 
-def _num(x) -> str:
-    return "undefined" if x is None or x != x else f"{x:.3f}"
+def _num(x, sign: str = "") -> str:
+    return "undefined" if x is None or x != x else f"{x:{sign}.3f}"

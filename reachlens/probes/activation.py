@@ -55,7 +55,9 @@ class ArmCandidate:
 
     candidate_idx: int
     arm: str
-    """The arm's name in tables (``graft:zero@L3``, ``placebo:graft:zero@L3``, ``steer:resid_post@L2:alpha=4``)."""
+    """The arm's name in tables (``graft:zero@L3``, ``placebo:graft:zero@L3``, ``steer:resid_post@L2:alpha=4``,
+    ``steer:resid_post@L2:direction=v.npy:alpha=4``); a probe's own seed is named (``:seed=1``), so that the arms of
+    two probes of a run never share a name."""
     key: Hashable
     """The row's arm key (what the hooks serve)."""
     value: Any
@@ -85,6 +87,12 @@ class ArmProbe(Probe):
 
     shared_hooks = False
     """Whether one call of :meth:`hooks` serves the arms of every probe of the family (keys unique per value)."""
+
+
+def _seeded(seed: int | None) -> str:
+    """An arm name's suffix for a probe that names its own seed, so that its arms stay apart from another
+    probe's with the run's seed (arms are pooled by name in the reach tables)."""
+    return "" if seed is None else f":seed={seed}"
 
 
 def _placebo_position(seed: int, question_id: str, candidate_idx: int, n_tokens: int) -> int:
@@ -141,7 +149,7 @@ class GraftProbe(ArmProbe):
             pos = _placebo_position(seed, question_id, c, n_tokens) if self.placebo else self.position
             graft = Graft(kind, layer, self.site, pos, draw)
             label = f"placebo:{Graft(kind, layer, self.site).label}" if self.placebo else graft.label
-            out.append(ArmCandidate(c, label, graft, graft, f"pos={pos}" if self.placebo else ""))
+            out.append(ArmCandidate(c, label + _seeded(self.seed), graft, graft, f"pos={pos}" if self.placebo else ""))
         return out
 
     shared_hooks = True
@@ -175,7 +183,7 @@ class EmbeddingNoiseProbe(ArmProbe):
 
     def candidates(self, question_id: str, n_tokens: int, seed: int) -> list[ArmCandidate]:
         draws = [EmbeddingNoise(self.ratio, intervention_seed(seed, question_id, c)) for c in range(self.k)]
-        return [ArmCandidate(c, d.label, d, d) for c, d in enumerate(draws)]
+        return [ArmCandidate(c, d.label + _seeded(self.seed), d, d) for c, d in enumerate(draws)]
 
     shared_hooks = True
 
@@ -225,7 +233,8 @@ class SteerProbe(ArmProbe):
         self.vector(model, self.run_seed(protocol))
 
     def candidates(self, question_id: str, n_tokens: int, seed: int) -> list[ArmCandidate]:
-        arm = f"steer:{self.site}@L{self.layer}"
+        direction = "" if self.direction == "random" else f":direction={Path(self.direction).name}"
+        arm = f"steer:{self.site}@L{self.layer}{direction}{_seeded(self.seed)}"
         return [ArmCandidate(c, f"{arm}:alpha={a:g}", ("steer", self.label, a), a) for c, a in enumerate(self.alphas)]
 
     def hooks(self, model, keyed: Mapping[Hashable, Any], protocol: Protocol) -> list[FwdHook]:

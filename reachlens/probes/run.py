@@ -15,7 +15,7 @@ depends on (seed, question, candidate index) only.
 
 >>> run = probe(load_model("zoo:base"), load_task("arith", n=50),
 ...             ["sampling:k=6:temperature=0.7", "graft:kind=zero,noise:layer=3"], out="runs/probe")  # doctest: +SKIP
->>> run.summary()["probes"]["graft:layer=3:kind=zero,noise"]["O"]  # doctest: +SKIP
+>>> run.summary()["probes"]["graft:kind=zero,noise:layer=3"]["O"]  # doctest: +SKIP
 """
 
 from __future__ import annotations
@@ -35,6 +35,7 @@ import pandas as pd
 from reachlens.errors import ReachlensError
 from reachlens.execution import ExecConfig, model_exec
 from reachlens.models import identity_of, load_model
+from reachlens.probes.activation import ArmProbe
 from reachlens.probes.bank import BANK_COLUMNS, GREEDY, ORDER, union_terms
 from reachlens.probes.decode import decode_slice, plan_units, unit_slices
 from reachlens.probes.families import Sampling
@@ -135,6 +136,12 @@ def _probes(probes: Sequence[str | Probe]) -> list[Probe]:
     twice = sorted({x for x in labels if labels.count(x) > 1})
     if twice:
         raise ReachlensError(f"probe {twice[0]!r} is given twice; give each probe once")
+    owner: dict[str, str] = {}
+    for p in made:
+        for arm in dict.fromkeys(c.arm for c in p.candidates("q", 1 << 20, 0)) if isinstance(p, ArmProbe) else ():
+            if owner.setdefault(arm, p.label) != p.label:  # the reach of an arm is read by its name: never pool two
+                raise ReachlensError(f"probes {owner[arm]!r} and {p.label!r} both make arm {arm!r}; merge them into "
+                                     f"one probe, or give one its own seed (seed=N)")
     return made
 
 

@@ -4,8 +4,8 @@ A *probe* turns a question into a bank of candidate deployments under a stated b
 every reachability claim (``O_K`` is reachable *under a probe*). Each family is a frozen dataclass whose
 fields are its keys, registered in :data:`PROBES` by name. A spec string builds one:
 
->>> parse_probe("sampling:k=6:temperature=0.7").label
-'sampling:k=6:temperature=0.7'
+>>> parse_probe("sampling:k=8:temperature=0.7").label
+'sampling:k=8:temperature=0.7'
 >>> parse_probe("graft:kind=zero,noise:layer=3").budget
 2
 
@@ -145,8 +145,8 @@ def parse_probe(spec: str) -> Probe:
         ReachlensError: an unknown family, key or a value of the wrong type, a missing required key, a
             key given twice (one line naming it and how to fix it).
 
-    >>> parse_probe("embedding_noise:ratio=0.1:k=3").label
-    'embedding_noise:ratio=0.1:k=3'
+    >>> parse_probe("embedding_noise:ratio=0.2:k=3").label
+    'embedding_noise:ratio=0.2:k=3'
     """
     if not isinstance(spec, str) or not spec.strip():
         raise ReachlensError(f"probe spec {spec!r} is empty; write NAME[:key=value...], e.g. 'sampling:k=6'")

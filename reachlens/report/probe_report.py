@@ -19,7 +19,7 @@ from reachlens.escape import md_text
 from reachlens.report.page import html_table, write_markdown, write_page
 from reachlens.report.tables import md_table
 
-__all__ = ["overlap_figure", "reach_figure", "selection_figure", "write_probe_report"]
+__all__ = ["CAPTIONS", "matched_figure", "overlap_figure", "reach_figure", "selection_figure", "write_probe_report"]
 
 _KIND_COLOR = {"decoding": "#3182bd", "intervention": "#e6550d"}
 _TAG = " [intervention]"
@@ -46,6 +46,11 @@ def _error(values, lo, hi) -> dict:
                 arrayminus=[v - x for v, x in zip(values, lo)], thickness=1.2, width=4)
 
 
+def _inside(values) -> list[str]:
+    """Bar labels, left blank on a bar too short to hold one (the tables give every number)."""
+    return [f"{v:.0%}" if v >= 0.1 else "" for v in values]
+
+
 def _wrapped(label: str) -> str:
     """A long source name broken at its keys, for a chart's axis."""
     return label if len(label) <= 32 else label.replace(":", "<br>:")
@@ -60,7 +65,7 @@ def reach_figure(reach: pd.DataFrame):
         label = "decoding probe" if kind == "decoding" else "activation probe (intervention)"
         fig.add_trace(go.Bar(name=label, orientation="h", y=[_name(s, kind) for s in rows["source"]], x=rows["O"],
                              marker_color=_KIND_COLOR[kind], error_x=_error(rows["O"], rows["O_lo"], rows["O_hi"]),
-                             text=[f"{v:.0%}" for v in rows["O"]], textposition="auto"))
+                             text=_inside(rows["O"]), textposition="inside", insidetextanchor="start"))
     kinds = dict(zip(reach["source"], reach["kind"]))
     fig.update_layout(title="Reachable by probe (greedy: D; 95 % Wilson intervals)", xaxis_title="share of questions",
                       xaxis_tickformat=".0%", xaxis_range=[0, 1.05], yaxis_title=None, legend_title="kind",
@@ -87,7 +92,8 @@ def overlap_figure(overlap: pd.DataFrame, kinds: dict[str, str]):
     fig = go.Figure(go.Heatmap(z=z, x=labels, y=labels, text=text, texttemplate="%{text}", zmin=0, zmax=1,
                                colorscale="Blues", colorbar_title="Jaccard"))
     fig.update_layout(title="Overlap of fix-sets: Jaccard (shared fixes of fix-set sizes)",
-                      height=300 + 90 * len(names), xaxis_tickangle=-20, yaxis_automargin=True, xaxis_automargin=True)
+                      height=300 + 90 * len(names), xaxis_tickangle=-20, yaxis_automargin=True, xaxis_automargin=True,
+                      yaxis_autorange="reversed")  # the matrix reads top down in the order it reads left to right
     return fig
 
 
@@ -96,14 +102,56 @@ def selection_figure(selectors: pd.DataFrame):
     go = _go()
     fig = go.Figure()
     names = [_name(p, k) for p, k in zip(selectors["probe"], selectors["kind"])]
+    gaps = [f"{o:.0%}: gap {_signed(g, lo, hi)} ({best})" for o, g, lo, hi, best in
+            zip(selectors["O"], selectors["gap"], selectors["gap_lo"], selectors["gap_hi"], selectors["best"])]
     for column, color in (("O", "#3182bd"), ("majority", "#31a354"), ("logprob", "#756bb1")):
         fig.add_trace(go.Bar(name="O (reachable)" if column == "O" else f"selector: {column}", y=names, orientation="h",
-                             x=selectors[column], marker_color=color))
-    fig.update_layout(barmode="group", title="Selection gap: reachable vs what an answer-blind selector picks",
-                      xaxis_title="share of questions", xaxis_tickformat=".0%", xaxis_range=[0, 1.05],
-                      height=180 + 70 * len(selectors), yaxis_autorange="reversed", yaxis_automargin=True)
+                             x=selectors[column], marker_color=color, cliponaxis=False,
+                             text=gaps if column == "O" else None, textposition="outside" if column == "O" else None))
+    fig.update_layout(barmode="group", title="Selection gap: reachable (O) vs what an answer-blind selector picks; "
+                      "gap = O - the best selector [95 % paired bootstrap]", xaxis_title="share of questions",
+                      xaxis_tickformat=".0%", xaxis_range=[0, 1.45], xaxis_tickvals=[0, 0.2, 0.4, 0.6, 0.8, 1.0],
+                      height=200 + 70 * len(selectors), yaxis_autorange="reversed", yaxis_automargin=True,
+                      legend_orientation="h", legend_y=-0.12 - 0.6 / (2 + len(selectors)), legend_x=0)
     return fig
 
+
+def _signed(v: float, lo: float, hi: float) -> str:
+    if any(x is None or (isinstance(x, float) and math.isnan(x)) for x in (v, lo, hi)):
+        return "undefined"
+    return f"{v:+.2f} [{lo:+.2f}, {hi:+.2f}]"
+
+
+def matched_figure(matched: pd.DataFrame):
+    """Each budget-matched mixture (the reference once): O and the majority vote, with bootstrap intervals."""
+    go = _go()
+    rows = matched.drop_duplicates("mixture")
+    names = [_wrapped(_name(m, k)) for m, k in zip(rows["mixture"], rows["kind"])]
+    fig = go.Figure()
+    for column, label, color in (("O", "O (some candidate correct)", "#3182bd"),
+                                 ("majority", "majority vote (ties averaged)", "#31a354")):
+        fig.add_trace(go.Bar(name=label, orientation="h", y=names, x=rows[column], marker_color=color,
+                             error_x=_error(rows[column], rows[f"{column}_lo"], rows[f"{column}_hi"]),
+                             text=_inside(rows[column]), textposition="inside", insidetextanchor="start"))
+    fig.update_layout(barmode="group", title=f"Budget-matched: {int(rows['budget'].iloc[0])} candidates per question "
+                      "each, every subset averaged (95 % bootstrap intervals)", xaxis_title="share of questions",
+                      xaxis_tickformat=".0%", xaxis_range=[0, 1.05], height=200 + 60 * len(rows),
+                      yaxis_autorange="reversed", yaxis_automargin=True, legend_orientation="h", legend_x=0,
+                      legend_y=-0.12 - 0.6 / (2 + len(rows)))
+    return fig
+
+
+CAPTIONS = {
+    "reach_figure": "One bar: the share of questions a source reaches (some candidate correct; greedy: D, the "
+                    "deployment), with its 95 % Wilson interval; orange: an activation probe, an intervention.",
+    "selection_figure": "One bar: per probe, O (some candidate correct) or the accuracy of one answer-blind selector "
+                        "on the same candidates; the label gives the selection gap, O minus the best selector.",
+    "overlap_figure": "One cell: the Jaccard index of two probes' fix-sets (the questions each reaches that greedy "
+                      "gets wrong), shared fixes of the two sizes below it; the diagonal gives each fix-set's size.",
+    "matched_figure": "One bar: a mixture of candidates at the same budget, O or its majority vote (ties averaged), "
+                      "averaged over every subset of its pools, with its 95 % bootstrap interval over questions.",
+}
+"""What one mark of each chart is: the caption under it."""
 
 _LABELS = ("source", "probe", "a", "b", "mixture", "graft")
 _DROP = {"budget_matched": ("probe",), "placebo": ("placebo",)}
@@ -115,10 +163,13 @@ def _display(name: str, df: pd.DataFrame, *, wrap: bool) -> pd.DataFrame:
     may break after ':' and ',' (a zero-width space; for HTML)."""
     if df.empty:
         return df
+    reference = (df.groupby("probe")["mixture"].transform("first") == df["mixture"]) if name == "budget_matched" else None
     d = df.drop(columns=[c for c in _DROP.get(name, ()) if c in df.columns])
     for col in [c for c in d.columns if f"{c}_lo" in d.columns]:
         d[col] = [_ci(v, lo, hi) for v, lo, hi in zip(d[col], d[f"{col}_lo"], d[f"{col}_hi"])]
         d = d.drop(columns=[f"{col}_lo", f"{col}_hi"])
+    if reference is not None:  # the differences are from this row: it has none of its own
+        d.loc[reference.to_numpy(), ["dO", "dmajority"]] = "(reference)"
     for col in (c for c in _LABELS if c in d.columns):
         if "kind" in d.columns and name != "overlap":
             d[col] = [_name(s, k) for s, k in zip(d[col], d["kind"])]
@@ -165,10 +216,12 @@ def write_probe_report(run: Any, out: str | Path | None = None, *, force: bool =
     p, s = run.protocol, run.summary()
     kinds = dict(zip(tables["reach"]["source"], tables["reach"]["kind"]))
     figs = [reach_figure(tables["reach"]), selection_figure(tables["selectors"])]
-    if len(tables["overlap"]):
-        figs.append(overlap_figure(tables["overlap"], kinds))
-    charts = [f.to_html(full_html=False, include_plotlyjs=False, default_width="100%",
-                        default_height=f"{f.layout.height or 480}px") for f in figs]
+    figs.append(overlap_figure(tables["overlap"], kinds) if len(tables["overlap"]) else None)
+    figs.append(matched_figure(tables["budget_matched"]) if len(tables["budget_matched"]) else None)
+    captions = [CAPTIONS[name] for name in ("reach_figure", "selection_figure", "overlap_figure", "matched_figure")]
+    charts = ["" if f is None else f.to_html(full_html=False, include_plotlyjs=False, default_width="100%",
+                                             default_height=f"{f.layout.height or 480}px")
+              + f"<p class=note>{esc(caption)}</p>" for f, caption in zip(figs, captions)]
     head = (f"Model <code>{esc(str(run.record.model.get('spec')))}</code>, task <code>{esc(p.task)}</code>"
             f" ({s['n']} questions), greedy deployment with {p.max_new_tokens} new tokens, prompt format "
             f"<code>{esc(str(p.prompt_format))}</code>, seed {esc(str(p.seed))}, protocol <code>{p.hash}</code>. "
@@ -178,8 +231,8 @@ def write_probe_report(run: Any, out: str | Path | None = None, *, force: bool =
             "a union that holds one says so.")
     body, md = _sections(tables)
     page = "\n".join(["<h1>Probe run: reachable under which probe?</h1>", f"<p>{head}</p>",
-                      f"<p class=note>{warn}</p>", charts[0], body[0], charts[1], body[1],
-                      *(charts[2:] and [charts[2]]), *body[2:]])
+                      f"<p class=note>{warn}</p>", charts[0], body[0], charts[1], body[1], charts[2], body[2],
+                      body[3], charts[3], *body[4:]])
     html_path = write_page(out / "report.html", "reachlens probe run", page, figures=True, force=force)
     md_head = (f"Model `{md_text(str(run.record.model.get('spec')))}`, task `{md_text(p.task)}` ({s['n']} questions), "
                f"greedy deployment with {p.max_new_tokens} new tokens, prompt format `{md_text(str(p.prompt_format))}`, "

@@ -3,6 +3,7 @@ decoded alone give; it is deterministic, resumes after ``kill -9`` to the same b
 
 from __future__ import annotations
 
+import html
 import os
 import shutil
 import signal
@@ -155,6 +156,11 @@ def test_the_report_names_interventions_and_every_section(run, tmp_path, chromiu
     for section in ("Reach", "Selectors", "Overlap", "Recovery", "Budget-matched", "Placebo"):
         assert f"<h2>{section}</h2>" in page
     assert "[intervention]" in page and "graft:kind=zero,noise:layer=1 [intervention]" in md_path.read_text()
+    from reachlens.report.probe_report import CAPTIONS
+
+    assert page.count('class="plotly-graph-div"') == len(CAPTIONS) == 4  # reach, selection, overlap, budget-matched
+    for caption in CAPTIONS.values():
+        assert caption.startswith("One ") and f"<p class=note>{html.escape(caption)}</p>" in page
     shot = tmp_path / "report.png"
     subprocess.run([chromium, "--headless", "--no-sandbox", "--disable-gpu", f"--user-data-dir={tmp_path / 'chrome'}",
                     "--window-size=1400,4000", "--virtual-time-budget=10000", f"--screenshot={shot}",

@@ -69,3 +69,23 @@ def test_every_option_of_the_probe_command_has_help():
     sub = next(a for a in parser._actions if a.dest == "command").choices["probe"]
     missing = [a.option_strings or a.dest for a in sub._actions if a.dest != "help" and not a.help]
     assert not missing and "graft:kind=zero,noise:layer=3" in sub.format_help()
+
+
+def test_the_arms_of_two_probes_of_a_run_never_share_a_name(tiny_model):
+    """An arm's reach is read by its name: two steering directions, or a probe with its own seed, stay apart;
+    two probes that would make the same arm are refused before anything is decoded."""
+    from reachlens import probe
+
+    def arms(spec: str) -> set[str]:
+        return {c.arm for c in parse_probe(spec).candidates("q", 8, 0)}
+
+    assert arms("steer:layer=1:alphas=2") == {"steer:resid_post@L1:alpha=2"}
+    assert arms("steer:layer=1:alphas=2:direction=key.npy") == {"steer:resid_post@L1:direction=key.npy:alpha=2"}
+    assert arms("graft:kind=zero:layer=1:seed=3") == {"graft:zero@L1:seed=3"}
+    assert arms("embedding_noise:k=2:seed=3") == {"embedding_noise:0.1:seed=3"}
+    with pytest.raises(ReachlensError) as err:
+        probe(tiny_model, "arith", ["graft:kind=noise:layer=1", "graft:kind=noise:layer=1:k=2"], n=1)
+    from reachlens.probes.run import _probes
+
+    assert [p.label for p in _probes(["graft:kind=zero:layer=1:position=40"])] == ["graft:kind=zero:layer=1:position=40"]
+    assert "both make arm 'graft:noise@L1'" in str(err.value) and "\n" not in str(err.value)
