@@ -49,7 +49,8 @@ def stored_output_problems(nb) -> list[str]:
 
 def test_there_are_notebooks():
     assert {p.name for p in NOTEBOOKS} >= {"training_audit.ipynb", "layer_routing.ipynb",
-                                           "recognition_and_silencing.ipynb", "your_own_checkpoint.ipynb"}
+                                           "recognition_and_silencing.ipynb", "probes.ipynb",
+                                           "your_own_checkpoint.ipynb"}
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
