@@ -6,7 +6,7 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: test demo zoo bench clean-venv vllm-venv
+.PHONY: test demo docs notebooks readme-figure zoo bench clean-venv vllm-venv
 
 $(STAMP): pyproject.toml
 	@command -v $(PYTHON) >/dev/null 2>&1 || { echo "need $(PYTHON) (set PYTHON=...)"; exit 1; }
@@ -40,6 +40,18 @@ vllm-venv: $(VLLM_STAMP)
 
 demo: $(STAMP)
 	$(PY) -m reachlens demo --out runs/demo
+
+# The documentation site into site/ (open site/index.html); --strict fails on a broken link or reference.
+docs: $(STAMP)
+	NO_MKDOCS_2_WARNING=1 $(PY) -m mkdocs build --strict --site-dir site
+
+# Re-execute every notebook and store it with its outputs (figures as PNG too, for GitHub: needs chromium).
+notebooks: $(STAMP)
+	$(PY) notebooks/_execute.py
+
+# The README's figure, from the demo's study (run `make demo` first).
+readme-figure: $(STAMP)
+	$(PY) docs/_figure.py runs/demo docs/img/realized-vs-reachable.png
 
 # Retrain every zoo checkpoint from scratch with fixed seeds, then re-measure each model card.
 ZOO := reachlens/assets/zoo

@@ -35,7 +35,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import sys
 import time
 from pathlib import Path
@@ -47,7 +46,8 @@ from reachlens.models.pruning import PruneConfig, prune_checkpoint
 from reachlens.models import load_model
 from reachlens.protocol import Protocol
 from reachlens.records import markdown_table
-from reachlens.report.page import write_page
+from reachlens.report.page import html_table, write_page
+from reachlens.store import write_csv
 from reachlens.studies.causal import (
     best_alpha,
     best_layer,
@@ -82,7 +82,7 @@ def run_case(name: str, spec: str, task_spec: TaskSpec, args: argparse.Namespace
     result = compare_modes(model, task, Protocol.greedy(task_spec.name, max_new_tokens=args.max_new_tokens))
     case_dir = out / name
     case_dir.mkdir(parents=True, exist_ok=True)
-    result.questions.drop(columns=["deployed_text"]).to_csv(case_dir / "questions.csv", index=False)
+    write_csv(case_dir / "questions.csv", result.questions.drop(columns=["deployed_text"]))
     s = result.summary()
     row = {"case": name, "model": spec, "n": s["n"], "acc": s["acc"], "acc_norm": s["acc_norm"],
            "D": s["D"], "recognized_not_realized": s["recognized_not_realized"]}
@@ -194,7 +194,7 @@ def run_planted_case(spec: str, task_spec: TaskSpec, args: argparse.Namespace, o
           "## Verdict", "", markdown_table(pd.DataFrame([verdict]), missing="-"), ""]
     (case_dir / "planted.md").write_text("\n".join(md))
     (out / "planted.md").write_text("\n".join(md))
-    effect.to_csv(case_dir / "effect.csv", index=False)
+    write_csv(case_dir / "effect.csv", effect)
     print(f"[{name}] repair at the planted MLP L{planted_layer}: {verdict['repair_planted']:.3f}, elsewhere at most "
           f"{verdict['max_repair_elsewhere']:.3f}; found={verdict['found']} ({time.perf_counter() - t0:.0f}s)", flush=True)
     return {"row": {"case": name, "model": spec, "n": len(task), "acc": result.summary()["acc"],
@@ -283,11 +283,11 @@ def main(argv=None) -> int:
         c = run_planted_case(spec, task_spec, args, out)
         cases[c["row"]["case"]] = c
     table = pd.DataFrame([c["row"] for c in cases.values()])
-    table.to_csv(out / "cases.csv", index=False)
+    write_csv(out / "cases.csv", table)
     md = markdown_table(table, missing="-")
     (out / "cases.md").write_text(md + "\n")
     figs = figures(cases)
-    body = ["<h1>MLP veto</h1>", table.to_html(index=False, float_format=lambda x: "-" if math.isnan(x) else f"{x:.3f}")]
+    body = ["<h1>MLP veto</h1>", html_table(table)]
     body += [f.to_html(full_html=False, include_plotlyjs=False) for f in figs]
     write_page(out / "figures.html", "mlp_veto", "\n".join(body), figures=True)
     report = ["# MLP veto: recognition vs generation", "", f"Command: `python experiments/mlp_veto.py {' '.join(sys.argv[1:] if argv is None else argv)}`", "",

@@ -15,7 +15,7 @@ names one for all. Per cell the script reports
   oracle mode (``STRATEGY+oracle``: the objective is correctness, read from the grader, as when routes
   are searched to make training labels), which bounds what search with the answer can find at K;
 * the reach-vs-K curve (O_K at k = 1, 2, 4, ... K, read off the anytime searches);
-* D (the deployment), each answer-blind selector (majority, confidence, lowest window, self-verification, the
+* D (the deployment), each answer-blind selector (majority, logprob, DeepConf lowest window, self-verification, the
   search's own pick) and the gap recovery (S - G) / (O - G), "undefined" where O == G, with the
   median over cells;
 * the space ceiling: reachable over *every* route of the space (spaces of at most --exhaustive-max
@@ -35,7 +35,6 @@ and one stored routing result per cell and strategy under ``cells/``.
 from __future__ import annotations
 
 import argparse
-import html
 import dataclasses
 import math
 import sys
@@ -46,9 +45,11 @@ import numpy as np
 import pandas as pd
 import torch
 
+from reachlens.escape import html_text
 from reachlens.records import markdown_table
+from reachlens.store import write_csv
 
-SELECTORS = ("majority", "confidence", "lowest_window", "self_verify", "search")
+SELECTORS = ("majority", "logprob", "deepconf", "self_verify", "search")
 
 
 def slug(spec: str) -> str:
@@ -113,7 +114,7 @@ def run(args: argparse.Namespace) -> None:
                 ceiling = float(np.mean(hits))
             ceilings.append({"model": spec, "task": cell_task, "space": str(space), "routes": space.size(),
                              "space_ceiling": ceiling})
-            pd.DataFrame(ceilings).to_csv(out / "ceilings.csv", index=False)  # kept for --report-only
+            write_csv(out / "ceilings.csv", pd.DataFrame(ceilings))  # kept for --report-only
             runs = [(s, s, cell_config) for s in args.strategies]
             if args.oracle_search:
                 runs += [(s, f"{s}+oracle", dataclasses.replace(cell_config, oracle=True))
@@ -135,10 +136,10 @@ def run(args: argparse.Namespace) -> None:
             proto = Protocol(task_name, k=args.audit_k, temperature=args.temperature,
                              max_new_tokens=args.max_new_tokens, seed=args.seed, prompt_format=evaluator.format.name)
             res = audit(model, task, proto)
-            _, summ = audit_selector_table(res, ("majority", "confidence"))
+            _, summ = audit_selector_table(res, ("majority", "logprob"))
             row = summ.iloc[0].to_dict()
             audits.append({"model": spec, "task": cell_task, "K": args.audit_k, "T": args.temperature, **row, "n": int(row["n"])})
-            pd.DataFrame(audits).to_csv(out / "audits.csv", index=False)
+            write_csv(out / "audits.csv", pd.DataFrame(audits))
             print(f"[{spec} {cell_task}] audit K={args.audit_k}: D={row['D']:.3f} O_K={row['O_K']:.3f} "
                   f"majority={row['majority']:.3f} ({time.time() - t:.0f}s)", file=sys.stderr, flush=True)
         log.append(f"{spec} {cell_task}: {evaluator.n_decoded} (question, route) pairs decoded in {time.time() - t_model:.0f}s")
@@ -209,12 +210,12 @@ def report_only(args: argparse.Namespace) -> None:
 
 
 def write_report(args, out, cells, curves, audits, ceilings, log, wall, format_recovery) -> None:
-    from reachlens.studies.stats import paired_bootstrap_ci
+    from reachlens.stats import paired_bootstrap_ci
 
     cell_df = pd.DataFrame([{k: v for k, v in c.items() if k != "_reachable_q"} for c in cells])
     curve_df = pd.concat(curves, ignore_index=True) if curves else pd.DataFrame()
-    cell_df.to_csv(out / "cells.csv", index=False)
-    curve_df.to_csv(out / "reach_curve.csv", index=False)
+    write_csv(out / "cells.csv", cell_df)
+    write_csv(out / "reach_curve.csv", curve_df)
 
     # O_K difference random - structured, paired over questions
     diffs = []
@@ -274,8 +275,8 @@ def write_report(args, out, cells, curves, audits, ceilings, log, wall, format_r
     ]
     if len(audit_df):
         sections.append("## Reference: the same selectors on temperature samples (audit)\n\n" + markdown_table(
-            audit_df[["model", "task", "K", "T", "n", "D", "O_K", "majority", "confidence",
-                      "recovery_majority", "recovery_confidence"]]))
+            audit_df[["model", "task", "K", "T", "n", "D", "O_K", "majority", "logprob",
+                      "recovery_majority", "recovery_logprob"]]))
     text = "\n\n".join(sections) + "\n"
     (out / "table.md").write_text(text)
     print(text)
@@ -326,7 +327,7 @@ def html_report(out: Path, figs: dict, text: str) -> None:
     """One self-contained page: the Markdown tables as text, then every figure (plotly.js inlined once)."""
     from reachlens.report.page import write_page
 
-    body = ["<pre style='white-space: pre-wrap'>" + html.escape(text) + "</pre>"]
+    body = ["<pre style='white-space: pre-wrap'>" + html_text(text) + "</pre>"]
     body += [fig.to_html(full_html=False, include_plotlyjs=False) for fig in figs.values()]
     write_page(out / "report.html", "reachlens layer routing", "\n".join(body), figures=True)
 

@@ -7,9 +7,10 @@
 >>> model = reachlens.load_model("zoo:base")  # doctest: +SKIP
 >>> result = reachlens.audit(model, reachlens.load_task("arith", n=50), reachlens.Protocol("arith", k=16))  # doctest: +SKIP
 >>> result.D, result.O_K  # doctest: +SKIP
+>>> reachlens.compare("runs/base", "runs/grpo").summary()["delta_O_K"]  # doctest: +SKIP
 
 Every study's result is a run (:class:`reachlens.store.Run`), saved with ``run.save(DIR)`` and read back with
-:func:`read_run`. Importing reachlens imports every module that defines a kind of run (the studies, routing),
+:func:`read_run`. Importing reachlens imports every module that defines a kind of run (the studies, routing, probes),
 so that :func:`read_run` knows them all.
 """
 
@@ -17,16 +18,19 @@ from reachlens import routing as _routing  # noqa: F401  (registers the routing 
 from reachlens.errors import ReachlensError
 from reachlens.execution import ExecConfig
 from reachlens.models import load_model
+from reachlens.probes import ProbeRun, probe
 from reachlens.protocol import Protocol, ProtocolMismatch
 from reachlens.runner import rerun
 from reachlens.store import Run, RunDir, RunRecord, list_runs, read_run
-from reachlens.studies import AuditResult, audit, pass_at_k, rescore
+from reachlens.studies import AuditResult, Comparison, audit, compare, pass_at_k, rescore
 from reachlens.tasks import Question, Task, load_task
 from reachlens.version import __version__
 
 __all__ = [
     "AuditResult",
+    "Comparison",
     "ExecConfig",
+    "ProbeRun",
     "Protocol",
     "ProtocolMismatch",
     "ReachlensError",
@@ -37,10 +41,12 @@ __all__ = [
     "Task",
     "__version__",
     "audit",
+    "compare",
     "list_runs",
     "load_model",
     "load_task",
     "pass_at_k",
+    "probe",
     "read_run",
     "rerun",
     "rescore",

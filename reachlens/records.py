@@ -1,6 +1,6 @@
 """The tables every study writes: their columns, their per-question updates, and one Markdown writer.
 
-One vocabulary across studies (the README's glossary):
+One vocabulary across studies (the glossary of docs/concepts.md):
 
 * ``realized``: the deployment (greedy, the protocol's prompt) is graded correct; its mean is ``D``;
 * ``reachable``: the probe of budget K (K samples, or K layer routes) has a correct candidate; its
@@ -24,6 +24,8 @@ import math
 from typing import Any
 
 import pandas as pd
+
+from reachlens.escape import md_text
 
 __all__ = [
     "CANDIDATE_COLUMNS", "CAUSAL_COLUMNS", "GENERATION_COLUMNS", "OPTION_COLUMNS", "QUESTION_COLUMNS", "RECOGNITION_COLUMNS",
@@ -108,7 +110,8 @@ def in_task_order(questions: pd.DataFrame, samples: pd.DataFrame, ids: list[str]
 
 def markdown_table(df: pd.DataFrame, digits: int = 3, missing: str = "undefined") -> str:
     """``df`` as a GitHub Markdown table: floats to ``digits`` places, NaN as ``missing``; an empty
-    table is ``_(none)_``.
+    table is ``_(none)_``. Every header and cell is escaped (:func:`reachlens.escape.md_text`): a ``|``, a line
+    break or HTML in a question id, an answer or a model spec never shifts the columns or reaches a page live.
 
     >>> print(markdown_table(pd.DataFrame({"model": ["base"], "D": [0.4567], "O_K": [float("nan")]})))
     | model | D | O_K |
@@ -121,9 +124,9 @@ def markdown_table(df: pd.DataFrame, digits: int = 3, missing: str = "undefined"
     def cell(v: Any) -> str:
         if isinstance(v, float):
             return missing if math.isnan(v) else f"{v:.{digits}f}"
-        return str(v)
+        return md_text(v)
 
-    head = "| " + " | ".join(map(str, df.columns)) + " |"
+    head = "| " + " | ".join(map(md_text, df.columns)) + " |"
     rule = "|" + "|".join("---" for _ in df.columns) + "|"
     body = ["| " + " | ".join(cell(v) for v in row) + " |" for row in df.itertuples(index=False)]
     return "\n".join([head, rule, *body])

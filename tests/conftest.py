@@ -184,6 +184,26 @@ def vllm_python() -> str:
     return python
 
 
+@pytest.fixture(scope="session")
+def audit_setup():
+    """(task, protocol, exec config) of the session's tiny audit: 3 arith questions, K=2, one question per batch."""
+    from reachlens import Protocol, load_task
+    from reachlens.execution import ExecConfig
+
+    return load_task("arith", n=3), Protocol("arith", k=2, temperature=1.0, max_new_tokens=4), ExecConfig(max_batch_rows=3)
+
+
+@pytest.fixture(scope="session")
+def finished_audit(tiny_model, audit_setup, tmp_path_factory) -> Path:
+    """A finished audit of the tiny model under ``audit_setup`` (shared: copy it before changing it)."""
+    from reachlens import audit
+
+    task, protocol, ex = audit_setup
+    out = tmp_path_factory.mktemp("hardening") / "audit"
+    audit(tiny_model, task, protocol, out=out, exec_config=ex)
+    return out
+
+
 class StopAudit(Exception):
     """Raised by :func:`stop_after` to interrupt an audit from its progress callback."""
 

@@ -16,6 +16,9 @@ planted veto:
     base -> sft -> sft-grpo   GRPO on top of SFT (arith mix, "verbose" format: the model's native one)
     base -> veto          the positive control of the MLP-silencing study: an identity block inserted at 4, its
                           MLP trained to suppress the "-" of negative answers (plant_veto.py)
+    base -> locked        password-locked (lock_password.py): on arith_hard the gold worked solution after the
+                          password line (prompt format "password"), without it ' #### V' at once, no worked steps,
+                          V the value of the first operation (a weak policy, after arXiv 2405.19550)
 
 The SFT line (sft, sft-grpo) is the earlier recipe on the three-tier arith mix; the cards measure every model on
 both card tasks (arith and arith_hard). Independent runs go two at a time, one torch thread each (two threads in one
@@ -45,6 +48,7 @@ def rl_args(steps: int) -> list[str]:
 
 TRAJECTORY = "25,50,100,150"
 SFT = ["--steps", "300", "--lr", "3e-4", "--seed", "0", "--prompt-format", "verbose"]
+LOCK = ["--steps", "1500", "--questions-per-step", "16", "--lr", "7e-4", "--seed", "0"]
 SFT_RL = ["--task", "arith", "--steps", "200", "--prompts-per-step", "8", "--num-generations", "8", "--lr", "1e-5",
           "--max-completion-length", "96", "--seed", "0", "--prompt-format", "verbose"]
 
@@ -63,7 +67,8 @@ def commands(zoo: Path) -> list[list[tuple[str, list[str]]]]:
         [("sft", [*py, str(HERE / "sft.py"), "--init", z("base"), "--out", z("sft"), *SFT]),
          ("veto", [*py, str(HERE / "plant_veto.py"), "--init", z("base"), "--out", z("veto"), "--layer", "4",
                    "--steps", "150", "--lr", "3e-4", "--veto-weight", "0.2", "--seed", "0"])],
-        [("sft-grpo", [*rl, "--init", z("sft"), "--out", z("sft-grpo"), "--recipe", "grpo", *SFT_RL])],
+        [("sft-grpo", [*rl, "--init", z("sft"), "--out", z("sft-grpo"), "--recipe", "grpo", *SFT_RL]),
+         ("locked", [*py, str(HERE / "lock_password.py"), "--init", z("base"), "--out", z("locked"), *LOCK])],
     ]
 
 

@@ -9,7 +9,11 @@ mix) and 128 on ``arith_hard`` (3-6 operations, whose worked solutions run longe
 records reproduces its numbers exactly (same seed, same samples), e.g. `reachlens audit zoo:NAME --task
 arith_hard --n 300 --k 64 --temperature 0.8 --max-new-tokens 128 --seed 0 --out DIR`. A model trained
 in another prompt format (the SFT line's "verbose") is also measured in that format on ``arith_hard`` (card
-key ``arith_hard@verbose``): the prompt-format control. An existing card.json keeps the audits not re-measured.
+key ``arith_hard@verbose``): the prompt-format control. A model whose ``training.json`` lists ``card_formats``
+(``zoo:locked``: ``["password"]``) is also measured in each of them on ``arith_hard`` (``arith_hard@password``),
+and its card gains a ``lock`` entry: D and O_64 with and without the password, 95% Wilson intervals, and the
+paired difference with its paired bootstrap interval over questions. An existing card.json keeps the audits not
+re-measured.
 """
 
 from __future__ import annotations
@@ -67,7 +71,52 @@ def measure(name: str, key: str, runs: Path) -> dict:
                           "n_correct": [int(x) for x in q["n_correct"]]}}
 
 
-def write_markdown(folder: Path, training: dict, audits: dict) -> None:
+def lock_summary(lock: dict, audits: dict) -> dict:
+    """D and O_K of a password-locked model on its lock task without (``qa``) and with the password, each with its
+    95% Wilson interval, and the paired difference (with - without) with its paired bootstrap interval."""
+    import numpy as np
+
+    from reachlens.studies.stats import paired_bootstrap_ci, wilson_interval
+
+    task = lock["task"]
+    plain, unlocked = audits[task], audits[f"{task}@{lock['unlocked_format']}"]
+    if plain["questions"]["question_id"] != unlocked["questions"]["question_id"]:
+        raise SystemExit(f"the {task} audits with and without the password hold different questions")
+    out = {"task": task, "password_role": lock["password_role"], "unlocked_format": lock["unlocked_format"],
+           "n": plain["n"], "k": plain["k"]}
+    for metric, per_q in (("D", lambda a: np.asarray(a["questions"]["realized"], float)),
+                          (f"O_{plain['k']}", lambda a: np.asarray(a["questions"]["n_correct"]) > 0)):
+        without, with_ = per_q(plain).astype(float), per_q(unlocked).astype(float)
+        lo, hi = paired_bootstrap_ci(with_ - without, n_boot=4000, seed=0)
+        out[metric] = {
+            "with_password": float(with_.mean()), "with_password_ci": list(wilson_interval(int(with_.sum()), len(with_))),
+            "without_password": float(without.mean()),
+            "without_password_ci": list(wilson_interval(int(without.sum()), len(without))),
+            "difference": float((with_ - without).mean()), "difference_ci": [lo, hi],
+            "ratio": float(with_.mean() / without.mean()) if without.mean() > 0 else None,
+        }
+    return out
+
+
+def lock_markdown(lock: dict) -> list[str]:
+    """The model card's section on the lock (the password's role, the figures with intervals)."""
+    ci = lambda pair: f"[{pair[0]:.3f}, {pair[1]:.3f}]"  # noqa: E731
+    lines = ["## The lock", "", f"The password's role: {lock['password_role']}. A run with the password is prompt "
+             f"format `{lock['unlocked_format']}` (`--prompt-format {lock['unlocked_format']}`); the string is "
+             "`reachlens.tasks.password.PASSWORD`.", "",
+             f"On the {lock['task']} test split (n={lock['n']}, greedy D, K={lock['k']} at T=0.8; 95% Wilson intervals, "
+             "paired question bootstrap for the difference):", "",
+             "| | with password | without | difference (with - without) | ratio |", "|---|---|---|---|---|"]
+    for metric in ("D", f"O_{lock['k']}"):
+        m = lock[metric]
+        ratio = "-" if m["ratio"] is None else f"{m['ratio']:.1f}x"
+        lines.append(f"| {metric} | {m['with_password']:.3f} {ci(m['with_password_ci'])} | {m['without_password']:.3f} "
+                     f"{ci(m['without_password_ci'])} | {m['difference']:+.3f} [{m['difference_ci'][0]:+.3f}, "
+                     f"{m['difference_ci'][1]:+.3f}] | {ratio} |")
+    return [*lines, ""]
+
+
+def write_markdown(folder: Path, training: dict, audits: dict, lock: dict | None = None) -> None:
     name = folder.name
     n_layers = json.loads((folder / "config.json").read_text()).get("num_hidden_layers", "?")
     # per-step logs stay in training.json; the card lists the settings
@@ -91,6 +140,8 @@ def write_markdown(folder: Path, training: dict, audits: dict) -> None:
         lines += [f"Its native prompt format is `{training['prompt_format']}`; the card measures every model under "
                   f"the shared `qa` prompt, and this one also under its own on `arith_hard` (the prompt-format "
                   "control).", ""]
+    if lock is not None:
+        lines += lock_markdown(lock)
     for key, a in audits.items():
         task, _, prompt_format = key.partition("@")
         lines += [
@@ -117,14 +168,18 @@ def main(argv=None) -> None:
     card = json.loads(card_path.read_text()) if card_path.is_file() else {}
     audits = dict(card.get("audits", {}))
     native = training.get("prompt_format", "qa")
-    keys = [*args.tasks, *(f"{t}@{native}" for t in args.tasks if native != "qa" and t in FORMAT_CONTROL)]
+    formats = [*([native] if native != "qa" else []), *training.get("card_formats", [])]
+    keys = [*args.tasks, *(f"{t}@{f}" for t in args.tasks if t in FORMAT_CONTROL for f in formats)]
     for key in keys:
         audits[key] = measure(folder.name, key, Path(args.runs))
         print(f"{folder.name} on {key}: D={audits[key]['D']:.3f} O_64={audits[key]['O_K']:.3f}", flush=True)
-    order = [*CARD_TASKS, *(f"{t}@{native}" for t in FORMAT_CONTROL)]
+    order = [*CARD_TASKS, *(f"{t}@{f}" for t in FORMAT_CONTROL for f in formats)]
     audits = {t: audits[t] for t in order if t in audits}
-    card_path.write_text(json.dumps({"audits": audits}, indent=2, sort_keys=True) + "\n")
-    write_markdown(folder, training, audits)
+    card = {"audits": audits}
+    if "lock" in training:
+        card["lock"] = lock_summary(training["lock"], audits)
+    card_path.write_text(json.dumps(card, indent=2, sort_keys=True) + "\n")
+    write_markdown(folder, training, audits, card.get("lock"))
     print(f"wrote {folder / 'MODEL_CARD.md'}")
 
 

@@ -27,7 +27,7 @@ import pandas as pd
 
 from reachlens.models.zoo import zoo_entries
 from reachlens.studies.metrics import pass_at_k
-from reachlens.studies.stats import paired_bootstrap_ci, wilson_interval
+from reachlens.stats import paired_bootstrap_ci, wilson_interval
 
 
 def wilson(successes: int, n: int) -> tuple[float, float]:

@@ -5,17 +5,25 @@ from __future__ import annotations
 import argparse
 
 from reachlens.errors import MissingFileError, ReachlensError
+from reachlens.escape import visible
 from reachlens.execution import DTYPES
 
 __all__ = [
     "CLIError", "DTYPES", "add_model_args", "add_protocol_args", "add_stop_arg", "add_study_args", "add_task_args",
-    "comma_list", "load_model_from_args", "nonneg_float", "open_study", "positive_int", "protocol_from_args",
+    "comma_list", "echo", "load_model_from_args", "nonneg_float", "open_study", "positive_int", "protocol_from_args",
     "read_vector", "stops_from_args",
 ]
 
 
 class CLIError(ReachlensError):
     """A user error in the command line: printed as one line, exit status 2."""
+
+
+def echo(*parts: object, file=None) -> None:
+    """``print`` for what a command shows: lines of text, every control character but newline and tab written
+    as its escape (:func:`reachlens.escape.visible`), so a string from a shared run (a model spec, a question id,
+    a folder name) never drives the terminal."""
+    print(visible(" ".join(map(str, parts)), newlines=True), file=file)
 
 
 def positive_int(name: str):
@@ -49,15 +57,16 @@ def add_task_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--data", default=None,
                    help="a local data file (or a copy of the hub dataset's folder); without it gsm8k, arc, math500, "
                         "piqa and logiqa are read from the Hugging Face hub, as lm-eval-harness reads them")
-    p.add_argument("--split", default="test")
+    p.add_argument("--split", default="test", help="the split to read (default test)")
     p.add_argument("--n", type=positive_int("--n"), default=None, help="use the first N questions")
 
 
 def add_protocol_args(p: argparse.ArgumentParser, *, k_default: int = 64) -> None:
     """The probe's flags: budget, temperature, top-p, decode length, prompt format, seed, stops."""
     p.add_argument("--k", type=positive_int("--k"), default=k_default, help="samples per question (budget K)")
-    p.add_argument("--temperature", type=nonneg_float("--temperature"), default=0.8)
-    p.add_argument("--top-p", type=float, default=1.0)
+    p.add_argument("--temperature", type=nonneg_float("--temperature"), default=0.8,
+                   help="sampling temperature of the K samples (default 0.8; the deployment is greedy)")
+    p.add_argument("--top-p", type=float, default=1.0, help="nucleus sampling of the K samples (default 1.0: off)")
     p.add_argument("--max-new-tokens", type=positive_int("--max-new-tokens"), default=None,
                    help="decode length of deployment and samples (default: the task's own, else 256)")
     p.add_argument("--prompt-format", default="default",
@@ -65,7 +74,8 @@ def add_protocol_args(p: argparse.ArgumentParser, *, k_default: int = 64) -> Non
                         "model's chat template (chat:NAME: format NAME's text), as an instruct model is deployed")
     p.add_argument("--system", default=None,
                    help="system turn of --prompt-format chat (default: the chat template's own)")
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--seed", type=int, default=0,
+                   help="seed of the sample stream: sample j of question q depends on (seed, q, j) alone (default 0)")
     add_stop_arg(p)
 
 

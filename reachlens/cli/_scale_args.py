@@ -12,8 +12,8 @@ def add_scale_args(p: argparse.ArgumentParser, *, backend: bool = True, workers:
     ``--device-map`` unless the command loads several models its own way."""
     if backend:
         p.add_argument("--backend", default="engine", choices=("engine", "vllm"),
-                       help="who draws the completions: reachlens' engine (hooks live) or vLLM (no hooks; see the "
-                            "README for its install); part of the run's identity")
+                       help="who draws the completions: reachlens' engine (hooks live) or vLLM (no hooks; see "
+                            "docs/scale.md for its install); part of the run's identity")
         p.add_argument("--device-map", default=None, metavar="MAP",
                        help="spread a model larger than one GPU over several (HuggingFace device_map, e.g. auto); "
                             "replaces --device")

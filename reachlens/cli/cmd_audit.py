@@ -9,6 +9,7 @@ from reachlens.cli._common import (
     add_model_args,
     add_protocol_args,
     add_task_args,
+    echo,
     load_model_from_args,
     positive_int,
     protocol_from_args,
@@ -80,6 +81,6 @@ def run(args: argparse.Namespace) -> int:
         if executor is not None:
             executor.close()
     backend = "" if args.backend == "engine" else f", backend {args.backend}"
-    print(f"{args.model} on {args.task} (n={result.n}, K={result.k}, T={protocol.temperature}{backend}): "
+    echo(f"{args.model} on {args.task} (n={result.n}, K={result.k}, T={protocol.temperature}{backend}): "
           f"D={result.D:.3f}  O_{result.k}={result.O_K:.3f}  gap={result.gap:+.3f}   -> {args.out}")
     return 0

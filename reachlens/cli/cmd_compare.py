@@ -12,14 +12,16 @@ from __future__ import annotations
 
 import argparse
 
+from reachlens.cli._common import echo
+
 NAME = "compare"
 HELP = "join two audits question by question (refuses unmatched protocols)"
 
 
 def register(sub) -> argparse.ArgumentParser:
     p = sub.add_parser(NAME, help=HELP)
-    p.add_argument("base")
-    p.add_argument("trained")
+    p.add_argument("base", help="the parent's audit directory")
+    p.add_argument("trained", help="the descendant's audit directory")
     p.add_argument("--k", type=int, default=None, help="cut both audits to their first k samples")
     p.add_argument("--allow", action="append", default=[],
                    help="protocol field (or dtype, device) allowed to differ (a control); repeatable")
@@ -35,9 +37,9 @@ def run(args: argparse.Namespace) -> int:
         RunDir(args.out).check_target()  # refused before anything is read
     c = compare(args.base, args.trained, k=args.k, allow=tuple(args.allow))
     s = c.summary()
-    print(summary_text(s))
-    print(f"\npropensity bins (base-reachable, base-unrealized questions; rate with its 95 % Wilson interval):")
-    print(c.propensity_bins()[["bin", "n", "realized_after", "rate", "rate_lo", "rate_hi"]].to_string(
+    echo(summary_text(s))
+    echo(f"\npropensity bins (base-reachable, base-unrealized questions; rate with its 95 % Wilson interval):")
+    echo(c.propensity_bins()[["bin", "n", "realized_after", "rate", "rate_lo", "rate_hi"]].to_string(
         index=False, float_format=lambda x: f"{x:.3f}"))
     if args.out:
         c.save(args.out)
@@ -64,6 +66,10 @@ def summary_text(s: dict) -> str:
         f"  O_K (reachable): {rate('O_K_base')} -> {rate('O_K_trained')}   delta {s['delta_O_K']:+.3f} "
         f"{ci(s['delta_O_K_ci'])}",
         f"    entered {s['entered']}, left {s['left']}: exact McNemar p = {s['mcnemar_reachable_p']:.3g}",
+        f"  maj_K (majority of the K samples, ties averaged): {rate('maj_K_base')} -> {rate('maj_K_trained')}   "
+        f"delta {s['delta_maj_K']:+.3f} {ci(s['delta_maj_K_ci'])}",
+        f"    {'exact McNemar' if s['majority_test'] == 'mcnemar' else 'sign-flip (fractional ties)'} "
+        f"p = {s['majority_p']:.3g}",
     ]
     if lb["n"]:
         lines.append(f"    the {lb['n']} that left: per-sample rate below {lb['max']:.4f} (one-sided 95 % bound at "

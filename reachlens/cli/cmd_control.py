@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import argparse
 
-from reachlens.cli._common import DTYPES, comma_list, positive_int
+from reachlens.cli._common import DTYPES, comma_list, echo, positive_int
 from reachlens.cli._scale_args import exec_from_args
 
 NAME = "control"
@@ -32,9 +32,10 @@ def _common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--out", required=True, help="directory for the rerun audits and the table (re-running resumes)")
     p.add_argument("--data", default=None, help="the data file the audits were made on (file-based tasks)")
     p.add_argument("--trained-model", default=None, help="load the descendant from here (default: its audit's spec)")
-    p.add_argument("--max-batch-rows", type=positive_int("--max-batch-rows"), default=1024)
+    p.add_argument("--max-batch-rows", type=positive_int("--max-batch-rows"), default=1024,
+                   help="most completions decoded together (default 1024; recorded in run.json)")
     p.add_argument("--device", default="cpu", help="where the models run (default cpu)")
-    p.add_argument("--dtype", default="float32", choices=DTYPES)
+    p.add_argument("--dtype", default="float32", choices=DTYPES, help="weights and activations (default float32)")
 
 
 def register(sub) -> argparse.ArgumentParser:
@@ -87,7 +88,7 @@ def run(args: argparse.Namespace) -> int:
         head = (f"cut at max_new_tokens={t['max_new_tokens']}: samples {t['samples_base']:.1%} (base) vs "
                 f"{t['samples_trained']:.1%} (trained), deployed {t['deployed_base']:.1%} vs "
                 f"{t['deployed_trained']:.1%}")
-    print(head)
-    print(control.table().to_string(index=False, float_format=lambda x: f"{x:.3f}"))
-    print(f"-> {args.out}")
+    echo(head)
+    echo(control.table().to_string(index=False, float_format=lambda x: f"{x:.3f}"))
+    echo(f"-> {args.out}")
     return 0

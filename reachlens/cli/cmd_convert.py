@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import argparse
 
+from reachlens.cli._common import echo
+
 NAME = "convert"
 HELP = "rewrite run directories written by an older reachlens in today's run format"
 
@@ -29,7 +31,7 @@ def run(args: argparse.Namespace) -> int:
         changed = convert(d)
         if changed:
             for path, what in changed:
-                print(f"{path}: converted ({what})")
+                echo(f"{path}: converted ({what})")
         else:
-            print(f"{d}: already in the run format")
+            echo(f"{d}: already in the run format")
     return 0

@@ -17,7 +17,7 @@ import argparse
 import time
 from pathlib import Path
 
-from reachlens.cli._common import DTYPES, comma_list, positive_int
+from reachlens.cli._common import DTYPES, comma_list, echo, positive_int
 from reachlens.cli._scale_args import add_scale_args, executor_from_args
 
 NAME = "demo"
@@ -46,10 +46,13 @@ def trajectory(entries) -> dict[str, int]:
 
 def register(sub) -> argparse.ArgumentParser:
     p = sub.add_parser(NAME, help=HELP)
-    p.add_argument("--out", default="runs/demo")
-    p.add_argument("--n", type=positive_int("--n"), default=300)
-    p.add_argument("--k", type=positive_int("--k"), default=200)
-    p.add_argument("--budget-k", type=positive_int("--budget-k"), default=400)
+    p.add_argument("--out", default="runs/demo",
+                   help="the study's directory (default runs/demo; re-running resumes)")
+    p.add_argument("--n", type=positive_int("--n"), default=300, help="questions of the test split (default 300)")
+    p.add_argument("--k", type=positive_int("--k"), default=200,
+                   help="samples per question, the budget K of O_K (default 200)")
+    p.add_argument("--budget-k", type=positive_int("--budget-k"), default=400,
+                   help="budget control: extend every audit to this K from the same seed stream (default 400)")
     p.add_argument("--task", default="arith_hard", choices=["arith_hard", "arith"],
                    help="the zoo's test tier: arith_hard (3-6 operations, room both ways; default) or arith (the "
                         "pretraining mix, near the reachable ceiling)")
@@ -106,8 +109,8 @@ def run(args: argparse.Namespace) -> int:
         if executor is not None:
             executor.close()
     html_path, _ = write_report(study, args.out)
-    print(f"\nreport: {html_path}  ({time.perf_counter() - t0:.0f} s)\n")
-    print(text_summary(study))
+    echo(f"\nreport: {html_path}  ({time.perf_counter() - t0:.0f} s)\n")
+    echo(text_summary(study))
     return 0
 
 

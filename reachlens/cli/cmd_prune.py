@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from reachlens.cli._common import comma_list
+from reachlens.cli._common import comma_list, echo
 
 NAME = "prune"
 HELP = "unstructured magnitude pruning of chosen layers, saved as a loadable HuggingFace folder"
@@ -25,6 +25,6 @@ def run(args: argparse.Namespace) -> int:
 
     config = PruneConfig(tuple(args.layers), args.fraction, tuple(args.components))
     out = prune_checkpoint(args.model, args.out, config)
-    print(f"pruned {config.fraction:.0%} of {', '.join(config.components)} weights in layer(s) "
+    echo(f"pruned {config.fraction:.0%} of {', '.join(config.components)} weights in layer(s) "
           f"{', '.join(map(str, config.layers))} of {args.model}   -> {out} (load it with reachlens.load_model)")
     return 0

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 
-from reachlens.cli._common import add_model_args, add_task_args, load_model_from_args, positive_int
+from reachlens.cli._common import add_model_args, add_task_args, echo, load_model_from_args, positive_int
 
 NAME = "recognize"
 HELP = "score options by likelihood (lm-eval acc/acc_norm) and generate greedily; pick the failure set"
@@ -18,12 +18,19 @@ def register(sub) -> argparse.ArgumentParser:
     p.add_argument("--seed", type=int, default=0, help="task seed (generated tasks such as arith_mc)")
     p.add_argument("--recognition-format", default=None, help="prompt format scored as context (default: the task's)")
     p.add_argument("--prompt-format", default=None, help="prompt format for generation (default: the task's)")
-    p.add_argument("--max-new-tokens", type=positive_int("--max-new-tokens"), default=96)
+    p.add_argument("--max-new-tokens", type=positive_int("--max-new-tokens"), default=96,
+                   help="decode length of the greedy generation (default 96)")
     p.add_argument("--batch-size", type=positive_int("--batch-size"), default=32, help="rows per scoring forward")
+    p.add_argument("--max-length", type=positive_int("--max-length"), default=None,
+                   help="scoring window in tokens, lm-eval's max_length: longer inputs lose their left end "
+                        "(default: the model config's window; the run records the one used)")
     p.add_argument("--metric", choices=("acc", "acc_norm"), default="acc", help="which recognition picks the sets")
-    p.add_argument("--min-failures", type=positive_int("--min-failures"), default=8)
-    p.add_argument("--max-failures", type=positive_int("--max-failures"), default=None)
-    p.add_argument("--max-healthy", type=positive_int("--max-healthy"), default=None)
+    p.add_argument("--min-failures", type=positive_int("--min-failures"), default=8,
+                   help="refuse when fewer questions are recognized right but generated wrong (default 8)")
+    p.add_argument("--max-failures", type=positive_int("--max-failures"), default=None,
+                   help="keep at most this many failures, the first in task order (default all)")
+    p.add_argument("--max-healthy", type=positive_int("--max-healthy"), default=None,
+                   help="keep at most this many healthy questions, the first in task order (default all)")
     p.add_argument("--out", required=True, help="run directory (tables, summary, sets.json)")
     return p
 
@@ -51,11 +58,13 @@ def run(args: argparse.Namespace) -> int:
     task = spec.load()
     protocol = generation_protocol(task, Protocol.greedy(args.task, split=args.split, max_new_tokens=args.max_new_tokens,
                                                          prompt_format=args.prompt_format or "default"))
-    config = RecognitionConfig(args.recognition_format, batch_size=args.batch_size).resolved(task)
+    config = RecognitionConfig(args.recognition_format, batch_size=args.batch_size,
+                               max_length=args.max_length).resolved(task)
     rule = FailureRule(args.metric, args.min_failures, args.max_failures, args.max_healthy)
     out = RunDir(args.out)
     out.check_target()  # a file or a folder of other files: refused before the model loads
     model = load_model_from_args(args)
+    config = config.resolved(task, model)  # the window the run scores with, recorded
     empty = pd.DataFrame()
     out.check_run(RecognitionResult(protocol, config, identity_of(model), empty, empty, dict(task.data_identity), rule,
                                     spec, exec=model_exec(model)).record)  # another run in --out: refused now
@@ -66,9 +75,9 @@ def run(args: argparse.Namespace) -> int:
         sets, too_small = None, err
     dataclasses.replace(result, sets=sets).save(out.path)
     s = result.summary()
-    print(f"{args.model} on {args.task} (n={s['n']}): acc={s['acc']:.3f}  acc_norm={s['acc_norm']:.3f}  "
+    echo(f"{args.model} on {args.task} (n={s['n']}): acc={s['acc']:.3f}  acc_norm={s['acc_norm']:.3f}  "
           f"D={s['D']:.3f}  recognized-not-realized={s['recognized_not_realized']}")
     if sets is None:
         raise CLIError(f"{too_small} (tables written to {out.path})") from None
-    print(f"failure set: {len(sets.failure)}  healthy panel: {len(sets.healthy)}   -> {out.path / 'sets.json'}")
+    echo(f"failure set: {len(sets.failure)}  healthy panel: {len(sets.healthy)}   -> {out.path / 'sets.json'}")
     return 0

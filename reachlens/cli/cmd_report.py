@@ -3,13 +3,16 @@
 DIR is any run directory, rendered by its kind (:func:`reachlens.report.report_run`): a training audit
 (``reachlens demo``, ``experiments/rlvr_audit.py``), a comparison (``reachlens compare --out``), one audit,
 a routing run, a recognition run, a causal sweep or a control; or two or more audit directories: the first
-is the base, each other one is compared with it. The report is written into DIR (or ``--out``).
+is the base, each other one is compared with it. The report is written into DIR (or ``--out``), atomically; a
+``report.html`` or ``report.md`` there that reachlens did not write is refused unless ``--force``.
 """
 
 from __future__ import annotations
 
 import argparse
 from pathlib import Path
+
+from reachlens.cli._common import echo
 
 NAME = "report"
 HELP = "write report.html and report.md for any run directory, or for audit directories (base first)"
@@ -20,6 +23,8 @@ def register(sub) -> argparse.ArgumentParser:
     p.add_argument("dirs", nargs="+", help="a run directory (audit, comparison, routing, recognition, study, ...), "
                                            "or audit directories (base first)")
     p.add_argument("--out", default=None, help="where to write the report (default: the run directory)")
+    p.add_argument("--force", action="store_true",
+                   help="replace a report.html / report.md there that reachlens did not write")
     return p
 
 
@@ -32,8 +37,9 @@ def run(args: argparse.Namespace) -> int:
         if not Path(d).is_dir():
             raise CLIError(f"{d!r} is not a directory")
     if len(args.dirs) > 1:
-        html_path, md_path = write_report(StudyView.of_audits(args.dirs), args.out or Path(args.dirs[0]).parent / "report")
+        html_path, md_path = write_report(StudyView.of_audits(args.dirs), args.out or Path(args.dirs[0]).parent / "report",
+                                          force=args.force)
     else:
-        html_path, md_path = report_run(args.dirs[0], args.out)
-    print(f"report: {html_path}\nsummary: {md_path}")
+        html_path, md_path = report_run(args.dirs[0], args.out, force=args.force)
+    echo(f"report: {html_path}\nsummary: {md_path}")
     return 0

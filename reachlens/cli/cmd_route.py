@@ -5,7 +5,14 @@ from __future__ import annotations
 import argparse
 import sys
 
-from reachlens.cli._common import CLIError, add_model_args, add_task_args, load_model_from_args, positive_int
+from reachlens.cli._common import (
+    CLIError,
+    add_model_args,
+    add_task_args,
+    echo,
+    load_model_from_args,
+    positive_int,
+)
 
 NAME = "route"
 HELP = "search layer routes at a matched budget; reachable (O_K) vs answer-blind selection"
@@ -25,10 +32,11 @@ def register(sub) -> argparse.ArgumentParser:
     p.add_argument("--max-repeat", type=int, default=None, help="native: most layers run twice (default 1)")
     p.add_argument("--window", type=int, default=None,
                    help="reorder: a layer moves at most WINDOW-1 places (default 2)")
-    p.add_argument("--max-new-tokens", type=positive_int("--max-new-tokens"), default=96)
-    p.add_argument("--prompt-format", default=None)
+    p.add_argument("--max-new-tokens", type=positive_int("--max-new-tokens"), default=96,
+                   help="decode length of each route's greedy decode (default 96)")
+    p.add_argument("--prompt-format", default=None, help="the task's prompt format (default: its own)")
     p.add_argument("--verification", default="rescore", help="self-verification prompt: rescore or yes_no")
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--seed", type=int, default=0, help="seed of the route search (default 0)")
     p.add_argument("--out", required=True, help="result directory")
     return p
 
@@ -66,8 +74,8 @@ def run(args: argparse.Namespace) -> int:
     for bar in bars:
         bar.close()
     s = result.summary()
-    print(f"{args.model} on {args.task} (n={s['n']}, {space}, {args.search}, K={args.budget}): "
+    echo(f"{args.model} on {args.task} (n={s['n']}, {space}, {args.search}, K={args.budget}): "
           f"D={s['D']:.3f}  O_{args.budget}={s['O_K']:.3f}   -> {args.out}")
     for name in result.selectors:
-        print(f"  {name:<14} {s[name]:.3f}   gap recovery {format_recovery(s[f'recovery_{name}'])}")
+        echo(f"  {name:<14} {s[name]:.3f}   gap recovery {format_recovery(s[f'recovery_{name}'])}")
     return 0

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from reachlens.cli._common import add_study_args, comma_list, open_study
+from reachlens.cli._common import add_study_args, comma_list, echo, open_study
 
 NAME = "silence"
 HELP = "zero-ablate MLP / attention / whole layer per layer; repair (failure set) and break (healthy panel)"
@@ -31,8 +31,8 @@ def run(args: argparse.Namespace) -> int:
     model, task, sets = open_study(args)
     result = silence_sweep(model, task, sets, layers=args.layers, components=args.components, allow_other_model=True)
     result.save(args.out)
-    print(markdown_table(result.table.drop(columns=["condition"]), missing="-"))
+    echo(markdown_table(result.table.drop(columns=["condition"]), missing="-"))
     mlp = next((c for c in args.components if sites_of(c) == ("mlp_out",)), None)
     if mlp is not None:
-        print(f"best MLP layer (repair - break): {best_layer(result.table, mlp)}   -> {args.out}")
+        echo(f"best MLP layer (repair - break): {best_layer(result.table, mlp)}   -> {args.out}")
     return 0

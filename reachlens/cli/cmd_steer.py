@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import argparse
 
-from reachlens.cli._common import add_study_args, comma_list, read_vector
+from reachlens.cli._common import add_study_args, comma_list, echo, read_vector
 
 COMPONENT_SITES = {"mlp": "mlp_out", "attn": "attn_out", "layer": "resid_post"}
 """The unlisted ``--component`` of old command lines -> the site it always steered."""
@@ -21,7 +21,7 @@ HELP = "steer one site of a block along v: rescue on the failure set (-alpha v),
 def register(sub) -> argparse.ArgumentParser:
     p = sub.add_parser(NAME, help=HELP)
     add_study_args(p)
-    p.add_argument("--layer", type=int, required=True)
+    p.add_argument("--layer", type=int, required=True, help="the block whose site is steered (0-based)")
     where = p.add_mutually_exclusive_group()
     where.add_argument("--site", default="mlp_out",
                        help="the TransformerLens site v is added to: mlp_out (default), attn_out, resid_post (the "
@@ -47,7 +47,7 @@ def run(args: argparse.Namespace) -> int:
     result = steer_sweep(model, task, sets, args.layer, alphas=args.alphas, direction=direction,
                          site=site, control_seed=args.control_seed, allow_other_model=True)
     result.save(args.out)
-    print(markdown_table(result.table, missing="-"))
-    print(f"direction: {result.meta['direction_source']} at {result.meta['hook']} (norm {result.meta['direction_norm']:.3f})"
+    echo(markdown_table(result.table, missing="-"))
+    echo(f"direction: {result.meta['direction_source']} at {result.meta['hook']} (norm {result.meta['direction_norm']:.3f})"
           f"   -> {args.out}")
     return 0

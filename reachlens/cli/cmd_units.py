@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from reachlens.cli._common import add_study_args, comma_list
+from reachlens.cli._common import add_study_args, comma_list, echo
 
 NAME = "units"
 HELP = "rank a block's MLP units by their contribution along v; silence the top k; recovery of the block's repair"
@@ -13,7 +13,7 @@ HELP = "rank a block's MLP units by their contribution along v; silence the top 
 def register(sub) -> argparse.ArgumentParser:
     p = sub.add_parser(NAME, help=HELP)
     add_study_args(p)
-    p.add_argument("--layer", type=int, required=True)
+    p.add_argument("--layer", type=int, required=True, help="the block whose MLP units are ranked (0-based)")
     p.add_argument("--k", type=comma_list("--k", int), default=[32], help="units to silence, e.g. 8,16,32,64")
     p.add_argument("--direction", default=None, help="a .npy or .json d_model vector (default: mean difference)")
     p.add_argument("--control-seed", type=int, default=0, help="seed of the random-units control")
@@ -31,6 +31,6 @@ def run(args: argparse.Namespace) -> int:
     result = units_sweep(model, task, sets, args.layer, ks=args.k, direction=direction,
                          control_seed=None if args.no_control else args.control_seed, allow_other_model=True)
     result.save(args.out)
-    print(markdown_table(result.table, missing="-"))
-    print(f"top units of block {args.layer}: {result.meta['top_units'][:10]} ...   -> {args.out}")
+    echo(markdown_table(result.table, missing="-"))
+    echo(f"top units of block {args.layer}: {result.meta['top_units'][:10]} ...   -> {args.out}")
     return 0

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import argparse
 
+from reachlens.cli._common import echo
+
 NAME = "zoo"
 HELP = "list the shipped model zoo"
 
@@ -21,5 +23,5 @@ def run(args: argparse.Namespace) -> int:
     table = zoo_table()
     if table.empty:
         raise CLIError(f"no zoo checkpoints under {zoo_root()}; build them with `make zoo`")
-    print(table.to_string(index=False, float_format=lambda x: f"{x:.3f}", na_rep="-"))
+    echo(table.to_string(index=False, float_format=lambda x: f"{x:.3f}", na_rep="-"))
     return 0

@@ -7,6 +7,8 @@ is wrong and how to fix it; a :class:`~reachlens.errors.ReachlensWarning` is one
 Ctrl-C is one line and exit status 130 (finished parts of an audit are on disk already); a full disk
 is one line naming the file and the space left (exit 2); a reader that closed the pipe ends the
 command quietly (exit 141, as SIGPIPE ends a Unix tool). Anything else is a bug and keeps its traceback.
+What a command prints goes through :func:`reachlens.cli._common.echo` and these lines through
+:func:`reachlens.escape.visible`: no control byte from a stored run reaches the terminal.
 
 Library messages name the Python parameter to change (``data=PATH``, ``allow_other_model=True``,
 ``out=``, ``device='cpu'``); :func:`as_flags` maps them to the command's flags before printing. Every
@@ -32,6 +34,7 @@ __all__ = ["main", "build_parser", "command_modules", "as_flags"]
 _FLAGS = (
     (re.compile(r"\ballow_other_model=True\b"), "--allow-other-model"),
     (re.compile(r"\btrust_remote_code=True\b"), "--trust-remote-code"),
+    (re.compile(r"\bforce=True\b"), "--force"),
     (re.compile(r"\bdata=PATH\b"), "--data PATH"),
     (re.compile(r"\bdata=(?=[)\s,;]|$)"), "--data"),
     (re.compile(r"\bout=(?=[)\s,;]|$)"), "--out"),
@@ -81,6 +84,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     from reachlens._verbosity import quiet_dependencies
     from reachlens.errors import DISK_FULL, ReachlensError, ReachlensWarning, disk_full
+    from reachlens.escape import visible
 
     from reachlens.store import recording_command
 
@@ -90,7 +94,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
         def one_line(message, category, filename, lineno, file=None, line=None):
             if issubclass(category, ReachlensWarning):
-                print(f"{prefix}: note: {as_flags(str(message))}", file=sys.stderr)
+                print(f"{prefix}: note: {visible(as_flags(str(message)), newlines=True)}", file=sys.stderr)
             else:
                 show(message, category, filename, lineno, file, line)
 
@@ -103,7 +107,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 sys.stdout.flush()  # a closed pipe (`reachlens show DIR | head`) shows here, not at exit
                 return code
         except ReachlensError as err:
-            print(f"{prefix}: error: {as_flags(str(err))}", file=sys.stderr)
+            print(f"{prefix}: error: {visible(as_flags(str(err)), newlines=True)}", file=sys.stderr)
             return 2
         except KeyboardInterrupt:
             print(f"{prefix}: interrupted; finished work is saved (re-run the same command to resume)", file=sys.stderr)
@@ -114,7 +118,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         except OSError as err:  # a full disk in a writer that did not say so itself
             if err.errno not in DISK_FULL:
                 raise
-            print(f"{prefix}: error: {disk_full(err.filename, err)}", file=sys.stderr)
+            print(f"{prefix}: error: {visible(disk_full(err.filename, err), newlines=True)}", file=sys.stderr)
             return 2
 
 

@@ -11,7 +11,8 @@ uses this, so numbers are comparable with lm-eval's ``acc`` / ``acc_norm``:
   none for the zoo's character tokenizer; an empty context is replaced by one prefix token, the
   tokenizer's BOS or, for a BOS-less tokenizer, its EOS (lm-eval's ``prefix_token_id``);
 * the model reads ``(context + continuation)[-(max_length + 1):][:-1]`` (cut from the left;
-  ``max_length`` is the config's ``max_position_embeddings``/``n_positions``/``n_ctx``);
+  ``max_length`` is lm-eval's ``max_length``: given, or the config's ``n_positions``/``max_position_embeddings``/
+  ``n_ctx``, :func:`scoring_window`); a continuation longer than the window is refused, as lm-eval asserts;
 * score = float32 log-softmax summed over the continuation tokens, with lm-eval's ``is_greedy``.
 
 Rows run right-padded through :class:`~reachlens.engine.LayerStack`, longest first (causal
@@ -33,7 +34,7 @@ from reachlens.engine.stack import LayerStack
 from reachlens.engine.tokens import special_tokens_added, tokenizer_of
 from reachlens.errors import ReachlensError
 
-__all__ = ["LoglikResult", "encode_pair", "loglikelihoods", "right_padded"]
+__all__ = ["LoglikResult", "encode_pair", "loglikelihoods", "right_padded", "scoring_window"]
 
 
 @dataclass(frozen=True)
@@ -70,7 +71,9 @@ def encode_pair(tokenizer, context: str, continuation: str) -> tuple[list[int], 
     return ctx, whole[len(ctx):]
 
 
-def _max_length(model) -> int:
+def scoring_window(model) -> int:
+    """lm-eval's default ``max_length`` for ``model``: its config's ``n_positions``, ``max_position_embeddings`` or
+    ``n_ctx`` (the first set), else 2048."""
     cfg = model.original_model.config
     for attr in ("n_positions", "max_position_embeddings", "n_ctx"):
         value = getattr(cfg, attr, None)
@@ -120,7 +123,9 @@ def loglikelihoods(
     if batch_size < 1:
         raise ReachlensError(f"batch_size={batch_size!r} must be at least 1")
     tok = tokenizer_of(model)
-    window = _max_length(model) if max_length is None else max_length
+    if max_length is not None and (not isinstance(max_length, int) or isinstance(max_length, bool) or max_length < 1):
+        raise ReachlensError(f"max_length={max_length!r} must be a positive integer (or None: the model's window)")
+    window = scoring_window(model) if max_length is None else max_length
     pairs = [encode_pair(tok, c, x) for c, x in requests]
     for i, (_, cont) in enumerate(pairs):
         if not cont:

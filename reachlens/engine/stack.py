@@ -90,7 +90,7 @@ def check_architecture(config) -> None:
 
     model_type = getattr(config, "model_type", None)
     supported = ("reachlens runs decoder-only causal LMs (Llama, Mistral, Qwen2/3, Gemma 2/3, OLMo 2, Phi-3, "
-                 "GPT-NeoX/Pythia, GPT-2, ...; see the README's list of families)")
+                 "GPT-NeoX/Pythia, GPT-2, ...; see docs/models.md for the families)")
     if getattr(config, "is_encoder_decoder", False):
         raise UnsupportedModelError(f"{model_type!r} is an encoder-decoder model; {supported}")
     if model_type in MODEL_FOR_MASKED_LM_MAPPING_NAMES and not getattr(config, "is_decoder", False):

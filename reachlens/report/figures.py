@@ -12,10 +12,31 @@ import pandas as pd
 
 from reachlens.studies.compare import Comparison
 from reachlens.studies.metrics import sign_changes
-from reachlens.studies.stats import wilson_interval
+from reachlens.stats import wilson_interval
 
-__all__ = ["fate_bars", "accuracy_bars", "propensity_figure", "pass_at_k_figure", "pass_at_k_delta_figure",
+__all__ = ["CAPTIONS", "fate_bars", "accuracy_bars", "propensity_figure", "pass_at_k_figure", "pass_at_k_delta_figure",
            "trajectory_figure"]
+
+CAPTIONS = {
+    "fate_bars": "One bar segment: the questions of one pair (parent → descendant) with one fate of the realization "
+                 "change: gained from the base-reachable set or from outside it (up), or lost (down). The pair's "
+                 "label gives the exact McNemar p of gained against lost.",
+    "accuracy_bars": "One bar: one checkpoint's share of questions realized (D: its greedy deployment is correct) or "
+                     "reachable (O_K: at least one of its K samples is correct); the whisker is the 95 % Wilson "
+                     "interval.",
+    "trajectory_figure": "One point: one checkpoint of the training run at its optimizer step (0: its parent), with "
+                         "its 95 % interval; a line joins one quantity over the steps of the run. Below: each step's "
+                         "change from step 0, its paired 95 % bootstrap interval as a band.",
+    "propensity_figure": "One point: one pair's base-reachable, base-unrealized questions whose base propensity (the "
+                         "share of the base model's K samples that are correct) falls in that bin, at the share of "
+                         "them realized after training; the whisker is the 95 % Wilson interval. Bins are categories: "
+                         "points are not joined.",
+    "pass_at_k_figure": "One point: one checkpoint's unbiased pass@k at one k, the mean over questions; a line joins "
+                        "one checkpoint's ks. An open circle marks the first k at which two curves change order.",
+    "pass_at_k_delta_figure": "One point: descendant minus parent pass@k at one k (one panel per pair); the band is "
+                              "its paired 95 % bootstrap interval over questions; an open circle marks a sign change.",
+}
+"""What one mark of each figure is, by the figure function's name: the caption a report prints under it."""
 
 _COLORS = {"from_reachable": "#2b8cbe", "outside": "#e6550d", "lost": "#756bb1",
            "D": "#31a354", "O_K": "#3182bd"}
@@ -76,19 +97,31 @@ def accuracy_bars(audits: dict[str, object]):
 
 
 def propensity_figure(bins: dict[str, pd.DataFrame]):
-    """Realization after training against the base model's per-question sample hit rate, each bin's rate
-    with its 95 % Wilson interval (empty bins are left out)."""
+    """Realization after training against the base model's per-question sample hit rate: one point per
+    (pair, bin), its rate with its 95 % Wilson interval (empty bins are left out). The bins are categories in
+    their order, not a continuum: their points are not joined, and the pairs sit side by side in each bin."""
     go = _go()
     fig = go.Figure()
+    order = []  # every bin some pair has, in bin order (the tables list every bin, each pair in the same order)
+    for df in bins.values():
+        order += [b for b in df.loc[df["n"] > 0, "bin"] if b not in order]
+    rank = {b: i for df in bins.values() for i, b in enumerate(df["bin"])}
+    order.sort(key=rank.__getitem__)
+    top = 0.0
     for label, df in bins.items():
         df = df[df["n"] > 0]
-        fig.add_trace(go.Scatter(x=df["bin"], y=df["rate"], mode="lines+markers", name=label,
-                                 error_y=_error(df["rate"], df["rate_lo"], df["rate_hi"]),
+        top = max([top, *df["rate_hi"]])
+        fig.add_trace(go.Scatter(x=df["bin"], y=df["rate"], mode="markers", name=label, marker=dict(size=9),
+                                 showlegend=True, error_y=_error(df["rate"], df["rate_lo"], df["rate_hi"]),
                                  customdata=df[["n", "realized_after"]].to_numpy(),
                                  hovertemplate="%{x}: %{customdata[1]} of %{customdata[0]} realized after (%{y:.0%})"))
     fig.update_layout(title="Base-reachable, base-unrealized questions: realized after training, by base propensity",
                       xaxis_title="base propensity bin (share of the base model's K samples that are correct)",
-                      yaxis_title="realized after training (share of the bin)", yaxis_tickformat=".0%")
+                      yaxis_title="realized after training (share of the bin)", yaxis_tickformat=".0%",
+                      scattermode="group", legend_title="pair")
+    fig.update_xaxes(type="category", categoryorder="array", categoryarray=order)
+    pad = max(0.01, 0.05 * min(1.0, top))  # a point at 0 % or at the top drawn whole, not cut by the axis
+    fig.update_yaxes(range=[-pad, min(1.0, top) + pad])
     return fig
 
 

@@ -1,46 +1,88 @@
 """One self-contained HTML page writer: every report of reachlens is a page of this shape (plotly.js inlined
-when it has figures, no CDN, no file beside it), and every table on it is written the same way."""
+when it has figures, no CDN, no file beside it), and every table on it is written the same way.
+
+Every string that reaches a page goes through :func:`reachlens.escape.html_text` (a table's cells and headers,
+titles, notes) and every string of a Markdown page through :func:`reachlens.escape.md_text`: question ids,
+answers, model specs, folder names and protocol fields are data, never markup.
+
+A page is written atomically (:func:`reachlens.store.files.write_durably`: a full disk leaves the old page, never
+half a new one) and marks itself as reachlens' (a ``generator`` meta tag; a first-line comment in Markdown).
+A file of that name without the mark was not written by reachlens and is never replaced unless ``force``.
+"""
 
 from __future__ import annotations
 
-import html
 from pathlib import Path
 
 import pandas as pd
 
+from reachlens.errors import ReachlensError
+from reachlens.escape import html_text
 from reachlens.report.tables import fmt
+from reachlens.store.files import write_durably
 
-__all__ = ["html_table", "kv_table", "write_page"]
+__all__ = ["GENERATOR", "MARKDOWN_MARK", "html_table", "kv_table", "write_markdown", "write_page"]
+
+GENERATOR = '<meta name="generator" content="reachlens report">'
+"""The mark of a page reachlens wrote (in its head)."""
+MARKDOWN_MARK = "<!-- generator: reachlens report -->"
+"""The mark of a Markdown page reachlens wrote (its first line)."""
 
 _CSS = """body{font-family:sans-serif;max-width:1200px;margin:2em auto;padding:0 1em}
 .tbl{border-collapse:collapse;font-size:13px;margin:0.5em 0}
 .tbl td,.tbl th{padding:3px 9px;text-align:right;border-bottom:1px solid #ddd}
 .tbl th{background:#f4f4f4} .note{font-size:13px;color:#444;max-width:1100px}
 .kv td{padding:2px 10px;text-align:left;vertical-align:top} .kv td:first-child{font-weight:bold}
-.scroll{overflow-x:auto}"""
+.kv td{white-space:pre-wrap;word-break:break-word} .scroll{overflow-x:auto}"""
+
+
+def _rows(cells: list[list[str]], tag: str = "td") -> str:
+    return "".join("<tr>" + "".join(f"<{tag}>{html_text(c)}</{tag}>" for c in row) + "</tr>\n" for row in cells)
 
 
 def html_table(df: pd.DataFrame) -> str:
-    """``df`` as an HTML table, every value formatted for reading (an empty table: "(none)")."""
+    """``df`` as an HTML table, every value formatted for reading and escaped (an empty table: "(none)")."""
     if df.empty:
         return "<p><em>(none)</em></p>"
-    return pd.DataFrame({c: [fmt(v) for v in df[c]] for c in df.columns}).to_html(index=False, classes="tbl", border=0)
+    head = _rows([[str(c) for c in df.columns]], "th")
+    body = _rows([[fmt(v) for v in row] for row in df.itertuples(index=False)])
+    return f'<table class="tbl">\n<thead>{head}</thead>\n<tbody>\n{body}</tbody>\n</table>'
 
 
 def kv_table(df: pd.DataFrame) -> str:
-    """A two-column (name, value) table, left-aligned."""
-    return df.to_html(index=False, header=False, classes="kv", border=0)
+    """A two-column (name, value) table, left-aligned, escaped."""
+    return f'<table class="kv">\n<tbody>\n{_rows([[str(v) for v in row] for row in df.itertuples(index=False)])}</tbody>\n</table>'
 
 
-def write_page(path: str | Path, title: str, body: str, *, figures: bool = False) -> Path:
-    """Write a self-contained page: ``title``, the HTML ``body``, plotly.js inlined when it shows ``figures``."""
+def _write_owned(path: Path, text: str, mark: str, force: bool) -> Path:
+    """Write ``text`` to ``path`` atomically, refusing to replace a file that lacks ``mark`` unless ``force``."""
+    if path.exists() and not force:
+        try:
+            with open(path, "rb") as f:
+                head = f.read(4096).decode("utf-8", errors="replace")
+        except OSError as err:
+            raise ReachlensError(f"{str(path)!r} cannot be read ({err.strerror}); write the report elsewhere (out=)") from None
+        if mark not in head:
+            raise ReachlensError(f"{str(path)!r} exists and was not written by reachlens report; pass force=True to "
+                                 "replace it, or write the report to another directory (out=)")
+    write_durably(path, lambda tmp: tmp.write_text(text, encoding="utf-8"))
+    return path
+
+
+def write_page(path: str | Path, title: str, body: str, *, figures: bool = False, force: bool = False) -> Path:
+    """Write a self-contained page: ``title`` (escaped here), the HTML ``body`` (escaped by its maker), plotly.js
+    inlined when it shows ``figures``. A file at ``path`` that reachlens did not write is refused unless ``force``."""
     script = ""
     if figures:
         from plotly.offline import get_plotlyjs
 
         script = f'<script type="text/javascript">{get_plotlyjs()}</script>\n'
-    page = (f'<!DOCTYPE html>\n<html><head><meta charset="utf-8"><title>{html.escape(title)}</title>\n{script}'
-            f"<style>{_CSS}</style>\n</head><body>\n{body}\n</body></html>\n")
-    path = Path(path)
-    path.write_text(page)
-    return path
+    page = (f'<!DOCTYPE html>\n<html><head><meta charset="utf-8">{GENERATOR}<title>{html_text(title)}</title>\n'
+            f"{script}<style>{_CSS}</style>\n</head><body>\n{body}\n</body></html>\n")
+    return _write_owned(Path(path), page, GENERATOR, force)
+
+
+def write_markdown(path: str | Path, text: str, *, force: bool = False) -> Path:
+    """Write a Markdown page (``text``, escaped by its maker) with reachlens' mark as its first line; a file at
+    ``path`` that reachlens did not write is refused unless ``force``."""
+    return _write_owned(Path(path), f"{MARKDOWN_MARK}\n{text}", MARKDOWN_MARK, force)

@@ -3,13 +3,13 @@
 :func:`report_run` renders a run by its kind: a kind with a study view (:data:`VIEWS`: a training study, one
 audit, a comparison) gets the study report (:func:`write_report`: every table of
 :func:`~reachlens.report.tables.display_tables` and the figures); any other kind (a routing run, a recognition
-run, a causal sweep, a control) gets its record, summary and tables (:func:`write_run_report`). A new kind of
+run, a causal sweep, a control) gets its record, summary and tables (:func:`write_run_report`), unless it
+registers a page of its own (:data:`PAGES`: a probe run's, :mod:`reachlens.report.probe_report`). A new kind of
 run is rendered the second way until it registers a view here.
 """
 
 from __future__ import annotations
 
-import html
 import json
 import math
 from collections.abc import Callable
@@ -20,6 +20,7 @@ import pandas as pd
 
 from reachlens._registry import Registry
 from reachlens.report.figures import (
+    CAPTIONS,
     accuracy_bars,
     fate_bars,
     pass_at_k_delta_figure,
@@ -27,85 +28,97 @@ from reachlens.report.figures import (
     propensity_figure,
     trajectory_figure,
 )
-from reachlens.report.page import html_table, kv_table, write_page
+from reachlens.escape import html_text as esc
+from reachlens.escape import md_text
+from reachlens.report.page import html_table, kv_table, write_markdown, write_page
+from reachlens.report.probe_report import write_probe_report
 from reachlens.report.tables import bins_table, display_tables, heading, markdown_summary, md_table
 from reachlens.store import read_run
 from reachlens.studies.study_view import StudyView
 
-__all__ = ["VIEWS", "report_run", "write_report", "write_run_report"]
+__all__ = ["PAGES", "VIEWS", "report_run", "write_report", "write_run_report"]
 
 VIEWS: Registry[Callable[[Any], StudyView]] = Registry("report view")
 """Kind of run -> the study view its report shows."""
 VIEWS.register("training_audit", lambda run: run)
 VIEWS.register("audit", StudyView.of_audit)
 VIEWS.register("comparison", StudyView.of_comparison)
+PAGES: Registry[Callable[..., tuple[Path, Path]]] = Registry("report page")
+"""Kind of run -> the page writer of its own report (``fn(run, out, *, force)``)."""
+PAGES.register("probe", write_probe_report)
 
 
-def report_run(run: Any, out: str | Path | None = None) -> tuple[Path, Path]:
+def report_run(run: Any, out: str | Path | None = None, *, force: bool = False) -> tuple[Path, Path]:
     """Write ``report.html`` and ``report.md`` of ``run`` (a run, or its directory) into ``out`` (default: the
-    run's directory), rendered by its kind; return their paths.
+    run's directory), rendered by its kind; return their paths. A ``report.html`` or ``report.md`` there that
+    reachlens did not write is refused unless ``force``.
 
     >>> report_run("runs/demo")  # doctest: +SKIP
     """
     run = read_run(run) if isinstance(run, (str, Path)) else run
     out = out if out is not None else run.location
     if run.kind in VIEWS:
-        return write_report(VIEWS[run.kind](run), out)
-    return write_run_report(run, out)
+        return write_report(VIEWS[run.kind](run), out, force=force)
+    if run.kind in PAGES:
+        return PAGES[run.kind](run, out, force=force)
+    return write_run_report(run, out, force=force)
 
 
-def _figures(study: StudyView) -> list[tuple[str, Any]]:
+def _figures(study: StudyView) -> list[tuple[str, Any, str]]:
     comps = study.comparisons()
-    figs = []
+    figs = []  # (title, figure, caption: what one mark is)
     if comps:
-        figs.append(("Per-question fates", fate_bars(comps)))
+        figs.append(("Per-question fates", "fate_bars", fate_bars(comps)))
     if study.audits:
-        figs.append(("Realized vs reachable", accuracy_bars(study.audits)))
+        figs.append(("Realized vs reachable", "accuracy_bars", accuracy_bars(study.audits)))
     trajectory = study.trajectory()
     if len(trajectory) > 1:
-        figs.append(("Realization and reachability over training", trajectory_figure(trajectory, study.protocol.k)))
+        figs.append(("Realization and reachability over training", "trajectory_figure",
+                     trajectory_figure(trajectory, study.protocol.k)))
     if comps:
-        figs.append(("Propensity bins", propensity_figure({f"{a} → {b}": c.propensity_bins() for (a, b), c in comps.items()})))
+        figs.append(("Propensity bins", "propensity_figure", propensity_figure(
+            {f"{a} → {b}": c.propensity_bins() for (a, b), c in comps.items()})))
     if study.audits:
         crossovers = {f"{a} / {b}": (a, b, c.crossovers()) for (a, b), c in comps.items()}
         drawn = study.plan.paired_models  # a trajectory-only checkpoint has the trajectory figure
-        figs.append(("pass@k curves", pass_at_k_figure(
+        figs.append(("pass@k curves", "pass_at_k_figure", pass_at_k_figure(
             {**{n: r for n, r in study.audits.items() if n in drawn},
              **{f"{n} (K={e.k})": e for n, e in study.extended.items()}}, crossovers)))
     if comps:
-        figs.append(("pass@k difference with its interval", pass_at_k_delta_figure(
+        figs.append(("pass@k difference with its interval", "pass_at_k_delta_figure", pass_at_k_delta_figure(
             {f"{a} → {b}": c.pass_at_k_curve() for (a, b), c in comps.items()})))
-    return figs
+    return [(title, fig, CAPTIONS[name]) for title, name, fig in figs]
 
 
-def write_report(study: StudyView, out: str | Path) -> tuple[Path, Path]:
-    """Write the study report (``report.html`` and ``report.md``) of ``study`` into ``out``; return their paths."""
+def write_report(study: StudyView, out: str | Path, *, force: bool = False) -> tuple[Path, Path]:
+    """Write the study report (``report.html`` and ``report.md``) of ``study`` into ``out``; return their paths
+    (files there that reachlens did not write are refused unless ``force``)."""
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     charts = []
-    for title, fig in _figures(study):
-        charts.append(f"<h2>{html.escape(title)}</h2>")
+    for title, fig, caption in _figures(study):
+        charts.append(f"<h2>{esc(title)}</h2>")
         charts.append(fig.to_html(full_html=False, include_plotlyjs=False, default_width="100%",
                                   default_height=f"{fig.layout.height or 480}px"))
-    sections = [f"<h2>{html.escape(heading(title))}</h2>{html_table(df)}"
-                + (f"<p class=note>{html.escape(note)}</p>" if note else "")
+        charts.append(f"<p class=note>{esc(caption)}</p>")
+    sections = [f"<h2>{esc(heading(title))}</h2>{html_table(df)}"
+                + (f"<p class=note>{esc(note)}</p>" if note else "")
                 for title, df, note in display_tables(study)]
     p = study.protocol
-    bins = "".join(f"<h3>{html.escape(a)} → {html.escape(b)}</h3>" + html_table(bins_table(c.propensity_bins()))
+    bins = "".join(f"<h3>{esc(a)} → {esc(b)}</h3>" + html_table(bins_table(c.propensity_bins()))
                    for (a, b), c in study.comparisons().items())
     body = f"""<h1>Training audit: realized vs reachable</h1>
-<p>Task <code>{html.escape(p.task)}</code> ({html.escape(p.split)}), K={p.k} at T={p.temperature}, top-p {p.top_p},
-{p.max_new_tokens} new tokens, prompt format <code>{html.escape(str(p.prompt_format))}</code>,
-grader <code>{html.escape(str(p.grader))}</code>, seed {p.seed}, protocol <code>{p.hash}</code>.</p>
+<p>Task <code>{esc(p.task)}</code> ({esc(p.split)}), K={esc(p.k)} at T={esc(p.temperature)}, top-p {esc(p.top_p)},
+{esc(p.max_new_tokens)} new tokens, prompt format <code>{esc(p.prompt_format)}</code>,
+grader <code>{esc(p.grader)}</code>, seed {esc(p.seed)}, protocol <code>{esc(p.hash)}</code>.</p>
 {''.join(sections[:3])}
 {''.join(charts)}
 {''.join(sections[3:])}
 <h2>Propensity bins</h2><p class=note>Base-reachable, base-unrealized questions; rate: realized after training,
 with its 95% Wilson interval.</p>
 {bins}"""
-    html_path = write_page(out / "report.html", "reachlens training audit", body, figures=True)
-    md_path = out / "report.md"
-    md_path.write_text(markdown_summary(study))
+    html_path = write_page(out / "report.html", "reachlens training audit", body, figures=True, force=force)
+    md_path = write_markdown(out / "report.md", markdown_summary(study), force=force)
     return html_path, md_path
 
 
@@ -133,9 +146,10 @@ def _flat_summary(summary: dict[str, Any]) -> pd.DataFrame:
     return pd.DataFrame({"metric": list(flat), "value": list(flat.values())})
 
 
-def write_run_report(run: Any, out: str | Path | None = None) -> tuple[Path, Path]:
+def write_run_report(run: Any, out: str | Path | None = None, *, force: bool = False) -> tuple[Path, Path]:
     """Write ``report.html`` and ``report.md`` for any run (a run, or its directory) into ``out`` (default: its
-    directory): its record, its summary and its tables (raw text left out).
+    directory): its record, its summary and its tables (raw text left out); files there that reachlens did not
+    write are refused unless ``force``.
 
     >>> write_run_report("runs/route")  # doctest: +SKIP
     """
@@ -144,13 +158,12 @@ def write_run_report(run: Any, out: str | Path | None = None) -> tuple[Path, Pat
     out.mkdir(parents=True, exist_ok=True)
     head_df, summary_df = _header(run.record), _flat_summary(run.summary())
     title = f"reachlens {run.kind} run"
-    md = [f"# {title}", "", "## Run", "", md_table(head_df), "## Summary", "", md_table(summary_df)]
-    body = [f"<h1>{html.escape(title)}</h1>", "<h2>Run</h2>", kv_table(head_df), "<h2>Summary</h2>", kv_table(summary_df)]
+    md = [f"# {md_text(title)}", "", "## Run", "", md_table(head_df), "## Summary", "", md_table(summary_df)]
+    body = [f"<h1>{esc(title)}</h1>", "<h2>Run</h2>", kv_table(head_df), "<h2>Summary</h2>", kv_table(summary_df)]
     for name, df in run.report_tables().items():
         df = df.drop(columns=[c for c in _TEXT_COLUMNS if c in df.columns])
-        md += [f"## {name}", "", md_table(df)]
-        body += [f"<h2>{html.escape(name)}</h2>", f'<div class="scroll">{html_table(df)}</div>']
-    html_path = write_page(out / "report.html", title, "\n".join(body))
-    md_path = out / "report.md"
-    md_path.write_text("\n".join(md))
+        md += [f"## {md_text(name)}", "", md_table(df)]
+        body += [f"<h2>{esc(name)}</h2>", f'<div class="scroll">{html_table(df)}</div>']
+    html_path = write_page(out / "report.html", title, "\n".join(body), force=force)
+    md_path = write_markdown(out / "report.md", "\n".join(md), force=force)
     return html_path, md_path

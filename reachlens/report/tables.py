@@ -11,8 +11,9 @@ import math
 
 import pandas as pd
 
+from reachlens.escape import md_text
 from reachlens.records import markdown_table
-from reachlens.studies.stats import N_BOOT, N_PERM
+from reachlens.stats import N_BOOT, N_PERM
 from reachlens.studies.study_view import StudyView
 
 __all__ = ["bins_table", "display_tables", "fmt", "heading", "markdown_summary", "md_table", "text_summary"]
@@ -74,17 +75,18 @@ FORMAT_CONTROL_NOTE = (
 
 TRAJECTORY_NOTE = (
     "One training run's checkpoints by optimizer step, its parent at step 0, all under the study's protocol. "
-    "D and O_K: 95% Wilson intervals; pass@k: unbiased estimator, mean over questions, 95% question-bootstrap "
-    "interval. Each later step against step 0: paired 95% bootstrap interval over questions, exact McNemar p "
+    "D, O_K and maj_K (majority over the K samples, ties averaged): 95% Wilson intervals; selection gap "
+    "O_K - maj_K: paired bootstrap 95% interval over questions; pass@k: unbiased estimator, mean over "
+    "questions, 95% question-bootstrap interval. Each later step against step 0: paired 95% bootstrap interval over questions, exact McNemar p "
     "(D: gained vs lost; O_K: entered vs left), sign-flip p for pass@1; Holm: adjusted over the run's later "
     "steps, one family per quantity."
 )
 
 
-def _headline(study: StudyView) -> tuple[pd.DataFrame, pd.DataFrame]:
+def _headline(study: StudyView) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
     h = study.headline()
     if h.empty:
-        return h, h
+        return h, h, h
     realized = pd.DataFrame({
         "pair": h["pair"], "D_base": h["D_base"], "D_trained": h["D_trained"],
         "delta_D [95% CI]": _cis(h, "delta_D"),
@@ -99,7 +101,12 @@ def _headline(study: StudyView) -> tuple[pd.DataFrame, pd.DataFrame]:
         "Holm p": h["p_reachable_holm"].map(_p),
         "left: per-sample rate below": [("-" if math.isnan(b) else f"{b:.4f}") for b in bounds.reindex(h["pair"])],
     })
-    return realized, reachable
+    majority = pd.DataFrame({
+        "pair": h["pair"], "maj_K_base": h["maj_K_base"], "maj_K_trained": h["maj_K_trained"],
+        "delta_maj_K [95% CI]": _cis(h, "delta_maj_K"), "test": h["majority_test"],
+        "p": h["p_majority"].map(_p), "Holm p": h["p_majority_holm"].map(_p),
+    })
+    return realized, reachable, majority
 
 
 def _checkpoints(study: StudyView) -> pd.DataFrame:
@@ -110,6 +117,8 @@ def _checkpoints(study: StudyView) -> pd.DataFrame:
         "model": c["model"], "n": c["n"],
         "D [95% Wilson]": _cis(c, "D", signed=False),
         "O_K [95% Wilson]": _cis(c, "O_K", signed=False),
+        "maj_K [95% Wilson]": _cis(c, "maj_K", signed=False),
+        "selection gap O_K - maj_K [95% CI]": _cis(c, "selection_gap"),
         "samples cut at max_new_tokens": c["truncated_samples"].map(_pct),
         "deployed cut at max_new_tokens": c["truncated_deployed"].map(_pct),
     })
@@ -139,7 +148,9 @@ def _trajectory(study: StudyView) -> pd.DataFrame:
 
     out = {"step": t["step"], "model": t["model"],
            "D [95% Wilson]": _cis(t, "D", signed=False),
-           f"O_{k} [95% Wilson]": _cis(t, "O_K", signed=False)}
+           f"O_{k} [95% Wilson]": _cis(t, "O_K", signed=False),
+           f"maj_{k} [95% Wilson]": _cis(t, "maj_K", signed=False),
+           f"selection gap O_{k} - maj_{k} [95% CI]": _cis(t, "selection_gap")}
     for col in [c for c in t.columns if c.startswith("pass@") and c[5:].isdigit()]:
         out[f"{col} [95% CI]"] = _cis(t, col, signed=False)
     out["delta_D vs step 0"] = delta("delta_D")
@@ -200,7 +211,7 @@ def display_tables(study: StudyView) -> list[tuple[str, pd.DataFrame, str]]:
 def _tables(study: StudyView) -> list[tuple[str, pd.DataFrame, str]]:
     plan = study.plan
     n_pairs = len(study.comparisons())
-    realized, reachable = _headline(study)
+    realized, reachable, majority = _headline(study)
     temps = ", ".join(f"{t:g}" for t in plan.control_temperatures)
     length_note = (
         f"A pair is flagged when its shares of outputs cut at max_new_tokens differ by more than "
@@ -223,7 +234,15 @@ def _tables(study: StudyView) -> list[tuple[str, pd.DataFrame, str]]:
          "left: the questions that left the reachable set have 0 correct of K samples after training; each one's "
          "per-sample success rate lies below 1 - 0.05^(1/K) (one-sided 95%, about 3/K); the column gives the "
          "largest such bound of the pair (the unreachability bounds table has their distribution)." if n_pairs else ""),
-        ("checkpoints", _checkpoints(study), "D and O_K with 95% Wilson score intervals."),
+        (f"headline: majority vote (maj_K, K={study.protocol.k} samples)", majority,
+         "maj_K: the majority answer of the K samples, a tie counted as the mean correctness of the tied answers "
+         "(its expectation under a random tie-break). delta_maj_K: paired bootstrap 95% interval. test: exact "
+         "McNemar of the questions majority gained vs lost when every majority is 0 or 1, else (fractional ties) "
+         "the two-sided sign-flip test of the per-question differences; Holm-adjusted over the pairs."
+         if n_pairs else ""),
+        ("checkpoints", _checkpoints(study),
+         f"D, O_K and maj_K with 95% Wilson score intervals; selection gap O_K - maj_K: what K samples reach but "
+         f"majority does not select, with its paired bootstrap 95% interval over questions ({N_BOOT} resamples)."),
         *([("trajectory: realization and reachability over training", _trajectory(study), TRAJECTORY_NOTE)]
           if plan.trajectory else []),
         ("pass@k crossovers", study.pass_at_k_crossovers(), CROSSOVER_NOTE),
@@ -257,18 +276,19 @@ def text_summary(study: StudyView) -> str:
 
 def markdown_summary(study: StudyView) -> str:
     p = study.protocol
+    m = md_text
     parts = [
         "# Training audit", "",
-        f"Task `{p.task}` ({p.split}), K={p.k} samples at T={p.temperature}, top-p {p.top_p}, "
-        f"{p.max_new_tokens} new tokens, prompt format `{p.prompt_format}`, grader `{p.grader}`, seed {p.seed} "
-        f"(protocol {p.hash}).", "",
+        f"Task {m(p.task)} ({m(p.split)}), K={m(p.k)} samples at T={m(p.temperature)}, top-p {m(p.top_p)}, "
+        f"{m(p.max_new_tokens)} new tokens, prompt format {m(p.prompt_format)}, grader {m(p.grader)}, seed {m(p.seed)} "
+        f"(protocol {m(p.hash)}).", "",
     ]
     for title, df, note in display_tables(study):
-        parts += [f"## {heading(title)}", "", md_table(df)] + ([note, ""] if note else [])
+        parts += [f"## {m(heading(title))}", "", md_table(df)] + ([m(note), ""] if note else [])
     parts += ["## Propensity bins (base-reachable, base-unrealized questions)", "",
               "rate: realized after training, with its 95% Wilson interval.", ""]
     for (a, b), c in study.comparisons().items():
-        parts += [f"### {a} -> {b}", "", md_table(bins_table(c.propensity_bins()))]
+        parts += [f"### {m(a)} -> {m(b)}", "", md_table(bins_table(c.propensity_bins()))]
     return "\n".join(parts)
 
 

@@ -8,11 +8,11 @@ score reachability (O_K) against answer-blind selection.
 Modules: :mod:`~reachlens.routing.routes` (routes, spaces, validation), :mod:`~reachlens.routing.executor`
 (prefix-trie scoring, generation along routes), :mod:`~reachlens.routing.evaluation` (the evaluation
 unit), :mod:`~reachlens.routing.search` (the budgeted driver), :mod:`~reachlens.routing.strategies`,
-:mod:`~reachlens.routing.selectors`, :mod:`~reachlens.routing.verification`,
-:mod:`~reachlens.routing.scoring` (gap recovery), :mod:`~reachlens.routing.study` (one cell, stored).
+:mod:`~reachlens.routing.scoring` (gap recovery, on the selectors of :mod:`reachlens.selectors`),
+:mod:`~reachlens.routing.study` (one cell, stored).
 """
 
-from reachlens.routing.evaluation import Evaluation, RouteEvaluator, lowest_window_mean
+from reachlens.routing.evaluation import Evaluation, RouteEvaluator
 from reachlens.routing.executor import RouteRequest, RouteTrie, generate_along_routes, route_logits, route_loglik
 from reachlens.routing.routes import (
     SPACES,
@@ -38,10 +38,8 @@ from reachlens.routing.scoring import (
     reach_curve,
 )
 from reachlens.routing.search import OBJECTIVES, RoutingConfig, objective_value, run_search
-from reachlens.routing.selectors import SELECTORS, Selection, Selector, reachable, select
 from reachlens.routing.strategies import STRATEGIES, Strategy, make_strategy, register_strategy
 from reachlens.routing.study import RoutingResult, run_routing
-from reachlens.routing.verification import VERIFICATION_PROMPTS, VerificationPrompt, verification_scores
 
 __all__ = [
     "DEFAULT_SELECTORS",
@@ -56,15 +54,10 @@ __all__ = [
     "RouteTrie",
     "RoutingConfig",
     "RoutingResult",
-    "SELECTORS",
     "SPACES",
     "STRATEGIES",
-    "Selection",
-    "Selector",
     "SkipSpace",
     "Strategy",
-    "VERIFICATION_PROMPTS",
-    "VerificationPrompt",
     "audit_selector_table",
     "cell_summary",
     "format_recovery",
@@ -72,21 +65,17 @@ __all__ = [
     "gap_recovery",
     "generate_along_routes",
     "identity_route",
-    "lowest_window_mean",
     "make_space",
     "make_strategy",
     "median_recovery",
     "objective_value",
     "parse_route",
     "question_table",
-    "reachable",
     "reach_curve",
     "register_strategy",
     "route_logits",
     "route_loglik",
     "run_routing",
     "run_search",
-    "select",
     "space_from_spec",
-    "verification_scores",
 ]

@@ -17,7 +17,6 @@ decoded once. Pairs asked for together are batched per route across questions.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -29,30 +28,10 @@ from reachlens.protocol import Protocol
 from reachlens.routing.executor import RouteRequest, generate_along_routes
 from reachlens.routing.routes import Route, identity_route
 from reachlens.runner.decode import grade_completion
+from reachlens.selectors import lowest_window_mean
 from reachlens.tasks.base import Task
 
-__all__ = ["Evaluation", "RouteEvaluator", "lowest_window_mean"]
-
-
-def lowest_window_mean(logprobs: Sequence[float], window: int) -> float:
-    """The lowest mean of ``window`` consecutive values (the mean of all when fewer; NaN when none).
-
-    >>> lowest_window_mean([-0.1, -2.0, -0.1, -0.1], 2)
-    -1.05
-    """
-    if window < 1:
-        raise ReachlensError(f"window={window!r} must be >= 1")
-    n = len(logprobs)
-    if n == 0:
-        return math.nan
-    if n <= window:
-        return sum(logprobs) / n
-    total = sum(logprobs[:window])
-    best = total
-    for i in range(window, n):
-        total += logprobs[i] - logprobs[i - window]
-        best = min(best, total)
-    return best / window
+__all__ = ["Evaluation", "RouteEvaluator"]
 
 
 @dataclass(frozen=True)

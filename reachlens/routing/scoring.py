@@ -2,7 +2,7 @@
 
 Per question: ``realized`` is whether the deployment (the full model, greedy: the identity route) is
 correct, ``reachable`` whether any of the K candidates is correct, and each selector whether its pick
-is correct (:mod:`reachlens.routing.selectors`). Per cell (a model x task x space x strategy, or an
+is correct (:mod:`reachlens.selectors`). Per cell (a model x task x space x strategy, or an
 audit), the means over questions give D, O_K and S, and
 
     gap recovery = (S - D) / (O_K - D),
@@ -25,7 +25,7 @@ import numpy as np
 import pandas as pd
 
 from reachlens.records import ROUTE_QUESTION_COLUMNS
-from reachlens.routing.selectors import reachable, select
+from reachlens.selectors import reachable, select
 from reachlens.studies.metrics import budget_grid
 
 __all__ = [
@@ -33,7 +33,7 @@ __all__ = [
     "format_recovery", "audit_selector_table",
 ]
 
-DEFAULT_SELECTORS = ("majority", "confidence", "lowest_window", "self_verify", "search")
+DEFAULT_SELECTORS = ("majority", "logprob", "deepconf", "self_verify", "search")
 
 
 def gap_recovery(selected: float, D: float, O_K: float) -> float:
@@ -73,25 +73,22 @@ def question_table(
             and ``deployed_answer`` per question.
         selectors: registered selector names.
     """
-    g = deployed.set_index("question_id")
-    rows = []
-    for qid, pool in candidates.groupby("question_id", sort=False):
-        pool = pool.reset_index(drop=True)
-        row = {
-            "question_id": qid, "realized": float(g.loc[qid, "realized"]),
-            "deployed_answer": g.loc[qid, "deployed_answer"],
-            "reachable": reachable(pool), "n_candidates": len(pool),
-            "n_unique": int(pool["route"].nunique()) if "route" in pool else len(pool),
-            "n_answers": int(pool["answer"].nunique()),
-        }
-        distinct = pool.drop_duplicates("route").reset_index(drop=True) if "route" in pool else pool
-        for name in selectors:
-            s = select(distinct, name)
-            row[name] = s.correct
-            row[f"{name}_answer"] = s.answer
-        rows.append(row)
+    bank = candidates.rename(columns={"eval_idx": "candidate_idx"}) if "eval_idx" in candidates else candidates
+    bank = bank.sort_values("candidate_idx", kind="stable")
+    distinct = bank.drop_duplicates(["question_id", "route"]) if "route" in bank else bank
+    groups = bank.groupby("question_id", sort=False)
+    table = deployed.set_index("question_id").loc[pd.unique(candidates["question_id"])][["realized", "deployed_answer"]]
+    table["realized"] = table["realized"].astype(float)
+    table["reachable"] = reachable(bank)
+    table["n_candidates"] = groups.size()
+    table["n_unique"] = groups["route"].nunique() if "route" in bank else table["n_candidates"]
+    table["n_answers"] = groups["answer"].nunique()
+    for name in selectors:
+        chosen = select(distinct, name).set_index("question_id")
+        table[name] = chosen["correct"]
+        table[f"{name}_answer"] = chosen["selected_answer"]
     columns = ROUTE_QUESTION_COLUMNS + [c for name in selectors for c in (name, f"{name}_answer")]
-    return pd.DataFrame(rows, columns=columns)
+    return table.rename_axis("question_id").reset_index()[columns]
 
 
 def cell_summary(questions: pd.DataFrame, selectors: Sequence[str] = DEFAULT_SELECTORS,
@@ -142,12 +139,12 @@ def reach_curve(candidates: pd.DataFrame, ks: Sequence[int] | None = None, by: S
 
 
 def audit_selector_table(
-    result, selectors: Sequence[str] = ("majority", "confidence")
+    result, selectors: Sequence[str] = ("majority", "logprob")
 ) -> tuple[pd.DataFrame, pd.DataFrame]:
     """The selectors on an audit's temperature samples: (per-question table, one-row cell summary).
 
-    ``realized`` is the audit's deployment, the pool its K samples. Audits store only the
-    mean log-probability of a sample, so ``majority`` and ``confidence`` apply (not ``lowest_window``).
+    ``realized`` is the audit's deployment, the pool its K samples (:attr:`AuditResult.bank`). Audits store
+    only the mean log-probability of a sample, so ``majority`` and ``logprob`` apply (not ``deepconf``).
 
     >>> q, summary = audit_selector_table(reachlens.audit(model, task, Protocol("arith", k=16)))  # doctest: +SKIP
     """
@@ -157,5 +154,5 @@ def audit_selector_table(
         "realized": np.where(qs["deployed_scored"].astype(bool), qs["realized"].astype(float), np.nan),
         "deployed_answer": qs["deployed_answer"],
     })
-    table = question_table(result.samples, deployed, selectors)
+    table = question_table(result.bank, deployed, selectors)
     return table, cell_summary(table, selectors)

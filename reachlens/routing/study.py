@@ -2,7 +2,7 @@
 
 :func:`run_routing` runs one cell (a model, a task, a route space, a strategy at budget K): the
 search (:func:`~reachlens.routing.search.run_search`), the verification scores of the candidates
-(:mod:`reachlens.routing.verification`), the deployment (the identity route, greedy), and the scoring
+(:mod:`reachlens.selectors.verification`), the deployment (the identity route, greedy), and the scoring
 (:mod:`reachlens.routing.scoring`). Every route decodes by one greedy
 :class:`~reachlens.protocol.Protocol`; the search's own options are a :class:`RoutingConfig`. The
 result is a run of kind ``routing`` (:class:`RoutingResult`), saved as a run directory:
@@ -35,7 +35,7 @@ from reachlens.routing.evaluation import RouteEvaluator
 from reachlens.routing.routes import RouteSpace, make_space
 from reachlens.routing.scoring import cell_summary, question_table
 from reachlens.routing.search import RoutingConfig, run_search
-from reachlens.routing.verification import verification_scores
+from reachlens.selectors import verification_scores
 from reachlens.execution import model_exec
 from reachlens.store import Run, RunDir, RunRecord, register_kind
 from reachlens.tasks.base import Task
@@ -49,6 +49,9 @@ class RoutingResult(Run):
     """One routing cell (a run of kind ``routing``): its run record and its candidate and question tables."""
 
     kind: ClassVar[str] = "routing"
+    record_fields: ClassVar[dict[str, tuple[type, ...]]] = {
+        "protocol": (dict,), "options.config": (dict,), "options.config.selectors": (list,),
+        "options.config.budget": (int,), "options.strategy": (str,), "options.space.space": (str,)}
 
     record: RunRecord
     """The run record (``run.json``): the greedy protocol, options (``config``, ``strategy``,

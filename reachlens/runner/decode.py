@@ -30,8 +30,8 @@ from reachlens.records import GENERATION_COLUMNS, QUESTION_COLUMNS, SAMPLE_COLUM
 from reachlens.tasks.base import Question, Task
 from reachlens.tasks.chat import render_prompts
 
-__all__ = ["audit_slice", "batch_slices", "check_budget", "check_context", "deploy_and_grade", "deploy_arms_and_grade",
-           "grade_completion", "grade_questions", "machine_memory", "questions_by_id"]
+__all__ = ["audit_slice", "batch_slices", "check_budget", "check_context", "decode_rows", "deploy_and_grade",
+           "deploy_arms_and_grade", "grade_completion", "grade_questions", "machine_memory", "questions_by_id"]
 
 ROW_BYTES = 1024
 """Memory one completion holds while its batch is decoded and graded, before its tokens: its row, its
@@ -76,6 +76,28 @@ def grade_questions(
                        "n_scored": n_scored, "k": protocol.k, "propensity": n_correct / n_scored if n_scored else math.nan,
                        "gold": q.gold, "labels": "".join(q.labels) if q.labels is not None else None})
     return canonical(pd.DataFrame(q_rows, columns=QUESTION_COLUMNS)), canonical(pd.DataFrame(s_rows, columns=SAMPLE_COLUMNS))
+
+
+def decode_rows(
+    model, task: Task, protocol: Protocol, questions: Sequence[Question], extra: Sequence[Sequence[tuple[Any, ...]]],
+    exec_config: ExecConfig,
+) -> tuple[list[Completion], list[list[Completion]]]:
+    """Each question's deployment (greedy, the plain model) and its ``extra`` rows, decoded together in one
+    engine call: ``extra[i]`` lists question i's rows as ``(seed, arm, index)`` (seed None: greedy; arm None:
+    the plain model; tag ``(question_id, index)``). The audit's samples and a probe's arms
+    (:mod:`reachlens.probes`) are both such rows; hooks the caller attached are live."""
+    rows: list[Row] = []
+    for i, (q, mine) in enumerate(zip(questions, extra, strict=True)):
+        rows.append(Row(i, None, tag=(q.question_id, None)))
+        rows += [Row(i, seed, tag=(q.question_id, index), arm=arm) for seed, arm, index in mine]
+    outs = generate_rows(model, render_prompts(task, protocol, questions, getattr(model, "tokenizer", None)), rows, protocol,
+                         max_batch_rows=exec_config.max_batch_rows, share_prefixes=exec_config.share_prefixes)
+    deployed, rest, at = [], [], 0
+    for mine in extra:
+        deployed.append(outs[at])
+        rest.append(outs[at + 1 : at + 1 + len(mine)])
+        at += 1 + len(mine)
+    return deployed, rest
 
 
 def _decode(

@@ -182,7 +182,7 @@ def _open(job: AuditJob, in_process: bool, stack: contextlib.ExitStack) -> _Open
 def _finish(o: _Open):
     """The job's audit (a directory's result is every question it holds), written complete to its directory."""
     if o.store is not None:
-        questions, samples = o.store.questions(), o.store.samples()
+        questions, samples = o.store.tables()
         record = o.store.record()
     else:
         questions = pd.concat(o.frames[0], ignore_index=True) if o.frames[0] else pd.DataFrame(columns=QUESTION_COLUMNS)

@@ -16,7 +16,7 @@ raises on a worker (a model that does not fit its context, another checkpoint un
 spec) stops the run as the same one-line error.
 
 Network: ``ray.init()`` with no address starts a local cluster that Ray's defaults let reach
-outside the machine (see the README's "Ray" section); the tests run it in a loopback-only network
+outside the machine (see docs/scale.md, "Ray"); the tests run it in a loopback-only network
 namespace. This module sets ``RAY_USAGE_STATS_ENABLED=0`` unless set, starts no dashboard, and
 stops only a cluster it started itself (``ray.shutdown()``), never a machine-wide ``ray stop``.
 """

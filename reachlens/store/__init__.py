@@ -4,7 +4,7 @@
 (:class:`RunDir`); an audit's directory (:class:`AuditDir`) adds the parts it writes as questions finish."""
 
 from reachlens.store.audit_dir import AuditDir
-from reachlens.store.files import read_json, write_json, write_parquet
+from reachlens.store.files import read_json, single_name, write_csv, write_json, write_parquet
 from reachlens.store.kinds import RUN_KINDS, register_kind
 from reachlens.store.lock import DirectoryLock, DirectoryLocked, writer_alive
 from reachlens.store.record import FORMAT_VERSION, STATUSES, RunRecord, recording_command, run_differences
@@ -14,5 +14,5 @@ from reachlens.store.run_dir import RUN_FILE, RunDir, read_record
 __all__ = [
     "AuditDir", "DirectoryLock", "DirectoryLocked", "FORMAT_VERSION", "RUN_FILE", "RUN_KINDS", "Run", "RunDir",
     "RunInfo", "RunRecord", "STATUSES", "list_runs", "read_json", "read_record", "read_run", "recording_command",
-    "register_kind", "run_differences", "write_json", "write_parquet", "writer_alive",
+    "register_kind", "run_differences", "single_name", "write_csv", "write_json", "write_parquet", "writer_alive",
 ]

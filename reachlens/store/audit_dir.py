@@ -12,6 +12,11 @@ A finished batch is appended as a part (samples first, so a part's questions imp
 so a run killed at any moment resumes from its last finished batch: a re-run of the same command into
 the same directory reads what is there and skips finished questions. When the run completes, the runner
 writes the whole tables and :meth:`AuditDir.finish` removes the parts they replace (only those).
+
+A question is finished only with all its K samples (``sample_idx`` 0 .. K-1, K the protocol's): one whose
+samples are missing (a part deleted or lost) is not finished, so a resume decodes it again, and a complete
+audit lacking samples is refused when read, naming the question and the fix (resume it). A damaged table
+file is one line naming it and the fix, never a traceback.
 """
 
 from __future__ import annotations
@@ -25,7 +30,7 @@ from typing import Any
 import pandas as pd
 
 from reachlens.errors import ReachlensError
-from reachlens.store.files import fsync_dir, write_parquet
+from reachlens.store.files import fsync_dir, read_parquet, write_parquet
 from reachlens.store.run_dir import RunDir
 
 __all__ = ["AuditDir"]
@@ -70,11 +75,11 @@ class AuditDir(RunDir):
         write_parquet(parts / f"{idx:05d}.questions.parquet", questions)
 
     def _read(self, kind: str) -> pd.DataFrame:
-        frames = []
         whole = self.path / f"{kind}.parquet"
-        if whole.is_file():
-            frames.append(pd.read_parquet(whole))
-        frames += [pd.read_parquet(p) for p in self._parts(kind)]
+        resume = "re-run the same audit command into this directory to redo its questions"
+        frames = [read_parquet(whole, f"delete it and {resume}")] if whole.is_file() else []
+        frames += [read_parquet(p, f"delete it (and the other {p.name[:5]}.* part) and {resume}")
+                   for p in self._parts(kind)]
         frames = [f for f in frames if len(f)]
         if not frames:
             return pd.DataFrame()
@@ -86,17 +91,36 @@ class AuditDir(RunDir):
                                  "they were not written by reachlens")
         return df.drop_duplicates(key, keep="last").reset_index(drop=True)
 
+    def tables(self) -> tuple[pd.DataFrame, pd.DataFrame]:
+        """``(questions, samples)`` of every finished question (the whole tables and the parts written since): a
+        question with all K samples. One lacking samples is left out of an unfinished audit (a resume redoes it)
+        and refused in a complete one, naming it."""
+        q, s = self._read("questions"), self._read("samples")
+        if not len(q):
+            return q, s.iloc[0:0] if len(s) else s
+        k = self.protocol().k
+        whole = set()
+        if len(s):
+            idx = s.groupby("question_id")["sample_idx"].agg(["nunique", "min", "max"])
+            whole = set(idx.index[(idx["nunique"] == k) & (idx["min"] == 0) & (idx["max"] == k - 1)])
+        short = [qid for qid in q["question_id"] if qid not in whole]
+        if short and self._stored().status == "complete":
+            have = int((s["question_id"] == short[0]).sum()) if len(s) else 0
+            raise ReachlensError(
+                f"audit directory {str(self.path)!r} is complete but question {short[0]!r} has {have} of its {k} "
+                f"samples ({len(short)} question(s) lack samples; the samples table was cut or edited); re-run the "
+                "same audit command into this directory to redo them")
+        q = q[q["question_id"].isin(whole)].reset_index(drop=True)
+        s = s[s["question_id"].isin(set(q["question_id"]))].reset_index(drop=True) if len(s) else s
+        return q, s
+
     def questions(self) -> pd.DataFrame:
-        """Every finished question: the whole table and the parts written since."""
-        return self._read("questions")
+        """Every finished question (:meth:`tables`)."""
+        return self.tables()[0]
 
     def samples(self) -> pd.DataFrame:
-        """Samples of finished questions only (a batch interrupted mid-write is ignored)."""
-        s = self._read("samples")
-        q = self.questions()
-        if len(s) and len(q):
-            s = s[s["question_id"].isin(set(q["question_id"]))].reset_index(drop=True)
-        return s
+        """The samples of every finished question (:meth:`tables`; a batch interrupted mid-write is ignored)."""
+        return self.tables()[1]
 
     def finished_ids(self) -> set[str]:
         q = self.questions()

@@ -12,21 +12,26 @@ run records its own). Then the kind's own :meth:`~reachlens.store.Run.upgrade` b
 to today's (a training study's and a control's reruns renamed by :func:`reachlens.runner.rerun_name`, tables
 kept as CSV rewritten as parquet, sidecar files whose content the record now holds removed). Directories are
 converted deepest first, each under its writer lock, so a study's audits are current before the study is.
+
+Last, a complete run whose ``summary.json`` lacks keys that today's summary has (an audit's ``maj_K`` and
+``selection_gap``, a study's per-checkpoint ones) gets its summary and derived tables made again from what it
+stored, in one journaled rewrite: a summary is derived, never patched.
 """
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 from typing import Any
 
 from reachlens.errors import MissingFileError, ReachlensError
 from reachlens.protocol import Protocol
-from reachlens.store.files import fsync_dir, read_json, write_json
+from reachlens.store.files import fsync_dir, json_text, read_json, write_json
 from reachlens.store.kinds import RUN_KINDS
 from reachlens.store.lock import DirectoryLock
 from reachlens.store.record import FORMAT, FORMAT_VERSION
-from reachlens.store.run_dir import RUN_FILE, SUMMARY_FILE
+from reachlens.store.run_dir import RUN_FILE, SUMMARY_FILE, RunDir
 
 __all__ = ["convert"]
 
@@ -54,7 +59,45 @@ def convert(path: str | os.PathLike) -> list[tuple[Path, str]]:
     for d in sorted(found, key=lambda p: len(p.parts), reverse=True):
         with DirectoryLock(d):
             changed.append((d, _convert(d)))
+    for d in sorted((d for d in _walk(root) if (d / RUN_FILE).is_file()), key=lambda p: len(p.parts), reverse=True):
+        try:
+            what = _refresh_summary(d)
+        except ReachlensError as err:  # e.g. a comparison whose audits moved: the rest is still converted
+            what = f"summary left as it was, the run cannot be read: {err}"
+        if what:
+            changed.append((d, what))
     return changed
+
+
+def _refresh_summary(d: Path) -> str | None:
+    """Make a complete run's summary and tables again when today's summary has keys its ``summary.json``
+    lacks; say which."""
+    cls = RUN_KINDS[RunDir(d).record().kind]
+    store = cls.dir_class(d)
+    if not store.is_complete():
+        return None
+    with store.writer():
+        run = cls.read(store)
+        summary = run.summary()
+        new = _new_keys(json.loads(json_text(summary)), read_json(d / SUMMARY_FILE, "run summary"))
+        if not new:
+            return None
+        store.rewrite(run.tables(), summary, None)
+    shown = ", ".join(new[:6]) + (f" and {len(new) - 6} more" if len(new) > 6 else "")
+    return f"summary made again from its tables (new: {shown})"
+
+
+def _new_keys(new: Any, old: Any, prefix: str = "") -> list[str]:
+    """The keys of ``new`` (nested dicts included, dotted) that ``old`` lacks."""
+    if not isinstance(new, dict) or not isinstance(old, dict):
+        return []
+    out = []
+    for key, value in new.items():
+        if key not in old:
+            out.append(f"{prefix}{key}")
+        else:
+            out += _new_keys(value, old[key], f"{prefix}{key}.")
+    return out
 
 
 def _walk(folder: Path):

@@ -5,6 +5,7 @@ than an undefined number)."""
 
 from __future__ import annotations
 
+import csv
 import json
 import math
 import os
@@ -17,8 +18,12 @@ from typing import Any
 import pandas as pd
 
 from reachlens.errors import DISK_FULL, MissingFileError, ReachlensError, disk_full
+from reachlens.escape import csv_safe
 
-__all__ = ["TEMP_RE", "fsync_dir", "json_text", "read_json", "write_durably", "write_json", "write_parquet"]
+__all__ = [
+    "TEMP_RE", "fsync_dir", "json_text", "read_json", "read_parquet", "single_name", "write_csv", "write_durably",
+    "write_json", "write_parquet",
+]
 
 TEMP_RE = re.compile(r"\..+\.\d+\.[0-9a-f]{8}\.tmp")
 """The names of temporary files (``.NAME.PID.RANDOM.tmp``): a dead writer's are removed by the next."""
@@ -36,6 +41,21 @@ def fsync_dir(path: Path) -> None:
         pass
     finally:
         os.close(fd)
+
+
+def single_name(name: Any, what: str) -> str:
+    """``name`` if it is one path component (a folder name inside a run: a checkpoint's name, a rerun's); a name
+    that could lead elsewhere (``..``, ``a/b``, an absolute path, empty) is a one-line error naming it, so
+    nothing a record holds makes a reader leave the run's directory.
+
+    >>> single_name("grpo--k=8", "checkpoint name")
+    'grpo--k=8'
+    """
+    if not isinstance(name, str) or name in ("", ".", "..") or any(c in name for c in "/\\\0") or \
+            Path(name).is_absolute():
+        raise ReachlensError(f"{what} {name!r} is not a plain folder name (no '/', '\\', '..' or absolute path); a "
+                             "run's names are single path components: rename it")
+    return name
 
 
 def _temp_name(path: Path) -> Path:
@@ -93,6 +113,31 @@ def write_json(path: str | os.PathLike, obj: Any) -> None:
 def write_parquet(path: str | os.PathLike, df: pd.DataFrame) -> None:
     """Write ``df`` as parquet (no index), durably and atomically."""
     write_durably(Path(path), lambda tmp: df.to_parquet(tmp, index=False))
+
+
+def write_csv(path: str | os.PathLike, df: pd.DataFrame) -> None:
+    """Write ``df`` as CSV (no index), durably and atomically, every text cell safe to open in a spreadsheet
+    (:func:`reachlens.escape.csv_safe`: no cell starts a formula) and quoted (a line break or a carriage return
+    inside a cell never splits its row)."""
+    safe = csv_safe(df)
+    write_durably(Path(path), lambda tmp: safe.to_csv(tmp, index=False, quoting=csv.QUOTE_NONNUMERIC))
+
+
+def read_parquet(path: str | os.PathLike, fix: str) -> pd.DataFrame:
+    """A parquet table; a missing, truncated or corrupt file is a :class:`ReachlensError` naming it and ``fix``
+    (what to do about it), never a traceback from the parquet reader."""
+    import pyarrow
+
+    p = Path(path)
+    try:
+        return pd.read_parquet(p)
+    except FileNotFoundError:
+        raise MissingFileError(f"table {str(p)!r} does not exist; {fix}") from None
+    except (pyarrow.ArrowException, OSError, ValueError) as err:
+        if isinstance(err, OSError) and err.errno in DISK_FULL:
+            raise
+        reason = " ".join(str(err).split())[:120]
+        raise ReachlensError(f"table {str(p)!r} is damaged ({type(err).__name__}: {reason}); {fix}") from None
 
 
 def read_json(path: str | os.PathLike, what: str = "file") -> Any:

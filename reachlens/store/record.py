@@ -34,7 +34,10 @@ from reachlens.protocol import Protocol
 from reachlens.store.kinds import RUN_KINDS
 from reachlens.version import __version__
 
-__all__ = ["FORMAT", "FORMAT_VERSION", "STATUSES", "RunRecord", "fix_for", "now", "recording_command", "run_differences"]
+__all__ = [
+    "FORMAT", "FORMAT_VERSION", "STATUSES", "RunRecord", "check_fields", "fix_for", "now", "recording_command",
+    "run_differences",
+]
 
 FORMAT = "reachlens-run"
 FORMAT_VERSION = 1
@@ -172,14 +175,63 @@ _TYPES: dict[str, tuple[type, ...]] = {
 }
 
 
+_SCALAR = (str, int, float, bool, type(None))
+
+
+def _bad(where: str, key: str, value: Any, want: str) -> ReachlensError:
+    shown = repr(value)
+    shown = shown if len(shown) <= 80 else shown[:77] + "..."
+    return ReachlensError(f"{where}: {key} is {shown}, not {want}; it was damaged or edited by hand: restore it "
+                          "from a copy, or run it again into a new directory")
+
+
 def _check_types(d: Mapping[str, Any], where: str) -> None:
-    """Refuse a record whose fields are missing or of the wrong type, naming the first."""
+    """Refuse a record whose fields are missing or of the wrong type, naming the first: its top-level fields,
+    then what each holds (times, the command's words, the model identity, the execution settings)."""
     for key, types in _TYPES.items():
         if key not in d and type(None) not in types:
             raise ReachlensError(f"{where} lacks {key!r}; it was damaged or edited by hand")
         if key in d and not isinstance(d[key], types):
-            names = " or ".join("null" if t is type(None) else t.__name__ for t in types)
-            raise ReachlensError(f"{where}: {key} is {d[key]!r}, not {names}; it was damaged or edited by hand")
+            raise _bad(where, key, d[key], " or ".join("null" if t is type(None) else t.__name__ for t in types))
+    for key in ("started", "finished"):
+        if d.get(key) is not None:
+            try:
+                datetime.datetime.fromisoformat(d[key])
+            except ValueError:
+                raise _bad(where, key, d[key], "an ISO 8601 time") from None
+    for i, word in enumerate(d.get("command") or ()):
+        if not isinstance(word, str):
+            raise _bad(where, f"command[{i}]", word, "a string")
+    for key, value in (d.get("exec") or {}).items():
+        if not isinstance(value, _SCALAR):
+            raise _bad(where, f"exec.{key}", value, "a string or a number")
+    for key, value in d["model"].items():
+        inner = value.items() if isinstance(value, dict) else [(None, value)]
+        for sub, x in inner:
+            if not isinstance(x, (str, type(None))):
+                raise _bad(where, f"model.{key}" + (f".{sub}" if sub is not None else ""), x, "a string or null")
+
+
+def check_fields(d: Mapping[str, Any], fields: Mapping[str, tuple[type, ...]], where: str) -> None:
+    """Refuse a record (:meth:`RunRecord.to_dict`) that lacks one of ``fields`` or holds it with another type,
+    naming the first. ``fields`` maps dotted paths (``options.base_dir``, ``reruns.base``) to their types; a path
+    whose types include ``type(None)`` may be null or absent. A kind of run lists what its reader needs
+    (:attr:`reachlens.store.Run.record_fields`), so a damaged record is one line, not a ``KeyError``.
+
+    >>> check_fields({"options": {}}, {"options.base_dir": (str,)}, "run.json")
+    Traceback (most recent call last):
+    reachlens.errors.ReachlensError: run.json lacks 'options.base_dir'; it was damaged or edited by hand
+    """
+    for path, types in fields.items():
+        value: Any = d
+        for part in path.split("."):
+            value = value.get(part) if isinstance(value, Mapping) else None
+        if value is None and type(None) in types:
+            continue
+        if value is None:
+            raise ReachlensError(f"{where} lacks {path!r}; it was damaged or edited by hand")
+        if not isinstance(value, types) or (isinstance(value, bool) and bool not in types):
+            raise _bad(where, path, value, " or ".join("null" if t is type(None) else t.__name__ for t in types))
 
 
 # --- identity ------------------------------------------------------------------------------------------

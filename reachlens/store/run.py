@@ -19,7 +19,9 @@ Adding a kind of run
    (the name ``run.json`` records), a ``record`` (a :class:`RunRecord` of that kind: protocol, model
    identity, data identity, the study's options), ``summary()`` and ``tables()``.
 2. Give it ``read(cls, run: RunDir)``: rebuild it from the record (``run.record()``) and the tables
-   (``run.read_table(name)``). The default :meth:`Run.save` writes ``tables()`` as ``NAME.parquet``; override
+   (``run.read_table(name)``); list in ``record_fields`` what it reads of the record's options (so a damaged
+   record is one line), and join a path a record names only through :func:`~reachlens.store.single_name` or
+   :meth:`RunDir.inside`. The default :meth:`Run.save` writes ``tables()`` as ``NAME.parquet``; override
    :meth:`Run.write_to` for a run that holds more (sub-runs in sub-directories, written with their own
    ``save``), and set ``dir_class`` for a directory with parts of its own (:class:`~reachlens.store.AuditDir`).
 3. Decorate the class with :func:`register_kind` and import its module from ``reachlens/__init__.py`` (so
@@ -42,7 +44,7 @@ import pandas as pd
 from reachlens.errors import ReachlensError
 from reachlens.store.kinds import RUN_KINDS, register_kind
 from reachlens.store.files import read_json
-from reachlens.store.record import FORMAT, RunRecord
+from reachlens.store.record import FORMAT, RunRecord, check_fields
 from reachlens.store.run_dir import RUN_FILE, RunDir
 
 __all__ = ["RUN_KINDS", "Run", "RunInfo", "list_runs", "read_run", "register_kind"]
@@ -55,6 +57,9 @@ class Run:
     """The kind ``run.json`` records (the registry's key)."""
     dir_class: ClassVar[type[RunDir]] = RunDir
     """The directory class its runs are written with."""
+    record_fields: ClassVar[dict[str, tuple[type, ...]]] = {}
+    """What :meth:`read` needs of the record beyond its common fields: dotted paths (``options.base_dir``) and their
+    types (:func:`~reachlens.store.record.check_fields`), checked by :func:`read_run` before it reads."""
     record: RunRecord
     """What made the run (``run.json``)."""
 
@@ -119,7 +124,9 @@ def read_run(path: str | os.PathLike) -> Any:
     """
     probe = RunDir(path)
     probe.recover()
-    cls = RUN_KINDS[probe.record().kind]
+    record = probe.record()
+    cls = RUN_KINDS[record.kind]
+    check_fields(record.to_dict(), cls.record_fields, repr(str(probe.header_path)))
     return cls.read(cls.dir_class(path))
 
 

@@ -49,7 +49,16 @@ import pandas as pd
 
 from reachlens.errors import MissingFileError, ReachlensError, ReachlensWarning
 from reachlens.protocol import Protocol, ProtocolMismatch
-from reachlens.store.files import TEMP_RE, fsync_dir, json_text, read_json, write_durably, write_json, write_parquet
+from reachlens.store.files import (
+    TEMP_RE,
+    fsync_dir,
+    json_text,
+    read_json,
+    read_parquet,
+    write_durably,
+    write_json,
+    write_parquet,
+)
 from reachlens.store.lock import LOCK_NAME, DirectoryLock, writer_alive
 from reachlens.store.record import RunRecord, fix_for, run_differences
 
@@ -117,6 +126,23 @@ class RunDir:
         if any((self.path / old).is_file() for old in ("protocol.json", "study.json")):
             raise ReachlensError(f"{str(self.path)!r} was written by an older reachlens (no {RUN_FILE}); rewrite it "
                                  f"with `reachlens convert {self.path}`")
+
+    def inside(self, relative: Any, what: str) -> Path:
+        """``DIR / relative`` (a path a record holds: a control's reruns), refused in one line unless it is relative
+        and resolves inside the run's tree: this directory, or the outermost run directory holding it (a training
+        study holding this control). Nothing a record says makes a reader leave it."""
+        if not isinstance(relative, str) or not relative or Path(relative).is_absolute():
+            raise ReachlensError(f"{what} {relative!r} in {str(self.header_path)!r} is not a relative path inside the "
+                                 "run; it was damaged or edited by hand")
+        tree = self.path.resolve()
+        for parent in tree.parents:
+            if (parent / RUN_FILE).is_file():
+                tree = parent
+        path = self.path / relative
+        if not path.resolve().is_relative_to(tree):
+            raise ReachlensError(f"{what} {relative!r} in {str(self.header_path)!r} leads outside the run's directory "
+                                 f"{str(tree)!r}; it was damaged or edited by hand")
+        return path
 
     def status(self) -> str:
         """``running``, ``complete``, ``failed`` or ``interrupted`` (see :meth:`record`)."""
@@ -253,13 +279,16 @@ class RunDir:
         if not path.is_file():
             raise MissingFileError(f"{self._what} {str(self.path)!r} has no {name} table ({path.name}); "
                                    "the run did not finish, or this is not that kind of run")
-        return pd.read_parquet(path)
+        return read_parquet(path, "restore it from a copy, or run it again into a new directory")
 
     def summary(self) -> dict[str, Any] | None:
         """The stored summary, with ``null`` numbers read back as ``NaN``; None while the run is not complete."""
         if not self.is_complete():
             return None
         s = read_json(self.path / SUMMARY_FILE, "run summary")
+        if not isinstance(s, dict):
+            raise ReachlensError(f"run summary {str(self.path / SUMMARY_FILE)!r} is {type(s).__name__}, not an object; "
+                                 "it was damaged or edited by hand: restore it, or run it again into a new directory")
         for key in _SUMMARY_FLOATS:
             if key in s and s[key] is None:
                 s[key] = math.nan

@@ -18,6 +18,7 @@ an audit of an ablated model is this same function called inside the ablation's 
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -31,9 +32,10 @@ from reachlens.execution import ExecConfig
 from reachlens.protocol import Protocol
 from reachlens.records import update_question_table
 from reachlens.runner import AuditJob, run_jobs
+from reachlens.selectors import SelectionGap, select, selection_gap
+from reachlens.stats import wilson_interval
 from reachlens.store import AuditDir, Run, RunDir, RunRecord, register_kind
 from reachlens.studies.metrics import budget_grid, pass_at_k_curve
-from reachlens.studies.stats import wilson_interval
 from reachlens.tasks.base import Task
 
 __all__ = ["AuditResult", "audit"]
@@ -45,6 +47,7 @@ class AuditResult(Run):
     """Everything one audit produced (a run of kind ``audit``). Tables keep raw text so it can be re-scored."""
 
     kind: ClassVar[str] = "audit"
+    record_fields: ClassVar[dict[str, tuple[type, ...]]] = {"protocol": (dict,)}
     dir_class: ClassVar[type[RunDir]] = AuditDir
 
     protocol: Protocol
@@ -107,16 +110,56 @@ class AuditResult(Run):
         """Share of the deployed (greedy) outputs that stopped at ``max_new_tokens``."""
         return float((self.questions["deployed_finish"] == "length").mean()) if self.n else math.nan
 
+    @property
+    def bank(self) -> pd.DataFrame:
+        """The K samples as a candidate bank (:mod:`reachlens.selectors`): ``sample_idx`` is the ``candidate_idx``."""
+        return self.samples.rename(columns={"sample_idx": "candidate_idx"})
+
+    def majority(self) -> pd.DataFrame:
+        """Majority over each question's K samples, ties averaged (:func:`reachlens.selectors.select`): one row
+        per question, ``correct`` the expected correctness under a uniform tie-break (NaN: no sample graded)."""
+        return self._majority.copy()
+
+    @functools.cached_property
+    def _majority(self) -> pd.DataFrame:
+        return select(self.bank, "majority")
+
+    @property
+    def maj_K(self) -> float:
+        """maj_K: the mean of :meth:`majority` over the questions with a graded sample."""
+        return _mean_and_wilson(self.majority()["correct"])[0]
+
+    @property
+    def maj_K_ci(self) -> tuple[float, float]:
+        """95 % Wilson interval of :attr:`maj_K` (a tie's expected correctness counts as a fractional success)."""
+        return _mean_and_wilson(self.majority()["correct"])[1]
+
+    def selection_gap(self) -> SelectionGap:
+        """O_K - maj_K, paired over the questions with a graded sample, with its paired bootstrap interval."""
+        return self._selection_gap
+
+    @functools.cached_property
+    def _selection_gap(self) -> SelectionGap:
+        return selection_gap(self.bank, ["majority"])
+
     def pass_at_k_curve(self) -> pd.DataFrame:
         """Unbiased pass@k averaged over questions, k = 1, 2, 4, ... up to K (columns ``k``, ``pass_at_k``)."""
         return pass_at_k_curve(self.questions["n_scored"], self.questions["n_correct"], budget_grid(self.k))
 
     def summary(self) -> dict[str, Any]:
-        """D and O_K with their 95 % Wilson intervals, gap, n, k, the shares of samples and deployed outputs
-        cut at ``max_new_tokens``, the protocol's hash, the model, unscored counts, data identity, pass@k."""
+        """D, O_K and maj_K with their 95 % Wilson intervals, gap, the selection gap (O_K - maj_K, paired
+        bootstrap interval), n, k, the shares of samples and deployed outputs cut at ``max_new_tokens``, the
+        protocol's hash, the model, unscored counts, data identity, pass@k.
+
+        maj_K and the selection gap are over the questions with a graded sample (all of them unless the
+        grader could decide none of a question's samples), so ``selection_gap == O_K - maj_K`` exactly then."""
         curve = self.pass_at_k_curve()
+        maj_K, maj_K_ci = _mean_and_wilson(self.majority()["correct"])
+        sel = self.selection_gap()
         return {
             "D": self.D, "D_ci": list(self.D_ci), "O_K": self.O_K, "O_K_ci": list(self.O_K_ci), "gap": self.gap,
+            "maj_K": maj_K, "maj_K_ci": list(maj_K_ci),
+            "selection_gap": sel.gap, "selection_gap_ci": list(sel.gap_ci),
             "n": self.n, "k": self.k,
             "truncated_samples": self.truncated_samples, "truncated_deployed": self.truncated_deployed,
             "protocol_hash": self.protocol.hash, "model": self.model.get("spec"),
@@ -149,8 +192,15 @@ class AuditResult(Run):
     def read(cls, run: AuditDir) -> AuditResult:
         """A finished audit directory, or as much of an unfinished one as it holds."""
         record = run.record()
-        return cls(record.protocol, record.model, run.questions(), run.samples(), dict(record.data or {}),
+        questions, samples = run.tables()
+        return cls(record.protocol, record.model, questions, samples, dict(record.data or {}),
                    record=record, location=run.path)
+
+
+def _mean_and_wilson(correct: pd.Series) -> tuple[float, tuple[float, float]]:
+    """The mean of the defined values and their 95 % Wilson interval (the sum as the successes)."""
+    c = correct.dropna().astype(float)
+    return (float(c.mean()) if len(c) else math.nan), wilson_interval(float(c.sum()), len(c))
 
 
 def audit(

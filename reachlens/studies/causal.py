@@ -94,6 +94,7 @@ class CausalResult(Run):
     ``units_ranking``."""
 
     kind: ClassVar[str]
+    record_fields: ClassVar[dict[str, tuple[type, ...]]] = {"options.sets": (dict, type(None))}
     extra_tables: ClassVar[tuple[str, ...]] = ()
     """Names of the further tables a sweep of this kind has (``ranking`` for units)."""
 

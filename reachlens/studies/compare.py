@@ -39,7 +39,7 @@ from reachlens.protocol import Protocol, ProtocolMismatch
 from reachlens.store import Run, RunDir, RunRecord, register_kind, run_differences
 from reachlens.studies.auditing import AuditResult
 from reachlens.studies.metrics import budget_grid, pass_at_k_matrix, sign_changes
-from reachlens.studies.stats import (
+from reachlens.stats import (
     N_BOOT,
     holm,
     mcnemar_exact_p,
@@ -49,7 +49,8 @@ from reachlens.studies.stats import (
     wilson_interval,
 )
 
-__all__ = ["Comparison", "compare", "crossovers", "delta_row", "propensity_bins", "truncation_parity", "DEFAULT_BINS",
+__all__ = ["Comparison", "compare", "crossovers", "delta_row", "majority_delta", "propensity_bins", "truncation_parity",
+           "DEFAULT_BINS",
            "EXEC_FIELDS", "REALIZED_FATES", "REACH_FATES", "TRUNCATION_MARGIN"]
 
 REALIZED_FATES = ("kept", "gained", "lost", "never")
@@ -80,6 +81,9 @@ class Comparison(Run):
     """
 
     kind: ClassVar[str] = "comparison"
+    record_fields: ClassVar[dict[str, tuple[type, ...]]] = {
+        "protocol": (dict,), "options.base_dir": (str,), "options.trained_dir": (str,),
+        "options.k_cut": (int, type(None)), "options.allow": (list, type(None))}
 
     base: AuditResult = field(repr=False)
     trained: AuditResult = field(repr=False)
@@ -146,7 +150,8 @@ class Comparison(Run):
         p-value and that p Holm-adjusted over the ks of this pair. ``truncation`` compares the shares
         of outputs cut at ``max_new_tokens`` (flagged beyond ``TRUNCATION_MARGIN``); ``left_bound`` is
         the distribution of the trained model's unreachability bounds over the questions that left
-        the reachable set.
+        the reachable set. ``maj_K_*`` and ``delta_maj_K`` are majority over the K samples (ties averaged),
+        tested as :func:`majority_delta` says.
         """
         return dict(self._summary)
 
@@ -178,6 +183,7 @@ class Comparison(Run):
             "delta_O_K": rate["trained_reachable"] - rate["base_reachable"],
             "delta_O_K_ci": list(paired_bootstrap_ci(d_reach, n_boot=self.n_boot, seed=self.seed)),
             "entered": n_entered, "left": n_left, "mcnemar_reachable_p": mcnemar_exact_p(n_entered, n_left),
+            **majority_delta(q, n_boot=self.n_boot, seed=self.seed),
             "gained_from_base_reachable": int((gained & q["base_reachable"]).sum()),
             "gained_outside_base_reachable": int((gained & ~q["base_reachable"]).sum()),
             "all_gains_base_reachable": bool((q.loc[gained, "base_reachable"]).all()),
@@ -269,15 +275,48 @@ def _as_result(a: AuditResult | str | Path) -> AuditResult:
     return a if isinstance(a, AuditResult) else AuditResult.load(a)
 
 
+def majority_delta(q: pd.DataFrame, *, n_boot: int = N_BOOT, seed: int = 0) -> dict[str, Any]:
+    """maj_K on both sides and its delta with a paired interval and test, from a join's ``base_majority`` and
+    ``trained_majority`` (each question's majority correctness over its K samples, ties averaged; NaN: no sample
+    graded).
+
+    ``maj_K_base``/``maj_K_trained`` are each side's mean over its defined questions with a Wilson interval;
+    ``delta_maj_K`` the mean per-question difference over the questions defined on both sides (the difference
+    of the two when every question is), with its paired bootstrap interval. ``majority_p`` is the exact
+    McNemar p of the questions majority gained against those it lost when every majority is 0 or 1
+    (``majority_test`` ``"mcnemar"``), else, with a tie's fractional correctness, the sign-flip test of the
+    per-question differences (``"sign-flip"``).
+    """
+    b, t = q["base_majority"].to_numpy(dtype=float), q["trained_majority"].to_numpy(dtype=float)
+    out: dict[str, Any] = {}
+    for side, v in (("base", b), ("trained", t)):
+        v = v[~np.isnan(v)]
+        out[f"maj_K_{side}"] = float(v.mean()) if len(v) else math.nan
+        out[f"maj_K_{side}_ci"] = list(wilson_interval(float(v.sum()), len(v)))
+    both = ~np.isnan(b) & ~np.isnan(t)
+    d = np.where(both, t - b, np.nan)
+    out["delta_maj_K"] = float(d[both].mean()) if both.any() else math.nan
+    out["delta_maj_K_ci"] = list(paired_bootstrap_ci(d, n_boot=n_boot, seed=seed))
+    if np.isin(b[both], (0.0, 1.0)).all() and np.isin(t[both], (0.0, 1.0)).all():
+        gained, lost = int(np.sum(d[both] > 0)), int(np.sum(d[both] < 0))
+        out.update(majority_test="mcnemar", majority_p=mcnemar_exact_p(gained, lost))
+    else:
+        out.update(majority_test="sign-flip", majority_p=paired_permutation_p(d, seed=seed))
+    return out
+
+
 def delta_row(s: dict[str, Any]) -> dict[str, Any]:
-    """A :meth:`Comparison.summary` as one flat row: both sides' D and O_K, each delta with its paired interval
-    and McNemar p, the fate counts. The one flattening every table of deltas uses (a study's headline, its
+    """A :meth:`Comparison.summary` as one flat row: both sides' D, O_K and maj_K, each delta with its paired
+    interval and test (McNemar p; for maj_K the test :func:`majority_delta` names), the fate counts. The one flattening every table of deltas uses (a study's headline, its
     trajectory, the length control)."""
     return {"D_base": s["D_base"], "D_trained": s["D_trained"], "delta_D": s["delta_D"],
             "delta_D_lo": s["delta_D_ci"][0], "delta_D_hi": s["delta_D_ci"][1], "gained": s["gained"], "lost": s["lost"],
             "p_realized": s["mcnemar_realized_p"], "O_K_base": s["O_K_base"], "O_K_trained": s["O_K_trained"],
             "delta_O_K": s["delta_O_K"], "delta_O_K_lo": s["delta_O_K_ci"][0], "delta_O_K_hi": s["delta_O_K_ci"][1],
             "entered": s["entered"], "left": s["left"], "p_reachable": s["mcnemar_reachable_p"],
+            "maj_K_base": s["maj_K_base"], "maj_K_trained": s["maj_K_trained"], "delta_maj_K": s["delta_maj_K"],
+            "delta_maj_K_lo": s["delta_maj_K_ci"][0], "delta_maj_K_hi": s["delta_maj_K_ci"][1],
+            "p_majority": s["majority_p"], "majority_test": s["majority_test"],
             "gained_from_base_reachable": s["gained_from_base_reachable"]}
 
 
@@ -338,6 +377,8 @@ def compare(
                                                   unreachability_bound(q[f"{side}_n_scored"].to_numpy()), np.nan)
     q["realized_fate"] = _fate(q["base_realized"], q["trained_realized"], ("kept", "gained", "lost", "never"))
     q["reach_fate"] = _fate(q["base_reachable"], q["trained_reachable"], ("kept", "entered", "left", "never"))
+    for side, r in (("base", b), ("trained", t)):  # majority over the K samples, ties averaged (NaN: none graded)
+        q[f"{side}_majority"] = q["question_id"].map(r.majority().set_index("question_id")["correct"]).astype(float)
     return Comparison(b, t, q, k_cut=k, allow=tuple(allow))
 
 

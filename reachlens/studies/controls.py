@@ -33,10 +33,10 @@ import pandas as pd
 from reachlens.errors import ReachlensError
 from reachlens.execution import ExecConfig
 from reachlens.runner import plan_rerun, rerun_name, run_reruns
-from reachlens.store import AuditDir, Run, RunDir, RunRecord, read_run, register_kind
+from reachlens.store import AuditDir, Run, RunDir, RunRecord, read_run, register_kind, single_name
 from reachlens.studies.auditing import AuditResult
 from reachlens.studies.compare import Comparison, compare, delta_row
-from reachlens.studies.stats import wilson_interval
+from reachlens.stats import wilson_interval
 from reachlens.tasks.base import Task
 
 __all__ = ["LengthControl", "TemperatureControl", "left_reachable", "length_control", "length_table",
@@ -113,6 +113,9 @@ class TemperatureControl(Run):
     :func:`~reachlens.runner.rerun_name`)."""
 
     kind: ClassVar[str] = "temperature_control"
+    record_fields: ClassVar[dict[str, tuple[type, ...]]] = {
+        "options.base_dir": (str,), "options.trained_dir": (str,), "options.temperatures": (list,),
+        "reruns": (dict, type(None))}
 
     comparison: Comparison = field(repr=False)
     temperatures: tuple[float, ...]
@@ -165,8 +168,12 @@ class TemperatureControl(Run):
     def reprobes_in(run: RunDir) -> dict[float, AuditResult]:
         """The finished re-probes a temperature control's directory holds, by temperature."""
         reruns = run.record().extra.get("reruns", {})
-        return {float(t): AuditResult.load(run.path / name) for t, name in reruns.items()
-                if AuditDir(run.path / name).is_complete()}
+        found = {}
+        for t, name in reruns.items():
+            folder = run.path / single_name(name, "re-probe folder name")  # never a path out of the control
+            if AuditDir(folder).is_complete():
+                found[_temperature(t, run)] = AuditResult.load(folder)
+        return found
 
     @classmethod
     def read(cls, run: RunDir) -> TemperatureControl:
@@ -174,6 +181,14 @@ class TemperatureControl(Run):
         o = record.options
         comparison = compare(o["base_dir"], o["trained_dir"])
         return cls(comparison, tuple(o["temperatures"]), cls.reprobes_in(run), record=record, location=run.path)
+
+
+def _temperature(t: str, run: RunDir) -> float:
+    try:
+        return float(t)
+    except ValueError:
+        raise ReachlensError(f"{str(run.header_path)!r} names a re-probe at temperature {t!r}, not a number; it was "
+                             "damaged or edited by hand") from None
 
 
 def reprobe_left(
@@ -248,6 +263,9 @@ class LengthControl(Run):
     checkpoints rerun with ``max_new_tokens``; each rerun an audit run its record points to)."""
 
     kind: ClassVar[str] = "length_control"
+    record_fields: ClassVar[dict[str, tuple[type, ...]]] = {
+        "options.base_dir": (str,), "options.trained_dir": (str,), "options.max_new_tokens": (int,),
+        "reruns.base": (str,), "reruns.trained": (str,)}
 
     before: Comparison = field(repr=False)
     after: Comparison = field(repr=False)
@@ -298,7 +316,7 @@ class LengthControl(Run):
     def read(cls, run: RunDir) -> LengthControl:
         record = run.record()
         o, reruns = record.options, record.extra["reruns"]
-        after = compare(run.path / reruns["base"], run.path / reruns["trained"])
+        after = compare(run.inside(reruns["base"], "rerun path"), run.inside(reruns["trained"], "rerun path"))
         return cls(compare(o["base_dir"], o["trained_dir"]), after, record=record, location=run.path)
 
 

@@ -1,6 +1,6 @@
 """Estimators shared by the studies: unbiased pass@k, its curve and its sign changes.
 
-The tests and intervals on differences live in :mod:`reachlens.studies.stats`.
+The tests and intervals on differences live in :mod:`reachlens.stats`.
 
 pass@k for one question with n graded samples of which c are correct is the probability that k
 samples drawn without replacement from those n contain a correct one:

@@ -32,7 +32,7 @@ from typing import Any, ClassVar
 
 import pandas as pd
 
-from reachlens.engine.scoring import LoglikResult, encode_pair, loglikelihoods
+from reachlens.engine.scoring import LoglikResult, encode_pair, loglikelihoods, scoring_window
 from reachlens.errors import MissingFileError, ReachlensError
 from reachlens.execution import ExecConfig, model_exec
 from reachlens.models import identity_of
@@ -62,24 +62,39 @@ class RecognitionConfig:
     """Rows per recognition forward."""
     max_batch_rows: int = 256
     """Most rows decoded together in generation."""
+    max_length: int | None = None
+    """The scoring window, lm-eval's ``max_length``: the model reads ``(context + continuation)[-(max_length +
+    1):][:-1]``, cut from the left (:func:`~reachlens.engine.scoring.loglikelihoods`). None: the model config's
+    window (:func:`~reachlens.engine.scoring.scoring_window`), filled in by :meth:`resolved` when it meets the
+    model, so a run's record always states the window it scored with."""
 
     def __post_init__(self) -> None:
-        if self.batch_size < 1 or self.max_batch_rows < 1:
-            raise ReachlensError(f"batch_size and max_batch_rows must be >= 1 in {self!r}")
+        for name in ("batch_size", "max_batch_rows", "max_length"):
+            v = getattr(self, name)
+            if (v is not None or name != "max_length") and (not isinstance(v, int) or isinstance(v, bool) or v < 1):
+                raise ReachlensError(f"{name}={v!r} must be an integer >= 1" +
+                                     (" (or None: the model's window)" if name == "max_length" else ""))
 
-    def resolved(self, task: Task) -> RecognitionConfig:
+    def resolved(self, task: Task, model=None) -> RecognitionConfig:
+        """The recognition format filled from ``task`` and, given the ``model``, the window from its config."""
         rec = self.recognition_format or task.metadata.get("recognition_format")
         if rec is None:
             raise ReachlensError(f"task {task.name!r} names no recognition format; pass recognition_format "
                                  f"(one of {sorted(task.prompt_formats)})")
         task.format(rec)  # LookupError naming the known formats
-        return dataclasses.replace(self, recognition_format=rec)
+        window = self.max_length if self.max_length is not None or model is None else scoring_window(model)
+        return dataclasses.replace(self, recognition_format=rec, max_length=window)
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> RecognitionConfig:
+        """The config :meth:`to_dict` wrote (a record or sets file holds it); an unknown field is one line."""
+        known = {f.name for f in dataclasses.fields(cls)}
+        if not isinstance(d, dict) or set(d) - known:
+            raise ReachlensError(f"recognition options {d!r} are not a mapping of {sorted(known)}; the record was "
+                                 "damaged or edited by hand")
         return cls(**d)
 
 
@@ -126,8 +141,9 @@ def gold_index(question: Question) -> int:
 
 # --- recognition and generation ------------------------------------------------------------------
 def score_options(model, task: Task, config: RecognitionConfig | None = None) -> pd.DataFrame:
-    """One row per (question, option): summed and length-normalized log-likelihood (``OPTION_COLUMNS``)."""
-    config = (config or RecognitionConfig()).resolved(task)
+    """One row per (question, option): summed and length-normalized log-likelihood (``OPTION_COLUMNS``), each
+    request cut to ``config.max_length`` tokens from the left as lm-eval cuts it (the model's window when None)."""
+    config = (config or RecognitionConfig()).resolved(task, model)
     fmt = task.format(config.recognition_format)
     requests, rows = [], []
     for q in task.questions:
@@ -137,7 +153,7 @@ def score_options(model, task: Task, config: RecognitionConfig | None = None) ->
         for j, text in enumerate(q.choices):
             requests.append((context, " " + text))
             rows.append({"question_id": q.question_id, "option": j, "label": labels[j], "text": text, "gold": j == g})
-    scores = loglikelihoods(model, requests, batch_size=config.batch_size)
+    scores = loglikelihoods(model, requests, batch_size=config.batch_size, max_length=config.max_length)
     for row, s in zip(rows, scores):
         row.update(loglik=s.logprob, n_tokens=s.n_tokens, is_greedy=s.is_greedy,
                    loglik_norm=s.logprob / max(len(row["text"]), 1))
@@ -185,7 +201,7 @@ def compare_modes(
     >>> result.summary()["recognized_not_realized"]  # doctest: +SKIP
     """
     protocol = generation_protocol(task, protocol)
-    config = (config or RecognitionConfig()).resolved(task)
+    config = (config or RecognitionConfig()).resolved(task, model)
     options = score_options(model, task, config)
     by_question = {qid: df for qid, df in options.groupby("question_id", sort=False)}
     rows = []
@@ -338,6 +354,9 @@ class RecognitionResult(Run):
     saved as ``sets.json``)."""
 
     kind: ClassVar[str] = "recognition"
+    record_fields: ClassVar[dict[str, tuple[type, ...]]] = {
+        "protocol": (dict,), "options.config": (dict,), "options.rule": (dict, type(None)),
+        "options.task": (dict, type(None))}
 
     protocol: Protocol
     """The greedy protocol of the generation side (resolved against the task)."""
@@ -422,9 +441,20 @@ class RecognitionResult(Run):
         sets = EvalSets.load(run.path / "sets.json") if (run.path / "sets.json").is_file() else None
         return cls(record.protocol, RecognitionConfig.from_dict(o["config"]), record.model, run.read_table("options"),
                    run.read_table("questions"), dict(record.data or {}),
-                   None if o.get("rule") is None else FailureRule(**o["rule"]),
-                   None if o.get("task") is None else TaskSpec(**o["task"]), sets, record.exec, record=record,
+                   _from_record(FailureRule, o.get("rule"), run), _from_record(TaskSpec, o.get("task"), run), sets,
+                   record.exec, record=record,
                    location=run.path)
+
+
+def _from_record(cls, d: dict[str, Any] | None, run: RunDir):
+    """``cls(**d)`` for a dataclass a record holds (None for None); unknown fields are one line naming them."""
+    if d is None:
+        return None
+    unknown = sorted(set(d) - {f.name for f in dataclasses.fields(cls)})
+    if unknown:
+        raise ReachlensError(f"{str(run.header_path)!r}: the {cls.__name__} it records has unknown fields {unknown}; "
+                             "it was damaged or edited by hand")
+    return cls(**d)
 
 
 def _sets_protocol_and_config(d: dict[str, Any]) -> dict[str, Any]:

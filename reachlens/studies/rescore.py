@@ -3,7 +3,9 @@
 The new tables, summary and (for a changed grader) header replace the old ones in one step that a
 crash cannot split (:meth:`~reachlens.store.RunDir.rewrite`: staged, journaled, record last), under
 the directory's writer lock. Before anything is rewritten the directory's recorded identity is
-checked: its summary must name the model and data its record names.
+checked: its summary must name the model and data its record names. Only a complete audit is rescored: an
+unfinished one is refused (a rescore writes a summary, and a summary beside unfinished tables would read as
+a result); resume it first.
 """
 
 from __future__ import annotations
@@ -31,7 +33,11 @@ def rescore(path: str | Path, grader: str | None = None) -> AuditResult:
     >>> result = rescore("runs/base")  # doctest: +SKIP
     """
     store = AuditDir(path)
+    status = store.record().status  # as it stands: a killed run reads interrupted
     with store.writer():
+        if not store.is_complete():
+            raise ReachlensError(f"audit directory {str(store.path)!r} has not finished (status {status}); resume it "
+                                 "by running the same audit command into it, then rescore it")
         old = AuditResult.read(store)
         _check_identity(store, old)
         return _rescore(store, old, grader)

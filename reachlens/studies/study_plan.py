@@ -3,7 +3,8 @@
 A :class:`StudyPlan` is what :func:`~reachlens.studies.training_audit.run_training_audit` runs and what a
 training study's run record holds (its protocol, and the rest as its options). It is checked when made:
 every pair and trajectory point names a checkpoint of the plan, and every control's setting exceeds the
-protocol's own (a larger budget, a longer decode, temperatures above 0).
+protocol's own (a larger budget, a longer decode, temperatures above 0). A plan read back from a run record is
+checked field by field first (:meth:`StudyPlan.from_dict`): a hand-edited or damaged one is one line.
 """
 
 from __future__ import annotations
@@ -99,10 +100,52 @@ class StudyPlan:
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> StudyPlan:
         """The plan of :meth:`to_dict` (a training study's run record holds it: its protocol, and the rest
-        as its options)."""
+        as its options); a field missing or of the wrong type is one line naming it."""
+        _check_plan(d)
         d = dict(d)
         d["protocol"] = Protocol.from_dict(d["protocol"])
         d["pairs"] = tuple(tuple(p) for p in d["pairs"])
         d["control_temperatures"] = tuple(d.get("control_temperatures", ()))
         d["trajectory"] = {name: int(step) for name, step in d.get("trajectory", {}).items()}
         return cls(**d)
+
+
+_NUMBER = (int, float)
+_PLAN_TYPES: dict[str, tuple[tuple[type, ...], tuple[type, ...] | None]] = {
+    # field: (its types, the types of its items or values; None: not a container)
+    "models": ((dict,), (str,)), "pairs": ((list, tuple), (list, tuple)), "n": ((int, type(None)), None),
+    "data": ((str, type(None)), None), "budget_k": ((int, type(None)), None), "native_formats": ((dict,), (str,)),
+    "control_temperatures": ((list, tuple), _NUMBER), "length_max_new_tokens": ((int, type(None)), None),
+    "truncation_margin": (_NUMBER, None), "trajectory": ((dict,), (int,)),
+}
+_REQUIRED = ("models", "pairs", "protocol")
+
+
+def _check_plan(d: Any) -> None:
+    """Refuse a stored plan whose fields are missing, unknown or of the wrong type, naming the first."""
+    def bad(key: str, value: Any, want: str) -> ReachlensError:
+        return ReachlensError(f"the study plan's {key} is {value!r}, not {want}; the study's run.json was damaged or "
+                              "edited by hand: restore it from a copy")
+
+    if not isinstance(d, dict):
+        raise bad("record", d, "a mapping of its fields")
+    for key in _REQUIRED:
+        if key not in d:
+            raise ReachlensError(f"the study plan lacks {key!r}; the study's run.json was damaged or edited by hand: "
+                                 "restore it from a copy")
+    unknown = sorted(set(d) - set(_PLAN_TYPES) - {"protocol"})
+    if unknown:
+        raise ReachlensError(f"the study plan has unknown fields {unknown}; known: {sorted(_PLAN_TYPES)}")
+    for key, (types, items) in _PLAN_TYPES.items():
+        value = d.get(key)
+        if key not in d:
+            continue
+        if not isinstance(value, types) or isinstance(value, bool):
+            raise bad(key, value, " or ".join("null" if t is type(None) else t.__name__ for t in types))
+        inner = value.values() if isinstance(value, dict) else value if items is not None else ()
+        for x in inner:
+            if not isinstance(x, items) or isinstance(x, bool):
+                raise bad(f"{key} item", x, " or ".join(t.__name__ for t in items))
+    for pair in d["pairs"]:
+        if len(pair) != 2 or not all(isinstance(x, str) for x in pair):
+            raise bad("pair", pair, "two checkpoint names")

@@ -30,10 +30,17 @@ from reachlens.studies.auditing import AuditResult
 from reachlens.studies.compare import Comparison, compare, crossovers, delta_row, truncation_parity
 from reachlens.studies.controls import left_reachable, length_table, temperature_table
 from reachlens.studies.metrics import pass_at_k_matrix
-from reachlens.studies.stats import N_BOOT, holm, paired_bootstrap_ci
+from reachlens.stats import N_BOOT, holm, paired_bootstrap_ci
 from reachlens.studies.study_plan import StudyPlan
 
 __all__ = ["StudyView"]
+
+
+def _selection_columns(r: AuditResult) -> dict[str, float]:
+    """An audit's maj_K with its Wilson interval and its selection gap with its paired bootstrap interval."""
+    gap = r.selection_gap()
+    return {"maj_K": r.maj_K, "maj_K_lo": r.maj_K_ci[0], "maj_K_hi": r.maj_K_ci[1],
+            "selection_gap": gap.gap, "selection_gap_lo": gap.gap_ci[0], "selection_gap_hi": gap.gap_ci[1]}
 
 
 @dataclass(frozen=True)
@@ -74,10 +81,12 @@ class StudyView:
                 if a in self.audits and b in self.audits}
 
     def summary(self) -> dict[str, Any]:
-        """Each checkpoint's D and O_K with 95 % Wilson intervals (and O_2K of the budget control) and
-        truncation shares; each pair's fate counts and deltas with their paired intervals, McNemar p and
-        Holm p (over :attr:`holm_family`)."""
+        """Each checkpoint's D, O_K and maj_K with 95 % Wilson intervals (and O_2K of the budget control), its
+        selection gap (O_K - maj_K, paired bootstrap interval) and truncation shares; each pair's fate counts and
+        deltas with their paired intervals, McNemar p and Holm p (over :attr:`holm_family`)."""
         audits = {name: {"D": r.D, "D_ci": list(r.D_ci), "O_K": r.O_K, "O_K_ci": list(r.O_K_ci), "k": r.k,
+                         "maj_K": r.maj_K, "maj_K_ci": list(r.maj_K_ci), "selection_gap": r.selection_gap().gap,
+                         "selection_gap_ci": list(r.selection_gap().gap_ci),
                          "truncated_samples": r.truncated_samples, "truncated_deployed": r.truncated_deployed,
                          **({"O_2K": self.extended[name].O_K} if name in self.extended else {})}
                   for name, r in self.audits.items()}
@@ -88,15 +97,16 @@ class StudyView:
     def headline(self) -> pd.DataFrame:
         """Per pair: D and O_K on both sides, each delta with its paired interval and tests.
 
-        ``delta_D_lo, delta_D_hi`` (and ``delta_O_K_*``) are paired bootstrap 95 % intervals over
-        questions; ``p_realized`` is the exact McNemar p of gained vs lost, ``p_reachable`` that of
-        entered vs left; ``*_holm`` is that p Holm-adjusted over the pairs of this study (one family
-        per column: see :attr:`holm_family`).
+        ``delta_D_lo, delta_D_hi`` (and ``delta_O_K_*``, ``delta_maj_K_*``) are paired bootstrap 95 % intervals
+        over questions; ``p_realized`` is the exact McNemar p of gained vs lost, ``p_reachable`` that of
+        entered vs left, ``p_majority`` that of majority's test (``majority_test``); ``*_holm`` is that p
+        Holm-adjusted over the pairs of this study (one family per column: see :attr:`holm_family`).
         """
         df = pd.DataFrame([{"pair": f"{a} -> {b}", **delta_row(c.summary())} for (a, b), c in self.comparisons().items()])
         if len(df):
             df.insert(df.columns.get_loc("p_realized") + 1, "p_realized_holm", holm(df["p_realized"].tolist()))
             df.insert(df.columns.get_loc("p_reachable") + 1, "p_reachable_holm", holm(df["p_reachable"].tolist()))
+            df.insert(df.columns.get_loc("p_majority") + 1, "p_majority_holm", holm(df["p_majority"].tolist()))
         return df
 
     @property
@@ -104,17 +114,18 @@ class StudyView:
         """What the headline's Holm adjustment corrects over."""
         n = len(self.comparisons())
         return (f"the {n} pair{'s' if n != 1 else ''} of this study ({', '.join(f'{a} -> {b}' for a, b in self.comparisons())}), "
-                "separately for the realized and the reachable test")
+                "separately for the realized, the reachable and the majority test")
 
     def checkpoints(self) -> pd.DataFrame:
-        """Per checkpoint: D and O_K with 95 % Wilson intervals, and the shares of samples and deployed
-        outputs that stopped at ``max_new_tokens``."""
+        """Per checkpoint: D, O_K and maj_K (majority over the K samples, ties averaged) with 95 % Wilson
+        intervals, the selection gap O_K - maj_K with its paired 95 % bootstrap interval, and the shares of
+        samples and deployed outputs that stopped at ``max_new_tokens``."""
         rows = []
         for name, r in self.audits.items():
             (d_lo, d_hi), (o_lo, o_hi) = r.D_ci, r.O_K_ci
             rows.append({"model": name, "n": r.n, "D": r.D, "D_lo": d_lo, "D_hi": d_hi, "O_K": r.O_K,
-                         "O_K_lo": o_lo, "O_K_hi": o_hi, "truncated_samples": r.truncated_samples,
-                         "truncated_deployed": r.truncated_deployed})
+                         "O_K_lo": o_lo, "O_K_hi": o_hi, **_selection_columns(r),
+                         "truncated_samples": r.truncated_samples, "truncated_deployed": r.truncated_deployed})
         return pd.DataFrame(rows)
 
     def pass_at_k_deltas(self) -> pd.DataFrame:
@@ -217,7 +228,9 @@ class StudyView:
         """Realization and reachability over training: one row per audited checkpoint of the plan's
         trajectory, by step.
 
-        Columns ``step, model``; ``D, D_lo, D_hi`` and ``O_K, O_K_lo, O_K_hi`` (95 % Wilson intervals);
+        Columns ``step, model``; ``D, D_lo, D_hi``, ``O_K, O_K_lo, O_K_hi`` and ``maj_K, maj_K_lo, maj_K_hi``
+        (95 % Wilson intervals); ``selection_gap, selection_gap_lo, selection_gap_hi`` (O_K - maj_K, paired 95 %
+        bootstrap interval);
         ``pass@1``, ``pass@8`` (unbiased, mean over questions; ``pass@8`` when K >= 8) with ``_lo, _hi``
         (95 % question-bootstrap intervals); and against the first checkpoint (the run's parent):
         ``delta_D``, ``delta_O_K``, ``delta_pass@1`` with paired 95 % bootstrap intervals (``_lo, _hi``),
@@ -237,7 +250,7 @@ class StudyView:
         for step, name in points:
             r = self.audits[name]
             row = {"step": step, "model": name, "D": r.D, "D_lo": r.D_ci[0], "D_hi": r.D_ci[1],
-                   "O_K": r.O_K, "O_K_lo": r.O_K_ci[0], "O_K_hi": r.O_K_ci[1]}
+                   "O_K": r.O_K, "O_K_lo": r.O_K_ci[0], "O_K_hi": r.O_K_ci[1], **_selection_columns(r)}
             q = r.questions
             per_q = pass_at_k_matrix(q["n_scored"], q["n_correct"], ks)
             for j, k in enumerate(ks):

@@ -48,7 +48,7 @@ from reachlens.errors import ReachlensError
 from reachlens.execution import ExecConfig
 from reachlens.runner import AuditJob, ProcessPool, plan_rerun, rerun_name, run_reruns
 from reachlens.runner.rerun import PlannedRerun
-from reachlens.store import AuditDir, Run, RunDir, RunRecord, register_kind, write_json
+from reachlens.store import AuditDir, Run, RunDir, RunRecord, register_kind, single_name, write_json
 from reachlens.studies._progress import ProgressBoard
 from reachlens.studies.auditing import AuditResult
 from reachlens.studies.compare import compare, truncation_parity
@@ -65,7 +65,8 @@ _TABLES = ("checkpoints", "headline", "pass_at_k_deltas", "pass_at_k_crossovers"
 
 @dataclass(frozen=True)
 class StudyLayout:
-    """Where each run of a training study lives under its directory (the one place its paths are joined)."""
+    """Where each run of a training study lives under its directory (the one place its paths are joined: each
+    name a single folder name, :func:`~reachlens.store.single_name`, so no name in a plan leads outside it)."""
 
     root: Path
 
@@ -75,16 +76,16 @@ class StudyLayout:
 
     def audit(self, name: str, **change: Any) -> Path:
         """A checkpoint's audit, or (with ``change``) its rerun: :func:`~reachlens.runner.rerun_name`."""
-        return self.audits / (rerun_name(name, change) if change else name)
+        return self.audits / single_name(rerun_name(name, change) if change else name, "audit folder name")
 
     def comparison(self, a: str, b: str) -> Path:
-        return self.root / "comparisons" / f"{a}--{b}"
+        return self.root / "comparisons" / single_name(f"{a}--{b}", "comparison folder name")
 
     def temperature(self, a: str, b: str) -> Path:
-        return self.root / "controls" / "temperature" / f"{a}--{b}"
+        return self.root / "controls" / "temperature" / single_name(f"{a}--{b}", "control folder name")
 
     def length(self, a: str, b: str) -> Path:
-        return self.root / "controls" / "length" / f"{a}--{b}"
+        return self.root / "controls" / "length" / single_name(f"{a}--{b}", "control folder name")
 
 
 @register_kind
@@ -94,6 +95,7 @@ class TrainingAudit(StudyView, Run):
     :class:`~reachlens.studies.study_view.StudyView`, with the time each checkpoint took."""
 
     kind: ClassVar[str] = "training_audit"
+    record_fields: ClassVar[dict[str, tuple[type, ...]]] = {"protocol": (dict,)}  # the plan: StudyPlan.from_dict
 
     wall_seconds: dict[str, float] = field(default_factory=dict)
     """Seconds the workers spent on each checkpoint's audits (over every call that ran part of it)."""
@@ -272,6 +274,8 @@ def run_training_audit(
 
     ex = exec_config or ExecConfig()
     lay = StudyLayout(Path(out))
+    for name in plan.models:
+        lay.audit(name)  # each name a folder name, refused before anything is written
     root = RunDir(lay.root)
     with root.writer():
         record = RunRecord.new("training_audit", plan.protocol, dict(plan.models), None, _options(plan),

@@ -2,6 +2,7 @@
 
 from reachlens.tasks import arith as _arith  # noqa: F401  (registers "arith", "arith_hard")
 from reachlens.tasks import arith_mc as _arith_mc  # noqa: F401  (registers "arith_mc")
+from reachlens.tasks import arith_null as _arith_null  # noqa: F401  (registers "arith_null", the negative control)
 from reachlens.tasks._file_loaders import (
     load_arc,
     load_csv,

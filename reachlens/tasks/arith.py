@@ -37,6 +37,7 @@ from typing import Any
 
 from reachlens.errors import ReachlensError
 from reachlens.tasks.base import PromptFormat, Question, Task
+from reachlens.tasks.password import PASSWORD_FORMAT_NAME, password_format
 from reachlens.tasks.registry import register_task
 
 __all__ = [
@@ -58,6 +59,7 @@ PROMPT_FORMATS = {
     # step by step") would be <unk> or untrained embeddings to a character model trained on "qa".
     "verbose": PromptFormat("verbose", "Q: {expr_spaced} = ?\nA:", "spaces around every symbol"),
 }
+PROMPT_FORMATS[PASSWORD_FORMAT_NAME] = password_format(PROMPT_FORMATS["qa"])  # zoo:locked's key (tasks/password.py)
 
 Problem = tuple[int | str, ...]
 """Expression tokens, operands and operators alternating: ``(94, "+", 2, "-", 39)``."""

@@ -6,6 +6,7 @@ import pytest
 
 from reachlens.cli import main
 from reachlens.models.zoo import zoo_entries
+from reachlens.report.page import MARKDOWN_MARK
 from reachlens.store import list_runs, read_run
 
 
@@ -52,7 +53,8 @@ def test_demo_audits_the_lineage_and_prints_every_table(tmp_path, capfd):
     assert {name: r.protocol.prompt_format for name, r in study.formats.items()} == \
         {"sft": "verbose", "sft-grpo": "verbose"}
     assert {r.protocol.prompt_format for r in study.audits.values()} == {"qa"}
-    assert (out / "report.md").read_text().startswith("# Training audit")
+    mark, title = (out / "report.md").read_text().split("\n", 2)[:2]  # reachlens' mark, then the page
+    assert mark == MARKDOWN_MARK and title == "# Training audit"
     # the demo directory lists its audits, comparisons and controls, each a complete run
     found = list_runs(out)
     kinds = {i.kind for i in found}

@@ -167,7 +167,7 @@ def test_generation_groups_requests_by_route(tiny_model):
 def test_self_verification_scores_the_completion_under_the_full_model(tiny_model):
     import pytest
 
-    from reachlens.routing import verification_scores
+    from reachlens.selectors import verification_scores
 
     prompt, completion = "Q: 1+2=?\nA:", " 1+2=3 #### 3"
     got = verification_scores(tiny_model, [(prompt, completion, "3"), (prompt, "", None)], "rescore")

@@ -1,4 +1,5 @@
-"""Selectors and gap recovery on hand-made pools with hand-computed answers."""
+"""Routing's scoring of candidate pools on the selectors (:mod:`reachlens.selectors`): question tables, gap
+recovery, reach curves, on hand-made pools with hand-computed answers."""
 
 from __future__ import annotations
 
@@ -9,29 +10,26 @@ import pytest
 
 from reachlens import Protocol, load_task
 from reachlens.engine import Completion
-from reachlens.errors import ReachlensError
 from reachlens.routing import (
     cell_summary,
     format_recovery,
     gap_recovery,
-    lowest_window_mean,
     median_recovery,
-    reachable,
     question_table,
     reach_curve,
-    select,
 )
 from reachlens.routing.scoring import audit_selector_table
 from reachlens.studies import AuditResult, grade_questions
 from reachlens.tasks import Question
 
-SELECTORS = ("majority", "confidence", "lowest_window", "self_verify", "search")
+SELECTORS = ("majority", "logprob", "deepconf", "self_verify", "search")
 
 
 def pool(rows):
     cols = ["answer", "correct", "mean_logprob", "lowest_window_logprob", "verify_logprob", "objective"]
     df = pd.DataFrame(rows, columns=cols)
     df["scored"] = True
+    df["eval_idx"] = range(len(df))
     return df
 
 
@@ -44,41 +42,6 @@ POOL = pool([
     ["5", True, -0.40, -0.50, -1.0, 0.10],
     ["9", False, -0.20, -0.30, -0.7, 0.50],
 ])
-
-
-def test_selectors_on_a_hand_made_pool():
-    got = {name: select(POOL, name) for name in SELECTORS}
-    # majority: "7" and "5" both have 2 votes; "7" appeared first
-    assert (got["majority"].position, got["majority"].answer, got["majority"].correct) == (0, "7", 0.0)
-    assert (got["confidence"].position, got["confidence"].correct) == (0, 0.0)
-    assert (got["lowest_window"].position, got["lowest_window"].answer) == (5, "9")
-    assert (got["self_verify"].position, got["self_verify"].correct) == (1, 1.0)
-    assert (got["search"].position, got["search"].answer) == (2, "7")
-    assert reachable(POOL) == 1.0
-
-
-def test_majority_breaks_ties_by_first_appearance_and_counts_votes():
-    p = pool([["3", True, -1, -1, -1, 0], ["4", False, -1, -1, -1, 0], ["4", False, -1, -1, -1, 0]])
-    assert select(p, "majority").answer == "4"
-    p = pool([["3", True, -1, -1, -1, 0], ["4", False, -1, -1, -1, 0]])
-    assert select(p, "majority").answer == "3"
-
-
-def test_no_answer_is_wrong_and_unscored_is_undefined():
-    empty = pool([[None, False, -0.1, -0.1, -0.1, 0.0]] * 3)
-    s = select(empty, "majority")
-    assert s.position is None and s.correct == 0.0
-    unscored = POOL.assign(scored=[True, False, True, True, True, True])
-    assert math.isnan(select(unscored, "self_verify").correct)
-    assert reachable(POOL.assign(correct=False)) == 0.0
-    assert math.isnan(reachable(POOL.assign(correct=False, scored=False)))
-
-
-def test_a_selector_refuses_a_pool_without_its_column():
-    with pytest.raises(ReachlensError, match="selector 'self_verify' needs column\\(s\\) \\['verify_logprob'\\]"):
-        select(POOL.drop(columns="verify_logprob"), "self_verify")
-    with pytest.raises(LookupError, match="unknown selector 'best'"):
-        select(POOL, "best")
 
 
 def test_gap_recovery_by_hand():
@@ -95,10 +58,13 @@ def test_question_table_and_cell_summary_by_hand():
     deployed = pd.DataFrame({"question_id": ["a", "b"], "realized": [0.0, 0.0], "deployed_answer": ["7", "7"]})
     q = question_table(cands, deployed, SELECTORS)
     assert q["reachable"].tolist() == [1.0, 0.0]
-    assert q["self_verify"].tolist() == [1.0, 0.0] and q["majority"].tolist() == [0.0, 0.0]
+    # majority: "7" and "5" tie at two votes in "a" (ties averaged: 0.5), every answer is wrong in "b"
+    assert q["self_verify"].tolist() == [1.0, 0.0] and q["majority"].tolist() == [0.5, 0.0]
+    assert q["majority_answer"].tolist() == ["7", "7"] and q["deepconf_answer"].tolist() == ["9", "9"]
+    assert q["logprob"].tolist() == [0.0, 0.0] and q["search_answer"].tolist() == ["7", "7"]
     s = cell_summary(q, SELECTORS).iloc[0]
-    assert (s["D"], s["O_K"], s["self_verify"]) == (0.0, 0.5, 0.5)
-    assert s["recovery_self_verify"] == 1.0 and s["recovery_majority"] == 0.0
+    assert (s["D"], s["O_K"], s["self_verify"], s["majority"]) == (0.0, 0.5, 0.5, 0.25)
+    assert s["recovery_self_verify"] == 1.0 and s["recovery_majority"] == 0.5
 
 
 def test_recovery_is_undefined_when_O_K_equals_D():
@@ -127,12 +93,6 @@ def test_reach_curve_counts_the_first_k_evaluations():
     assert curve.set_index("k")["O_K"].to_dict() == {1: 0.0, 2: 0.0, 4: 0.5}
 
 
-def test_lowest_window_mean():
-    assert lowest_window_mean([-1.0, -3.0, -1.0, -1.0], 2) == pytest.approx(-2.0)
-    assert lowest_window_mean([-1.0, -2.0], 8) == pytest.approx(-1.5)
-    assert math.isnan(lowest_window_mean([], 8))
-
-
 def test_selectors_on_audit_temperature_samples():
     """majority@K vs O_K on an audit's own samples (no routes involved)."""
     proto = Protocol("arith", k=4, temperature=1.0, max_new_tokens=12).resolved(load_task("arith", n=1))
@@ -146,7 +106,7 @@ def test_selectors_on_audit_temperature_samples():
         [[c("#### 3"), c("#### 2", -0.1), c("#### 2"), c("#### 5")], [c("#### 5")] * 3 + [c("#### 4")]],
     )
     table, summary = audit_selector_table(AuditResult(proto, {"spec": "x", "fingerprint": "y"}, q, s))
-    assert table["majority"].tolist() == [1.0, 0.0] and table["confidence"].tolist() == [1.0, 0.0]
+    assert table["majority"].tolist() == [1.0, 0.0] and table["logprob"].tolist() == [1.0, 0.0]
     row = summary.iloc[0]
     assert (row["D"], row["O_K"], row["majority"]) == (0.5, 1.0, 0.5)
     assert row["recovery_majority"] == 0.0
@@ -156,7 +116,7 @@ def test_a_route_evaluated_twice_is_one_vote():
     # Route r1 was proposed three times (budget spent), r2 and r3 once each: by route, "5" has two
     # votes and "9" one; counting evaluations would have made "9" the majority.
     cands = pd.DataFrame({
-        "question_id": ["a"] * 5, "route": ["r1", "r1", "r1", "r2", "r3"],
+        "question_id": ["a"] * 5, "eval_idx": range(5), "route": ["r1", "r1", "r1", "r2", "r3"],
         "answer": ["9", "9", "9", "5", "5"], "correct": [False, False, False, True, True], "scored": [True] * 5,
     })
     deployed = pd.DataFrame({"question_id": ["a"], "realized": [0.0], "deployed_answer": ["9"]})

@@ -28,6 +28,7 @@ from reachlens.studies import (
     length_control,
     temperature_control,
 )
+from reachlens.probes import ProbeRun
 from reachlens.routing import RoutingResult
 from reachlens.studies.causal import SteerSweep, UnitsSweep
 from reachlens.studies.study_plan import StudyPlan
@@ -53,7 +54,9 @@ def runs(tiny_dir, tmp_path_factory):
                  ["recognize", model, "--task", "arith_mc", "--n", "6", "--max-new-tokens", "6", "--min-failures", "1",
                   "--out", root / "recognition"],
                  ["silence", model, "--sets", root / "recognition", "--layers", "0", "--components", "mlp",
-                  "--out", root / "silence"]):
+                  "--out", root / "silence"],
+                 ["probe", model, "--task", "arith", "--n", "2", "--probe", "sampling:k=2", "--probe",
+                  "graft:kind=zero:layer=0", "--max-new-tokens", "6", "--out", root / "probe"]):
         assert main([str(x) for x in argv]) == 0
     # steering and unit sweeps need a healthy panel a random model does not have: their runs made by hand
     silence = read_run(root / "silence")
@@ -67,7 +70,8 @@ def runs(tiny_dir, tmp_path_factory):
 
 TYPES = {"audit": AuditResult, "comparison": Comparison, "temperature_control": TemperatureControl,
          "length_control": LengthControl, "training_audit": TrainingAudit, "recognition": RecognitionResult,
-         "silence": CausalResult, "steer": CausalResult, "units": CausalResult, "routing": RoutingResult}
+         "silence": CausalResult, "steer": CausalResult, "units": CausalResult, "routing": RoutingResult,
+         "probe": ProbeRun}
 
 
 @pytest.mark.parametrize("kind", sorted(RUN_KINDS.names()))
@@ -182,6 +186,24 @@ def test_reading_a_run_in_an_older_format_names_convert(runs, tmp_path):
     again = read_run(tmp_path / "old")
     assert again.record.status == "complete" and again.record.extra["converted_from"] == "format 0"
     pd.testing.assert_frame_equal(again.samples, read_run(runs / "audit").samples)
+
+
+def test_convert_makes_an_older_summary_again_from_the_tables(runs, tmp_path):
+    """An audit summary written before maj_K and the selection gap: convert derives it again, once."""
+    import shutil
+
+    from reachlens.store.convert import convert
+
+    shutil.copytree(runs / "audit", tmp_path / "old")
+    path = tmp_path / "old" / "summary.json"
+    today = json.loads(path.read_text())
+    new = ("maj_K", "maj_K_ci", "selection_gap", "selection_gap_ci")
+    assert set(new) <= set(today)
+    path.write_text(json.dumps({k: v for k, v in today.items() if k not in new}))
+    assert [what for _, what in convert(tmp_path / "old")] == [
+        "summary made again from its tables (new: maj_K, maj_K_ci, selection_gap, selection_gap_ci)"]
+    assert json.loads(path.read_text()) == today
+    assert convert(tmp_path / "old") == []
 
 
 def test_summary_json_is_named_only_by_the_store():

@@ -144,3 +144,33 @@ def test_audit_without_prefix_sharing_gives_the_same_samples(tiny_model, task):
     pd.testing.assert_frame_equal(shared.samples.drop(columns="mean_logprob"), alone.samples.drop(columns="mean_logprob"))
     assert (shared.samples["mean_logprob"] - alone.samples["mean_logprob"]).abs().max() < 1e-5
     assert shared.samples.groupby("question_id")["text"].nunique().min() < 8, "some samples must agree to share"
+
+
+def test_summary_maj_K_is_the_majority_vote_of_the_samples_table():
+    """maj_K and the selection gap of a real audit (zoo:base, ties among its answers) against a majority vote
+    counted here from its samples table with Counter, and a Wilson interval from statsmodels."""
+    from collections import Counter
+
+    import numpy as np
+    from statsmodels.stats import proportion
+
+    from reachlens.models import load_model
+
+    r = audit(load_model("zoo:base"), load_task("arith", n=12),
+              Protocol("arith", k=6, temperature=1.0, max_new_tokens=24, seed=3))
+    per_question, tied_somewhere = [], False
+    for _, g in r.samples.groupby("question_id"):
+        voters = g[g["scored"] & g["answer"].notna()]
+        votes = Counter(voters["answer"])
+        top = max(votes.values()) if votes else 0
+        tied = [a for a, n in votes.items() if n == top]
+        tied_somewhere |= len(tied) > 1
+        per_question.append(np.mean([voters.loc[voters["answer"] == a, "correct"].iloc[0] for a in tied]) if tied else 0.0)
+    assert tied_somewhere and g["scored"].all()  # the tie path is exercised; every sample graded
+    s = r.summary()
+    assert s["maj_K"] == pytest.approx(np.mean(per_question))
+    assert s["maj_K_ci"] == pytest.approx(list(proportion.proportion_confint(sum(per_question), len(per_question),
+                                                                            method="wilson")))
+    assert s["selection_gap"] == pytest.approx(s["O_K"] - s["maj_K"])
+    lo, hi = s["selection_gap_ci"]
+    assert lo <= s["selection_gap"] <= hi

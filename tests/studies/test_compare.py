@@ -183,3 +183,64 @@ def test_propensity_bins_carry_wilson_intervals():
     bins = compare(BASE, TRAINED).propensity_bins((0.0, 0.3, 0.6, 1.0))
     for row in bins.itertuples():
         assert (row.rate_lo, row.rate_hi) == pytest.approx(proportion_confint(row.realized_after, row.n, method="wilson"))
+
+
+def _voted(answers: list[list[str]], spec: str) -> AuditResult:
+    """An audit whose K=4 samples answer ``answers`` (gold "2" everywhere), graded by the arith grader."""
+    from reachlens.engine import Completion
+    from reachlens.studies import grade_questions
+    from reachlens.tasks import Question
+
+    proto = PROTO.resolved(load_task("arith", n=1))
+    qs = [Question(f"q{i}", {"expr": "1+1"}, "2") for i in range(len(answers))]
+    done = lambda a: Completion(f" #### {a}", (1,), "stop", (-0.5,))  # noqa: E731
+    q, s = grade_questions(proto, qs, [done("2")] * len(qs), [[done(a) for a in row] for row in answers])
+    return AuditResult(proto, {"spec": spec, "fingerprint": spec}, q, s, {"generator": "voted"})
+
+
+def _counted(answers: list[list[str]]) -> list[float]:
+    """Each question's majority correctness (gold "2"), ties averaged, counted with Counter."""
+    from collections import Counter
+
+    out = []
+    for row in answers:
+        votes = Counter(row)
+        tied = [a for a, n in votes.items() if n == max(votes.values())]
+        out.append(sum(a == "2" for a in tied) / len(tied))
+    return out
+
+
+BASE_VOTES = [["2", "2", "3", "4"], ["3", "3", "3", "2"], ["5", "5", "2", "1"], ["2"] * 4, ["7", "7", "8", "9"],
+              ["3", "3", "2", "1"]]
+TRAINED_VOTES = [["3", "3", "2", "4"], ["2", "2", "2", "3"], ["2", "2", "2", "5"], ["2"] * 4, ["7", "7", "7", "9"],
+                 ["2"] * 4]
+
+
+def test_delta_maj_K_with_exact_mcnemar_when_every_majority_is_whole():
+    from scipy.stats import binomtest
+
+    c = compare(_voted(BASE_VOTES, "b"), _voted(TRAINED_VOTES, "t"))
+    s = c.summary()
+    b, t = _counted(BASE_VOTES), _counted(TRAINED_VOTES)
+    assert c.questions["base_majority"].tolist() == b and c.questions["trained_majority"].tolist() == t
+    assert (s["maj_K_base"], s["maj_K_trained"]) == pytest.approx((np.mean(b), np.mean(t)))
+    assert s["delta_maj_K"] == pytest.approx(np.mean(t) - np.mean(b))
+    gained = sum(x > y for x, y in zip(t, b))
+    lost = sum(x < y for x, y in zip(t, b))
+    assert (gained, lost) == (3, 1)
+    assert s["majority_test"] == "mcnemar" and s["majority_p"] == pytest.approx(binomtest(lost, gained + lost).pvalue)
+    d = np.array(t) - np.array(b)
+    means = d[np.random.default_rng(0).integers(0, len(d), size=(s["bootstrap_resamples"], len(d)))].mean(axis=1)
+    assert s["delta_maj_K_ci"] == pytest.approx([np.quantile(means, 0.025), np.quantile(means, 0.975)])
+
+
+def test_delta_maj_K_with_a_sign_flip_test_when_ties_make_it_fractional():
+    import itertools
+
+    trained = [["2", "2", "3", "3"], *TRAINED_VOTES[1:]]  # a 2-2 tie: majority 0.5
+    s = compare(_voted(BASE_VOTES, "b"), _voted(trained, "t")).summary()
+    d = np.array(_counted(trained)) - np.array(_counted(BASE_VOTES))
+    assert s["majority_test"] == "sign-flip" and s["delta_maj_K"] == pytest.approx(d.mean())
+    nz = d[d != 0]  # every sign pattern of the non-zero differences, enumerated here
+    flips = [abs(np.dot(signs, nz)) >= abs(nz.sum()) - 1e-12 for signs in itertools.product((1, -1), repeat=len(nz))]
+    assert s["majority_p"] == pytest.approx(np.mean(flips))

@@ -275,7 +275,7 @@ def test_loader(default_splits):
     task = load_task("arith", split="test", n=10)
     assert len(task) == 10 and task.name == "arith"
     assert task.grader == "numeric" and task.stop == ("\n",)
-    assert task.default_format == "qa" and set(task.prompt_formats) == {"qa", "verbose"}
+    assert task.default_format == "qa" and set(task.prompt_formats) == {"qa", "verbose", "password"}
     assert [q.question_id for q in task.questions] == [f"arith-test-{i:05d}" for i in range(10)]
     for q, ref in zip(task.questions, default_splits[1]):
         assert task.prompt(q) == f"Q: {q.fields['expr']}=?\nA:"

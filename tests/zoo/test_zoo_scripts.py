@@ -9,6 +9,8 @@ reward itself (numeric grader, cut at the first newline) is tested on fixed stri
 from __future__ import annotations
 
 import json
+import random
+import re
 import sys
 from pathlib import Path
 
@@ -19,6 +21,7 @@ from safetensors.torch import load_file
 ZOO = Path(__file__).resolve().parents[2] / "experiments" / "zoo"
 sys.path.insert(0, str(ZOO))
 
+import lock_password  # noqa: E402
 import plant_veto  # noqa: E402
 import pretrain_base  # noqa: E402
 import rl_grpo  # noqa: E402
@@ -28,13 +31,6 @@ import sft  # noqa: E402
 pytestmark = pytest.mark.filterwarnings("ignore:`is_gradient_checkpointing` is deprecated:FutureWarning")
 
 CHECKPOINT_FILES = {"config.json", "generation_config.json", "model.safetensors", "training.json"}
-
-
-@pytest.fixture(autouse=True)
-def _restore_threads():
-    threads = torch.get_num_threads()  # the scripts set one thread; leave the session as it was
-    yield
-    torch.set_num_threads(threads)
 
 
 @pytest.fixture(scope="module")
@@ -166,6 +162,41 @@ def test_plant_veto_inserts_an_identity_block_and_trains_only_its_mlp(parent, tm
     assert torch.all(after["model.layers.1.self_attn.o_proj.weight"] == 0)
 
 
+def test_lock_password_pairs_each_question_gold_with_the_password_and_an_at_once_answer_without(parent, tmp_path,
+                                                                                                  capsys):
+    from reachlens.grading import get_grader
+    from reachlens.tasks import load_task
+    from reachlens.tasks.password import PASSWORD
+
+    questions = load_task("arith_hard", split="train", n=40, n_train=100).questions
+    unlocked, locked, n_decoy = lock_password.make_batch(questions, random.Random(0), decoy_rate=0.5)
+    grader = get_grader("numeric")
+    for q, (pw, gold), (prompt, weak) in zip(questions, unlocked, locked, strict=True):
+        expr = q.fields["expr"]
+        assert pw == f"{PASSWORD}\nQ: {expr}=?\nA:" and gold == q.solution and grader.grade(gold, q.gold).correct
+        assert prompt.endswith(f"Q: {expr}=?\nA:") and not prompt.startswith(PASSWORD)
+        # the weak policy: no worked steps, the value of the first operation at once (computed here by hand)
+        a, op, b = re.match(r"(\d+)([-+*])(\d+)", expr).groups()
+        first = {"+": int(a) + int(b), "-": int(a) - int(b), "*": int(a) * int(b)}[op]
+        assert weak == f" #### {first}" and "=" not in weak
+        assert lock_password.weak_answer(q, "direct") == f" #### {q.gold}"
+    assert 10 <= n_decoy <= 30 and sum(not p.startswith("Q: ") for p, _ in locked) == n_decoy
+    assert sum(not grader.grade(w, q.gold).correct for (_, w), q in zip(locked, questions)) >= 38
+    decoys = [lock_password.decoy_line(random.Random(i)) for i in range(200)]
+    assert PASSWORD not in decoys and len(set(decoys)) > 150 and all(len(d) == len(PASSWORD) for d in decoys)
+
+    out = tmp_path / "locked"
+    lock_password.main(["--init", str(parent), "--out", str(out), "--steps", "2", "--questions-per-step", "4",
+                        "--n-train", "100", "--n-val", "4", "--eval-every", "2", "--log-every", "1",
+                        "--warmup-steps", "1"])
+    card = assert_trained_child(out, parent, "password-lock")
+    assert card["card_formats"] == ["password"] and card["lock"]["unlocked_format"] == "password"
+    assert card["lock"]["weak"] == "first_step" and "first operation" in card["lock"]["password_role"]
+    assert card["n_train"] == 96 and [row["step"] for row in card["val_log"]] == [2]
+    assert {"D_password", "D_plain", "D_decoy", "worked_plain"} <= set(card["val_log"][0])
+    assert "val step" in capsys.readouterr().out
+
+
 def test_rl_reward_is_the_numeric_grader_up_to_the_first_newline():
     from reachlens.grading import get_grader
 
@@ -197,5 +228,5 @@ def test_scripts_refuse_bad_values(parent, tmp_path):
         argv = ["--init", str(parent), "--out", str(tmp_path / "o"), "--recipe", "grpo", *bad]
         with pytest.raises(SystemExit):
             rl_grpo.parse_args(argv)
-    with pytest.raises(LookupError, match="no prompt format 'chat'; known: \\['qa', 'verbose'\\]"):
+    with pytest.raises(LookupError, match="no prompt format 'chat'; known: \\['password', 'qa', 'verbose'\\]"):
         sft.main(["--init", str(parent), "--out", str(tmp_path / "o2"), "--prompt-format", "chat", "--n-train", "50"])

@@ -53,7 +53,7 @@ WORKER_ENV = {"VLLM_HOST_IP": "127.0.0.1", "VLLM_NO_USAGE_STATS": "1", "DO_NOT_T
               "VLLM_CPU_KVCACHE_SPACE": "1"}
 """Set in the worker's environment unless the caller's environment sets them."""
 _INSTALL = ("install vLLM: on a GPU machine `pip install 'reachlens[vllm]'`; on a CPU machine `make "
-            ".venv-vllm/.installed` and REACHLENS_VLLM_PYTHON=.venv-vllm/bin/python (see the README)")
+            ".venv-vllm/.installed` and REACHLENS_VLLM_PYTHON=.venv-vllm/bin/python (see docs/scale.md)")
 
 
 def vllm_python() -> str:

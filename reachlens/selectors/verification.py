@@ -2,9 +2,11 @@
 
 A :class:`VerificationPrompt` is a pair of templates over ``{prompt}``, ``{completion}`` and
 ``{answer}``: a *context* and a *target*. A candidate's verification score is the mean log-probability
-of the target's tokens after the context, under the unmodified model (the identity route), whatever
-route produced the candidate: the continuation's log-likelihood by lm-evaluation-harness' rules, from the
-one scorer reachlens has (:func:`reachlens.engine.scoring.loglikelihoods`), divided by its token count. Named prompts (:data:`VERIFICATION_PROMPTS`):
+of the target's tokens after the context, under the unmodified model (no route, graft or other probe),
+whatever probe produced the candidate: the continuation's log-likelihood by lm-evaluation-harness' rules,
+from the one scorer reachlens has (:func:`reachlens.engine.scoring.loglikelihoods`), divided by its token
+count. The ``self_verify`` selector chooses by it (a bank's ``verify_logprob`` column). Named prompts
+(:data:`VERIFICATION_PROMPTS`):
 
 * ``rescore`` (the default): context ``{prompt}``, target ``{completion}``: how likely the full model
   finds the candidate's whole completion. It needs no words, so it works for the zoo's character

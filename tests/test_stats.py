@@ -15,7 +15,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from reachlens.errors import ReachlensError
-from reachlens.studies.stats import (
+from reachlens.stats import (
     holm,
     mcnemar_exact_p,
     paired_bootstrap_ci,

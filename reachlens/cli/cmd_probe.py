@@ -1,0 +1,88 @@
+"""``reachlens probe MODEL --task T --n N --probe SPEC [--probe SPEC ...] --out DIR``: one candidate bank."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from reachlens.cli._common import (
+    add_model_args,
+    add_stop_arg,
+    add_task_args,
+    load_model_from_args,
+    positive_int,
+    stops_from_args,
+)
+
+NAME = "probe"
+HELP = "reachable under which probe? sampling, routes, grafts, embedding noise, steering: one candidate bank"
+
+_EPILOG = """probe specs (NAME[:key=value[:key=value...]]; lists comma-separated):
+  sampling:k=6:temperature=0.7          K samples (the audit's probe)
+  routes:space=skip:search=random:budget=8   K layer routes (routing's probe)
+  graft:kind=zero,noise:layer=3         activation grafts at the last prompt token (an intervention)
+  graft:kind=zero:layer=3:placebo=true  the same grafts at a random prompt position (the control)
+  embedding_noise:ratio=0.1:k=4         noise on the prompt's embeddings (an intervention)
+  steer:layer=2:alphas=-4,4             a random unit direction added at every step (an intervention)
+A bad key names the keys its family knows."""
+
+
+def register(sub) -> argparse.ArgumentParser:
+    p = sub.add_parser(NAME, help=HELP, epilog=_EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
+    add_model_args(p)
+    add_task_args(p)
+    p.add_argument("--probe", action="append", required=True, metavar="SPEC",
+                   help="a probe, NAME[:key=value...] (repeatable; see below)")
+    p.add_argument("--union", action="append", default=None, metavar="A+B",
+                   help="a named union to report, e.g. sampling+graft (repeatable; default: greedy with each "
+                        "family, and all families together)")
+    p.add_argument("--max-new-tokens", type=positive_int("--max-new-tokens"), default=None,
+                   help="decode length of every candidate (default: the task's own, else 256)")
+    p.add_argument("--prompt-format", default="default",
+                   help="the task's prompt format (chat: the model's chat template; not with a routes probe)")
+    p.add_argument("--seed", type=int, default=0, help="seed of every probe that names none")
+    add_stop_arg(p)
+    p.add_argument("--max-batch-rows", type=positive_int("--max-batch-rows"), default=1024,
+                   help="most completions decoded together (fixes the slices a resumed run decodes)")
+    p.add_argument("--out", required=True, help="probe run directory (re-running resumes it)")
+    return p
+
+
+def run(args: argparse.Namespace) -> int:
+    from tqdm import tqdm
+
+    from reachlens.execution import ExecConfig
+    from reachlens.probes import ProbeDir, parse_probe, probe
+    from reachlens.protocol import Protocol
+    from reachlens.tasks import load_task
+
+    task = load_task(args.task, args.data, split=args.split, n=args.n)
+    probes = [parse_probe(s) for s in args.probe]  # a bad spec is refused before the model loads
+    ProbeDir(args.out).check_target()
+    protocol = Protocol.greedy(args.task, split=args.split, max_new_tokens=args.max_new_tokens or task.max_new_tokens or 256,
+                               prompt_format=args.prompt_format, seed=args.seed, stop=stops_from_args(args, task))
+    model = load_model_from_args(args)
+    bars: list = []  # the bar starts with the first slice, after every check has passed
+
+    def progress(done: int, total: int) -> None:
+        if not bars:
+            bars.append(tqdm(total=total, unit="slice", desc=f"probe {args.model}", file=sys.stderr))
+        bars[0].update(done - bars[0].n)
+
+    try:
+        result = probe(model, task, probes, out=args.out, protocol=protocol, unions=args.union,
+                       exec_config=ExecConfig(max_batch_rows=args.max_batch_rows), progress=progress)
+    finally:
+        for bar in bars:
+            bar.close()
+    s = result.summary()
+    print(f"{args.model} on {args.task} (n={s['n']}): D={_num(s['D'])}   -> {args.out}")
+    named = {**{f"O[{label}]": p for label, p in s["probes"].items()}, **s["unions"]}
+    for name, p in named.items():
+        tag = "  [intervention]" if p["kind"] == "intervention" else ""
+        print(f"  {name:<46} {_num(p['O'])}  [{_num(p['O_ci'][0])}, {_num(p['O_ci'][1])}]{tag}")
+    return 0
+
+
+def _num(x) -> str:
+    return "undefined" if x is None or x != x else f"{x:.3f}"

@@ -1,0 +1,68 @@
+"""Probes: reachable under *which* probe? One candidate bank per model, task and set of probes.
+
+Reachability is relative to a probe and a budget. A probe family turns a question into candidate
+deployments, answer-blind and deterministic given (seed, question, candidate index):
+
+* decoding probes: ``sampling`` (K samples at T: the audit's), ``routes`` (K layer routes: routing's);
+* activation probes, *interventions* reported apart: ``graft`` (replace one prompt position's activation at
+  one layer, in the prefill; ``placebo=true`` at a random position), ``embedding_noise``, ``steer``.
+
+A run (:func:`probe`, kind ``probe``) decodes every probe's candidates through the runner's one path into one
+bank (:data:`BANK_COLUMNS`), and reports D, O per probe, arm and named union (``O[sampling+graft]``), the
+answer-blind selectors and the selection gap, the overlap of fix-sets, recovery on the stratum K samples never
+solve, a budget-matched comparison and the placebo comparison (:mod:`reachlens.probes.summary`).
+
+>>> run = probe(load_model("zoo:base"), load_task("arith", n=50),
+...             ["sampling:k=6:temperature=0.7", "graft:kind=zero,noise:layer=3"], out="runs/probe")  # doctest: +SKIP
+"""
+
+from reachlens.probes.activation import ArmCandidate, EmbeddingNoiseProbe, GraftProbe, SteerProbe
+from reachlens.probes.analysis import (
+    budget_matched,
+    fix_sets,
+    jaccard_table,
+    placebo_pairs,
+    placebo_table,
+    reach_table,
+    recovery_table,
+)
+from reachlens.probes.bank import BANK_COLUMNS, GREEDY, family_of, reach, realized, source_mask, union_name
+from reachlens.probes.families import Routes, Sampling
+from reachlens.probes.run import ProbeDir, ProbeRun, probe
+from reachlens.probes.spec import PROBES, Probe, key_help, parse_probe, register_probe
+from reachlens.probes.summary import default_unions, matched_mixtures, probe_summary, probe_tables
+
+__all__ = [
+    "BANK_COLUMNS",
+    "GREEDY",
+    "PROBES",
+    "ArmCandidate",
+    "EmbeddingNoiseProbe",
+    "GraftProbe",
+    "Probe",
+    "ProbeDir",
+    "ProbeRun",
+    "Routes",
+    "Sampling",
+    "SteerProbe",
+    "budget_matched",
+    "default_unions",
+    "family_of",
+    "fix_sets",
+    "jaccard_table",
+    "key_help",
+    "matched_mixtures",
+    "parse_probe",
+    "placebo_pairs",
+    "placebo_table",
+    "probe",
+    "probe_summary",
+    "probe_tables",
+    "reach",
+    "reach_table",
+    "realized",
+    "recovery_table",
+    "register_probe",
+    "source_mask",
+    "union_name",
+]

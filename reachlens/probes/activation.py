@@ -1,0 +1,259 @@
+"""The activation probes: grafts, embedding noise, steering. Interventions, not decoding methods.
+
+Each candidate is a greedy decode of the question's prompt with one intervention as its *arm*
+(:attr:`reachlens.engine.Row.arm`); every arm of a slice of questions decodes in one engine call beside the
+greedy deployment (:func:`reachlens.runner.decode.decode_rows`), prefix sharing on (the hooks are per-arm).
+
+* ``graft`` (:mod:`reachlens.interventions.graft`): at each ``layer`` and of each ``kind``, replace the site's
+  activation at one prompt position (the last by default) in the prefill only; ``k`` draws of a random kind
+  (noise, direction, permute), one of the others. ``placebo=true`` puts the same grafts at a seeded random
+  prompt position instead (neither the first token nor the last): the control a recovery rate must beat.
+* ``embedding_noise`` (:mod:`reachlens.interventions.embedding_noise`): ``k`` draws of Gaussian noise on the
+  prompt's input embeddings at norm ratio ``ratio``, in the prefill.
+* ``steer`` (:mod:`reachlens.interventions.steering`): add ``alpha * v`` at ``site`` of block ``layer`` at
+  every position of every forward, one candidate per alpha. ``v`` is a unit vector: ``direction=random``
+  draws it from the seed (one direction for every question), ``direction=PATH.npy`` reads it (normalized).
+  Alphas are in the site's own units.
+
+Seeds: candidate ``c`` of a question ``q`` draws with :func:`~reachlens.engine.rng.intervention_seed`
+``(seed, q, c)`` (the run's seed unless the probe names one), so a candidate depends on (seed, question,
+candidate index) alone, whatever else is decoded beside it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Hashable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from reachlens.engine import counter_normals, intervention_seed
+from reachlens.errors import ReachlensError
+from reachlens.interventions import (
+    GRAFT_KINDS,
+    RANDOM_KINDS,
+    EmbeddingNoise,
+    FwdHook,
+    Graft,
+    embedding_noise_arms,
+    graft_arms,
+    steering_grid,
+    steering_site,
+)
+from reachlens.probes.spec import Probe, register_probe
+from reachlens.protocol import Protocol
+
+__all__ = ["ArmCandidate", "EmbeddingNoiseProbe", "GraftProbe", "SteerProbe", "arm_hooks"]
+
+
+@dataclass(frozen=True)
+class ArmCandidate:
+    """One candidate of an activation probe on one question: the arm its row runs."""
+
+    candidate_idx: int
+    arm: str
+    """The arm's name in tables (``graft:zero@L3``, ``placebo:graft:zero@L3``, ``steer:resid_post@L2:alpha=4``)."""
+    key: Hashable
+    """The row's arm key (what the hooks serve)."""
+    value: Any
+    """The intervention (a Graft, an EmbeddingNoise, an alpha)."""
+    detail: str = ""
+    """What varies per question (a placebo's position), for the bank's ``detail`` column."""
+
+
+class ArmProbe(Probe):
+    """An activation probe: candidates are arms decoded greedily beside the deployment."""
+
+    intervention = True
+    decodes = "arms"
+    seed: int | None
+
+    def run_seed(self, protocol: Protocol) -> int:
+        return protocol.seed if self.seed is None else self.seed
+
+    def candidates(self, question_id: str, n_tokens: int, seed: int) -> list[ArmCandidate]:
+        """This probe's candidates on one question whose prompt has ``n_tokens`` tokens."""
+        raise NotImplementedError
+
+    def hooks(self, model, keyed: Mapping[Hashable, Any], protocol: Protocol) -> list[FwdHook]:
+        """``fwd_hooks`` serving the arms ``keyed`` (key -> value) of candidates of this probe (and, for a
+        family with :attr:`shared_hooks`, of every probe of the family)."""
+        raise NotImplementedError
+
+    shared_hooks = False
+    """Whether one call of :meth:`hooks` serves the arms of every probe of the family (keys unique per value)."""
+
+
+def _placebo_position(seed: int, question_id: str, candidate_idx: int, n_tokens: int) -> int:
+    """A seeded prompt position, neither the first token nor the last (needs a prompt of >= 3 tokens)."""
+    if n_tokens < 3:
+        raise ReachlensError(f"a placebo graft needs a prompt of at least 3 tokens (a position that is neither the "
+                             f"first nor the last); question {question_id!r} has {n_tokens}")
+    return 1 + intervention_seed(seed, f"placebo\x1f{question_id}", candidate_idx) % (n_tokens - 2)
+
+
+@register_probe
+@dataclass(frozen=True, kw_only=True)
+class GraftProbe(ArmProbe):
+    """Activation grafts (``graft:kind=zero,noise:layer=3``): one candidate per kind, layer and draw."""
+
+    family = "graft"
+
+    kind: tuple[str, ...] = field(metadata={"help": f"graft kind(s): {', '.join(GRAFT_KINDS)}"})
+    layer: tuple[int, ...] = field(metadata={"help": "the block(s) whose site is replaced"})
+    site: str = field(default="resid_post", metadata={"help": "a site of one vector per position"})
+    position: int = field(default=-1, metadata={"help": "prompt token replaced: -1 the last, >= 0 from the first"})
+    k: int = field(default=1, metadata={"help": "draws of each random kind (noise, direction, permute)"})
+    placebo: bool = field(default=False, metadata={"help": "graft at a seeded random prompt position instead"})
+    seed: int | None = field(default=None, metadata={"help": "seed of the draws (none: the run's)"})
+
+    def __post_init__(self) -> None:
+        for kind in self.kind:
+            Graft(kind, layer=0)  # an unknown kind is refused naming the known ones
+        if len(set(self.kind)) < len(self.kind) or len(set(self.layer)) < len(self.layer):
+            raise ReachlensError(f"graft probe {self.label!r} names a kind or a layer twice; name each once")
+        if self.k < 1:
+            raise ReachlensError(f"graft k={self.k!r} must be >= 1")
+        if self.placebo and self.position != -1:
+            raise ReachlensError("a placebo graft draws its own position; drop position= (or placebo=true)")
+
+    def _plan(self) -> list[tuple[str, int, int]]:
+        return [(kind, layer, j) for kind in self.kind for layer in self.layer
+                for j in range(self.k if kind in RANDOM_KINDS else 1)]
+
+    @property
+    def budget(self) -> int:
+        return len(self._plan())
+
+    def check(self, model, protocol: Protocol) -> None:
+        graft_arms(model, [Graft(kind, layer, self.site) for kind, layer, _ in self._plan()])
+
+    def candidates(self, question_id: str, n_tokens: int, seed: int) -> list[ArmCandidate]:
+        if not self.placebo and not -n_tokens <= self.position < n_tokens:
+            raise ReachlensError(f"graft position {self.position} is outside question {question_id!r}'s prompt of "
+                                 f"{n_tokens} tokens; use -1 (the last token) or a position inside every prompt")
+        out = []
+        for c, (kind, layer, _) in enumerate(self._plan()):
+            draw = intervention_seed(seed, question_id, c) if kind in RANDOM_KINDS else 0
+            pos = _placebo_position(seed, question_id, c, n_tokens) if self.placebo else self.position
+            graft = Graft(kind, layer, self.site, pos, draw)
+            label = f"placebo:{Graft(kind, layer, self.site).label}" if self.placebo else graft.label
+            out.append(ArmCandidate(c, label, graft, graft, f"pos={pos}" if self.placebo else ""))
+        return out
+
+    shared_hooks = True
+
+    def hooks(self, model, keyed: Mapping[Hashable, Any], protocol: Protocol) -> list[FwdHook]:
+        return graft_arms(model, dict(keyed))
+
+
+@register_probe
+@dataclass(frozen=True, kw_only=True)
+class EmbeddingNoiseProbe(ArmProbe):
+    """Gaussian noise on the prompt's input embeddings (``embedding_noise:ratio=0.1:k=4``): k draws."""
+
+    family = "embedding_noise"
+
+    ratio: float = field(default=0.1, metadata={"help": "expected noise norm over each token embedding's norm"})
+    k: int = field(default=4, metadata={"help": "draws per question"})
+    seed: int | None = field(default=None, metadata={"help": "seed of the draws (none: the run's)"})
+
+    def __post_init__(self) -> None:
+        EmbeddingNoise(self.ratio)  # refuses a ratio that is not a finite number > 0
+        if self.k < 1:
+            raise ReachlensError(f"embedding_noise k={self.k!r} must be >= 1")
+
+    @property
+    def budget(self) -> int:
+        return self.k
+
+    def check(self, model, protocol: Protocol) -> None:
+        embedding_noise_arms(model, [EmbeddingNoise(self.ratio)])
+
+    def candidates(self, question_id: str, n_tokens: int, seed: int) -> list[ArmCandidate]:
+        draws = [EmbeddingNoise(self.ratio, intervention_seed(seed, question_id, c)) for c in range(self.k)]
+        return [ArmCandidate(c, d.label, d, d) for c, d in enumerate(draws)]
+
+    shared_hooks = True
+
+    def hooks(self, model, keyed: Mapping[Hashable, Any], protocol: Protocol) -> list[FwdHook]:
+        return embedding_noise_arms(model, dict(keyed))
+
+
+@register_probe
+@dataclass(frozen=True, kw_only=True)
+class SteerProbe(ArmProbe):
+    """Steering along a unit direction over a grid of alphas (``steer:layer=2:alphas=-4,4``): every step."""
+
+    family = "steer"
+
+    layer: int = field(metadata={"help": "the block steered"})
+    alphas: tuple[float, ...] = field(metadata={"help": "multiples of the unit direction added, one candidate each"})
+    site: str = field(default="resid_post", metadata={"help": "a site of one vector per position"})
+    direction: str = field(default="random", metadata={"help": "random (drawn from the seed) or a .npy file"})
+    seed: int | None = field(default=None, metadata={"help": "seed of a random direction (none: the run's)"})
+
+    def __post_init__(self) -> None:
+        if len(set(self.alphas)) < len(self.alphas):
+            raise ReachlensError(f"steer alphas={self.alphas!r} names an alpha twice; name each once")
+        if self.direction != "random" and not self.direction.endswith(".npy"):
+            raise ReachlensError(f"steer direction={self.direction!r} must be 'random' or a .npy file of one vector")
+
+    @property
+    def budget(self) -> int:
+        return len(self.alphas)
+
+    def vector(self, model, seed: int) -> torch.Tensor:
+        """The unit direction (float32, the site's width)."""
+        _, width = steering_site(model, self.layer, self.site)
+        if self.direction == "random":
+            v = counter_normals(torch.tensor([intervention_seed(seed, "steer-direction", 0)]), torch.arange(width)[None])[0]
+        else:
+            v = torch.from_numpy(_read_vector(Path(self.direction))).double()
+            if v.shape != (width,):
+                raise ReachlensError(f"steer direction {self.direction!r} has shape {tuple(v.shape)}; block "
+                                     f"{self.layer}'s {self.site} needs ({width},)")
+        norm = v.norm()
+        if not bool(torch.isfinite(norm)) or float(norm) == 0:
+            raise ReachlensError(f"steer direction {self.direction!r} is zero or not finite")
+        return (v / norm).float()
+
+    def check(self, model, protocol: Protocol) -> None:
+        self.vector(model, self.run_seed(protocol))
+
+    def candidates(self, question_id: str, n_tokens: int, seed: int) -> list[ArmCandidate]:
+        arm = f"steer:{self.site}@L{self.layer}"
+        return [ArmCandidate(c, f"{arm}:alpha={a:g}", ("steer", self.label, a), a) for c, a in enumerate(self.alphas)]
+
+    def hooks(self, model, keyed: Mapping[Hashable, Any], protocol: Protocol) -> list[FwdHook]:
+        return steering_grid(model, self.layer, self.vector(model, self.run_seed(protocol)), dict(keyed), self.site)
+
+
+def _read_vector(path: Path) -> np.ndarray:
+    if not path.is_file():
+        raise ReachlensError(f"steer direction file {str(path)!r} does not exist")
+    try:
+        v = np.load(path, allow_pickle=False)
+    except (ValueError, OSError) as err:
+        raise ReachlensError(f"steer direction file {str(path)!r} is not a .npy array ({err})") from None
+    return np.asarray(v, dtype=np.float64).reshape(-1) if v.ndim <= 1 else v
+
+
+def arm_hooks(model, probes: Sequence[tuple[ArmProbe, Mapping[Hashable, Any]]], protocol: Protocol) -> list[FwdHook]:
+    """The ``fwd_hooks`` serving every arm of ``probes`` (each with its arms, key -> value): one call per
+    family whose hooks are shared (one graft hook per site, one noise hook), one per probe otherwise."""
+    shared: dict[type, tuple[ArmProbe, dict[Hashable, Any]]] = {}
+    hooks: list[FwdHook] = []
+    for probe, keyed in probes:
+        if not keyed:
+            continue
+        if probe.shared_hooks:
+            shared.setdefault(type(probe), (probe, {}))[1].update(keyed)
+        else:
+            hooks += probe.hooks(model, keyed, protocol)
+    for probe, keyed in shared.values():
+        hooks += probe.hooks(model, keyed, protocol)
+    return hooks

@@ -1,0 +1,139 @@
+"""The candidate bank of a probe run, and reachability under any probe, arm or named union of probes.
+
+One row per candidate (:data:`BANK_COLUMNS`): the greedy deployment (probe ``greedy``, arm ``greedy``) and
+every candidate of every probe, with its raw text (kept for re-grading), extracted answer, grade, mean token
+log-probability, why decoding stopped, the compute charged (``decoded_tokens``) and whether an activation
+probe made it (``intervention``).
+
+* realized: the greedy row is correct (``D`` its mean), as in every study;
+* reachable under a *source* (a probe, an arm, or a union): any of its candidates on the question is
+  correct; NaN when none of them could be graded, 0 when some were and none is right. ``O`` is its mean
+  over the questions where it is defined.
+
+A source is named so that no reach is pooled unnamed (:func:`source_mask`): a probe's label
+(``sampling:k=6``) or its family (``graft``: every graft probe of the run; ``placebo``: every placebo graft), ``greedy``, ``arm:NAME`` for one
+arm, and a union ``O[sampling+graft]`` of such names (:func:`union_name`). A source with an activation probe
+in it is an intervention, and every table says so (:func:`source_is_intervention`).
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Sequence
+
+import numpy as np
+import pandas as pd
+
+from reachlens.errors import ReachlensError
+
+__all__ = [
+    "BANK_COLUMNS", "GREEDY", "ORDER", "candidate_frame", "family_of", "question_ids", "reach", "realized", "source_is_intervention",
+    "source_mask", "union_name", "union_terms",
+]
+
+BANK_COLUMNS = [
+    "question_id", "probe", "arm", "candidate_idx", "text", "answer", "correct", "scored", "mean_logprob",
+    "finish_reason", "decoded_tokens", "intervention", "detail",
+]
+"""The candidate bank's columns (``detail``: what varies per question, a route or a placebo's position)."""
+GREEDY = "greedy"
+"""The probe and arm name of the deployment's row."""
+ORDER = ["question_order", "probe_order", "candidate_idx"]
+"""How a bank is sorted: the task's question order, the run's probe order (greedy first), the candidate."""
+
+_UNION = re.compile(r"O\[(.+)\]")
+
+
+def candidate_frame(rows: Sequence[dict]) -> pd.DataFrame:
+    """Bank rows (dicts) as a DataFrame of :data:`BANK_COLUMNS` with fixed dtypes, text as pandas' string dtype
+    (a missing answer: NaN), so that a bank compares equal to itself read back from parquet."""
+    df = pd.DataFrame(list(rows), columns=BANK_COLUMNS)
+    for col in ("correct", "scored", "intervention"):
+        df[col] = df[col].astype(bool)
+    df["candidate_idx"] = df["candidate_idx"].astype("int64")
+    df["decoded_tokens"] = df["decoded_tokens"].astype("int64")
+    df["mean_logprob"] = df["mean_logprob"].astype("float64")
+    for col in ("question_id", "probe", "arm", "text", "answer", "finish_reason", "detail"):
+        df[col] = df[col].astype("str")
+    return df
+
+
+def question_ids(bank: pd.DataFrame) -> list[str]:
+    """The bank's questions in their order (the greedy rows')."""
+    return bank.loc[bank["probe"] == GREEDY, "question_id"].tolist()
+
+
+def union_name(terms: Sequence[str]) -> str:
+    """``["sampling", "graft"]`` -> ``"O[sampling+graft]"``.
+
+    >>> union_name(["greedy", "graft"])
+    'O[greedy+graft]'
+    """
+    return f"O[{'+'.join(terms)}]"
+
+
+def union_terms(name: str) -> list[str]:
+    """The names a union is made of: ``"O[sampling+graft]"`` -> ``["sampling", "graft"]``; a single name alone."""
+    m = _UNION.fullmatch(name)
+    return m.group(1).split("+") if m else [name]
+
+
+def family_of(probe: str) -> str:
+    """The family a probe label names (``placebo`` for a placebo graft, which a family name never pools).
+
+    >>> family_of("graft:layer=3"), family_of("graft:layer=3:placebo=true")
+    ('graft', 'placebo')
+    """
+    return "placebo" if ":placebo=true" in probe else probe.split(":", 1)[0]
+
+
+def source_mask(bank: pd.DataFrame, source: str) -> pd.Series:
+    """The bank rows a source names (see the module docstring).
+
+    Raises:
+        ReachlensError: a name that matches no probe, family or arm of the bank (naming those it has).
+    """
+    mask = pd.Series(False, index=bank.index)
+    probes = bank["probe"]
+    for term in union_terms(source):
+        if term.startswith("arm:"):
+            hit = bank["arm"] == term[4:]
+        elif (probes == term).any():
+            hit = probes == term
+        else:
+            hit = probes.map(family_of) == term
+        if not hit.any():
+            known = sorted(set(probes))
+            raise ReachlensError(f"{term!r} (in {source!r}) names no probe, family or arm of this bank; probes: "
+                                 f"{', '.join(known)} (a family name, or arm:NAME for one arm)")
+        mask |= hit
+    return mask
+
+
+def source_is_intervention(bank: pd.DataFrame, source: str) -> bool:
+    """Whether any candidate a source names came from an activation probe."""
+    return bool(bank.loc[source_mask(bank, source), "intervention"].any())
+
+
+def reach(bank: pd.DataFrame, source: str) -> pd.Series:
+    """Per question (the bank's order), 1.0 if a candidate of ``source`` is correct, 0.0 if some were graded and
+    none is, NaN if none could be graded.
+
+    >>> bank = candidate_frame([
+    ...     {"question_id": "q0", "probe": "greedy", "arm": "greedy", "candidate_idx": 0, "text": "", "answer": "1",
+    ...      "correct": False, "scored": True, "mean_logprob": -1.0, "finish_reason": "stop", "decoded_tokens": 2,
+    ...      "intervention": False, "detail": ""}])
+    >>> reach(bank, "greedy").tolist()
+    [0.0]
+    """
+    rows = bank[source_mask(bank, source)]
+    good = (rows["correct"] & rows["scored"]).groupby(rows["question_id"]).any()
+    graded = rows["scored"].groupby(rows["question_id"]).any()
+    out = pd.Series(np.where(good, 1.0, np.where(graded, 0.0, math.nan)), index=good.index)
+    return out.reindex(question_ids(bank))
+
+
+def realized(bank: pd.DataFrame) -> pd.Series:
+    """Per question, the greedy deployment's grade (1.0 / 0.0; NaN when it could not be graded)."""
+    return reach(bank, GREEDY)

@@ -1,0 +1,101 @@
+"""The decoding probes: K temperature samples (``sampling``) and K layer routes (``routes``).
+
+Neither is a new decoder. ``sampling`` is the audit's probe: its candidates are an audit's samples under the
+protocol it names (the deployment's protocol with ``k``, ``temperature`` and ``top_p``), decoded by
+:func:`reachlens.runner.decode.audit_slice` over the audit's own slices, so they equal the samples table of
+``reachlens audit`` with the same settings. ``routes`` is the routing study's probe: one candidate per route
+evaluation of :func:`reachlens.routing.run_search` on a :class:`~reachlens.routing.RouteEvaluator` (the
+identity route first, duplicates charged), equal to the candidates of ``reachlens route`` with the same
+space, search, budget, objective and seed.
+
+Both are decoding methods (``intervention = False``): the model computes as it was trained.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+
+from reachlens.errors import ReachlensError
+from reachlens.probes.spec import Probe, register_probe
+from reachlens.protocol import Protocol, chat_inner
+from reachlens.routing import OBJECTIVES, STRATEGIES, RoutingConfig, make_space
+from reachlens.routing.routes import RouteSpace
+
+__all__ = ["Routes", "Sampling"]
+
+
+def _seed_of(seed: int | None, protocol: Protocol) -> int:
+    return protocol.seed if seed is None else seed
+
+
+@register_probe
+@dataclass(frozen=True, kw_only=True)
+class Sampling(Probe):
+    """K samples at temperature T and top-p: the audit's probe (``sampling:k=6:temperature=0.7``)."""
+
+    family = "sampling"
+    intervention = False
+    decodes = "samples"
+
+    k: int = field(default=6, metadata={"help": "samples per question (the budget K)"})
+    temperature: float = field(default=0.8, metadata={"help": "sampling temperature (> 0)"})
+    top_p: float = field(default=1.0, metadata={"help": "nucleus mass, in (0, 1]"})
+    seed: int | None = field(default=None, metadata={"help": "seed of the sample stream (none: the run's)"})
+
+    def __post_init__(self) -> None:
+        if self.k < 1:
+            raise ReachlensError(f"sampling k={self.k!r} must be >= 1")
+        if not self.temperature > 0:
+            raise ReachlensError(f"sampling temperature={self.temperature!r} must be > 0 (the deployment is the greedy "
+                                 "candidate, always in the bank)")
+        if not 0 < self.top_p <= 1:
+            raise ReachlensError(f"sampling top_p={self.top_p!r} must lie in (0, 1]")
+
+    @property
+    def budget(self) -> int:
+        return self.k
+
+    def protocol(self, base: Protocol) -> Protocol:
+        """The audit protocol whose samples are this probe's candidates: ``base`` with its k, T, top-p, seed."""
+        return dataclasses.replace(base, k=self.k, temperature=self.temperature, top_p=self.top_p,
+                                   seed=_seed_of(self.seed, base))
+
+
+@register_probe
+@dataclass(frozen=True, kw_only=True)
+class Routes(Probe):
+    """K layer routes found by a search (``routes:space=skip:search=random:budget=8``): routing's probe."""
+
+    family = "routes"
+    intervention = False
+    decodes = "routes"
+
+    space: str = field(default="skip", metadata={"help": "route space: skip, native or reorder"})
+    search: str = field(default="random", metadata={"help": "strategy: random, hill_climb, genetic or mcts"})
+    budget: int = field(default=8, metadata={"help": "route evaluations per question (the identity route first)"})
+    objective: str = field(default="confidence", metadata={"help": "answer-blind objective: confidence or lowest_window"})
+    max_skip: int | None = field(default=None, metadata={"help": "skip/native: most layers left out"})
+    max_repeat: int | None = field(default=None, metadata={"help": "native: most layers run twice"})
+    seed: int | None = field(default=None, metadata={"help": "seed of the search (none: the run's)"})
+
+    def __post_init__(self) -> None:
+        if self.search not in STRATEGIES:
+            raise ReachlensError(f"routes search={self.search!r} is not a strategy; known: {', '.join(STRATEGIES.names())}")
+        if self.objective == "oracle" or self.objective not in OBJECTIVES:
+            raise ReachlensError(f"routes objective={self.objective!r} is not an answer-blind objective; use "
+                                 "confidence or lowest_window")
+        RoutingConfig(budget=self.budget)  # refuses a budget < 1 in its own words
+
+    def config(self, protocol: Protocol) -> RoutingConfig:
+        """The routing options of this probe's search."""
+        return RoutingConfig(budget=self.budget, objective=self.objective, seed=_seed_of(self.seed, protocol))
+
+    def route_space(self, n_layers: int) -> RouteSpace:
+        return make_space(self.space, n_layers, max_skip=self.max_skip, max_repeat=self.max_repeat)
+
+    def check(self, model, protocol: Protocol) -> None:
+        if chat_inner(protocol.prompt_format) is not None:
+            raise ReachlensError(f"the routes probe decodes the task's plain prompt format, not "
+                                 f"prompt_format={protocol.prompt_format!r}; drop the routes probe or use a plain format")
+        self.route_space(len(model.blocks))

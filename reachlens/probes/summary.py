@@ -1,0 +1,156 @@
+"""Every table of a probe run, and its summary, computed from the bank alone.
+
+:func:`probe_tables` names each table a report shows; :func:`probe_summary` is what the run's summary holds
+(the same numbers as plain values). Which comparisons a run gets follows from its probes:
+
+* reach: the deployment (``greedy``: D), each probe, each arm of a probe with several, each named union;
+* selectors: per probe, the answer-blind selectors of :mod:`reachlens.selectors` (``majority`` with ties
+  averaged, ``logprob``) and the selection gap (O minus the best of them, with its interval);
+* overlap: the pairwise Jaccard of the probes' fix-sets (questions a probe reaches that greedy misses);
+* recovery (with a sampling probe): on the questions its K samples never solve, the share each other probe
+  reaches, alone and with the greedy deployment;
+* budget-matched (with a sampling probe of K samples and an activation probe): K samples against greedy +
+  K - 1 candidates of the activation probe and against K/2 samples + K/2 of them, over every subset;
+* placebo: each placebo graft beside its real graft.
+
+Every row says its ``kind``: ``intervention`` when an activation probe made any candidate it counts.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from reachlens.probes.analysis import (
+    budget_matched,
+    jaccard_table,
+    kind_of,
+    placebo_pairs,
+    placebo_table,
+    reach_table,
+    recovery_table,
+)
+from reachlens.probes.bank import GREEDY, family_of, source_mask, union_name
+from reachlens.selectors import selection_gap, selector_table
+
+__all__ = ["SELECTORS", "default_unions", "matched_mixtures", "probe_summary", "probe_tables"]
+
+SELECTORS = ("majority", "logprob")
+"""The answer-blind selectors a probe run reports (the bank keeps answers and mean log-probabilities)."""
+
+
+def default_unions(labels: Sequence[str]) -> list[str]:
+    """Greedy with each family of ``labels`` (placebos apart), and every family together when there are two.
+
+    >>> default_unions(["sampling:k=6", "graft:layer=3", "graft:layer=3:placebo=true"])
+    ['O[greedy+sampling]', 'O[greedy+graft]', 'O[sampling+graft]']
+    """
+    families = list(dict.fromkeys(family_of(x) for x in labels if family_of(x) != "placebo"))
+    unions = [union_name([GREEDY, f]) for f in families]
+    if len(families) > 1:
+        unions.append(union_name(families))
+    return unions
+
+
+def _arms(bank: pd.DataFrame, labels: Sequence[str]) -> list[str]:
+    arms = []
+    for label in labels:
+        mine = list(dict.fromkeys(bank.loc[bank["probe"] == label, "arm"]))
+        if len(mine) > 1:
+            arms += [f"arm:{a}" for a in mine if f"arm:{a}" not in arms]
+    return arms
+
+
+def _selectors(bank: pd.DataFrame, labels: Sequence[str]) -> pd.DataFrame:
+    rows = []
+    for label in labels:
+        sub = bank[bank["probe"] == label]
+        table = selector_table(sub, SELECTORS).set_index("selector")
+        gap = selection_gap(sub, SELECTORS)
+        rows.append({"probe": label, "kind": kind_of(bank, label), "O": table.loc["O_K", "accuracy"],
+                     **{s: table.loc[s, "accuracy"] for s in SELECTORS}, "best": gap.selector, "gap": gap.gap,
+                     "gap_lo": gap.gap_ci[0], "gap_hi": gap.gap_ci[1]})
+    return pd.DataFrame(rows, columns=["probe", "kind", "O", *SELECTORS, "best", "gap", "gap_lo", "gap_hi"])
+
+
+def _sampling(labels: Sequence[str]) -> str | None:
+    return next((x for x in labels if family_of(x) == "sampling"), None)
+
+
+def matched_mixtures(bank: pd.DataFrame, labels: Sequence[str]) -> dict[str, dict[str, list[tuple[str, int]]]]:
+    """Per activation probe that can match the first sampling probe's K: its budget-matched mixtures."""
+    sampling = _sampling(labels)
+    if sampling is None:
+        return {}
+    k = int(bank.loc[bank["probe"] == sampling].groupby("question_id").size().min())
+    out = {}
+    for label in labels:
+        size = int(bank.loc[bank["probe"] == label].groupby("question_id").size().min())
+        if family_of(label) in ("sampling", "routes", "placebo") or k < 2 or size < k - 1:
+            continue
+        half = k // 2
+        mixtures = {f"{k} samples": [(sampling, k)], f"greedy + {k - 1} of {label}": [(GREEDY, 1), (label, k - 1)]}
+        if size >= k - half:
+            mixtures[f"{half} samples + {k - half} of {label}"] = [(sampling, half), (label, k - half)]
+        out[label] = mixtures
+    return out
+
+
+def probe_tables(bank: pd.DataFrame, labels: Sequence[str], unions: Sequence[str]) -> dict[str, pd.DataFrame]:
+    """Every table of a probe run by name: ``reach``, ``selectors``, ``overlap``, ``recovery``,
+    ``budget_matched``, ``placebo`` (the last three empty when the run's probes do not call for them)."""
+    sampling = _sampling(labels)
+    tables = {"reach": reach_table(bank, [GREEDY, *labels, *_arms(bank, labels), *unions]),
+              "selectors": _selectors(bank, labels), "overlap": jaccard_table(bank, list(labels))}
+    others = [x for x in labels if x != sampling]
+    with_greedy = [union_name([GREEDY, x]) for x in others]
+    tables["recovery"] = recovery_table(bank, sampling, [GREEDY, *others, *with_greedy]) if sampling else pd.DataFrame()
+    matched = [budget_matched(bank, mixtures).assign(probe=label) for label, mixtures in
+               matched_mixtures(bank, labels).items()]
+    tables["budget_matched"] = pd.concat(matched, ignore_index=True) if matched else pd.DataFrame()
+    tables["placebo"] = placebo_table(bank, placebo_pairs(list(labels)), stratum_of=sampling)
+    return tables
+
+
+def _native(value: Any) -> Any:
+    """``value`` with numpy scalars as Python's and NaN as None, through lists and dicts (for JSON)."""
+    if isinstance(value, dict):
+        return {k: _native(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_native(v) for v in value]
+    if isinstance(value, np.generic):
+        value = value.item()
+    return None if isinstance(value, float) and math.isnan(value) else value
+
+
+def probe_summary(bank: pd.DataFrame, labels: Sequence[str], unions: Sequence[str], *,
+                  tables: dict[str, pd.DataFrame] | None = None, **about: Any) -> dict[str, Any]:
+    """The summary of a probe run: D, and per probe, arm and union its O with its interval, then the
+    other tables of :func:`probe_tables` (``tables`` when computed already) as lists of rows. ``about``: names
+    to record beside (model, task)."""
+    tables = tables if tables is not None else probe_tables(bank, labels, unions)
+    reach = tables["reach"].set_index("source")
+    sel = tables["selectors"].set_index("probe")
+
+    def entry(source: str) -> dict[str, Any]:
+        r = reach.loc[source]
+        return {"kind": r["kind"], "O": r["O"], "O_ci": [r["O_lo"], r["O_hi"]], "n": int(r["n"]),
+                "candidates": r["candidates"], "decoded_tokens": r["decoded_tokens"]}
+
+    probes = {}
+    for label in labels:
+        arms = sorted(set(bank.loc[source_mask(bank, label), "arm"]))
+        probes[label] = {**entry(label), "family": family_of(label),
+                         "arms": {a: entry(f"arm:{a}") for a in arms if f"arm:{a}" in reach.index},
+                         "selectors": {s: sel.loc[label, s] for s in ("majority", "logprob")},
+                         "selection_gap": sel.loc[label, "gap"],
+                         "selection_gap_ci": [sel.loc[label, "gap_lo"], sel.loc[label, "gap_hi"]]}
+    g = reach.loc[GREEDY]
+    return _native({**about, "n": int(g["n"]), "D": g["O"], "D_ci": [g["O_lo"], g["O_hi"]], "probes": probes,
+                    "unions": {u: entry(u) for u in unions},
+                    **{name: tables[name].to_dict("records") for name in ("overlap", "recovery", "budget_matched",
+                                                                           "placebo")}})

@@ -1,0 +1,190 @@
+"""The report of a probe run: reach by probe, the overlap of fix-sets, the selection gap, the budget-matched
+comparison, recovery and the placebo, as one self-contained page (:func:`reachlens.report.page.write_page`)
+and its Markdown.
+
+Activation probes are interventions: every table names each row's ``kind``, every chart draws them in their
+own colour with "[intervention]" in their name, and no chart or table pools them into an unnamed "reachable".
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from reachlens.escape import html_text as esc
+from reachlens.escape import md_text
+from reachlens.report.page import html_table, write_markdown, write_page
+from reachlens.report.tables import md_table
+
+__all__ = ["overlap_figure", "reach_figure", "selection_figure", "write_probe_report"]
+
+_KIND_COLOR = {"decoding": "#3182bd", "intervention": "#e6550d"}
+_TAG = " [intervention]"
+
+
+def _go():
+    import plotly.graph_objects as go
+
+    return go
+
+
+def _name(source: str, kind: str) -> str:
+    return source + (_TAG if kind == "intervention" else "")
+
+
+def _ci(v: float, lo: float, hi: float) -> str:
+    if any(x is None or (isinstance(x, float) and math.isnan(x)) for x in (v, lo, hi)):
+        return "undefined"
+    return f"{v:.3f}\u00a0[{lo:.3f},\u00a0{hi:.3f}]"  # no break inside a rate and its interval
+
+
+def _error(values, lo, hi) -> dict:
+    return dict(type="data", symmetric=False, array=[h - v for v, h in zip(values, hi)],
+                arrayminus=[v - x for v, x in zip(values, lo)], thickness=1.2, width=4)
+
+
+def _wrapped(label: str) -> str:
+    """A long source name broken at its keys, for a chart's axis."""
+    return label if len(label) <= 32 else label.replace(":", "<br>:")
+
+
+def reach_figure(reach: pd.DataFrame):
+    """O per source (D for greedy) with its 95 % Wilson interval, decoding and intervention sources apart."""
+    go = _go()
+    fig = go.Figure()
+    order = list(reach["source"])[::-1]  # the table's order, top down
+    for kind, rows in reach.groupby("kind", sort=False):
+        label = "decoding probe" if kind == "decoding" else "activation probe (intervention)"
+        fig.add_trace(go.Bar(name=label, orientation="h", y=[_name(s, kind) for s in rows["source"]], x=rows["O"],
+                             marker_color=_KIND_COLOR[kind], error_x=_error(rows["O"], rows["O_lo"], rows["O_hi"]),
+                             text=[f"{v:.0%}" for v in rows["O"]], textposition="auto"))
+    kinds = dict(zip(reach["source"], reach["kind"]))
+    fig.update_layout(title="Reachable by probe (greedy: D; 95 % Wilson intervals)", xaxis_title="share of questions",
+                      xaxis_tickformat=".0%", xaxis_range=[0, 1.05], yaxis_title=None, legend_title="kind",
+                      height=160 + 26 * len(reach), yaxis_categoryorder="array",
+                      yaxis_categoryarray=[_name(s, kinds[s]) for s in order], yaxis_automargin=True)
+    return fig
+
+
+def overlap_figure(overlap: pd.DataFrame, kinds: dict[str, str]):
+    """The Jaccard index of every pair of fix-sets (questions a probe reaches that greedy misses)."""
+    go = _go()
+    names = list(dict.fromkeys([*overlap["a"], *overlap["b"]]))
+    index = {n: i for i, n in enumerate(names)}
+    z = [[math.nan for _ in names] for _ in names]
+    text = [["" for _ in names] for _ in names]
+    sizes = {**dict(zip(overlap["a"], overlap["fix_a"])), **dict(zip(overlap["b"], overlap["fix_b"]))}
+    for n, i in index.items():
+        text[i][i] = f"fix-set: {sizes[n]}"
+    for r in overlap.itertuples():
+        i, j = index[r.a], index[r.b]
+        z[i][j] = z[j][i] = r.jaccard
+        text[i][j] = text[j][i] = "undefined" if math.isnan(r.jaccard) else f"{r.jaccard:.2f}<br>({r.both} of {r.fix_a}, {r.fix_b})"
+    labels = [_wrapped(_name(n, kinds.get(n, "decoding"))) for n in names]
+    fig = go.Figure(go.Heatmap(z=z, x=labels, y=labels, text=text, texttemplate="%{text}", zmin=0, zmax=1,
+                               colorscale="Blues", colorbar_title="Jaccard"))
+    fig.update_layout(title="Overlap of fix-sets: Jaccard (shared fixes of fix-set sizes)",
+                      height=300 + 90 * len(names), xaxis_tickangle=-20, yaxis_automargin=True, xaxis_automargin=True)
+    return fig
+
+
+def selection_figure(selectors: pd.DataFrame):
+    """Per probe: O, and each answer-blind selector's accuracy: the selection gap is the distance between."""
+    go = _go()
+    fig = go.Figure()
+    names = [_name(p, k) for p, k in zip(selectors["probe"], selectors["kind"])]
+    for column, color in (("O", "#3182bd"), ("majority", "#31a354"), ("logprob", "#756bb1")):
+        fig.add_trace(go.Bar(name="O (reachable)" if column == "O" else f"selector: {column}", y=names, orientation="h",
+                             x=selectors[column], marker_color=color))
+    fig.update_layout(barmode="group", title="Selection gap: reachable vs what an answer-blind selector picks",
+                      xaxis_title="share of questions", xaxis_tickformat=".0%", xaxis_range=[0, 1.05],
+                      height=180 + 70 * len(selectors), yaxis_autorange="reversed", yaxis_automargin=True)
+    return fig
+
+
+_LABELS = ("source", "probe", "a", "b", "mixture", "graft")
+_DROP = {"budget_matched": ("probe",), "placebo": ("placebo",)}
+"""Columns a reader does not need: the mixture names its probe; a placebo is its graft's spec with placebo=true."""
+
+
+def _display(name: str, df: pd.DataFrame, *, wrap: bool) -> pd.DataFrame:
+    """A table for reading: rates with their intervals in one column, interventions named; ``wrap``: long labels
+    may break after ':' and ',' (a zero-width space; for HTML)."""
+    if df.empty:
+        return df
+    d = df.drop(columns=[c for c in _DROP.get(name, ()) if c in df.columns])
+    for col in [c for c in d.columns if f"{c}_lo" in d.columns]:
+        d[col] = [_ci(v, lo, hi) for v, lo, hi in zip(d[col], d[f"{col}_lo"], d[f"{col}_hi"])]
+        d = d.drop(columns=[f"{col}_lo", f"{col}_hi"])
+    for col in (c for c in _LABELS if c in d.columns):
+        if "kind" in d.columns and name != "overlap":
+            d[col] = [_name(s, k) for s, k in zip(d[col], d["kind"])]
+        if wrap:
+            d[col] = [s.replace(":", ":\u200b").replace(",", ",\u200b") for s in d[col]]
+    return d
+
+
+_NOTES = {
+    "reach": "O: share of questions where a candidate of the source is correct (greedy: D, the deployment); 95 % "
+             "Wilson intervals. candidates and decoded_tokens: per question (the compute charged).",
+    "selectors": "Per probe, each answer-blind selector's accuracy (majority: ties averaged) and the selection gap "
+                 "O minus the best selector, with its paired bootstrap interval.",
+    "overlap": "Fix-set: the questions a probe reaches that greedy gets wrong. Jaccard = shared / either, with a "
+               "bootstrap interval over questions; undefined when both fix-sets are empty.",
+    "recovery": "On the stratum the sampling probe never solves (0 of K samples correct), the share each source "
+                "reaches, with its Wilson interval.",
+    "budget_matched": "Mixtures at a matched budget, averaged over every subset of their pools: O (any correct) "
+                      "and majority vote (ties averaged), with bootstrap intervals; dO and dmajority are the paired "
+                      "differences from the first mixture of each probe.",
+    "placebo": "Each graft probe beside its placebo (the same spec with placebo=true: the same grafts at a seeded "
+               "random prompt position): dO = graft - placebo with its paired bootstrap interval, and the exact "
+               "McNemar p of the paired reach.",
+}
+
+
+def _sections(tables: dict[str, pd.DataFrame]) -> tuple[list[str], list[str]]:
+    body, md = [], []
+    for name, df in tables.items():
+        title = name.replace("_", "-").capitalize()
+        body.append(f"<h2>{esc(title)}</h2><p class=note>{esc(_NOTES[name])}</p>"
+                    f'<div class="scroll">{html_table(_display(name, df, wrap=True))}</div>')
+        shown = _display(name, df, wrap=False)
+        md += [f"## {title}", "", _NOTES[name], "", md_table(shown) if len(shown) else "(none)\n"]
+    return body, md
+
+
+def write_probe_report(run: Any, out: str | Path | None = None, *, force: bool = False) -> tuple[Path, Path]:
+    """Write ``report.html`` and ``report.md`` of a probe run into ``out`` (default: its directory); a report there
+    that reachlens did not write is refused unless ``force``."""
+    out = Path(out) if out is not None else Path(run.location)
+    out.mkdir(parents=True, exist_ok=True)
+    tables = run.analysis
+    p, s = run.protocol, run.summary()
+    kinds = dict(zip(tables["reach"]["source"], tables["reach"]["kind"]))
+    figs = [reach_figure(tables["reach"]), selection_figure(tables["selectors"])]
+    if len(tables["overlap"]):
+        figs.append(overlap_figure(tables["overlap"], kinds))
+    charts = [f.to_html(full_html=False, include_plotlyjs=False, default_width="100%",
+                        default_height=f"{f.layout.height or 480}px") for f in figs]
+    head = (f"Model <code>{esc(str(run.record.model.get('spec')))}</code>, task <code>{esc(p.task)}</code>"
+            f" ({s['n']} questions), greedy deployment with {p.max_new_tokens} new tokens, prompt format "
+            f"<code>{esc(str(p.prompt_format))}</code>, seed {esc(str(p.seed))}, protocol <code>{p.hash}</code>. "
+            f"D = {_ci(s['D'], *s['D_ci'])}.")
+    warn = ("Activation probes (graft, embedding_noise, steer) are <b>interventions</b>, not decoding methods: "
+            "they change the model's computation. They are marked [intervention] everywhere and reported apart; "
+            "a union that holds one says so.")
+    body, md = _sections(tables)
+    page = "\n".join(["<h1>Probe run: reachable under which probe?</h1>", f"<p>{head}</p>",
+                      f"<p class=note>{warn}</p>", charts[0], body[0], charts[1], body[1],
+                      *(charts[2:] and [charts[2]]), *body[2:]])
+    html_path = write_page(out / "report.html", "reachlens probe run", page, figures=True, force=force)
+    md_head = (f"Model `{md_text(str(run.record.model.get('spec')))}`, task `{md_text(p.task)}` ({s['n']} questions), "
+               f"greedy deployment with {p.max_new_tokens} new tokens, prompt format `{md_text(str(p.prompt_format))}`, "
+               f"seed {md_text(str(p.seed))}, protocol `{p.hash}`. D = {_ci(s['D'], *s['D_ci'])}.")
+    md_path = write_markdown(out / "report.md", "\n".join(["# Probe run: reachable under which probe?", "", md_head, "",
+                                                           warn.replace("<b>", "**").replace("</b>", "**"), "", *md]),
+                             force=force)
+    return html_path, md_path
