@@ -7,7 +7,11 @@ model, data and seed stream:
   (seed, q, j) alone, so the result equals a fresh K2 audit; < K cuts the first K2 samples, decoding nothing);
 * the **temperature** control: ``temperature=T`` with ``questions=`` the ones that left a parent's reachable set;
 * the **length** control: ``max_new_tokens=N``;
-* the **prompt-format** control: ``prompt_format=NAME``.
+* the **prompt-format** control: ``prompt_format=NAME`` (with ``k=1`` in a training study: its table reads
+  the deployment alone).
+
+A change of ``k`` alone reuses the source's samples (a cut, or an extension drawing only the new ones); ``k``
+changed with anything else decodes every sample again under the new protocol.
 
 The model must be the one the audit was made with, and the task its data: both identities are checked
 against the source's record first (:func:`require_audited_with`). A rerun written to a folder is named by one
@@ -133,9 +137,12 @@ def plan_rerun(
     if "questions" in change:
         src = _only(src, change["questions"])
     sub = task.only(src.questions["question_id"])
-    if "k" in change and change["k"] < src.k:
+    # the budget alone changed: cut the samples (k < K) or draw only the new ones (k > K); with any other
+    # change the source's samples were drawn under another protocol, so everything is decoded again
+    k_only = set(change) <= {"k", "questions"}
+    if k_only and "k" in change and change["k"] < src.k:
         return PlannedRerun(None, lambda _: _as_rerun(src.restrict_k(change["k"]), out, extra), out)
-    if "k" in change and change["k"] > src.k:
+    if k_only and "k" in change and change["k"] > src.k:
         return _extension(src, model, sub, protocol, exec_config, out, extra)
     return PlannedRerun(AuditJob(model, sub, protocol, out, exec_config, extra=extra), lambda result: result, out)
 

@@ -6,7 +6,7 @@ kind ``training_audit`` (:class:`TrainingAudit`) made of runs (its layout, :clas
     DIR/run.json, its summary, *.parquet         the study: its plan (protocol + options), its tables
     DIR/audits/NAME/                              each checkpoint's audit
     DIR/audits/NAME--k=K2/                        the budget control (rerun at budget K2)
-    DIR/audits/NAME--prompt_format=FMT/           the prompt-format control (rerun in its native format)
+    DIR/audits/NAME--k=1--prompt_format=FMT/      the prompt-format control (its deployment in its native format)
     DIR/audits/NAME--max_new_tokens=N/            the length control's reruns (flagged pairs only)
     DIR/comparisons/PARENT--NAME/                 each pair's comparison
     DIR/controls/temperature/PARENT--NAME/        each pair's temperature control, holding its re-probes
@@ -24,6 +24,8 @@ Controls (each a :func:`~reachlens.runner.rerun` of a checkpoint's audit):
 * **prompt format**: the trained model audited under the base model's prompt (``shared``) and under
   its own (``native``); the share of the realization gain retained under the shared prompt is
   ``(D_trained,shared - D_base) / (D_trained,native - D_base)`` (undefined when the native gain is 0).
+  Only D is read, so the rerun in the native format decodes the deployment and :data:`FORMAT_K` sample
+  (a study written before read its K-sample rerun ``NAME--prompt_format=FMT``, which is still read).
 * **temperature** (:mod:`reachlens.studies.controls`): each pair's questions that left the reachable set,
   re-probed with the descendant at other temperatures, same K and seed stream.
 * **length**: per pair, the shares of outputs cut at ``max_new_tokens``; a pair whose shares differ by
@@ -57,10 +59,24 @@ from reachlens.studies.study_plan import StudyPlan
 from reachlens.studies.study_view import StudyView
 from reachlens.tasks.base import Task
 
-__all__ = ["StudyLayout", "TrainingAudit", "run_training_audit"]
+__all__ = ["FORMAT_K", "StudyLayout", "TrainingAudit", "run_training_audit"]
 
 _TABLES = ("checkpoints", "headline", "pass_at_k_deltas", "pass_at_k_crossovers", "unreachability", "budget_control",
            "format_control", "temperature_control", "truncation_control", "length_control", "trajectory")
+
+FORMAT_K = 1
+"""Samples per question of the prompt-format control's rerun: its table reads D (the deployment) alone, so the
+K samples of a full audit (two of the demo's sixteen audits) would be decoded for no table."""
+
+
+def format_changes(plan: StudyPlan, name: str) -> list[dict[str, Any]]:
+    """The reruns that hold checkpoint ``name`` in its native prompt format, first the one a study makes now
+    (``k=FORMAT_K``), then a K-sample one of a study written before (empty: no native format)."""
+    fmt = plan.native_formats.get(name)
+    if fmt is None:
+        return []
+    now = {"prompt_format": fmt, **({"k": FORMAT_K} if plan.protocol.k > FORMAT_K else {})}
+    return [now] + ([{"prompt_format": fmt}] if "k" in now else [])
 
 
 @dataclass(frozen=True)
@@ -156,9 +172,11 @@ class TrainingAudit(StudyView, Run):
         found = collections.defaultdict(dict)
         for name in plan.model_order:
             for group, change in (("audits", {}), ("extended", {"k": plan.budget_k}),
-                                  ("formats", {"prompt_format": plan.native_formats.get(name)}),
+                                  *(("formats", c) for c in format_changes(plan, name)),
                                   ("longer", {"max_new_tokens": plan.length_max_new_tokens})):
-                if (not change or None not in change.values()) and AuditDir(lay.audit(name, **change)).is_complete():
+                if name in found[group] or (change and None in change.values()):
+                    continue
+                if AuditDir(lay.audit(name, **change)).is_complete():
                     found[group][name] = AuditResult.load(lay.audit(name, **change))
         for a, b in plan.pairs:
             if RunDir(lay.temperature(a, b)).exists():
@@ -211,7 +229,7 @@ def _control_steps(plan: StudyPlan, task: Task, lay: StudyLayout, ex: ExecConfig
         if fmt and fmt != r.protocol.prompt_format:
             add(name, f"{name} in its {fmt!r} prompt", r.n,
                 lambda f, name=name, fmt=fmt: f"{name:>10s}: D under its native prompt {fmt!r} = {f.D:.3f}",
-                lay.audits, prompt_format=fmt)
+                lay.audits, **format_changes(plan, name)[0])
     longer: set[str] = set()
     for a, b in plan.pairs:
         c = compare(main[a], main[b])

@@ -52,6 +52,7 @@ def test_demo_audits_the_lineage_and_prints_every_table(tmp_path, capfd):
     # the format control audits the models trained on "verbose" prompts in that format, and only them
     assert {name: r.protocol.prompt_format for name, r in study.formats.items()} == \
         {"sft": "verbose", "sft-grpo": "verbose"}
+    assert {r.k for r in study.formats.values()} == {1}  # its table reads D alone: the deployment and one sample
     assert {r.protocol.prompt_format for r in study.audits.values()} == {"qa"}
     mark, title = (out / "report.md").read_text().split("\n", 2)[:2]  # reachlens' mark, then the page
     assert mark == MARKDOWN_MARK and title == "# Training audit"
