@@ -13,7 +13,9 @@ kind ``training_audit`` (:class:`TrainingAudit`) made of runs (its layout, :clas
     DIR/controls/length/PARENT--NAME/             each flagged pair's length control
 
 It runs in two rounds of jobs on one executor (:func:`reachlens.runner.run_reruns`): every checkpoint's audit,
-then every control's rerun (each needs the audits: which questions left, which pairs are flagged). Everything
+then every control's rerun (each needs the audits: which questions left, which pairs are flagged). A
+checkpoint the budget control extends is decoded once in the first round, at the control's budget, and its
+audit at K is the first K samples per question of that one (what the two share is decoded once). Everything
 is resumable, and everything can be re-read without a model (:func:`~reachlens.store.read_run`);
 :mod:`reachlens.report` renders it.
 
@@ -49,7 +51,7 @@ import pandas as pd
 from reachlens.errors import ReachlensError
 from reachlens.execution import ExecConfig
 from reachlens.runner import AuditJob, ProcessPool, plan_rerun, rerun_name, run_reruns
-from reachlens.runner.rerun import PlannedRerun
+from reachlens.runner.rerun import PlannedRerun, as_rerun
 from reachlens.store import AuditDir, Run, RunDir, RunRecord, register_kind, single_name, write_json
 from reachlens.studies._progress import ProgressBoard
 from reachlens.studies.auditing import AuditResult
@@ -204,13 +206,38 @@ class _Step:
 
 
 def _main_steps(plan: StudyPlan, task: Task, lay: StudyLayout, ex: ExecConfig) -> list[_Step]:
+    """Every checkpoint's audit.
+
+    A checkpoint the budget control extends is decoded once, at the control's budget K2 (into its folder
+    ``NAME--k=K2``), and its audit at K is the first K samples per question of that one
+    (:meth:`~reachlens.studies.auditing.AuditResult.restrict_k`: sample j depends on (seed, question, j) alone,
+    so the cut holds the very samples an audit at K draws). All K2 samples of a question share one sample tree,
+    so what the first K and the last K2 - K have in common is decoded once instead of twice. A checkpoint whose
+    audit at K a study begun before holds (complete or not) keeps it, and the control then extends it.
+    """
     from reachlens.models import ModelSource
 
-    return [_Step(name, f"{name} K={plan.protocol.k}", len(task),
-                  lambda r, name=name: f"{name:>10s}: D={r.D:.3f}  O_{r.k}={r.O_K:.3f}",
-                  PlannedRerun(AuditJob(ModelSource.from_exec(spec, ex), task, plan.protocol, lay.audit(name), ex),
-                               lambda r: r, lay.audit(name)))
-            for name, spec in plan.models.items()]
+    steps = []
+    for name, spec in plan.models.items():
+        source, k, k2 = ModelSource.from_exec(spec, ex), plan.protocol.k, plan.budget_k
+        log = (lambda r, name=name: f"{name:>10s}: D={r.D:.3f}  O_{r.k}={r.O_K:.3f}")
+        if k2 is not None and name in plan.paired_models and not RunDir(lay.audit(name)).exists():
+            job = AuditJob(source, task, plan.protocol.with_k(k2), lay.audit(name, k=k2), ex,
+                           extra={"change": {"k": k2}, "cut_to_k": {str(k): str(lay.audit(name))}})
+            planned = PlannedRerun(job, lambda r, name=name: _cut(r, k, lay.audit(name)), lay.audit(name))
+            both = (lambda r, name=name, log=log:
+                    f"{log(r)}  O_{k2}={AuditResult.load(lay.audit(name, k=k2)).O_K:.3f} (budget control)")
+            steps.append(_Step(name, f"{name} K={k2} (K={k} and the budget control)", len(task), both, planned))
+        else:
+            planned = PlannedRerun(AuditJob(source, task, plan.protocol, lay.audit(name), ex), lambda r: r,
+                                   lay.audit(name))
+            steps.append(_Step(name, f"{name} K={k}", len(task), log, planned))
+    return steps
+
+
+def _cut(wide: AuditResult, k: int, out: Path) -> AuditResult:
+    """The audit at budget ``k`` that ``wide`` (a complete audit at a larger budget) holds, written to ``out``."""
+    return as_rerun(wide.restrict_k(k), out, {"rerun_of": str(wide.location), "change": {"k": k}})
 
 
 def _control_steps(plan: StudyPlan, task: Task, lay: StudyLayout, ex: ExecConfig, main: dict[str, AuditResult]) -> list[_Step]:

@@ -71,6 +71,33 @@ def test_format_control_shows_the_parent_in_its_own_format_when_it_has_one(tiny_
     assert row["D_trained_native"] == study.formats["rl"].D and row["D_base"] == study.audits["sft"].D
 
 
+def test_the_budget_control_is_decoded_once_and_the_audit_at_k_is_its_cut(tiny_dir, tmp_path):
+    plan = plan_for(tiny_dir)
+    study = run_training_audit(plan, tmp_path / "s", log=lambda s: None)
+    task = reachlens.load_task("arith", n=4)
+    q_cols, s_cols = ["question_id", "deployed_text", "realized", "reachable", "n_correct"], ["question_id", "sample_idx", "text"]
+    for name in ("base", "tuned"):
+        # the audit at K equals one made directly at K (another way: reachlens.audit), the control holds it
+        direct = reachlens.audit(str(tiny_dir), task, plan.protocol)
+        audit, wide = study.audits[name], study.extended[name]
+        assert (audit.k, wide.k) == (3, 6) and wide.location.name == f"{name}--k=6"
+        pd.testing.assert_frame_equal(audit.questions[q_cols], direct.questions[q_cols])
+        pd.testing.assert_frame_equal(audit.samples[s_cols], direct.samples[s_cols])
+        first = wide.samples[wide.samples["sample_idx"] < 3].reset_index(drop=True)
+        pd.testing.assert_frame_equal(first[s_cols], audit.samples[s_cols])
+    # a study begun before, whose audits at K are written but not the control's: they are kept, the control
+    # extends them (drawing samples K..K2-1 only)
+    (tmp_path / "older").mkdir()
+    shutil.copy(tmp_path / "s" / "run.json", tmp_path / "older")
+    for name in ("base", "tuned"):
+        shutil.copytree(tmp_path / "s" / "audits" / name, tmp_path / "older" / "audits" / name)
+    older = run_training_audit(plan, tmp_path / "older", log=lambda s: None)
+    for name in ("base", "tuned"):
+        assert older.extended[name].record.extra["rerun_of"].endswith(f"audits/{name}")
+        pd.testing.assert_frame_equal(older.extended[name].samples[s_cols], study.extended[name].samples[s_cols])
+    assert older.budget_control().equals(study.budget_control())
+
+
 def test_format_control_decodes_the_deployment_alone_and_reads_an_older_k_sample_rerun(tiny_dir, tmp_path):
     plan = plan_for(tiny_dir)
     study = run_training_audit(plan, tmp_path / "s", log=lambda s: None)
