@@ -24,7 +24,7 @@ def test_demo_audits_the_lineage_and_prints_every_table(tmp_path, capfd):
                        key=lambda e: e.training["snapshot_step"])
     assert len(snapshots) >= 3
     for e in snapshots:
-        assert f"{e.name} K=4: 4/4 questions in " in err and f"{e.name} K=8 (budget control)" not in err
+        assert f"{e.name} K=4: 4/4 questions in " in err and f"{e.name} K=8" not in err
     assert "sft in its 'verbose' prompt: 4/4 questions in " in err
     assert "Loading weights" not in err and "Warning" not in err, err
     assert f"report: {out / 'report.html'}" in printed
