@@ -76,9 +76,9 @@ def test_the_budget_control_is_decoded_once_and_the_audit_at_k_is_its_cut(tiny_d
     study = run_training_audit(plan, tmp_path / "s", log=lambda s: None)
     task = reachlens.load_task("arith", n=4)
     q_cols, s_cols = ["question_id", "deployed_text", "realized", "reachable", "n_correct"], ["question_id", "sample_idx", "text"]
+    direct = reachlens.audit(str(tiny_dir), task, plan.protocol)  # both checkpoints are this one model
     for name in ("base", "tuned"):
         # the audit at K equals one made directly at K (another way: reachlens.audit), the control holds it
-        direct = reachlens.audit(str(tiny_dir), task, plan.protocol)
         audit, wide = study.audits[name], study.extended[name]
         assert (audit.k, wide.k) == (3, 6) and wide.location.name == f"{name}--k=6"
         pd.testing.assert_frame_equal(audit.questions[q_cols], direct.questions[q_cols])
