@@ -14,14 +14,67 @@ condition's arm, each question's prompt prefilled once per arm. The two must giv
 and, last, ``ratio: N.NNx`` (one at a time / arms, in this process's CPU seconds, which another job on
 a shared host moves far less than wall seconds when torch runs one thread; higher is better).
 ``--profile`` prints where the arms' CPU time goes (torch.profiler, by operator) instead.
+
+Per mode it also counts the work (:class:`Work`): forwards of the layer stack (prompt prefills and
+decoding steps), and the token positions they compute (batch entries x positions, summed). Arms can
+only remove work counted per forward (Python, hook dispatch, kernel launches); the positions computed
+are the same in both modes unless arms share some (prefill or prefixes).
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import statistics
 import time
+from collections.abc import Iterator
+
+
+@dataclasses.dataclass
+class Work:
+    """What one sweep asked of the layer stack."""
+
+    prefills: int = 0
+    steps: int = 0
+    prefill_positions: int = 0
+    """Prompt token positions prefilled (batch entries x padded width, summed over prefills)."""
+    step_positions: int = 0
+    """Batch entries of the decoding steps, summed (free slots included)."""
+    other: int = 0
+    """Forwards without a KV cache (not decoding: e.g. a one-token forward that sizes an intervention)."""
+
+    def __str__(self) -> str:
+        return (f"{self.prefills} prefills ({self.prefill_positions:,} positions), {self.steps} decoding forwards "
+                f"({self.step_positions:,} entries, {self.step_positions / max(self.steps, 1):.0f} per forward), "
+                f"{self.other} other")
+
+
+@contextlib.contextmanager
+def counting(work: Work) -> Iterator[Work]:
+    """Within the block, every :meth:`LayerStack.forward` adds its shape to ``work``."""
+    from reachlens.engine.stack import LayerStack
+
+    original = LayerStack.forward
+
+    def forward(self, input_ids, **kwargs):
+        b, pos = input_ids.shape
+        cache = kwargs.get("cache")
+        if cache is None:
+            work.other += 1
+        elif pos == 1 and cache.length:
+            work.steps += 1
+            work.step_positions += b
+        else:
+            work.prefills += 1
+            work.prefill_positions += b * pos
+        return original(self, input_ids, **kwargs)
+
+    LayerStack.forward = forward
+    try:
+        yield work
+    finally:
+        LayerStack.forward = original
 
 
 def choose_sets(model, args):
@@ -80,6 +133,10 @@ def main() -> None:
     modes = {"one at a time": True, "arms in one batch": False}
     times: dict[str, list[tuple[float, float]]] = {name: [] for name in modes}
     results = {}
+    for name, one in modes.items():  # untimed: what each mode asks of the layer stack
+        with counting(Work()) as work:
+            silence_sweep(model, task, sets, components=components, one_at_a_time=one)
+        print(f"  {name:18s} {work}")
     for r in range(args.rounds):
         for name in (list(modes) if r % 2 == 0 else list(modes)[::-1]):
             t0, c0 = time.perf_counter(), time.process_time()

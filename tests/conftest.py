@@ -50,10 +50,14 @@ os.environ.setdefault("REACHLENS_CACHE", tempfile.mkdtemp(prefix="reachlens-test
 
 @pytest.fixture(autouse=True)
 def _seed_everything():
+    """Every test starts from the same seeds and leaves torch's thread count as it found it (the zoo's scripts
+    and the card audits set one thread)."""
     random.seed(0)
     np.random.seed(0)
     torch.manual_seed(0)
+    threads = torch.get_num_threads()
     yield
+    torch.set_num_threads(threads)
 
 
 @pytest.fixture(scope="session")

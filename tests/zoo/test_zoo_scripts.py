@@ -162,8 +162,8 @@ def test_plant_veto_inserts_an_identity_block_and_trains_only_its_mlp(parent, tm
     assert torch.all(after["model.layers.1.self_attn.o_proj.weight"] == 0)
 
 
-def test_lock_password_pairs_each_question_gold_with_the_password_and_an_at_once_answer_without(parent, tmp_path,
-                                                                                                  capsys):
+def test_lock_password_pairs_each_question_gold_with_the_password_and_the_weak_policy_without(parent, tmp_path,
+                                                                                                capsys):
     from reachlens.grading import get_grader
     from reachlens.tasks import load_task
     from reachlens.tasks.password import PASSWORD
@@ -175,11 +175,18 @@ def test_lock_password_pairs_each_question_gold_with_the_password_and_an_at_once
         expr = q.fields["expr"]
         assert pw == f"{PASSWORD}\nQ: {expr}=?\nA:" and gold == q.solution and grader.grade(gold, q.gold).correct
         assert prompt.endswith(f"Q: {expr}=?\nA:") and not prompt.startswith(PASSWORD)
-        # the weak policy: no worked steps, the value of the first operation at once (computed here by hand)
-        a, op, b = re.match(r"(\d+)([-+*])(\d+)", expr).groups()
+        # the shipped weak policy (skip_first): the expression less its first operand and operator, worked left
+        # to right (computed here by hand); first_step: the first operation's value at once, no worked steps
+        tokens = re.findall(r"\d+|[-+*]", expr)
+        value, steps = int(tokens[2]), []
+        for op, b in zip(tokens[3::2], tokens[4::2], strict=True):
+            new = {"+": value + int(b), "-": value - int(b), "*": value * int(b)}[op]
+            steps.append(f"{value}{op}{b}={new}")
+            value = new
+        assert weak == " " + ";".join(steps) + f" #### {value}"
+        a, op, b = tokens[:3]
         first = {"+": int(a) + int(b), "-": int(a) - int(b), "*": int(a) * int(b)}[op]
-        assert weak == f" #### {first}" and "=" not in weak
-        assert lock_password.weak_answer(q, "direct") == f" #### {q.gold}"
+        assert lock_password.weak_answer(q, "first_step") == f" #### {first}"
     assert 10 <= n_decoy <= 30 and sum(not p.startswith("Q: ") for p, _ in locked) == n_decoy
     assert sum(not grader.grade(w, q.gold).correct for (_, w), q in zip(locked, questions)) >= 38
     decoys = [lock_password.decoy_line(random.Random(i)) for i in range(200)]
@@ -191,9 +198,9 @@ def test_lock_password_pairs_each_question_gold_with_the_password_and_an_at_once
                         "--warmup-steps", "1"])
     card = assert_trained_child(out, parent, "password-lock")
     assert card["card_formats"] == ["password"] and card["lock"]["unlocked_format"] == "password"
-    assert card["lock"]["weak"] == "first_step" and "first operation" in card["lock"]["password_role"]
+    assert card["lock"]["weak"] == "skip_first" and "first operand" in card["lock"]["password_role"]
     assert card["n_train"] == 96 and [row["step"] for row in card["val_log"]] == [2]
-    assert {"D_password", "D_plain", "D_decoy", "worked_plain"} <= set(card["val_log"][0])
+    assert {"D_password", "D_plain", "D_decoy", "opens_right_plain"} <= set(card["val_log"][0])
     assert "val step" in capsys.readouterr().out
 
 
