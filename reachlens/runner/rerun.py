@@ -7,7 +7,11 @@ model, data and seed stream:
   (seed, q, j) alone, so the result equals a fresh K2 audit; < K cuts the first K2 samples, decoding nothing);
 * the **temperature** control: ``temperature=T`` with ``questions=`` the ones that left a parent's reachable set;
 * the **length** control: ``max_new_tokens=N``;
-* the **prompt-format** control: ``prompt_format=NAME``.
+* the **prompt-format** control: ``prompt_format=NAME`` (with ``k=1`` in a training study: its table reads
+  the deployment alone).
+
+A change of ``k`` alone reuses the source's samples (a cut, or an extension drawing only the new ones); ``k``
+changed with anything else decodes every sample again under the new protocol.
 
 The model must be the one the audit was made with, and the task its data: both identities are checked
 against the source's record first (:func:`require_audited_with`). A rerun written to a folder is named by one
@@ -38,7 +42,7 @@ from reachlens.runner.jobs import AuditJob, run_jobs
 from reachlens.store import RUN_KINDS, AuditDir, RunRecord, read_run, run_differences
 from reachlens.tasks.base import Task
 
-__all__ = ["CHANGES", "PlannedRerun", "plan_rerun", "require_audited_with", "rerun", "rerun_name", "run_reruns"]
+__all__ = ["CHANGES", "PlannedRerun", "as_rerun", "plan_rerun", "require_audited_with", "rerun", "rerun_name", "run_reruns"]
 
 CHANGES = ("k", "temperature", "max_new_tokens", "prompt_format", "questions")
 """What a rerun may change (in the order :func:`rerun_name` writes them)."""
@@ -133,9 +137,12 @@ def plan_rerun(
     if "questions" in change:
         src = _only(src, change["questions"])
     sub = task.only(src.questions["question_id"])
-    if "k" in change and change["k"] < src.k:
-        return PlannedRerun(None, lambda _: _as_rerun(src.restrict_k(change["k"]), out, extra), out)
-    if "k" in change and change["k"] > src.k:
+    # the budget alone changed: cut the samples (k < K) or draw only the new ones (k > K); with any other
+    # change the source's samples were drawn under another protocol, so everything is decoded again
+    k_only = set(change) <= {"k", "questions"}
+    if k_only and "k" in change and change["k"] < src.k:
+        return PlannedRerun(None, lambda _: as_rerun(src.restrict_k(change["k"]), out, extra), out)
+    if k_only and "k" in change and change["k"] > src.k:
         return _extension(src, model, sub, protocol, exec_config, out, extra)
     return PlannedRerun(AuditJob(model, sub, protocol, out, exec_config, extra=extra), lambda result: result, out)
 
@@ -158,8 +165,9 @@ def _task_of(src) -> Task:
     return load_task(p.task, split=p.split)
 
 
-def _as_rerun(result, out: Path | None, extra: Mapping[str, Any]):
-    """``result`` with a record of its own (a rerun of its source), written complete to ``out`` when given."""
+def as_rerun(result, out: Path | None, extra: Mapping[str, Any]):
+    """``result`` (an audit cut or joined from another) with a record of its own describing it by ``extra`` (what
+    it reruns, and with which change), written complete to ``out`` when given."""
     record = RunRecord.new("audit", result.protocol, result.model, result.data or None, extra=extra,
                            exec=result.record.exec)
     result = dataclasses.replace(result, record=record, location=None)
@@ -182,7 +190,7 @@ def _extension(src, model, sub: Task, protocol, exec_config: ExecConfig, out: Pa
         samples = pd.concat([src.samples, more.samples], ignore_index=True)
         questions = update_question_table(src.questions, samples, k)
         questions, samples = in_task_order(questions, samples, [q.question_id for q in sub.questions])
-        return _as_rerun(RUN_KINDS["audit"](protocol, src.model, questions, samples, src.data, record=more.record),
+        return as_rerun(RUN_KINDS["audit"](protocol, src.model, questions, samples, src.data, record=more.record),
                          out, extra)
 
     return PlannedRerun(job, finish, out)

@@ -6,14 +6,16 @@ kind ``training_audit`` (:class:`TrainingAudit`) made of runs (its layout, :clas
     DIR/run.json, its summary, *.parquet         the study: its plan (protocol + options), its tables
     DIR/audits/NAME/                              each checkpoint's audit
     DIR/audits/NAME--k=K2/                        the budget control (rerun at budget K2)
-    DIR/audits/NAME--prompt_format=FMT/           the prompt-format control (rerun in its native format)
+    DIR/audits/NAME--k=1--prompt_format=FMT/      the prompt-format control (its deployment in its native format)
     DIR/audits/NAME--max_new_tokens=N/            the length control's reruns (flagged pairs only)
     DIR/comparisons/PARENT--NAME/                 each pair's comparison
     DIR/controls/temperature/PARENT--NAME/        each pair's temperature control, holding its re-probes
     DIR/controls/length/PARENT--NAME/             each flagged pair's length control
 
 It runs in two rounds of jobs on one executor (:func:`reachlens.runner.run_reruns`): every checkpoint's audit,
-then every control's rerun (each needs the audits: which questions left, which pairs are flagged). Everything
+then every control's rerun (each needs the audits: which questions left, which pairs are flagged). A
+checkpoint the budget control extends is decoded once in the first round, at the control's budget, and its
+audit at K is the first K samples per question of that one (what the two share is decoded once). Everything
 is resumable, and everything can be re-read without a model (:func:`~reachlens.store.read_run`);
 :mod:`reachlens.report` renders it.
 
@@ -24,6 +26,8 @@ Controls (each a :func:`~reachlens.runner.rerun` of a checkpoint's audit):
 * **prompt format**: the trained model audited under the base model's prompt (``shared``) and under
   its own (``native``); the share of the realization gain retained under the shared prompt is
   ``(D_trained,shared - D_base) / (D_trained,native - D_base)`` (undefined when the native gain is 0).
+  Only D is read, so the rerun in the native format decodes the deployment and :data:`FORMAT_K` sample
+  (a study written before read its K-sample rerun ``NAME--prompt_format=FMT``, which is still read).
 * **temperature** (:mod:`reachlens.studies.controls`): each pair's questions that left the reachable set,
   re-probed with the descendant at other temperatures, same K and seed stream.
 * **length**: per pair, the shares of outputs cut at ``max_new_tokens``; a pair whose shares differ by
@@ -47,7 +51,7 @@ import pandas as pd
 from reachlens.errors import ReachlensError
 from reachlens.execution import ExecConfig
 from reachlens.runner import AuditJob, ProcessPool, plan_rerun, rerun_name, run_reruns
-from reachlens.runner.rerun import PlannedRerun
+from reachlens.runner.rerun import PlannedRerun, as_rerun
 from reachlens.store import AuditDir, Run, RunDir, RunRecord, register_kind, single_name, write_json
 from reachlens.studies._progress import ProgressBoard
 from reachlens.studies.auditing import AuditResult
@@ -57,10 +61,24 @@ from reachlens.studies.study_plan import StudyPlan
 from reachlens.studies.study_view import StudyView
 from reachlens.tasks.base import Task
 
-__all__ = ["StudyLayout", "TrainingAudit", "run_training_audit"]
+__all__ = ["FORMAT_K", "StudyLayout", "TrainingAudit", "run_training_audit"]
 
 _TABLES = ("checkpoints", "headline", "pass_at_k_deltas", "pass_at_k_crossovers", "unreachability", "budget_control",
            "format_control", "temperature_control", "truncation_control", "length_control", "trajectory")
+
+FORMAT_K = 1
+"""Samples per question of the prompt-format control's rerun: its table reads D (the deployment) alone, so the
+K samples of a full audit (two of the demo's sixteen audits) would be decoded for no table."""
+
+
+def format_changes(plan: StudyPlan, name: str) -> list[dict[str, Any]]:
+    """The reruns that hold checkpoint ``name`` in its native prompt format, first the one a study makes now
+    (``k=FORMAT_K``), then a K-sample one of a study written before (empty: no native format)."""
+    fmt = plan.native_formats.get(name)
+    if fmt is None:
+        return []
+    now = {"prompt_format": fmt, **({"k": FORMAT_K} if plan.protocol.k > FORMAT_K else {})}
+    return [now] + ([{"prompt_format": fmt}] if "k" in now else [])
 
 
 @dataclass(frozen=True)
@@ -156,9 +174,11 @@ class TrainingAudit(StudyView, Run):
         found = collections.defaultdict(dict)
         for name in plan.model_order:
             for group, change in (("audits", {}), ("extended", {"k": plan.budget_k}),
-                                  ("formats", {"prompt_format": plan.native_formats.get(name)}),
+                                  *(("formats", c) for c in format_changes(plan, name)),
                                   ("longer", {"max_new_tokens": plan.length_max_new_tokens})):
-                if (not change or None not in change.values()) and AuditDir(lay.audit(name, **change)).is_complete():
+                if name in found[group] or (change and None in change.values()):
+                    continue
+                if AuditDir(lay.audit(name, **change)).is_complete():
                     found[group][name] = AuditResult.load(lay.audit(name, **change))
         for a, b in plan.pairs:
             if RunDir(lay.temperature(a, b)).exists():
@@ -186,13 +206,38 @@ class _Step:
 
 
 def _main_steps(plan: StudyPlan, task: Task, lay: StudyLayout, ex: ExecConfig) -> list[_Step]:
+    """Every checkpoint's audit.
+
+    A checkpoint the budget control extends is decoded once, at the control's budget K2 (into its folder
+    ``NAME--k=K2``), and its audit at K is the first K samples per question of that one
+    (:meth:`~reachlens.studies.auditing.AuditResult.restrict_k`: sample j depends on (seed, question, j) alone,
+    so the cut holds the very samples an audit at K draws). All K2 samples of a question share one sample tree,
+    so what the first K and the last K2 - K have in common is decoded once instead of twice. A checkpoint whose
+    audit at K a study begun before holds (complete or not) keeps it, and the control then extends it.
+    """
     from reachlens.models import ModelSource
 
-    return [_Step(name, f"{name} K={plan.protocol.k}", len(task),
-                  lambda r, name=name: f"{name:>10s}: D={r.D:.3f}  O_{r.k}={r.O_K:.3f}",
-                  PlannedRerun(AuditJob(ModelSource.from_exec(spec, ex), task, plan.protocol, lay.audit(name), ex),
-                               lambda r: r, lay.audit(name)))
-            for name, spec in plan.models.items()]
+    steps = []
+    for name, spec in plan.models.items():
+        source, k, k2 = ModelSource.from_exec(spec, ex), plan.protocol.k, plan.budget_k
+        log = (lambda r, name=name: f"{name:>10s}: D={r.D:.3f}  O_{r.k}={r.O_K:.3f}")
+        if k2 is not None and name in plan.paired_models and not RunDir(lay.audit(name)).exists():
+            job = AuditJob(source, task, plan.protocol.with_k(k2), lay.audit(name, k=k2), ex,
+                           extra={"change": {"k": k2}, "cut_to_k": {str(k): str(lay.audit(name))}})
+            planned = PlannedRerun(job, lambda r, name=name: _cut(r, k, lay.audit(name)), lay.audit(name))
+            both = (lambda r, name=name, log=log:
+                    f"{log(r)}  O_{k2}={AuditResult.load(lay.audit(name, k=k2)).O_K:.3f} (budget control)")
+            steps.append(_Step(name, f"{name} K={k2} (K={k} and the budget control)", len(task), both, planned))
+        else:
+            planned = PlannedRerun(AuditJob(source, task, plan.protocol, lay.audit(name), ex), lambda r: r,
+                                   lay.audit(name))
+            steps.append(_Step(name, f"{name} K={k}", len(task), log, planned))
+    return steps
+
+
+def _cut(wide: AuditResult, k: int, out: Path) -> AuditResult:
+    """The audit at budget ``k`` that ``wide`` (a complete audit at a larger budget) holds, written to ``out``."""
+    return as_rerun(wide.restrict_k(k), out, {"rerun_of": str(wide.location), "change": {"k": k}})
 
 
 def _control_steps(plan: StudyPlan, task: Task, lay: StudyLayout, ex: ExecConfig, main: dict[str, AuditResult]) -> list[_Step]:
@@ -211,7 +256,7 @@ def _control_steps(plan: StudyPlan, task: Task, lay: StudyLayout, ex: ExecConfig
         if fmt and fmt != r.protocol.prompt_format:
             add(name, f"{name} in its {fmt!r} prompt", r.n,
                 lambda f, name=name, fmt=fmt: f"{name:>10s}: D under its native prompt {fmt!r} = {f.D:.3f}",
-                lay.audits, prompt_format=fmt)
+                lay.audits, **format_changes(plan, name)[0])
     longer: set[str] = set()
     for a, b in plan.pairs:
         c = compare(main[a], main[b])

@@ -17,13 +17,14 @@ def test_demo_audits_the_lineage_and_prints_every_table(tmp_path, capfd):
     # one progress line per audit (a closing line where the output is no terminal), and nothing from the
     # libraries, the worker processes' included
     for name in ("base", "grpo", "dapo", "sft", "sft-grpo"):
-        assert f"{name} K=4: 4/4 questions in " in err and f"{name} K=8 (budget control): 4/4 questions in " in err
+        # decoded once at the budget control's K=8, the audit at K=4 its first 4 samples per question
+        assert f"{name} K=8 (K=4 and the budget control): 4/4 questions in " in err
     # the GRPO run's snapshots: audited under the same protocol, without a budget control of their own
     snapshots = sorted((e for e in zoo_entries() if e.training.get("trajectory_of") == "grpo"),
                        key=lambda e: e.training["snapshot_step"])
     assert len(snapshots) >= 3
     for e in snapshots:
-        assert f"{e.name} K=4: 4/4 questions in " in err and f"{e.name} K=8 (budget control)" not in err
+        assert f"{e.name} K=4: 4/4 questions in " in err and f"{e.name} K=8" not in err
     assert "sft in its 'verbose' prompt: 4/4 questions in " in err
     assert "Loading weights" not in err and "Warning" not in err, err
     assert f"report: {out / 'report.html'}" in printed
@@ -52,6 +53,7 @@ def test_demo_audits_the_lineage_and_prints_every_table(tmp_path, capfd):
     # the format control audits the models trained on "verbose" prompts in that format, and only them
     assert {name: r.protocol.prompt_format for name, r in study.formats.items()} == \
         {"sft": "verbose", "sft-grpo": "verbose"}
+    assert {r.k for r in study.formats.values()} == {1}  # its table reads D alone: the deployment and one sample
     assert {r.protocol.prompt_format for r in study.audits.values()} == {"qa"}
     mark, title = (out / "report.md").read_text().split("\n", 2)[:2]  # reachlens' mark, then the page
     assert mark == MARKDOWN_MARK and title == "# Training audit"

@@ -95,7 +95,7 @@ def test_demo_ray_schedules_the_lineage_on_the_cluster_with_the_same_tables(isol
     assert main(["demo", "--workers", "1", "--out", str(tmp_path / "local"), *size]) == 0
     names = sorted(p.name for p in (tmp_path / "local" / "audits").iterdir())
     lineage = {f"{m}{suffix}" for m in ("base", "grpo", "dapo", "sft", "sft-grpo") for suffix in ("", "--k=8")}
-    assert lineage | {"sft--prompt_format=verbose", "sft-grpo--prompt_format=verbose"} <= set(names)  # on the pool
+    assert lineage | {"sft--k=1--prompt_format=verbose", "sft-grpo--k=1--prompt_format=verbose"} <= set(names)  # on the pool
     assert sorted(p.name for p in (tmp_path / "ray" / "audits").iterdir()) == names  # + the length controls
     for name in names:
         for table in ("questions", "samples"):

@@ -2,16 +2,20 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
+import shutil
 
 import pandas as pd
 import pytest
 
+import reachlens
 from reachlens import Protocol
 from reachlens.errors import ReachlensError
 from reachlens.execution import ExecConfig
 from reachlens.store import read_run
-from reachlens.studies.training_audit import StudyPlan, run_training_audit
+from reachlens.runner import plan_rerun
+from reachlens.studies.training_audit import FORMAT_K, StudyPlan, run_training_audit
 
 
 def plan_for(tiny_dir) -> StudyPlan:
@@ -65,3 +69,58 @@ def test_format_control_shows_the_parent_in_its_own_format_when_it_has_one(tiny_
     row = study.format_control().iloc[0]
     assert row["D_base_in_native"] == study.formats["sft"].D
     assert row["D_trained_native"] == study.formats["rl"].D and row["D_base"] == study.audits["sft"].D
+
+
+def test_the_budget_control_is_decoded_once_and_the_audit_at_k_is_its_cut(tiny_dir, tmp_path):
+    plan = plan_for(tiny_dir)
+    study = run_training_audit(plan, tmp_path / "s", log=lambda s: None)
+    task = reachlens.load_task("arith", n=4)
+    q_cols, s_cols = ["question_id", "deployed_text", "realized", "reachable", "n_correct"], ["question_id", "sample_idx", "text"]
+    direct = reachlens.audit(str(tiny_dir), task, plan.protocol)  # both checkpoints are this one model
+    for name in ("base", "tuned"):
+        # the audit at K equals one made directly at K (another way: reachlens.audit), the control holds it
+        audit, wide = study.audits[name], study.extended[name]
+        assert (audit.k, wide.k) == (3, 6) and wide.location.name == f"{name}--k=6"
+        pd.testing.assert_frame_equal(audit.questions[q_cols], direct.questions[q_cols])
+        pd.testing.assert_frame_equal(audit.samples[s_cols], direct.samples[s_cols])
+        first = wide.samples[wide.samples["sample_idx"] < 3].reset_index(drop=True)
+        pd.testing.assert_frame_equal(first[s_cols], audit.samples[s_cols])
+    # a study begun before, whose audits at K are written but not the control's: they are kept, the control
+    # extends them (drawing samples K..K2-1 only)
+    (tmp_path / "older").mkdir()
+    shutil.copy(tmp_path / "s" / "run.json", tmp_path / "older")
+    for name in ("base", "tuned"):
+        shutil.copytree(tmp_path / "s" / "audits" / name, tmp_path / "older" / "audits" / name)
+    older = run_training_audit(plan, tmp_path / "older", log=lambda s: None)
+    for name in ("base", "tuned"):
+        assert older.extended[name].record.extra["rerun_of"].endswith(f"audits/{name}")
+        pd.testing.assert_frame_equal(older.extended[name].samples[s_cols], study.extended[name].samples[s_cols])
+    assert older.budget_control().equals(study.budget_control())
+
+
+def test_format_control_decodes_the_deployment_alone_and_reads_an_older_k_sample_rerun(tiny_dir, tmp_path):
+    plan = plan_for(tiny_dir)
+    study = run_training_audit(plan, tmp_path / "s", log=lambda s: None)
+    native = study.formats["tuned"]
+    assert native.k == FORMAT_K == 1 and native.location.name == "tuned--k=1--prompt_format=verbose"
+    assert len(native.samples) == 4 * FORMAT_K
+    # the deployment is the one a full K-sample audit in the native format makes (same D), computed another way
+    full = reachlens.audit(str(tiny_dir), reachlens.load_task("arith", n=4),
+                           dataclasses.replace(plan.protocol, prompt_format="verbose"),
+                           out=tmp_path / "s" / "audits" / "tuned--prompt_format=verbose")
+    assert full.k == 3
+    pd.testing.assert_frame_equal(native.questions[["question_id", "deployed_text", "realized"]],
+                                  full.questions[["question_id", "deployed_text", "realized"]])
+    # a study written before this change holds the K-sample rerun only: it is still read
+    shutil.rmtree(native.location)
+    older = read_run(tmp_path / "s")
+    assert older.formats["tuned"].k == 3 and older.format_control().equals(study.format_control())
+
+
+def test_a_rerun_that_changes_k_with_another_field_decodes_every_sample_again(tiny_dir, tmp_path):
+    task = reachlens.load_task("arith", n=3)
+    src = reachlens.audit(str(tiny_dir), task, Protocol("arith", k=4, temperature=1.0, max_new_tokens=10))
+    for k in (2, 6):  # below K (never a cut of the source's samples) and above (never an extension of them)
+        planned = plan_rerun(src, task=task, k=k, prompt_format="verbose")
+        assert planned.job is not None and planned.job.sample_offset == 0
+        assert (planned.job.protocol.k, planned.job.protocol.prompt_format) == (k, "verbose")
