@@ -81,29 +81,38 @@ def cascade_attention(
     q: Float[Tensor, "batch heads 1 d_head"],
     prefix_k: Float[Tensor, "groups kv_heads prefix d_head"],
     prefix_v: Float[Tensor, "groups kv_heads prefix d_head"],
-    own_k: Float[Tensor, "batch kv_heads own d_head"],
-    own_v: Float[Tensor, "batch kv_heads own d_head"],
+    own_k: Float[Tensor, "batch kv_heads room d_head"],
+    own_v: Float[Tensor, "batch kv_heads room d_head"],
     shared: SharedPrefix,
     attention_mask: Bool[Tensor, "batch 1 1 kv"] | None,
     scale: float,
+    own: int | None = None,
 ) -> Float[Tensor, "batch heads 1 d_head"]:
     """One decoding step of attention over a shared prompt part plus each row's own part.
 
     Scores against the prompt's keys are one matrix product per prompt for all of its rows (GQA heads
     folded into the rows); scores against a row's own keys are a small batched product. One softmax
-    runs over both parts, so the result equals attention over the concatenated keys.
+    runs over both parts, so the result equals attention over the concatenated keys. The row-own buffers
+    may have room beyond the ``own`` positions written (finite there; ``None``: all are written): the
+    products run over the whole buffer, the scores of the unwritten positions are dropped before the
+    softmax and their probabilities are zeros.
     """
     b, h, _, d = q.shape
     hk = prefix_k.shape[1]
+    room = own_k.shape[2]
+    own = room if own is None else own
     qg = q.reshape(b, hk, h // hk, d)
     s_prefix = grouped_matmul(qg, prefix_k.transpose(-1, -2), shared)
     s_own = torch.matmul(qg, own_k.transpose(-1, -2))
-    scores = torch.cat([s_prefix, s_own], dim=-1).float() * scale
+    scores = torch.cat([s_prefix, s_own[..., :own]], dim=-1).float() * scale
     if attention_mask is not None:
         scores = scores.masked_fill(~attention_mask[:, :, -1:, : scores.shape[-1]], torch.finfo(scores.dtype).min)
     probs = torch.softmax(scores, dim=-1).to(q.dtype)
     n_prefix = prefix_k.shape[2]
-    out = grouped_matmul(probs[..., :n_prefix], prefix_v, shared) + torch.matmul(probs[..., n_prefix:], own_v)
+    p_own = probs[..., n_prefix:]
+    if room > own:
+        p_own = torch.cat([p_own, p_own.new_zeros((*p_own.shape[:-1], room - own))], dim=-1)
+    out = grouped_matmul(probs[..., :n_prefix], prefix_v, shared) + torch.matmul(p_own, own_v)
     return out.reshape(b, h, 1, d)
 
 
@@ -148,7 +157,8 @@ def _fused_forward(self, *args, **kwargs):
     cache = kwargs.get("past_key_values")
     if isinstance(cache, SlotKVCache) and cache.shared is not None and q_len == 1:
         slot = cache.append(k, v, self._layer_idx)
-        out = cascade_attention(q, *cache.prefix(slot), *cache.own(slot), cache.shared, attention_mask, scale)
+        *own_kv, own = cache.own_padded(slot)
+        out = cascade_attention(q, *cache.prefix(slot), *own_kv, cache.shared, attention_mask, scale, own=own)
         return self.hook_out(self.o(out.transpose(1, 2).reshape(b, q_len, -1))), None
     k, v = self._update_kv_cache(k, v, **kwargs)
     kv_len = k.shape[-2]

@@ -44,6 +44,11 @@ from torch import Tensor
 
 __all__ = ["SlotKVCache", "SharedPrefix"]
 
+_GROW = 16
+"""Positions by which a shared-mode buffer of generated keys and values grows: a product over up to 15 padded
+positions costs less than a batched product over a slice of a longer buffer (one small product per row on a
+CPU), or than re-laying the buffer at every step."""
+
 
 @dataclass
 class SharedPrefix:
@@ -143,23 +148,45 @@ class SlotKVCache:
         n_new = key_states.shape[-2]
         if self.length + n_new > self.max_len:
             raise RuntimeError(f"KV cache overflow: {self.length + n_new} positions > max_len={self.max_len}")
-        own = self.max_len - (self.shared.length if self.shared else 0)
-        start = self.length - (self.shared.length if self.shared else 0)
         b = key_states.shape[0]
         if self.batch is None:
             self.batch = b
         if b != self.batch:
             raise RuntimeError(f"a forward over {b} rows wrote to a cache of {self.batch} rows")
-        if self._keys[slot] is None:
-            _, h, _, d = key_states.shape
-            self._keys[slot] = key_states.new_empty((b, h, own, d))
-            self._values[slot] = value_states.new_empty((b, value_states.shape[1], own, value_states.shape[-1]))
-        k_buf, v_buf = self._keys[slot], self._values[slot]
-        assert k_buf is not None and v_buf is not None
-        k_buf[:b, :, start : start + n_new] = key_states
-        v_buf[:b, :, start : start + n_new] = value_states
+        if self.shared is not None:
+            self._append_own(slot, key_states, value_states)
+        else:
+            if self._keys[slot] is None:
+                _, h, _, d = key_states.shape
+                self._keys[slot] = key_states.new_empty((b, h, self.max_len, d))
+                self._values[slot] = value_states.new_empty((b, value_states.shape[1], self.max_len, value_states.shape[-1]))
+            k_buf, v_buf = self._keys[slot], self._values[slot]
+            assert k_buf is not None and v_buf is not None
+            k_buf[:b, :, self.length : self.length + n_new] = key_states
+            v_buf[:b, :, self.length : self.length + n_new] = value_states
         self._pending = n_new
         return slot
+
+    def _append_own(self, slot: int, key_states: Tensor, value_states: Tensor) -> None:
+        """Shared mode: a row's generated keys and values live in buffers grown :data:`_GROW` positions at a time
+        (zeros beyond what was written), so that both products of
+        :func:`~reachlens.engine.fast_attention.cascade_attention` read whole contiguous buffers: a batched
+        product over a strided batch (a slice of a longer buffer) runs one small product per row."""
+        assert self.shared is not None and self.batch is not None
+        b, n_new = self.batch, key_states.shape[-2]
+        start = self.length - self.shared.length
+        for store, new in ((self._keys, key_states), (self._values, value_states)):
+            buf = store[slot]
+            if buf is None or start + n_new > buf.shape[2]:
+                rows = b if buf is None else max(b, buf.shape[0])
+                room = min(self.max_len - self.shared.length, -(-(start + n_new) // _GROW) * _GROW)
+                grown = new.new_empty((rows, new.shape[1], room, new.shape[-1]))
+                if start:
+                    assert buf is not None
+                    grown[:b, :, :start] = buf[:b, :, :start]
+                grown[:b, :, start:] = 0  # rows past the batch are written whole before they are read
+                store[slot] = buf = grown
+            buf[:b, :, start : start + n_new] = new
 
     def own(self, slot: int) -> tuple[Tensor, Tensor]:
         """The row-own keys and values of ``slot`` up to the current write (all of them in plain mode)."""
@@ -168,6 +195,13 @@ class SlotKVCache:
         k, v = self._keys[slot], self._values[slot]
         assert k is not None and v is not None
         return k[: self.batch, :, start:end], v[: self.batch, :, start:end]
+
+    def own_padded(self, slot: int) -> tuple[Tensor, Tensor, int]:
+        """Shared mode: the row-own key and value buffers of ``slot`` (``[batch, h, room, d]`` each, contiguous,
+        zeros beyond what was written) and how many of their positions are written (``own <= room``)."""
+        k, v = self._keys[slot], self._values[slot]
+        assert self.shared is not None and k is not None and v is not None
+        return k[: self.batch], v[: self.batch], self.length + self._pending - self.shared.length
 
     def _offset(self, mask_index: int) -> int:
         """First cached position a sliding slot still attends to (0 for full attention)."""
@@ -250,6 +284,9 @@ class SlotKVCache:
             for s, buf in enumerate(store):
                 if buf is None:
                     continue
+                if self.shared is not None:  # exactly as long as written (keys) or finite beyond it (values)
+                    store[s] = buf.index_select(0, index)
+                    continue
                 new = buf.new_empty((index.shape[0], *buf.shape[1:]))
                 new[:, :, :filled] = buf[:, :, :filled].index_select(0, index)
                 store[s] = new
@@ -283,11 +320,13 @@ class SlotKVCache:
             for s, buf in enumerate(store):
                 if buf is None:
                     continue
+                # shared mode: whole rows (the buffers stay finite beyond what was written)
+                width = buf.shape[2] if self.shared is not None else filled
                 if buf.shape[0] < new_batch:
                     grown = buf.new_empty((max(new_batch, 2 * buf.shape[0]), *buf.shape[1:]))
-                    grown[: self.batch, :, :filled] = buf[: self.batch, :, :filled]
+                    grown[: self.batch, :, :width] = buf[: self.batch, :, :width]
                     store[s] = buf = grown
-                buf[dst, :, :filled] = buf[src, :, :filled]
+                buf[dst, :, :width] = buf[src, :, :width]
         if self.shared is not None:
             group = self.shared.group
             if new_batch > group.shape[0]:
