@@ -43,6 +43,68 @@ def test_cascade_attention_equals_sdpa_over_concatenated_keys():
     torch.testing.assert_close(out, ref, rtol=1e-5, atol=1e-6)
 
 
+def test_cascade_attention_over_buffers_with_room_equals_sdpa_over_the_written_keys():
+    """Row-own buffers longer than what was written (room to grow): the unwritten positions, whatever finite
+    values they hold, change nothing; the product over values padded with zero probabilities is bitwise the
+    product over the written values."""
+    torch.manual_seed(1)
+    b, h, hk, d, lp, t, room = 6, 4, 2, 8, 5, 3, 16
+    group = torch.tensor([0, 0, 1, 1, 1, 0])
+    shared = SharedPrefix.build(group, lp, 2)
+    q = torch.randn(b, h, 1, d)
+    pk, pv = torch.randn(2, hk, lp, d), torch.randn(2, hk, lp, d)
+    ok, ov = torch.randn(b, hk, room, d) * 1e3, torch.randn(b, hk, room, d) * 1e3  # large junk past t
+    out = cascade_attention(q, pk, pv, ok, ov, shared, None, d**-0.5, own=t)
+    k = torch.cat([pk[group], ok[:, :, :t]], 2).repeat_interleave(h // hk, 1)
+    v = torch.cat([pv[group], ov[:, :, :t]], 2).repeat_interleave(h // hk, 1)
+    torch.testing.assert_close(out, F.scaled_dot_product_attention(q, k, v), rtol=1e-5, atol=1e-6)
+    probs = torch.softmax(torch.randn(b * hk, 1, t), -1)
+    padded = torch.cat([probs, probs.new_zeros(b * hk, 1, room - t)], -1)
+    values = ov.reshape(b * hk, room, d)
+    assert torch.equal(torch.bmm(padded, values), torch.bmm(probs, values[:, :t].contiguous()))
+
+
+def test_shared_cache_rows_hold_what_was_written_through_forks_and_compaction(monkeypatch):
+    """The shared-mode row buffers (grown 16 positions at a time) keep each row's written keys and values
+    through forks into free and new rows and a compaction, and hold only finite values past them: memory
+    handed out uninitialised (poisoned with NaN here) is never read as a key or a value."""
+    from reachlens.engine.kv_cache import SlotKVCache
+
+    new_empty = torch.Tensor.new_empty
+    monkeypatch.setattr(torch.Tensor, "new_empty", lambda self, *a, **kw: new_empty(self, *a, **kw).fill_(float("nan")))
+    torch.manual_seed(3)
+    cache = SlotKVCache(route=(0,), max_len=60)
+    cache.enter(0)
+    cache.append(torch.randn(2, 2, 4, 3), torch.randn(2, 2, 4, 3), 0)
+    cache.commit()
+    cache.share(torch.tensor([0, 0, 1]))
+    written_k, written_v = [[] for _ in range(3)], [[] for _ in range(3)]  # per row, per step: [h, d]
+    for step in range(40):
+        n = cache.batch
+        k, v = torch.randn(n, 2, 1, 3), torch.randn(n, 2, 1, 3)
+        cache.enter(0)
+        cache.append(k, v, 0)
+        cache.commit()
+        for r in range(n):
+            written_k[r].append(k[r, :, 0])
+            written_v[r].append(v[r, :, 0])
+        if step == 5:  # row 1 forks into a new row 3
+            cache.copy_rows(torch.tensor([1]), torch.tensor([3]))
+            written_k.append(list(written_k[1]))
+            written_v.append(list(written_v[1]))
+        if step == 20:  # row 0 finished: compact to rows 3, 1, 2
+            cache.select_rows(torch.tensor([3, 1, 2]))
+            written_k = [written_k[i] for i in (3, 1, 2)]
+            written_v = [written_v[i] for i in (3, 1, 2)]
+        own_k, own_v, own = cache.own_padded(0)
+        assert own == step + 1 and own_k.shape[2] % 16 == 0 and own_k.is_contiguous() and own_v.is_contiguous()
+        for r in range(cache.batch):
+            assert torch.equal(own_k[r, :, :own], torch.stack(written_k[r], 1))
+            assert torch.equal(own_v[r, :, :own], torch.stack(written_v[r], 1))
+        assert torch.isfinite(own_k).all() and torch.isfinite(own_v).all()
+        assert torch.equal(cache.own(0)[0], own_k[:, :, :own])
+
+
 @pytest.mark.parametrize("route", [None, (0, 2), (0, 1, 1, 2)])
 def test_fused_and_generic_paths_agree_on_greedy_and_samples(tiny_model, route):
     """The two execution paths (describe(model).path) against each other, routes included."""
