@@ -97,9 +97,10 @@ class Run:
         raise NotImplementedError
 
     @classmethod
-    def upgrade(cls, path: Path, header: dict[str, Any]) -> dict[str, Any]:
-        """Bring a directory of this kind written in the previous run format to today's layout; return its record
-        (already given today's fields by :mod:`reachlens.store.convert`). Default: nothing else changed."""
+    def upgrade(cls, path: Path, header: dict[str, Any], version: int) -> dict[str, Any]:
+        """Bring the layout of a directory of this kind from run format ``version`` to ``version + 1``; return its
+        record (:mod:`reachlens.store.convert` calls it once per version, oldest first, after giving a format-0
+        record today's fields). Default: nothing of the kind changed."""
         return header
 
     @classmethod

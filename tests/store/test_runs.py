@@ -180,7 +180,7 @@ def test_reading_a_run_in_an_older_format_names_convert(runs, tmp_path):
     for key in ("format_version", "status", "started", "finished", "exec"):
         header.pop(key)
     (tmp_path / "old" / "run.json").write_text(json.dumps(header))
-    with pytest.raises(ReachlensError, match=r"run format 0, this reachlens reads 1; rewrite it with `reachlens convert"):
+    with pytest.raises(ReachlensError, match=r"run format 0, this reachlens reads 2; rewrite it with `reachlens convert"):
         read_run(tmp_path / "old")
     assert main(["convert", str(tmp_path / "old")]) == 0
     again = read_run(tmp_path / "old")
