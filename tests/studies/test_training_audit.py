@@ -166,6 +166,43 @@ def test_convert_cuts_a_format_1_study_s_k_sample_format_control_and_the_study_r
     assert calls  # the count sees a decode
 
 
+def test_convert_cuts_an_interrupted_k_sample_format_control_as_far_as_it_got(tiny_dir, tmp_path, monkeypatch):
+    import json
+
+    import reachlens.runner.executors as executors
+    from reachlens.runner import rerun
+    from reachlens.store.convert import convert
+
+    plan, ex = plan_for(tiny_dir), ExecConfig(max_batch_rows=8)  # K=3: two questions a slice
+    study = run_training_audit(plan, tmp_path / "s", exec_config=ex, log=lambda s: None)
+    reference = study.formats["tuned"]
+    shutil.move(reference.location, tmp_path / "decoded")
+
+    def stop(done):
+        if done >= 2:
+            raise RuntimeError("stopped")
+
+    with pytest.raises(RuntimeError, match="stopped"):  # the older study stopped after two of four questions
+        rerun(study.audits["tuned"], task=reachlens.load_task("arith", n=4), prompt_format="verbose",
+              into=tmp_path / "s" / "audits", exec_config=ex, progress=stop)
+    for header in (tmp_path / "s").rglob("run.json"):
+        header.write_text(json.dumps({**json.loads(header.read_text()), "format_version": 1}))
+    convert(tmp_path / "s")
+    assert not (tmp_path / "s" / "audits" / "tuned--prompt_format=verbose").exists()
+    cut = read_run(reference.location)
+    assert cut.record.status != "complete" and cut.k == 1 and cut.n == 2
+    pd.testing.assert_frame_equal(cut.samples, reference.samples[reference.samples["question_id"].isin(
+        cut.questions["question_id"])].reset_index(drop=True))
+    # the study resumes it: the two questions it lacks are decoded, and it ends as the study decoded it
+    calls = []
+    real = executors.run_shard
+    monkeypatch.setattr(executors, "run_shard", lambda *a: calls.append(a[2:]) or real(*a))
+    again = run_training_audit(plan, tmp_path / "s", exec_config=ex, log=lambda s: None)
+    assert len(calls) == 1
+    pd.testing.assert_frame_equal(again.formats["tuned"].questions, reference.questions)
+    pd.testing.assert_frame_equal(again.formats["tuned"].samples, reference.samples)
+
+
 def test_a_rerun_that_changes_k_with_another_field_decodes_every_sample_again(tiny_dir, tmp_path):
     task = reachlens.load_task("arith", n=3)
     src = reachlens.audit(str(tiny_dir), task, Protocol("arith", k=4, temperature=1.0, max_new_tokens=10))
