@@ -17,8 +17,8 @@ than wall seconds when torch runs one thread; higher is better).
 from __future__ import annotations
 
 import argparse
-import statistics
-import time
+
+from _timing import print_medians, print_ratios, race
 
 
 def main() -> None:
@@ -65,32 +65,18 @@ def main() -> None:
             outs = generate(model, prompts, rows, protocol, **kw)
         return {(r.prompt, r.arm): o.token_ids for r, o in zip(rows, outs)}
 
-    times: dict[str, list[tuple[float, float]]] = {"one arm at a time": [], "arms in one batch": []}
-    results = {}
-    for r in range(args.rounds):
-        order = list(times) if r % 2 == 0 else list(times)[::-1]
-        for name in order:
-            fn = one_at_a_time if name == "one arm at a time" else batched
-            t0, c0 = time.perf_counter(), time.process_time()
-            results[name] = fn()
-            times[name].append((time.perf_counter() - t0, time.process_time() - c0))
+    times, results = race({"one arm at a time": one_at_a_time, "arms in one batch": batched}, args.rounds)
     a, b = results.values()
     same = a == b
     tokens = sum(len(t) for t in a.values())
     print(f"{args.model}: {len(prompts)} questions x {len(arms) + 1} arms (plain + {len(arms)} zero-ablations), greedy "
           f"<= {args.max_new_tokens} tokens ({tokens} tokens in all), {args.threads} thread(s), {args.rounds} rounds")
-    for name, ts in times.items():
-        wall, cpu = zip(*ts)
-        print(f"  {name:20s} wall median {statistics.median(wall):7.2f} s ({', '.join(f'{t:.2f}' for t in wall)})   "
-              f"CPU median {statistics.median(cpu):7.2f} s ({', '.join(f'{t:.2f}' for t in cpu)})")
+    print_medians(times, 20)
     print(f"  same tokens for every (question, arm): {same}")
     if not same:
         diff = [k for k in a if a[k] != b[k]]
         print(f"  differing: {len(diff)} of {len(a)}, e.g. {diff[:5]}")
-    wall = {name: statistics.median(t for t, _ in ts) for name, ts in times.items()}
-    cpu = {name: statistics.median(c for _, c in ts) for name, ts in times.items()}
-    print(f"  wall ratio: {wall['one arm at a time'] / wall['arms in one batch']:.2f}x")
-    print(f"ratio: {cpu['one arm at a time'] / cpu['arms in one batch']:.2f}x")
+    print_ratios(times, "one arm at a time", "arms in one batch")
 
 
 if __name__ == "__main__":

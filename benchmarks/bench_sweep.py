@@ -26,9 +26,10 @@ from __future__ import annotations
 import argparse
 import contextlib
 import dataclasses
-import statistics
-import time
+import functools
 from collections.abc import Iterator
+
+from _timing import print_medians, print_ratios, race
 
 
 @dataclasses.dataclass
@@ -131,29 +132,18 @@ def main() -> None:
         return
 
     modes = {"one at a time": True, "arms in one batch": False}
-    times: dict[str, list[tuple[float, float]]] = {name: [] for name in modes}
-    results = {}
     for name, one in modes.items():  # untimed: what each mode asks of the layer stack
         with counting(Work()) as work:
             silence_sweep(model, task, sets, components=components, one_at_a_time=one)
         print(f"  {name:18s} {work}")
-    for r in range(args.rounds):
-        for name in (list(modes) if r % 2 == 0 else list(modes)[::-1]):
-            t0, c0 = time.perf_counter(), time.process_time()
-            results[name] = silence_sweep(model, task, sets, components=components, one_at_a_time=modes[name])
-            times[name].append((time.perf_counter() - t0, time.process_time() - c0))
+    times, results = race({name: functools.partial(silence_sweep, model, task, sets, components=components,
+                                                   one_at_a_time=one) for name, one in modes.items()}, args.rounds)
     a, b = results.values()
     pd.testing.assert_frame_equal(a.table, b.table, check_exact=True)
     pd.testing.assert_frame_equal(a.per_question, b.per_question, check_exact=True)
-    for name, ts in times.items():
-        wall, cpu = zip(*ts)
-        print(f"  {name:18s} wall median {statistics.median(wall):7.2f} s ({', '.join(f'{t:.2f}' for t in wall)})   "
-              f"CPU median {statistics.median(cpu):7.2f} s ({', '.join(f'{t:.2f}' for t in cpu)})")
+    print_medians(times, 18)
     print(f"  tables equal (table and per-question, exact): True; {len(a.per_question)} (condition, question) rows")
-    wall = {name: statistics.median(t for t, _ in ts) for name, ts in times.items()}
-    cpu = {name: statistics.median(c for _, c in ts) for name, ts in times.items()}
-    print(f"  wall ratio: {wall['one at a time'] / wall['arms in one batch']:.2f}x")
-    print(f"ratio: {cpu['one at a time'] / cpu['arms in one batch']:.2f}x")
+    print_ratios(times, "one at a time", "arms in one batch")
 
 
 if __name__ == "__main__":

@@ -2,9 +2,10 @@
 
 Every run directory under each DIR (DIR itself included) is brought to the current format version
 (:mod:`reachlens.store.convert`): an audit directory whose header is ``protocol.json``, a training audit
-whose plan is ``study.json``, and every ``run.json`` without a ``format_version`` (its status, times and
+whose plan is ``study.json``, every ``run.json`` without a ``format_version`` (its status, times and
 execution settings are added; a training study's and a control's reruns are renamed by today's directory
-rule; tables kept as CSV become parquet). Each directory is converted under its writer lock; one already in
+rule; tables kept as CSV become parquet), and every ``run.json`` of an older format version (format 1: a
+training study's K-sample prompt-format control is cut to the first sample of each question). Each directory is converted under its writer lock; one already in
 today's format is left alone.
 """
 

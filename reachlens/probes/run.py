@@ -43,7 +43,7 @@ from reachlens.probes.spec import Probe, parse_probe
 from reachlens.probes.summary import default_unions, probe_summary, probe_tables
 from reachlens.protocol import Protocol
 from reachlens.runner.decode import check_budget, check_context
-from reachlens.store import Run, RunDir, RunRecord, register_kind
+from reachlens.store import RecordedProtocol, Run, RunDir, RunRecord, register_kind
 from reachlens.store.files import fsync_dir, write_parquet
 from reachlens.tasks import load_task
 from reachlens.tasks.base import Task
@@ -86,7 +86,7 @@ class ProbeDir(RunDir):
 
 @register_kind
 @dataclass(frozen=True)
-class ProbeRun(Run):
+class ProbeRun(RecordedProtocol, Run):
     """A probe run: its record and its candidate bank; everything else is computed from the bank."""
 
     kind: ClassVar[str] = "probe"
@@ -95,11 +95,6 @@ class ProbeRun(Run):
     record: RunRecord
     candidates: pd.DataFrame = field(repr=False)
     location: Path | None = field(default=None, compare=False)
-
-    @property
-    def protocol(self) -> Protocol:
-        assert self.record.protocol is not None
-        return self.record.protocol
 
     @property
     def probes(self) -> list[str]:

@@ -37,7 +37,7 @@ from reachlens.routing.scoring import cell_summary, question_table
 from reachlens.routing.search import RoutingConfig, run_search
 from reachlens.selectors import verification_scores
 from reachlens.execution import model_exec
-from reachlens.store import Run, RunDir, RunRecord, register_kind
+from reachlens.store import RecordedProtocol, Run, RunDir, RunRecord, register_kind
 from reachlens.tasks.base import Task
 
 __all__ = ["RoutingConfig", "RoutingResult", "run_routing"]
@@ -45,7 +45,7 @@ __all__ = ["RoutingConfig", "RoutingResult", "run_routing"]
 
 @register_kind
 @dataclass(frozen=True)
-class RoutingResult(Run):
+class RoutingResult(RecordedProtocol, Run):
     """One routing cell (a run of kind ``routing``): its run record and its candidate and question tables."""
 
     kind: ClassVar[str] = "routing"
@@ -59,11 +59,6 @@ class RoutingResult(Run):
     candidates: pd.DataFrame = field(repr=False)
     questions: pd.DataFrame = field(repr=False)
     location: Path | None = field(default=None, compare=False)
-
-    @property
-    def protocol(self) -> Protocol:
-        assert self.record.protocol is not None
-        return self.record.protocol
 
     @property
     def config(self) -> RoutingConfig:

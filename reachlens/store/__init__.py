@@ -8,11 +8,12 @@ from reachlens.store.files import read_json, single_name, write_csv, write_json,
 from reachlens.store.kinds import RUN_KINDS, register_kind
 from reachlens.store.lock import DirectoryLock, DirectoryLocked, writer_alive
 from reachlens.store.record import FORMAT_VERSION, STATUSES, RunRecord, recording_command, run_differences
-from reachlens.store.run import Run, RunInfo, list_runs, read_run
+from reachlens.store.run import RecordedProtocol, Run, RunInfo, list_runs, read_run
 from reachlens.store.run_dir import RUN_FILE, RunDir, read_record
 
 __all__ = [
-    "AuditDir", "DirectoryLock", "DirectoryLocked", "FORMAT_VERSION", "RUN_FILE", "RUN_KINDS", "Run", "RunDir",
-    "RunInfo", "RunRecord", "STATUSES", "list_runs", "read_json", "read_record", "read_run", "recording_command",
-    "register_kind", "run_differences", "single_name", "write_csv", "write_json", "write_parquet", "writer_alive",
+    "AuditDir", "DirectoryLock", "DirectoryLocked", "FORMAT_VERSION", "RUN_FILE", "RUN_KINDS", "RecordedProtocol",
+    "Run", "RunDir", "RunInfo", "RunRecord", "STATUSES", "list_runs", "read_json", "read_record", "read_run",
+    "recording_command", "register_kind", "run_differences", "single_name", "write_csv", "write_json",
+    "write_parquet", "writer_alive",
 ]

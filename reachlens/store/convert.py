@@ -1,17 +1,20 @@
 """``reachlens convert``: the one step from run directories of an older reachlens to today's format.
 
-Three older shapes are read here, and only here:
+Four older shapes are read here, and only here:
 
 * an audit directory whose header is ``protocol.json`` (before ``run.json``);
 * a training audit whose plan is ``study.json`` (before ``run.json``, or beside it);
-* a ``run.json`` without ``format_version`` (format 0: no status, no times, no execution settings).
+* a ``run.json`` without ``format_version`` (format 0: no status, no times, no execution settings);
+* a ``run.json`` of format 1 (a training study's prompt-format control a K-sample rerun).
 
-Each becomes a format-:data:`~reachlens.store.FORMAT_VERSION` ``run.json``: its status ``complete`` when the
-run had written its summary, else ``interrupted``; its execution settings unrecorded (``exec`` null: a resumed
-run records its own). Then the kind's own :meth:`~reachlens.store.Run.upgrade` brings the directory's layout
-to today's (a training study's and a control's reruns renamed by :func:`reachlens.runner.rerun_name`, tables
-kept as CSV rewritten as parquet, sidecar files whose content the record now holds removed). Directories are
-converted deepest first, each under its writer lock, so a study's audits are current before the study is.
+A format-0 record is given today's fields: its status ``complete`` when the run had written its summary, else
+``interrupted``; its execution settings unrecorded (``exec`` null: a resumed run records its own). Then the
+kind's own :meth:`~reachlens.store.Run.upgrade`, once per format version, brings the directory's layout to
+today's (format 0 -> 1: a training study's and a control's reruns renamed by :func:`reachlens.runner.rerun_name`,
+tables kept as CSV rewritten as parquet, sidecar files whose content the record now holds removed; 1 -> 2: a
+training study's K-sample prompt-format control cut to its first sample per question, nothing decoded), and
+the record is written in format :data:`~reachlens.store.FORMAT_VERSION`. Directories are converted deepest
+first, each under its writer lock, so a study's audits are current before the study is.
 
 Last, a complete run whose ``summary.json`` lacks keys that today's summary has (an audit's ``maj_K`` and
 ``selection_gap``, a study's per-checkpoint ones) gets its summary and derived tables made again from what it
@@ -51,14 +54,14 @@ def convert(path: str | os.PathLike) -> list[tuple[Path, str]]:
         raise MissingFileError(f"{str(root)!r} does not exist; give a run directory to convert")
     if not root.is_dir():
         raise MissingFileError(f"{str(root)!r} is not a directory; give a run directory to convert")
-    found = [d for d in _walk(root) if _version(d) is not None]
+    found = {d: v for d in _walk(root) if (v := _version(d)) is not None}
     if not found and not (root / RUN_FILE).is_file():
         raise ReachlensError(f"{str(root)!r} holds no reachlens run directory (no {RUN_FILE}, {LEGACY_AUDIT} or "
                              f"{LEGACY_STUDY} in it or under it)")
     changed = []
     for d in sorted(found, key=lambda p: len(p.parts), reverse=True):
         with DirectoryLock(d):
-            changed.append((d, _convert(d)))
+            changed.append((d, _convert(d, found[d])))
     for d in sorted((d for d in _walk(root) if (d / RUN_FILE).is_file()), key=lambda p: len(p.parts), reverse=True):
         try:
             what = _refresh_summary(d)
@@ -108,13 +111,14 @@ def _walk(folder: Path):
 
 
 def _version(d: Path) -> int | None:
-    """The older format version of ``d`` (0), or None when it is current or no run at all."""
-    if (d / RUN_FILE).is_file():
-        header = read_json(d / RUN_FILE, "run record")
-        if isinstance(header, dict) and header.get("format_version") == FORMAT_VERSION and not (d / LEGACY_STUDY).is_file():
-            return None
+    """The older format version of ``d`` (0 up to today's - 1), or None when it is current or no run at all."""
+    if not (d / RUN_FILE).is_file():
+        return 0 if (d / LEGACY_AUDIT).is_file() or (d / LEGACY_STUDY).is_file() else None
+    header = read_json(d / RUN_FILE, "run record")
+    version = header.get("format_version") if isinstance(header, dict) else None
+    if (d / LEGACY_STUDY).is_file() or version not in range(1, FORMAT_VERSION + 1):
         return 0
-    return 0 if (d / LEGACY_AUDIT).is_file() or (d / LEGACY_STUDY).is_file() else None
+    return None if version == FORMAT_VERSION else version
 
 
 def _header_v0(d: Path) -> dict[str, Any]:
@@ -132,23 +136,34 @@ def _header_v0(d: Path) -> dict[str, Any]:
     return header
 
 
-def _convert(d: Path) -> str:
-    header = _header_v0(d)
-    was = "protocol.json" if not (d / RUN_FILE).is_file() and (d / LEGACY_AUDIT).is_file() else f"format 0"
+def _convert(d: Path, version: int) -> str:
+    if version == 0:
+        was = "protocol.json" if not (d / RUN_FILE).is_file() and (d / LEGACY_AUDIT).is_file() else "format 0"
+        header = _fields_v1(d, _header_v0(d), was)
+    else:
+        was = f"format {version}"
+        header = read_json(d / RUN_FILE, "run record")
+        header = {**header, "converted_from": header.get("converted_from", was)}
+    for v in range(version, FORMAT_VERSION):
+        header = RUN_KINDS[header["kind"]].upgrade(d, header, v)
+    write_json(d / RUN_FILE, {**header, "format_version": FORMAT_VERSION})
+    for legacy in (LEGACY_AUDIT, LEGACY_STUDY):
+        (d / legacy).unlink(missing_ok=True)
+    fsync_dir(d)
+    return f"{was} -> format {FORMAT_VERSION}"
+
+
+def _fields_v1(d: Path, header: dict[str, Any], was: str) -> dict[str, Any]:
+    """The format-0 record ``header`` of ``d`` with the fields format 1 added."""
     protocol = None if header.get("protocol") is None else Protocol.from_dict(header["protocol"])
     header = {**{k: v for k, v in header.items() if k not in ("format", "format_version", "converted_from")},
-              "format": FORMAT, "format_version": FORMAT_VERSION, "kind": header.get("kind", "audit"),
+              "format": FORMAT, "format_version": 1, "kind": header.get("kind", "audit"),
               "status": "complete" if (d / SUMMARY_FILE).is_file() else "interrupted",
               "started": header.get("started"), "finished": header.get("finished"), "exec": header.get("exec"),
               "protocol_hash": None if protocol is None else protocol.hash,
               "options": dict(header.get("options") or {}), "reachlens_version": header.get("reachlens_version"),
               "command": header.get("command"), "converted_from": was}
-    header = RUN_KINDS[header["kind"]].upgrade(d, header)
-    write_json(d / RUN_FILE, header)
-    for legacy in (LEGACY_AUDIT, LEGACY_STUDY):
-        (d / legacy).unlink(missing_ok=True)
-    fsync_dir(d)
-    return f"{was} -> format {FORMAT_VERSION}"
+    return header
 
 
 def table_from_csv(d: Path, csv: str, name: str) -> None:

@@ -40,10 +40,12 @@ __all__ = [
 ]
 
 FORMAT = "reachlens-run"
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2
 """The version of the run format. 1: ``format_version``, ``status``, ``started``/``finished`` and ``exec`` in
-``run.json``, every table a parquet file, one directory rule for reruns. Directories written before it are
-rewritten by ``reachlens convert`` (:mod:`reachlens.store.convert`)."""
+``run.json``, every table a parquet file, one directory rule for reruns. 2: a training study's prompt-format
+control is a rerun at ``k=1`` (``audits/NAME--k=1--prompt_format=FMT``, was the K-sample
+``NAME--prompt_format=FMT``). Directories written before are rewritten by ``reachlens convert``
+(:mod:`reachlens.store.convert`)."""
 STATUSES = ("running", "complete", "failed", "interrupted")
 """A run's status: ``running`` while (or, after a ``kill -9``, as if) a writer writes it; ``complete`` once its
 summary is written; ``failed`` when an error stopped it; ``interrupted`` when it was stopped (Ctrl-C), or

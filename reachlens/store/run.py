@@ -42,12 +42,13 @@ from typing import Any, ClassVar
 import pandas as pd
 
 from reachlens.errors import ReachlensError
+from reachlens.protocol import Protocol
 from reachlens.store.kinds import RUN_KINDS, register_kind
 from reachlens.store.files import read_json
 from reachlens.store.record import FORMAT, RunRecord, check_fields
 from reachlens.store.run_dir import RUN_FILE, RunDir
 
-__all__ = ["RUN_KINDS", "Run", "RunInfo", "list_runs", "read_run", "register_kind"]
+__all__ = ["RUN_KINDS", "RecordedProtocol", "Run", "RunInfo", "list_runs", "read_run", "register_kind"]
 
 
 class Run:
@@ -97,9 +98,10 @@ class Run:
         raise NotImplementedError
 
     @classmethod
-    def upgrade(cls, path: Path, header: dict[str, Any]) -> dict[str, Any]:
-        """Bring a directory of this kind written in the previous run format to today's layout; return its record
-        (already given today's fields by :mod:`reachlens.store.convert`). Default: nothing else changed."""
+    def upgrade(cls, path: Path, header: dict[str, Any], version: int) -> dict[str, Any]:
+        """Bring the layout of a directory of this kind from run format ``version`` to ``version + 1``; return its
+        record (:mod:`reachlens.store.convert` calls it once per version, oldest first, after giving a format-0
+        record today's fields). Default: nothing of the kind changed."""
         return header
 
     @classmethod
@@ -110,6 +112,18 @@ class Run:
             raise ReachlensError(f"{str(path)!r} holds a {run.kind} run, not a {cls.kind} run; read it with "
                                  f"`reachlens show {path}`")
         return run
+
+
+class RecordedProtocol:
+    """A mixin for a kind of run whose protocol is the one its record holds (a routing run, a probe run)."""
+
+    @property
+    def protocol(self) -> Protocol:
+        """The protocol the run decoded under, resolved against the task, as its record holds it."""
+        if self.record.protocol is None:
+            raise ReachlensError(f"this {self.kind} run's record holds no protocol; its run.json was not written "
+                                 "by reachlens (run it again)")
+        return self.record.protocol
 
 
 def read_run(path: str | os.PathLike) -> Any:

@@ -125,8 +125,10 @@ class CausalResult(Run):
         return {self.kind: self.table, **{f"{self.kind}_{name}": df for name, df in self.extra.items()}}
 
     @classmethod
-    def upgrade(cls, path: Path, header: dict[str, Any]) -> dict[str, Any]:
+    def upgrade(cls, path: Path, header: dict[str, Any], version: int) -> dict[str, Any]:
         """Format 0 kept the tables as CSV, a Markdown copy and the options twice (``KIND.json``)."""
+        if version != 0:  # nothing of this kind changed since format 1
+            return header
         from reachlens.store.convert import table_from_csv
 
         table_from_csv(path, f"{cls.kind}.csv", cls.kind)

@@ -149,8 +149,10 @@ class TemperatureControl(Run):
                                  for r in table[table["source"] == "re-probe"].itertuples()}}
 
     @classmethod
-    def upgrade(cls, path: Path, header: dict[str, Any]) -> dict[str, Any]:
+    def upgrade(cls, path: Path, header: dict[str, Any], version: int) -> dict[str, Any]:
         """Format 0 named its re-probes ``T{t}`` and kept its table as CSV."""
+        if version != 0:  # nothing of this kind changed since format 1
+            return header
         from reachlens.store.convert import rename, table_from_csv
 
         table_from_csv(path, f"{cls.kind}.csv", cls.kind)
@@ -302,8 +304,10 @@ class LengthControl(Run):
             self.record, extra={**self.record.extra, "reruns": reruns})), path)
 
     @classmethod
-    def upgrade(cls, path: Path, header: dict[str, Any]) -> dict[str, Any]:
+    def upgrade(cls, path: Path, header: dict[str, Any], version: int) -> dict[str, Any]:
         """Format 0 named its reruns ``base`` and ``trained`` and kept its table as CSV."""
+        if version != 0:  # nothing of this kind changed since format 1
+            return header
         from reachlens.store.convert import rename, table_from_csv
 
         table_from_csv(path, f"{cls.kind}.csv", cls.kind)

@@ -423,9 +423,11 @@ class RecognitionResult(Run):
             self.sets.save(run.path / "sets.json")
 
     @classmethod
-    def upgrade(cls, path: Path, header: dict[str, Any]) -> dict[str, Any]:
+    def upgrade(cls, path: Path, header: dict[str, Any], version: int) -> dict[str, Any]:
         """Format 0 kept a CSV copy of the questions, and a sets file of the first recognition runs held the
         generation's decode settings in its ``config``."""
+        if version != 0:  # nothing of this kind changed since format 1
+            return header
         (path / "questions.csv").unlink(missing_ok=True)
         sets = path / "sets.json"
         if sets.is_file():

@@ -27,7 +27,8 @@ Controls (each a :func:`~reachlens.runner.rerun` of a checkpoint's audit):
   its own (``native``); the share of the realization gain retained under the shared prompt is
   ``(D_trained,shared - D_base) / (D_trained,native - D_base)`` (undefined when the native gain is 0).
   Only D is read, so the rerun in the native format decodes the deployment and :data:`FORMAT_K` sample
-  (a study written before read its K-sample rerun ``NAME--prompt_format=FMT``, which is still read).
+  (:func:`format_change`; a study written in run format 1 held a K-sample rerun ``NAME--prompt_format=FMT``:
+  ``reachlens convert`` cuts it to that).
 * **temperature** (:mod:`reachlens.studies.controls`): each pair's questions that left the reachable set,
   re-probed with the descendant at other temperatures, same K and seed stream.
 * **length**: per pair, the shares of outputs cut at ``max_new_tokens``; a pair whose shares differ by
@@ -41,6 +42,7 @@ from __future__ import annotations
 
 import collections
 import dataclasses
+import shutil
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -52,7 +54,7 @@ from reachlens.errors import ReachlensError
 from reachlens.execution import ExecConfig
 from reachlens.runner import AuditJob, ProcessPool, plan_rerun, rerun_name, run_reruns
 from reachlens.runner.rerun import PlannedRerun, as_rerun
-from reachlens.store import AuditDir, Run, RunDir, RunRecord, register_kind, single_name, write_json
+from reachlens.store import RUN_FILE, AuditDir, Run, RunDir, RunRecord, register_kind, single_name, write_json
 from reachlens.studies._progress import ProgressBoard
 from reachlens.studies.auditing import AuditResult
 from reachlens.studies.compare import compare, truncation_parity
@@ -71,14 +73,13 @@ FORMAT_K = 1
 K samples of a full audit (two of the demo's sixteen audits) would be decoded for no table."""
 
 
-def format_changes(plan: StudyPlan, name: str) -> list[dict[str, Any]]:
-    """The reruns that hold checkpoint ``name`` in its native prompt format, first the one a study makes now
-    (``k=FORMAT_K``), then a K-sample one of a study written before (empty: no native format)."""
+def format_change(plan: StudyPlan, name: str) -> dict[str, Any] | None:
+    """The rerun change that holds checkpoint ``name`` in its native prompt format, at ``k=FORMAT_K`` (None: it
+    has no native format)."""
     fmt = plan.native_formats.get(name)
     if fmt is None:
-        return []
-    now = {"prompt_format": fmt, **({"k": FORMAT_K} if plan.protocol.k > FORMAT_K else {})}
-    return [now] + ([{"prompt_format": fmt}] if "k" in now else [])
+        return None
+    return {"prompt_format": fmt, **({"k": FORMAT_K} if plan.protocol.k > FORMAT_K else {})}
 
 
 @dataclass(frozen=True)
@@ -137,11 +138,14 @@ class TrainingAudit(StudyView, Run):
                              "a study directory; copy the directory to move it)")
 
     @classmethod
-    def upgrade(cls, path: Path, header: dict[str, Any]) -> dict[str, Any]:
+    def upgrade(cls, path: Path, header: dict[str, Any], version: int) -> dict[str, Any]:
         """Format 0 named the reruns ``NAME-k{K2}``, ``NAME-fmt-{FMT}``, ``NAME-len{N}`` and the temperature
-        control's re-probes ``controls/temperature/PARENT--NAME/T{t}``, and left out an empty trajectory."""
+        control's re-probes ``controls/temperature/PARENT--NAME/T{t}``, and left out an empty trajectory.
+        Format 1 held the prompt-format control as a K-sample rerun (:func:`_cut_format_controls`)."""
         from reachlens.store.convert import rename
 
+        if version == 1:
+            return _cut_format_controls(path, header)
         options = {"trajectory": {}, **header["options"]}
         plan = StudyPlan.from_dict({**options, "protocol": header["protocol"]})
         lay = StudyLayout(path)
@@ -174,9 +178,9 @@ class TrainingAudit(StudyView, Run):
         found = collections.defaultdict(dict)
         for name in plan.model_order:
             for group, change in (("audits", {}), ("extended", {"k": plan.budget_k}),
-                                  *(("formats", c) for c in format_changes(plan, name)),
+                                  ("formats", format_change(plan, name)),
                                   ("longer", {"max_new_tokens": plan.length_max_new_tokens})):
-                if name in found[group] or (change and None in change.values()):
+                if change is None or None in change.values():
                     continue
                 if AuditDir(lay.audit(name, **change)).is_complete():
                     found[group][name] = AuditResult.load(lay.audit(name, **change))
@@ -187,6 +191,35 @@ class TrainingAudit(StudyView, Run):
         walls = (run.summary() or {}).get("wall_seconds", {})
         return cls(plan, found["audits"], found["extended"], found["formats"], found["reprobes"], found["longer"],
                    walls, record=record, location=run.path)
+
+
+def _cut_format_controls(root: Path, header: dict[str, Any]) -> dict[str, Any]:
+    """Format 1 -> 2: each prompt-format control a study at K > :data:`FORMAT_K` held as a K-sample rerun
+    ``NAME--prompt_format=FMT`` becomes its first :data:`FORMAT_K` samples per question under today's name
+    (:func:`format_change`), as the study would decode it now; nothing is decoded. A rerun under today's name
+    already there is kept (the older one is then left as it is, unread)."""
+    plan = StudyPlan.from_dict({**header["options"], "protocol": header["protocol"]})
+    lay = StudyLayout(root)
+    for name in plan.models:
+        change = format_change(plan, name)
+        if change is None or "k" not in change:
+            continue
+        old, new = lay.audit(name, prompt_format=change["prompt_format"]), lay.audit(name, **change)
+        if not (old / RUN_FILE).is_file() or new.exists():
+            continue
+        wide = AuditResult.load(old)
+        extra = {**wide.record.extra, "change": change,
+                 "converted_from": f"{old.name} (k={wide.k}): its first {FORMAT_K} sample(s) of each question"}
+        if AuditDir(old).is_complete():
+            as_rerun(wide.restrict_k(FORMAT_K), new, extra)
+        else:  # as far as it got: the study resumes it, decoding the questions it lacks
+            cut = as_rerun(wide.restrict_k(FORMAT_K), None, extra)
+            store = AuditDir(new)
+            with store.writer():
+                store.start(cut.record)
+                store.append(cut.questions, cut.samples)
+        shutil.rmtree(old)
+    return header
 
 
 def _options(plan: StudyPlan) -> dict[str, Any]:
@@ -256,7 +289,7 @@ def _control_steps(plan: StudyPlan, task: Task, lay: StudyLayout, ex: ExecConfig
         if fmt and fmt != r.protocol.prompt_format:
             add(name, f"{name} in its {fmt!r} prompt", r.n,
                 lambda f, name=name, fmt=fmt: f"{name:>10s}: D under its native prompt {fmt!r} = {f.D:.3f}",
-                lay.audits, **format_changes(plan, name)[0])
+                lay.audits, **format_change(plan, name))
     longer: set[str] = set()
     for a, b in plan.pairs:
         c = compare(main[a], main[b])

@@ -114,7 +114,7 @@ def test_an_audit_directory_in_the_old_layout_is_refused_until_converted(capsys,
     assert code == 2 and "written by an older reachlens" in err and f"reachlens convert {old}" in err
     assert err.count("\n") == 1
     code, out, _ = run(capsys, "convert", old)
-    assert code == 0 and "converted (protocol.json -> format 1)" in out
+    assert code == 0 and "converted (protocol.json -> format 2)" in out
     assert (old / "run.json").is_file() and not (old / "protocol.json").exists()
     result = read_run(old)
     want = read_run(runs / "audit")

@@ -78,6 +78,17 @@ TYPES = {"audit": AuditResult, "comparison": Comparison, "temperature_control": 
 def test_read_run_returns_the_typed_run_of_every_kind(runs, kind):
     run = read_run(runs / kind)
     assert run.kind == kind and type(run) is RUN_KINDS[kind] and isinstance(run, TYPES[kind])
+
+
+@pytest.mark.parametrize("kind", ["probe", "routing"])
+def test_a_probe_or_routing_run_s_protocol_is_its_record_s(runs, kind):
+    import dataclasses
+
+    run = read_run(runs / kind)
+    assert run.protocol == Protocol.from_dict(json.loads((runs / kind / "run.json").read_text())["protocol"])
+    bare = dataclasses.replace(run, record=dataclasses.replace(run.record, protocol=None))
+    with pytest.raises(ReachlensError, match=f"this {kind} run's record holds no protocol"):
+        bare.protocol
     assert run.record.kind == kind and run.record.status == "complete" and run.location == runs / kind
     stored = json.loads((runs / kind / "summary.json").read_text())
     again = json.loads(json.dumps(run.summary(), default=str, allow_nan=True).replace("NaN", "null"))
@@ -180,7 +191,7 @@ def test_reading_a_run_in_an_older_format_names_convert(runs, tmp_path):
     for key in ("format_version", "status", "started", "finished", "exec"):
         header.pop(key)
     (tmp_path / "old" / "run.json").write_text(json.dumps(header))
-    with pytest.raises(ReachlensError, match=r"run format 0, this reachlens reads 1; rewrite it with `reachlens convert"):
+    with pytest.raises(ReachlensError, match=r"run format 0, this reachlens reads 2; rewrite it with `reachlens convert"):
         read_run(tmp_path / "old")
     assert main(["convert", str(tmp_path / "old")]) == 0
     again = read_run(tmp_path / "old")

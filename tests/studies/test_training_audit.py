@@ -98,7 +98,7 @@ def test_the_budget_control_is_decoded_once_and_the_audit_at_k_is_its_cut(tiny_d
     assert older.budget_control().equals(study.budget_control())
 
 
-def test_format_control_decodes_the_deployment_alone_and_reads_an_older_k_sample_rerun(tiny_dir, tmp_path):
+def test_format_control_decodes_the_deployment_alone(tiny_dir, tmp_path):
     plan = plan_for(tiny_dir)
     study = run_training_audit(plan, tmp_path / "s", log=lambda s: None)
     native = study.formats["tuned"]
@@ -106,15 +106,101 @@ def test_format_control_decodes_the_deployment_alone_and_reads_an_older_k_sample
     assert len(native.samples) == 4 * FORMAT_K
     # the deployment is the one a full K-sample audit in the native format makes (same D), computed another way
     full = reachlens.audit(str(tiny_dir), reachlens.load_task("arith", n=4),
-                           dataclasses.replace(plan.protocol, prompt_format="verbose"),
-                           out=tmp_path / "s" / "audits" / "tuned--prompt_format=verbose")
+                           dataclasses.replace(plan.protocol, prompt_format="verbose"))
     assert full.k == 3
     pd.testing.assert_frame_equal(native.questions[["question_id", "deployed_text", "realized"]],
                                   full.questions[["question_id", "deployed_text", "realized"]])
-    # a study written before this change holds the K-sample rerun only: it is still read
-    shutil.rmtree(native.location)
-    older = read_run(tmp_path / "s")
-    assert older.formats["tuned"].k == 3 and older.format_control().equals(study.format_control())
+
+
+def test_convert_cuts_a_format_1_study_s_k_sample_format_control_and_the_study_resumes_without_decoding(
+        tiny_dir, tmp_path, monkeypatch):
+    """Run format 1: the prompt-format control was a K-sample rerun ``NAME--prompt_format=FMT`` (as
+    ``rerun(audit, prompt_format=FMT)`` writes it); `reachlens convert` makes it today's k=1 rerun."""
+    import json
+
+    import reachlens.runner.executors as executors
+    from reachlens.runner import rerun
+    from reachlens.store.convert import convert
+
+    plan = plan_for(tiny_dir)
+    study = run_training_audit(plan, tmp_path / "s", log=lambda s: None)
+    audits = tmp_path / "s" / "audits"
+    decoded = study.formats["tuned"]  # today's rerun, decoded at k=1: the reference the cut must equal
+    shutil.move(decoded.location, tmp_path / "decoded")
+    wide = rerun(study.audits["tuned"], task=reachlens.load_task("arith", n=4), prompt_format="verbose", into=audits)
+    assert wide.location == audits / "tuned--prompt_format=verbose" and wide.k == 3
+    for header in (tmp_path / "s").rglob("run.json"):
+        header.write_text(json.dumps({**json.loads(header.read_text()), "format_version": 1}))
+    with pytest.raises(ReachlensError, match=r"run format 1, this reachlens reads 2; rewrite it with `reachlens convert"):
+        read_run(tmp_path / "s")
+    old_samples = pd.read_parquet(wide.location / "samples.parquet")
+    old_questions = pd.read_parquet(wide.location / "questions.parquet")
+
+    assert ("format 1 -> format 2") in {what for _, what in convert(tmp_path / "s")}
+    assert not wide.location.exists() and convert(tmp_path / "s") == []
+    converted = read_run(tmp_path / "s").formats["tuned"]
+    assert converted.location == decoded.location and converted.k == 1
+    assert converted.record.extra["change"] == {"prompt_format": "verbose", "k": 1}
+    assert converted.record.extra["converted_from"] == "tuned--prompt_format=verbose (k=3): its first 1 sample(s) of each question"
+    # by hand: sample 0 of each question, and D, reachability and counts from it
+    first = old_samples[old_samples["sample_idx"] == 0].reset_index(drop=True)
+    pd.testing.assert_frame_equal(converted.samples, first)
+    want = old_questions.assign(n_correct=first["correct"].astype(int).to_numpy(), k=1)
+    assert converted.questions["realized"].tolist() == want["realized"].tolist()
+    assert converted.questions["n_correct"].tolist() == want["n_correct"].tolist()
+    assert converted.questions["reachable"].tolist() == (want["n_correct"] > 0).tolist()
+    assert converted.D == pytest.approx(old_questions["realized"].astype(float).mean())
+    # and equal to the k=1 rerun the study decodes today
+    reference = reachlens.AuditResult.load(tmp_path / "decoded")
+    pd.testing.assert_frame_equal(converted.questions, reference.questions)
+    pd.testing.assert_frame_equal(converted.samples, reference.samples)
+    # the converted study resumes without decoding anything, and reads as the study did
+    calls = []
+    real = executors.run_shard
+    monkeypatch.setattr(executors, "run_shard", lambda *a: calls.append(a) or real(*a))
+    again = run_training_audit(plan, tmp_path / "s", log=lambda s: None)
+    assert calls == [] and again.format_control().equals(study.format_control())
+    assert again.headline().equals(study.headline())
+    rerun(again.audits["base"], task=reachlens.load_task("arith", n=4), prompt_format="verbose", k=1,
+          questions=["arith-test-00000"])
+    assert calls  # the count sees a decode
+
+
+def test_convert_cuts_an_interrupted_k_sample_format_control_as_far_as_it_got(tiny_dir, tmp_path, monkeypatch):
+    import json
+
+    import reachlens.runner.executors as executors
+    from reachlens.runner import rerun
+    from reachlens.store.convert import convert
+
+    plan, ex = plan_for(tiny_dir), ExecConfig(max_batch_rows=8)  # K=3: two questions a slice
+    study = run_training_audit(plan, tmp_path / "s", exec_config=ex, log=lambda s: None)
+    reference = study.formats["tuned"]
+    shutil.move(reference.location, tmp_path / "decoded")
+
+    def stop(done):
+        if done >= 2:
+            raise RuntimeError("stopped")
+
+    with pytest.raises(RuntimeError, match="stopped"):  # the older study stopped after two of four questions
+        rerun(study.audits["tuned"], task=reachlens.load_task("arith", n=4), prompt_format="verbose",
+              into=tmp_path / "s" / "audits", exec_config=ex, progress=stop)
+    for header in (tmp_path / "s").rglob("run.json"):
+        header.write_text(json.dumps({**json.loads(header.read_text()), "format_version": 1}))
+    convert(tmp_path / "s")
+    assert not (tmp_path / "s" / "audits" / "tuned--prompt_format=verbose").exists()
+    cut = read_run(reference.location)
+    assert cut.record.status != "complete" and cut.k == 1 and cut.n == 2
+    pd.testing.assert_frame_equal(cut.samples, reference.samples[reference.samples["question_id"].isin(
+        cut.questions["question_id"])].reset_index(drop=True))
+    # the study resumes it: the two questions it lacks are decoded, and it ends as the study decoded it
+    calls = []
+    real = executors.run_shard
+    monkeypatch.setattr(executors, "run_shard", lambda *a: calls.append(a[2:]) or real(*a))
+    again = run_training_audit(plan, tmp_path / "s", exec_config=ex, log=lambda s: None)
+    assert len(calls) == 1
+    pd.testing.assert_frame_equal(again.formats["tuned"].questions, reference.questions)
+    pd.testing.assert_frame_equal(again.formats["tuned"].samples, reference.samples)
 
 
 def test_a_rerun_that_changes_k_with_another_field_decodes_every_sample_again(tiny_dir, tmp_path):
