@@ -33,7 +33,7 @@ from reachlens.protocol import Protocol
 from reachlens.store.files import fsync_dir, json_text, read_json, write_json
 from reachlens.store.kinds import RUN_KINDS
 from reachlens.store.lock import DirectoryLock
-from reachlens.store.record import FORMAT, FORMAT_VERSION
+from reachlens.store.record import FORMAT, FORMAT_VERSION, newer_format
 from reachlens.store.run_dir import RUN_FILE, SUMMARY_FILE, RunDir
 
 __all__ = ["convert"]
@@ -116,6 +116,9 @@ def _version(d: Path) -> int | None:
         return 0 if (d / LEGACY_AUDIT).is_file() or (d / LEGACY_STUDY).is_file() else None
     header = read_json(d / RUN_FILE, "run record")
     version = header.get("format_version") if isinstance(header, dict) else None
+    if newer_format(version):
+        raise ReachlensError(f"{str(d)!r} is in run format {version}, written by a newer reachlens; this one "
+                             f"converts up to {FORMAT_VERSION}: upgrade reachlens (nothing was changed)")
     if (d / LEGACY_STUDY).is_file() or version not in range(1, FORMAT_VERSION + 1):
         return 0
     return None if version == FORMAT_VERSION else version

@@ -35,8 +35,8 @@ from reachlens.store.kinds import RUN_KINDS
 from reachlens.version import __version__
 
 __all__ = [
-    "FORMAT", "FORMAT_VERSION", "STATUSES", "RunRecord", "check_fields", "fix_for", "now", "recording_command",
-    "run_differences",
+    "FORMAT", "FORMAT_VERSION", "STATUSES", "RunRecord", "check_fields", "fix_for", "newer_format", "now",
+    "recording_command", "run_differences",
 ]
 
 FORMAT = "reachlens-run"
@@ -52,6 +52,11 @@ summary is written; ``failed`` when an error stopped it; ``interrupted`` when it
 read while ``running`` with no live writer (:meth:`reachlens.store.RunDir.record`)."""
 
 _COMMAND: contextvars.ContextVar[tuple[str, ...] | None] = contextvars.ContextVar("reachlens_command", default=None)
+
+
+def newer_format(version: object) -> bool:
+    """Whether ``version`` (a record's ``format_version``) is one a newer reachlens wrote."""
+    return isinstance(version, int) and not isinstance(version, bool) and version > FORMAT_VERSION
 
 
 @contextlib.contextmanager
@@ -148,6 +153,9 @@ class RunRecord:
         if not isinstance(d, Mapping) or d.get("format") != FORMAT:
             raise ReachlensError(f"{where} is not a reachlens run record; is this a reachlens run directory?")
         version = d.get("format_version")
+        if newer_format(version):
+            raise ReachlensError(f"{where} is in run format {version}, written by a newer reachlens; this one reads "
+                                 f"{FORMAT_VERSION}: upgrade reachlens to read it")
         if version != FORMAT_VERSION:
             raise ReachlensError(
                 f"{where} is in run format {version if version is not None else 0}, this reachlens reads "

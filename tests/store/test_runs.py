@@ -199,6 +199,22 @@ def test_reading_a_run_in_an_older_format_names_convert(runs, tmp_path):
     pd.testing.assert_frame_equal(again.samples, read_run(runs / "audit").samples)
 
 
+def test_a_run_of_a_newer_format_is_refused_by_read_and_by_convert_untouched(runs, tmp_path):
+    """A directory a newer reachlens wrote: reading it says to upgrade reachlens (not to convert), and convert
+    refuses it without changing a byte (before, convert took any unknown version for format 0)."""
+    import shutil
+
+    shutil.copytree(runs / "audit", tmp_path / "new")
+    path = tmp_path / "new" / "run.json"
+    path.write_text(json.dumps({**json.loads(path.read_text()), "format_version": FORMAT_VERSION + 1}))
+    before = path.read_bytes()
+    with pytest.raises(ReachlensError, match=rf"run format {FORMAT_VERSION + 1}, written by a newer reachlens; "
+                                             rf"this one reads {FORMAT_VERSION}: upgrade reachlens"):
+        read_run(tmp_path / "new")
+    assert main(["convert", str(tmp_path / "new")]) == 2
+    assert path.read_bytes() == before
+
+
 def test_convert_makes_an_older_summary_again_from_the_tables(runs, tmp_path):
     """An audit summary written before maj_K and the selection gap: convert derives it again, once."""
     import shutil
