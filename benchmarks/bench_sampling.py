@@ -104,7 +104,7 @@ def profile_split(fn, vocab: int, label: str) -> None:
     with profile(activities=[ProfilerActivity.CPU], record_shapes=True) as prof:
         fn()
     total = (time.perf_counter() - t0) * 1e6
-    linear = {"aten::mm", "aten::addmm", "aten::bmm", "aten::matmul", "aten::linear"}
+    linear = {"aten::mm", "aten::addmm", "aten::bmm", "aten::matmul", "aten::linear", "mkldnn::_linear_pointwise"}
     attention = {"aten::_scaled_dot_product_flash_attention_for_cpu", "aten::_safe_softmax"}
     split = {"LM head": 0.0, "sampling over the vocabulary": 0.0, "other linear layers": 0.0, "attention": 0.0,
              "other operators": 0.0}
