@@ -37,7 +37,7 @@ from transformer_lens.hook_points import HookPoint
 
 from reachlens.engine.kv_cache import SharedPrefix, SlotKVCache, grouped_matmul
 
-__all__ = ["can_fuse", "cascade_attention", "fused_attention", "fusable_attentions", "swap_forward"]
+__all__ = ["can_fuse", "cascade_attention", "found_once", "fused_attention", "fusable_attentions", "swap_forward"]
 
 _CONFIG_FLAGS = (
     "use_split_qkv_input", "use_attn_in", "gated_q_proj", "rotary_interleaved_cos_sin",
@@ -182,18 +182,29 @@ def _fused_forward(self, *args, **kwargs):
     return out, None
 
 
+def found_once(model, name: str, find: Callable[[], list]) -> list:
+    """``find()``, computed on the first call for ``model`` and kept on it as ``name`` (the modules a kernel swap
+    stands in for: they are looked for once per model, not at every forward)."""
+    found = model.__dict__.get(name)
+    if found is None:
+        found = find()
+        object.__setattr__(model, name, found)  # a bridge forwards unknown attribute writes to the HF module
+    return found
+
+
 def fusable_attentions(model) -> list:
     """The attention bridges of ``model`` the fused path can stand in for (computed once per model)."""
-    found = model.__dict__.get("_reachlens_fusable")
-    if found is None:
+
+    def find() -> list:
         found = []
         for block in model.blocks:
             attn = getattr(block, "attn", None)
             if attn is not None and can_fuse(attn):
                 attn._reachlens_skipped = _skipped_hook_points(attn)
                 found.append(attn)
-        object.__setattr__(model, "_reachlens_fusable", found)
-    return found
+        return found
+
+    return found_once(model, "_reachlens_fusable", find)
 
 
 @contextlib.contextmanager

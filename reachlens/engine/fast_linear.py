@@ -25,7 +25,7 @@ import contextlib
 import torch
 from torch import Tensor
 
-from reachlens.engine.fast_attention import swap_forward
+from reachlens.engine.fast_attention import found_once, swap_forward
 
 __all__ = ["LARGE", "WIDE", "fast_linears", "large_linears"]
 
@@ -48,15 +48,11 @@ def _forward(self, x: Tensor) -> Tensor:
 def large_linears(model) -> list[torch.nn.Linear]:
     """The ``nn.Linear`` maps of ``model`` that qualify (at least :data:`LARGE` float32 entries on a CPU, both
     sides at least :data:`WIDE`, oneDNN available); found once per model."""
-    found = model.__dict__.get("_reachlens_large_linears")
-    if found is None:
-        found = [] if not torch.backends.mkldnn.is_available() else [
-            m for m in model.modules()
-            if type(m) is torch.nn.Linear and m.weight.numel() >= LARGE and min(m.weight.shape) >= WIDE
-            and m.weight.device.type == "cpu" and m.weight.dtype == torch.float32
-        ]
-        object.__setattr__(model, "_reachlens_large_linears", found)
-    return found
+    return found_once(model, "_reachlens_large_linears", lambda: [] if not torch.backends.mkldnn.is_available() else [
+        m for m in model.modules()
+        if type(m) is torch.nn.Linear and m.weight.numel() >= LARGE and min(m.weight.shape) >= WIDE
+        and m.weight.device.type == "cpu" and m.weight.dtype == torch.float32
+    ])
 
 
 def fast_linears(model) -> contextlib.AbstractContextManager[int]:

@@ -17,7 +17,7 @@ import contextlib
 
 import torch
 
-from reachlens.engine.fast_attention import swap_forward
+from reachlens.engine.fast_attention import found_once, swap_forward
 
 __all__ = ["fused_norms", "fusable_norms"]
 
@@ -40,15 +40,11 @@ def fusable_norms(model) -> list:
     """The normalisation bridges of ``model`` that run the HuggingFace norm themselves (found once)."""
     from transformer_lens.model_bridge.generalized_components.normalization import NormalizationBridge
 
-    found = model.__dict__.get("_reachlens_fusable_norms")
-    if found is None:
-        found = [
-            m for m in model.modules()
-            if isinstance(m, NormalizationBridge) and getattr(m, "use_native_layernorm_autograd", False)
-            and m.original_component is not None and not isinstance(m.original_component, torch.nn.Identity)
-        ]
-        object.__setattr__(model, "_reachlens_fusable_norms", found)
-    return found
+    return found_once(model, "_reachlens_fusable_norms", lambda: [
+        m for m in model.modules()
+        if isinstance(m, NormalizationBridge) and getattr(m, "use_native_layernorm_autograd", False)
+        and m.original_component is not None and not isinstance(m.original_component, torch.nn.Identity)
+    ])
 
 
 def fused_norms(model) -> contextlib.AbstractContextManager[int]:

@@ -159,7 +159,8 @@ class SlotKVCache:
             if self._keys[slot] is None:
                 _, h, _, d = key_states.shape
                 self._keys[slot] = key_states.new_empty((b, h, self.max_len, d))
-                self._values[slot] = value_states.new_empty((b, value_states.shape[1], self.max_len, value_states.shape[-1]))
+                self._values[slot] = value_states.new_empty(
+                    (b, value_states.shape[1], self.max_len, value_states.shape[-1]))
             k_buf, v_buf = self._keys[slot], self._values[slot]
             assert k_buf is not None and v_buf is not None
             k_buf[:b, :, self.length : self.length + n_new] = key_states
@@ -188,10 +189,13 @@ class SlotKVCache:
                 store[slot] = buf = grown
             buf[:b, :, start : start + n_new] = new
 
+    def _written(self) -> int:
+        """Row-own positions written so far, this forward's included (every position in plain mode)."""
+        return self.length + self._pending - (self.shared.length if self.shared else 0)
+
     def own(self, slot: int) -> tuple[Tensor, Tensor]:
         """The row-own keys and values of ``slot`` up to the current write (all of them in plain mode)."""
-        end = self.length + self._pending - (self.shared.length if self.shared else 0)
-        start = self._offset(slot + 1)
+        end, start = self._written(), self._offset(slot + 1)
         k, v = self._keys[slot], self._values[slot]
         assert k is not None and v is not None
         return k[: self.batch, :, start:end], v[: self.batch, :, start:end]
@@ -201,7 +205,7 @@ class SlotKVCache:
         zeros beyond what was written) and how many of their positions are written (``own <= room``)."""
         k, v = self._keys[slot], self._values[slot]
         assert self.shared is not None and k is not None and v is not None
-        return k[: self.batch], v[: self.batch], self.length + self._pending - self.shared.length
+        return k[: self.batch], v[: self.batch], self._written()
 
     def _offset(self, mask_index: int) -> int:
         """First cached position a sliding slot still attends to (0 for full attention)."""
