@@ -3,10 +3,11 @@
 At a real shape a decoding step is matrix products: the layers' linear maps and the LM head are about 90 % of
 a reachlens step at the Qwen2.5-0.5B shape (``benchmarks/README.md``). ``torch.nn.functional.linear`` runs
 them through MKL's sgemm; oneDNN's fp32 product (``torch.ops.mkldnn._linear_pointwise``, the kernel torch's
-own compiler emits for CPU linears) is faster on every such shape measured on this project's CPU (AVX-512,
-torch 2.13's CPU wheel), from 64 rows x 896 -> 4,864 (7.6 ms against 6.3) to the LM head of a 151,936-token
-vocabulary (330 ms against 225) and Llama 3.2 1B's 2,048 -> 8,192 (38.6 ms against 22.7), and never slower
-by more than 2 % (896 x 896 at 512 rows).
+own compiler emits for CPU linears) is faster on every qualifying shape measured on this project's CPU
+(AVX-512, torch 2.13's CPU wheel; ``benchmarks/bench_linear.py``, 1 thread, at 64 rows): 896 -> 4,864 7.45 ms
+against 6.38, the LM head of a 151,936-token vocabulary 367 against 239, Llama 3.2 1B's 2,048 -> 8,192 32.4
+against 22.8; 1.00x-2.02x at 1 to 512 rows. A smaller map can be slower (896 x 896 at 64 rows: 0.93x), hence
+the bound below.
 
 :func:`fast_linears` swaps that product in, for the duration of a reachlens forward, for every
 ``nn.Linear`` inside the bridge whose weight has at least :data:`LARGE` entries and both sides at least
