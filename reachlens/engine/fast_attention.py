@@ -158,7 +158,7 @@ def _fused_forward(self, *args, **kwargs):
     if isinstance(cache, SlotKVCache) and cache.shared is not None and q_len == 1:
         slot = cache.append(k, v, self._layer_idx)
         *own_kv, own = cache.own_padded(slot)
-        out = cascade_attention(q, *cache.prefix(slot), *own_kv, cache.shared, attention_mask, scale, own=own)
+        out = cascade_attention(q, *cache.prefix(slot), *own_kv, cache.row_shared, attention_mask, scale, own=own)
         return self.hook_out(self.o(out.transpose(1, 2).reshape(b, q_len, -1))), None
     k, v = self._update_kv_cache(k, v, **kwargs)
     kv_len = k.shape[-2]

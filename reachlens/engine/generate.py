@@ -44,7 +44,7 @@ length to keep padding short.
 from __future__ import annotations
 
 from collections.abc import Hashable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import torch
 from jaxtyping import Bool, Float, Int
@@ -53,7 +53,7 @@ from torch import Tensor
 from reachlens.engine.hooks import BatchRows, _rows, arms_served, user_hooks
 from reachlens.engine.rng import Workspace, sample_inverse_cdf
 from reachlens.engine.sample_tree import FinishReason, SampleTree
-from reachlens.engine.stack import LayerStack
+from reachlens.engine.stack import LayerStack, RowRoutes
 from reachlens.engine.stopping import StopChecker
 from reachlens.engine.tokens import encode_prompts, tokenizer_of
 from reachlens.errors import ReachlensError
@@ -76,6 +76,10 @@ class Row:
     factories in :mod:`reachlens.interventions`, or a :class:`~reachlens.interventions.Graft`); None:
     the plain model (hooks built without ``arm=`` still act on every row). Rows of different arms
     never share a batch entry."""
+    route: tuple[int, ...] | None = None
+    """The layer route this row decodes along (None: the call's ``route=``). Rows of different routes decode in
+    one batch, never sharing an entry: each block runs on the entries whose route runs it at that step
+    (:class:`~reachlens.engine.stack.RowRoutes`)."""
 
 
 @dataclass(frozen=True)
@@ -200,7 +204,11 @@ def generate(
     """
     _check_rows(prompts, rows, protocol)
     stack = LayerStack(model, fused=fused)
-    steps = stack.route(route)
+    routes, route_ids = _route_ids(stack, rows, route)
+    if len(routes) > 1 and any(w is not None for w in stack.windows):
+        # a sliding-window layer's cache slot cannot hold another layer's keys: one call per route
+        return _per_route(model, prompts, rows, protocol, routes, route_ids, stop_at_eos=stop_at_eos,
+                          max_batch_rows=max_batch_rows, fused=fused, share_prefixes=share_prefixes)
     tok = tokenizer_of(model)
     ids = tokenize_prompts(tok, prompts)
     for i, p in enumerate(ids):
@@ -214,12 +222,48 @@ def generate(
     luts: dict = {}
     results: list[Completion | None] = [None] * len(rows)
     for chunk in _chunks(rows, [len(p) for p in ids], max_batch_rows):
-        outs = _generate_chunk(stack, steps, ids, [rows[i] for i in chunk], protocol, stopper, share_prefixes,
+        outs = _generate_chunk(stack, routes, ids, [rows[i] for i in chunk], protocol, stopper, share_prefixes,
                                row_ids=tuple(chunk), tags=tags,
-                               arms=_ChunkArms(arms, torch.tensor([arm_ids[i] for i in chunk]), luts))
+                               arms=_ChunkArms(arms, torch.tensor([arm_ids[i] for i in chunk]), luts),
+                               route_of_row=torch.tensor([route_ids[i] for i in chunk]))
         for i, c in zip(chunk, outs):
             results[i] = c
     return [c for c in results if c is not None]
+
+
+def _route_ids(
+    stack: LayerStack, rows: Sequence[Row], route: Sequence[int] | None
+) -> tuple[tuple[tuple[int, ...], ...], list[int]]:
+    """The distinct routes of ``rows`` (``route`` for a row without one; first appearance order), each validated
+    against the model, and each row's index into them."""
+    default = stack.route(route)
+    validated: dict[tuple, tuple[int, ...]] = {}
+    index: dict[tuple[int, ...], int] = {}
+    ids = []
+    for i, r in enumerate(rows):
+        steps = default
+        if r.route is not None:
+            given = tuple(r.route)
+            if given not in validated:
+                try:
+                    validated[given] = stack.route(given)
+                except ReachlensError as e:
+                    raise ReachlensError(f"rows[{i}].route={r.route!r}: {e}") from None
+            steps = validated[given]
+        ids.append(index.setdefault(steps, len(index)))
+    return tuple(index), ids
+
+
+def _per_route(model, prompts, rows, protocol, routes, route_ids, **kwargs) -> list[Completion]:
+    """``generate`` once per route (for a model whose cache slots cannot mix layers), completions back in order."""
+    out: list[Completion | None] = [None] * len(rows)
+    for k, steps in enumerate(routes):
+        members = [i for i, r in enumerate(route_ids) if r == k]
+        comps = generate(model, prompts, [replace(rows[i], route=None) for i in members], protocol, route=steps,
+                         **kwargs)
+        for i, c in zip(members, comps):
+            out[i] = c
+    return [c for c in out if c is not None]
 
 
 def _check_rows(prompts: Sequence[str], rows: Sequence[Row], protocol: Protocol) -> None:
@@ -304,15 +348,17 @@ def _choose(
     return chosen, logp[node, chosen]
 
 
-def _roots(rows: list[Row], arm_of_row: Int[Tensor, "rows"], share: bool) -> tuple[Int[Tensor, "rows"], list[int]]:
+def _roots(
+    rows: list[Row], arm_of_row: Int[Tensor, "rows"], route_of_row: Int[Tensor, "rows"], share: bool
+) -> tuple[Int[Tensor, "rows"], list[int]]:
     """Each row's slot in the prefill, and the prompt of each prefill slot: with sharing, one slot
-    per distinct (prompt, arm) (the sample tree's roots, in that order); without, one per row."""
+    per distinct (prompt, arm, route) (the sample tree's roots, in that order); without, one per row."""
     if not share:
         return torch.arange(len(rows)), [r.prompt for r in rows]
-    root_of_row = list(zip((r.prompt for r in rows), arm_of_row.tolist()))
+    root_of_row = list(zip((r.prompt for r in rows), arm_of_row.tolist(), route_of_row.tolist()))
     roots = sorted(set(root_of_row))
     local = {root: i for i, root in enumerate(roots)}
-    return torch.tensor([local[root] for root in root_of_row]), [p for p, _ in roots]
+    return torch.tensor([local[root] for root in root_of_row]), [root[0] for root in roots]
 
 
 @dataclass(frozen=True)
@@ -329,7 +375,7 @@ class _ChunkArms:
 
 def _generate_chunk(
     stack: LayerStack,
-    steps: tuple[int, ...],
+    routes: tuple[tuple[int, ...], ...],
     all_ids: list[list[int]],
     rows: list[Row],
     protocol: Protocol,
@@ -339,10 +385,12 @@ def _generate_chunk(
     row_ids: tuple[int, ...] | None = None,
     tags: Sequence[Hashable] | None = None,
     arms: _ChunkArms | None = None,
+    route_of_row: Int[Tensor, "rows"] | None = None,
 ) -> list[Completion]:
     """Decode one chunk of rows: prefill, then choose -> advance the sample tree -> copy/select cache
     rows -> forward, once per new token. With ``share_prefixes`` a batch entry is a node of the sample
-    tree (first one per (prompt, arm)); without, batch entry ``i`` is row ``i`` from the prefill to the end.
+    tree (first one per (prompt, arm, route)); without, batch entry ``i`` is row ``i`` from the prefill to the end.
+    Row ``i`` decodes along ``routes[route_of_row[i]]`` (default: ``routes[0]``).
 
     Reads ``protocol.max_new_tokens``, ``protocol.temperature``, ``protocol.top_p`` (``protocol.stop`` is
     already in ``stopper``)."""
@@ -352,18 +400,30 @@ def _generate_chunk(
     tags = [r.tag for r in rows] if tags is None else tags
     pad_id = _pad_id(stack.model)
     arms = _ChunkArms((None,), torch.zeros(n, dtype=torch.long), {}) if arms is None else arms
-    start_slot, prompts = _roots(rows, arms.of_row, share_prefixes)
+    route_of_row = torch.zeros(n, dtype=torch.long) if route_of_row is None else route_of_row
+    start_slot, prompts = _roots(rows, arms.of_row, route_of_row, share_prefixes)
     ids, valid, positions = _prefill_inputs([all_ids[p] for p in prompts], pad_id, device)
     tree = SampleTree(start_slot, ids.shape[0], protocol.max_new_tokens, stopper, share=share_prefixes, pad_id=pad_id)
     padded = not bool(valid.all())
-    cache = stack.new_cache(ids.shape[1] + protocol.max_new_tokens, steps)
+    mixed = len(set(route_of_row.tolist())) > 1
+
+    def route_of_entry(n_entries: int) -> tuple[int, ...] | RowRoutes:
+        if not mixed:
+            return routes[int(route_of_row[0])]
+        of_entry = torch.zeros(n_entries, dtype=torch.long)  # a free slot runs the first route (never read)
+        live = tree.slot_of_row >= 0
+        of_entry[tree.slot_of_row[live]] = route_of_row[live]
+        return RowRoutes(routes, of_entry)
+
+    cache = stack.new_cache(ids.shape[1] + protocol.max_new_tokens, route_of_entry(ids.shape[0]))
 
     def forward(inputs, pos, mask, step):
-        where = BatchRows(tree.slot_of_row.clone(), row_ids, tags, int(inputs.shape[0]), step, arms.arms, arms.of_row,
+        n_entries = int(inputs.shape[0])
+        where = BatchRows(tree.slot_of_row.clone(), row_ids, tags, n_entries, step, arms.arms, arms.of_row,
                           valid if step < 0 else None, arms.luts)
         with _rows(where):
-            return stack.forward(inputs, position_ids=pos, attention_mask=mask, cache=cache, route=steps,
-                                 last_only=True)[:, -1]
+            return stack.forward(inputs, position_ids=pos, attention_mask=mask, cache=cache,
+                                 route=route_of_entry(n_entries), last_only=True)[:, -1]
 
     logits = forward(ids, positions, valid if padded else None, -1)
     if share_prefixes and stack.cascade:

@@ -230,6 +230,16 @@ class BatchRows:
             self._index[key] = found
         return found[0]
 
+    def restrict(self, entries: Int[Tensor, "sub"]) -> BatchRows:
+        """The same forward seen by a block called on some of its entries only (rows on different routes, see
+        :class:`~reachlens.engine.stack.RowRoutes`): entry ``i`` of the result is entry ``entries[i]`` here."""
+        entries = entries.cpu()
+        where = torch.full((self.n_entries + 1,), -1, dtype=torch.long)  # the last -1: a finished row's entry
+        where[entries] = torch.arange(entries.numel())
+        return BatchRows(where[self.row_of_entry], self.chunk, self.tags, int(entries.numel()), self.step, self.arms,
+                         self.arm_of_row, None if self.prompt_mask is None else self.prompt_mask[entries.to(
+                             self.prompt_mask.device)], self.luts)
+
     def _lut(self, keys: tuple[Hashable, ...], device: torch.device) -> Int[Tensor, "arms_plus_1"]:
         """Per arm of the call, its position in ``keys`` (-1: absent), then a -1 that a free slot's -1 reads."""
         lut = self.luts.get((id(keys), device))
@@ -268,6 +278,18 @@ def arm_index(keys: tuple[Hashable, ...], device: torch.device | str = "cpu") ->
                              "on the rows' arms (Row.arm) of a generate call; build the hook without arm= to act on "
                              "every row of any forward")
     return rows.arm_index(keys, device)
+
+
+@contextlib.contextmanager
+def restricted_rows(entries: Int[Tensor, "sub"]) -> Iterator[None]:
+    """Within the block, :func:`current_rows` (if a generate call set it) describes only ``entries`` of its forward:
+    a block runs on those entries alone (:meth:`BatchRows.restrict`)."""
+    rows = _CURRENT.get()
+    if rows is None:
+        yield
+        return
+    with _rows(rows.restrict(entries)):
+        yield
 
 
 @contextlib.contextmanager

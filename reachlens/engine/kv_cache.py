@@ -100,8 +100,11 @@ class SlotKVCache:
     3
     """
 
-    def __init__(self, route: Sequence[int], max_len: int, *, windows: Sequence[int | None] | None = None) -> None:
-        self.route = tuple(int(i) for i in route)
+    def __init__(self, route: Sequence[int | frozenset[int]], max_len: int, *,
+                 windows: Sequence[int | None] | None = None) -> None:
+        self.route: tuple[int | frozenset[int], ...] = tuple(i if isinstance(i, frozenset) else int(i) for i in route)
+        """The layer run at each route step, or the set of layers run there when rows are on different routes
+        (:class:`~reachlens.engine.stack.RowRoutes`; each block call then enters the rows that run it)."""
         self.max_len = int(max_len)
         self.windows: tuple[int | None, ...] = tuple(windows) if windows is not None else (None,) * len(self.route)
         """Per slot, the sliding window of the layer it holds (None: full attention). A sliding slot
@@ -115,6 +118,9 @@ class SlotKVCache:
         self.batch: int | None = None
         """Rows in use (the buffers may hold more, see :meth:`copy_rows`); None until the first write."""
         self._slot: int | None = None
+        self._layer: int | None = None
+        self._rows: Tensor | None = None
+        self._row_shared: tuple[Tensor, SharedPrefix] | None = None
         self._pending = 0
         # per slot: full [batch, h, max_len, d] (plain mode) or the row-own part (shared mode)
         self._keys: list[Tensor | None] = [None] * len(self.route)
@@ -127,20 +133,34 @@ class SlotKVCache:
     def n_slots(self) -> int:
         return len(self.route)
 
-    def enter(self, slot: int) -> None:
-        """Announce that route step ``slot`` runs next."""
-        self._slot = slot
+    def enter(self, slot: int, *, layer: int | None = None, rows: Int[Tensor, "sub"] | None = None) -> None:
+        """Announce that route step ``slot`` runs next: ``layer`` (the route's layer at that step when None) on the
+        batch rows ``rows`` (None: every row)."""
+        self._slot, self._layer, self._rows = slot, layer, rows
 
     def _check(self, layer_idx: int) -> int:
         slot = self._slot
         if slot is None:
             raise RuntimeError("SlotKVCache.update called outside a route step; call enter(slot) first")
-        if self.route[slot] != layer_idx:
+        at_step = self.route[slot]
+        expected = at_step if self._layer is None else self._layer
+        if layer_idx != expected or layer_idx not in (at_step if isinstance(at_step, frozenset) else (at_step,)):
             raise RuntimeError(
-                f"route step {slot} should run layer {self.route[slot]}, but layer {layer_idx} wrote "
+                f"route step {slot} should run layer {expected}, but layer {layer_idx} wrote "
                 f"to the cache; the executor and the cache disagree about the route {self.route}"
             )
         return slot
+
+    @property
+    def row_shared(self) -> SharedPrefix | None:
+        """:attr:`shared` for the rows the current block runs on (the whole of it when every row runs)."""
+        rows = self._rows
+        if self.shared is None or rows is None:
+            return self.shared
+        if self._row_shared is None or self._row_shared[0] is not rows:
+            self._row_shared = (rows, SharedPrefix.build(self.shared.group.index_select(0, rows), self.shared.length,
+                                                         self.shared.n_groups))
+        return self._row_shared[1]
 
     def append(self, key_states: Tensor, value_states: Tensor, layer_idx: int) -> int:
         """Write this step's keys and values for the current slot; return the slot."""
@@ -151,20 +171,22 @@ class SlotKVCache:
         b = key_states.shape[0]
         if self.batch is None:
             self.batch = b
-        if b != self.batch:
-            raise RuntimeError(f"a forward over {b} rows wrote to a cache of {self.batch} rows")
+        expected = self.batch if self._rows is None else int(self._rows.shape[0])
+        if b != expected:
+            raise RuntimeError(f"a forward over {b} rows wrote to a cache of {expected} rows")
         if self.shared is not None:
             self._append_own(slot, key_states, value_states)
         else:
             if self._keys[slot] is None:
                 _, h, _, d = key_states.shape
-                self._keys[slot] = key_states.new_empty((b, h, self.max_len, d))
+                self._keys[slot] = key_states.new_empty((self.batch, h, self.max_len, d))
                 self._values[slot] = value_states.new_empty(
-                    (b, value_states.shape[1], self.max_len, value_states.shape[-1]))
+                    (self.batch, value_states.shape[1], self.max_len, value_states.shape[-1]))
             k_buf, v_buf = self._keys[slot], self._values[slot]
             assert k_buf is not None and v_buf is not None
-            k_buf[:b, :, self.length : self.length + n_new] = key_states
-            v_buf[:b, :, self.length : self.length + n_new] = value_states
+            rows = slice(None, b) if self._rows is None else self._rows
+            k_buf[rows, :, self.length : self.length + n_new] = key_states
+            v_buf[rows, :, self.length : self.length + n_new] = value_states
         self._pending = n_new
         return slot
 
@@ -187,7 +209,7 @@ class SlotKVCache:
                     grown[:b, :, :start] = buf[:b, :, :start]
                 grown[:b, :, start:] = 0  # rows past the batch are written whole before they are read
                 store[slot] = buf = grown
-            buf[:b, :, start : start + n_new] = new
+            buf[slice(None, b) if self._rows is None else self._rows, :, start : start + n_new] = new
 
     def _written(self) -> int:
         """Row-own positions written so far, this forward's included (every position in plain mode)."""
@@ -198,13 +220,16 @@ class SlotKVCache:
         end, start = self._written(), self._offset(slot + 1)
         k, v = self._keys[slot], self._values[slot]
         assert k is not None and v is not None
-        return k[: self.batch, :, start:end], v[: self.batch, :, start:end]
+        rows = slice(None, self.batch) if self._rows is None else self._rows
+        return k[rows, :, start:end], v[rows, :, start:end]
 
     def own_padded(self, slot: int) -> tuple[Tensor, Tensor, int]:
         """Shared mode: the row-own key and value buffers of ``slot`` (``[batch, h, room, d]`` each, contiguous,
         zeros beyond what was written) and how many of their positions are written (``own <= room``)."""
         k, v = self._keys[slot], self._values[slot]
         assert self.shared is not None and k is not None and v is not None
+        if self._rows is not None:
+            return k.index_select(0, self._rows), v.index_select(0, self._rows), self._written()
         return k[: self.batch], v[: self.batch], self._written()
 
     def _offset(self, mask_index: int) -> int:
@@ -227,14 +252,14 @@ class SlotKVCache:
         if self.shared is None:
             return k, v
         pk, pv = self.prefix(slot)
-        g = self.shared.group
+        g = self.row_shared.group
         return torch.cat([pk.index_select(0, g), k], dim=2), torch.cat([pv.index_select(0, g), v], dim=2)
 
     def commit(self) -> None:
         """After a whole forward over the route: the new positions become part of the cache."""
         self.length += self._pending
         self._pending = 0
-        self._slot = None
+        self._slot = self._layer = self._rows = self._row_shared = None
 
     def get_seq_length(self, layer_idx: int = 0) -> int:
         return self.length

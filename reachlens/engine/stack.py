@@ -58,12 +58,13 @@ from torch import Tensor, nn
 from reachlens.engine.fast_attention import fusable_attentions, fused_attention
 from reachlens.engine.fast_linear import fast_linears
 from reachlens.engine.fast_norm import fused_norms
+from reachlens.engine.hooks import restricted_rows
 from reachlens.engine.kv_cache import SlotKVCache
 from reachlens.errors import ReachlensError
 
 __all__ = [
-    "FUSED_MODEL_TYPES", "EngineInfo", "LayerInputs", "LayerStack", "UnsupportedModelError", "check_architecture",
-    "describe", "validate_route",
+    "FUSED_MODEL_TYPES", "EngineInfo", "LayerInputs", "LayerStack", "RowRoutes", "UnsupportedModelError",
+    "check_architecture", "describe", "validate_route",
 ]
 
 FUSED_MODEL_TYPES = frozenset({"llama", "mistral", "olmo2", "qwen2", "qwen3"})
@@ -164,20 +165,75 @@ class LayerInputs:
         (a mask or rotary table of batch 1, which broadcasts) are kept."""
         if n == 1:
             return self
-        b = self.batch
 
-        def rep(x):
-            if isinstance(x, Tensor):
-                return x.repeat(n, *([1] * (x.ndim - 1))) if x.ndim >= 2 and x.shape[0] == b and b > 1 else x
-            if isinstance(x, tuple):
-                return tuple(rep(v) for v in x)
-            if isinstance(x, list):
-                return [rep(v) for v in x]
-            if isinstance(x, dict):
-                return {k: rep(v) for k, v in x.items()}
-            return x
+        def rep(x: Tensor) -> Tensor:
+            return x.repeat(n, *([1] * (x.ndim - 1)))
 
-        return LayerInputs(rep(self.resid), tuple((rep(a), rep(k)) for a, k in self.calls))
+        return LayerInputs(rep(self.resid), tuple(_per_row(call, self.batch, rep) for call in self.calls))
+
+
+def _per_row(x: Any, batch: int, fn) -> Any:
+    """``x`` with ``fn`` applied to every tensor in it whose first dimension is the batch (``ndim >= 2``, a batch of
+    more than one row); other tensors (a mask or rotary table of batch 1, which broadcasts) are kept."""
+    if isinstance(x, Tensor):
+        return fn(x) if x.ndim >= 2 and x.shape[0] == batch and batch > 1 else x
+    if isinstance(x, tuple):
+        return tuple(_per_row(v, batch, fn) for v in x)
+    if isinstance(x, list):
+        return [_per_row(v, batch, fn) for v in x]
+    if isinstance(x, dict):
+        return {k: _per_row(v, batch, fn) for k, v in x.items()}
+    return x
+
+
+@dataclass(frozen=True)
+class RowRoutes:
+    """Entries of one batch on different routes: entry ``i`` runs ``routes[of_entry[i]]``.
+
+    :meth:`LayerStack.forward` runs each route step as one block call per distinct layer at that step, on the
+    entries whose route runs it (one call on the whole batch where every route agrees), and an entry whose route is
+    shorter skips the later steps. So many routes decode together, one forward per token (route search's answers,
+    :func:`~reachlens.routing.executor.generate_along_routes`). Hooks see, at a block called on some entries,
+    those entries only (:func:`~reachlens.engine.hooks.current_rows` says which rows they stand for).
+
+    >>> rr = RowRoutes(((0, 1, 2), (0, 2)), torch.tensor([0, 1, 1]))
+    >>> [[(layer, None if idx is None else idx.tolist()) for layer, idx in step] for step in rr.plan("cpu")]
+    [[(0, None)], [(1, [0]), (2, [1, 2])], [(2, [0])]]
+    """
+
+    routes: tuple[tuple[int, ...], ...]
+    of_entry: Int[Tensor, "batch"]
+    """Per batch entry, the index of its route in :attr:`routes` (on the CPU)."""
+
+    @property
+    def slot_layers(self) -> tuple[frozenset[int], ...]:
+        """Per route step, the layers some route runs there (what a cache slot may hold)."""
+        depth = max(len(r) for r in self.routes)
+        return tuple(frozenset(r[s] for r in self.routes if s < len(r)) for s in range(depth))
+
+    def plan(self, device: torch.device | str) -> list[list[tuple[int, Int[Tensor, "entries"] | None]]]:
+        """Per route step, ``(layer, entries)`` for each layer run at that step: the batch entries that run it
+        (on ``device``; None: all of them)."""
+        present = torch.unique(self.of_entry).tolist()
+        depth = max(len(self.routes[r]) for r in present)
+        found: dict[tuple[int, ...], Tensor] = {}  # one index tensor per set of routes (the cache keys on it)
+        out = []
+        for s in range(depth):
+            by_layer: dict[int, list[int]] = {}
+            for r in present:
+                if s < len(self.routes[r]):
+                    by_layer.setdefault(self.routes[r][s], []).append(r)
+            step = []
+            for layer, members in sorted(by_layer.items()):
+                if len(members) == len(present):
+                    step.append((layer, None))
+                    continue
+                key = tuple(members)
+                if key not in found:
+                    found[key] = torch.isin(self.of_entry, torch.tensor(members)).nonzero().squeeze(1).to(device)
+                step.append((layer, found[key]))
+            out.append(step)
+        return out
 
 
 class _Stop(Exception):
@@ -361,7 +417,12 @@ class LayerStack:
     def route(self, route: Sequence[int] | None) -> tuple[int, ...]:
         return self.identity if route is None else validate_route(route, self.n_layers)
 
-    def new_cache(self, max_len: int, route: Sequence[int] | None = None) -> SlotKVCache:
+    def new_cache(self, max_len: int, route: Sequence[int] | RowRoutes | None = None) -> SlotKVCache:
+        if isinstance(route, RowRoutes):
+            if any(w is not None for w in self.windows):
+                raise ReachlensError(f"{self.model_type} has sliding-window layers, whose cache slots cannot hold "
+                                     "layers of different windows: decode rows of different routes in separate calls")
+            return SlotKVCache(route.slot_layers, max_len)
         steps = self.route(route)
         return SlotKVCache(steps, max_len, windows=[self.windows[layer] for layer in steps])
 
@@ -456,6 +517,28 @@ class LayerStack:
                 x = x[0]
         return x
 
+    def run_row_routes(
+        self, inputs: LayerInputs, routes: RowRoutes, *, cache: SlotKVCache | None = None
+    ) -> Float[Tensor, "batch pos d_model"]:
+        """Run every entry of ``inputs`` along its own route (:class:`RowRoutes`): per route step, one block call
+        per layer run there, on the entries that run it; route step ``i`` uses cache slot ``i``."""
+        x = inputs.resid
+        b = inputs.batch
+        for step, groups in enumerate(routes.plan(x.device)):
+            for layer, entries in groups:
+                if cache is not None:
+                    cache.enter(step, layer=layer, rows=entries)
+                args, kwargs = inputs.calls[layer]
+                if entries is None:
+                    out = self.model.blocks[layer](x, *args, **kwargs)
+                    x = out[0] if isinstance(out, tuple) else out
+                    continue
+                args, kwargs = _per_row((args, kwargs), b, lambda t: t.index_select(0, entries))
+                with restricted_rows(entries):
+                    out = self.model.blocks[layer](x.index_select(0, entries), *args, **kwargs)
+                x = x.index_copy(0, entries, out[0] if isinstance(out, tuple) else out)
+        return x
+
     def unembed(self, resid: Float[Tensor, "batch pos d_model"]) -> Float[Tensor, "batch pos d_vocab"]:
         """Final norm, LM head and whatever the family does after it (e.g. logit softcapping)."""
         normed = self.model.ln_final(resid)
@@ -472,10 +555,11 @@ class LayerStack:
         position_ids: Int[Tensor, "batch pos"] | None = None,
         attention_mask: Bool[Tensor, "batch kv"] | None = None,
         cache: SlotKVCache | None = None,
-        route: Sequence[int] | None = None,
+        route: Sequence[int] | RowRoutes | None = None,
         last_only: bool = False,
     ) -> Float[Tensor, "batch out_pos d_vocab"]:
-        """Logits of ``input_ids`` along ``route`` (the full model when None).
+        """Logits of ``input_ids`` along ``route`` (the full model when None; a :class:`RowRoutes`: each entry
+        along its own).
 
         Args:
             position_ids: positions per row (default ``past + arange(pos)``).
@@ -484,12 +568,17 @@ class LayerStack:
             cache: a :class:`SlotKVCache` built for the same route; it is extended by ``pos``.
             last_only: unembed only the last position (what decoding needs).
         """
-        steps = self.route(route)
+        steps = route.slot_layers if isinstance(route, RowRoutes) else self.route(route)
         if cache is not None and cache.route != steps:
             raise ValueError(f"cache was built for route {cache.route}, not {steps}")
         with self.kernels():
             inputs = self.prepare(input_ids, position_ids=position_ids, attention_mask=attention_mask, cache=cache)
-            resid = self.run_layers(inputs, steps, cache=cache)
+            if isinstance(route, RowRoutes):
+                if cache is not None and cache.batch is None:
+                    cache.batch = inputs.batch  # the first block call may write some of its rows only
+                resid = self.run_row_routes(inputs, route, cache=cache)
+            else:
+                resid = self.run_layers(inputs, steps, cache=cache)
             if cache is not None:
                 cache.commit()
             if last_only:

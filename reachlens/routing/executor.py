@@ -11,9 +11,12 @@ therefore runs once per trie node instead of once per route, and each depth
 costs one call per distinct layer instead of one per route. Duplicate routes share their leaf.
 
 **Generation** (:func:`generate_along_routes`). Candidate answers need decoding along each route.
-The engine's :func:`~reachlens.engine.generate` runs one route per call with a route-aware KV cache
-(one slot per route step, so a repeated layer has its own keys); requests are grouped by route, so
-one call decodes every question that asked for that route, batched.
+Every request is a row of *one* :func:`~reachlens.engine.generate` call carrying its route
+(:attr:`Row.route <reachlens.engine.Row.route>`): at each route step the engine runs each layer once, on
+the rows whose route runs it (:class:`~reachlens.engine.stack.RowRoutes`), with a route-aware KV cache
+(one slot per route step, so a repeated layer has its own keys). A random search's requests, one
+question per route, thus decode together instead of one small call per route. (A family with
+sliding-window layers decodes one route per call: a cache slot cannot mix windows.)
 
 Hooks: everything runs through the bridge's own blocks, so TransformerLens hooks fire, named by the
 layer that runs. In the trie a hook on ``blocks.2.hook_mlp_out`` fires once per trie node that runs
@@ -215,27 +218,28 @@ def generate_along_routes(
     max_batch_rows: int = 256,
     fused: bool = True,
 ) -> list[Completion]:
-    """One completion per request, batched per distinct route (one engine call per route).
+    """One completion per request, all requests in one engine call (each row along its own route).
 
     Identical requests are decoded once and their completion is shared.
 
     >>> reqs = [RouteRequest(0, (0, 1, 1, 2)), RouteRequest(1, (0, 2), seed=7)]
     >>> outs = generate_along_routes(model, prompts, reqs, Protocol.greedy("arith", max_new_tokens=32))  # doctest: +SKIP
     """
-    by_route: dict[Route, dict[tuple[int, int | None], list[int]]] = {}
+    wanted: dict[tuple[int, Route, int | None], list[int]] = {}
     for i, req in enumerate(requests):
         if not 0 <= req.prompt < len(prompts):
             raise ReachlensError(f"requests[{i}].prompt={req.prompt} but there are {len(prompts)} prompts")
-        by_route.setdefault(tuple(req.route), {}).setdefault((req.prompt, req.seed), []).append(i)
+        wanted.setdefault((req.prompt, tuple(req.route), req.seed), []).append(i)
+    if not wanted:
+        return []
+    keys = list(wanted)
+    used = sorted({p for p, _, _ in keys})
+    local = {p: j for j, p in enumerate(used)}
+    rows = [Row(local[p], seed, route=route) for p, route, seed in keys]
+    comps = generate(model, [prompts[p] for p in used], rows, protocol, stop_at_eos=stop_at_eos,
+                     max_batch_rows=max_batch_rows, fused=fused)
     out: list[Completion | None] = [None] * len(requests)
-    for route, wanted in by_route.items():
-        keys = list(wanted)
-        used = sorted({p for p, _ in keys})
-        local = {p: j for j, p in enumerate(used)}
-        rows = [Row(local[p], seed) for p, seed in keys]
-        comps = generate(model, [prompts[p] for p in used], rows, protocol, stop_at_eos=stop_at_eos, route=route,
-                         max_batch_rows=max_batch_rows, fused=fused)
-        for key, comp in zip(keys, comps):
-            for i in wanted[key]:
-                out[i] = comp
+    for key, comp in zip(keys, comps):
+        for i in wanted[key]:
+            out[i] = comp
     return [c for c in out if c is not None]
