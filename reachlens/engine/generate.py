@@ -31,6 +31,13 @@ prefilled in one batched forward, and a per-arm hook (:func:`~reachlens.engine.h
 on its entries only. Every arm a row carries must be served by an attached per-arm hook, or the call
 is refused before anything runs. Rows without arms decode exactly as before.
 
+Routes: a row may carry its own layer route (``Row.route``; None: the call's ``route=``). Rows of
+different routes decode in one call too, never sharing a batch entry (the roots are the distinct
+(prompt, arm, route) triples): at each route step every layer runs once, on the entries whose route
+runs it there (:class:`~reachlens.engine.stack.RowRoutes`), so a route search's many routes of a
+question or two each decode as one batch. A family with sliding-window layers decodes one route per
+call instead (a cache slot holds one window).
+
 Text: decoded without special tokens (HF's ``skip_special_tokens=True``, as vLLM and lm-eval
 report it); the token ids keep everything.
 
@@ -187,7 +194,7 @@ def generate(
             strings (None or empty: none; resolve the protocol against its task for the task's own).
             Its ``k`` and ``seed`` are the caller's business: rows carry their seeds.
         stop_at_eos: finish a row when it emits an end-of-sequence token (not included in the text).
-        route: layer route to run (the full model when None).
+        route: layer route to run (the full model when None); a row's own ``Row.route`` takes precedence.
         max_batch_rows: most rows decoded together.
         fused: take the engine's fused path where it applies (:func:`~reachlens.engine.describe`);
             False runs the generic path (the family's own forward code, the bridge's own attention).

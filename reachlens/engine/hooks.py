@@ -42,6 +42,11 @@ attached hook serves (a typo'd arm would otherwise run the plain model). The fac
     hooks = zero_ablation(model, 3, "mlp", arm="L3 mlp") + zero_ablation(model, 4, "mlp", arm="L4 mlp")
     with model.hooks(fwd_hooks=hooks):
         outs = generate(model, prompts, rows, protocol)   # three arms, one batch
+
+**Routes.** Rows on different layer routes (``Row.route``) decode in one batch too; a block then runs
+on the entries whose route runs it at that step, and its hooks see those entries only: inside such a
+block :func:`current_rows` describes them (:meth:`BatchRows.restrict`), so ``entries``, ``tags`` and
+:func:`arm_index` stay aligned with the hook's tensor.
 """
 
 from __future__ import annotations

@@ -12,7 +12,7 @@ log-probabilities:
 
 Greedy decoding is deterministic, so :class:`RouteEvaluator` decodes each (question, route) pair once
 and reuses the result: a search that proposes a route twice is charged twice against its budget but
-decoded once. Pairs asked for together are batched per route across questions.
+decoded once. Pairs asked for together decode in one engine call, each row along its own route.
 """
 
 from __future__ import annotations
@@ -128,8 +128,8 @@ class RouteEvaluator:
                  progress: Callable[[int], None] | None = None) -> None:
         """Evaluate every question along every route in ``routes`` (e.g. a whole small space).
 
-        Each route is decoded for all questions in one batched engine call, which is cheaper than the
-        many small calls of a round-by-round search; later searches then find their pairs memoized.
+        ``per_call`` routes are decoded for all questions in one batched engine call (larger batches than a
+        round-by-round search's); later searches then find their pairs memoized.
         Budgets are unaffected: a search is charged for what it proposes, not for what was prefetched.
         """
         routes = list(dict.fromkeys(tuple(r) for r in routes))

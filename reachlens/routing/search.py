@@ -18,8 +18,8 @@ and a completion with no extractable answer scores 0. The oracle objective is 1 
 answer and 0 otherwise; it reads the gold answer and exists to measure what a search *could* find.
 
 **Lockstep.** All questions are searched together, round by round: the driver collects every
-question's next proposals and evaluates them in one batch (decoded per distinct route across
-questions), so adaptive strategies are batched as well as random search.
+question's next proposals and evaluates them in one batch (one engine call, each row along its own
+route), so adaptive strategies are batched as well as random search.
 
 Every candidate keeps its route, raw text, answer, grade and scores (:data:`CANDIDATE_COLUMNS`).
 """

@@ -152,7 +152,7 @@ def test_a_hook_changes_routed_logits(tiny_model):
     assert not torch.allclose(base, ablated)
 
 
-def test_generation_groups_requests_by_route(tiny_model):
+def test_generation_decodes_identical_requests_once(tiny_model):
     params = decode(10)
     reqs = [RouteRequest(0, (0, 2)), RouteRequest(1, (0, 1, 1, 2)), RouteRequest(1, (0, 2)), RouteRequest(0, (0, 2)),
             RouteRequest(1, (0, 2), seed=7)]
@@ -162,6 +162,28 @@ def test_generation_groups_requests_by_route(tiny_model):
     assert outs[1].token_ids == alone.token_ids
     sampled = generate_to_length(tiny_model, [PROMPTS[1]], [Row(0, 7)], params, route=(0, 2))[0]
     assert outs[4].token_ids == sampled.token_ids
+
+
+def test_requests_on_many_routes_decode_in_one_call_as_hand_built_forwards(tiny_model, tiny_hf, monkeypatch):
+    """Greedy answers along six routes for both prompts, in one engine call, equal an argmax loop of plain
+    HuggingFace forwards (no cache) along each route."""
+    import reachlens.routing.executor as executor
+
+    routes = [(0, 1, 2), (0, 2), (0, 1, 1, 2), (2, 1, 0), (1,), (0, 0, 1, 1, 2, 2)]
+    calls = []
+    monkeypatch.setattr(executor, "generate", lambda *a, **k: calls.append(1) or generate(*a, **k))
+    n = 8
+    reqs = [RouteRequest(p, r) for r in routes for p in range(2)]
+    outs = generate_along_routes(tiny_model, PROMPTS, reqs, decode(n), stop_at_eos=False)
+    assert len(calls) == 1
+    for req, out in zip(reqs, outs):
+        ids = _ids(tiny_model, PROMPTS[req.prompt])
+        want = []
+        for _ in range(n):
+            nxt = hand_built_logits(tiny_hf, ids, req.route)[0, -1].argmax()
+            want.append(int(nxt))
+            ids = torch.cat([ids, nxt.view(1, 1)], dim=1)
+        assert list(out.token_ids) == want, req
 
 
 def test_self_verification_scores_the_completion_under_the_full_model(tiny_model):
