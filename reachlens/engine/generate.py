@@ -417,7 +417,7 @@ def _generate_chunk(
     def route_of_entry(n_entries: int) -> tuple[int, ...] | RowRoutes:
         if not mixed:
             return routes[int(route_of_row[0])]
-        of_entry = torch.zeros(n_entries, dtype=torch.long)  # a free slot runs the first route (never read)
+        of_entry = torch.full((n_entries,), -1, dtype=torch.long)  # a free slot runs no layer (never read)
         live = tree.slot_of_row >= 0
         of_entry[tree.slot_of_row[live]] = route_of_row[live]
         return RowRoutes(routes, of_entry)

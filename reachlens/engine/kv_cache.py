@@ -204,10 +204,13 @@ class SlotKVCache:
                 rows = b if buf is None else max(b, buf.shape[0])
                 room = min(self.max_len - self.shared.length, -(-(start + n_new) // _GROW) * _GROW)
                 grown = new.new_empty((rows, new.shape[1], room, new.shape[-1]))
-                if start:
+                # what was written (a slot of rows on different routes may have gone unwritten for some steps,
+                # while no row's route ran it: those positions are zeros, and no row reads them)
+                keep = 0 if buf is None else min(start, buf.shape[2])
+                if keep:
                     assert buf is not None
-                    grown[:b, :, :start] = buf[:b, :, :start]
-                grown[:b, :, start:] = 0  # rows past the batch are written whole before they are read
+                    grown[:b, :, :keep] = buf[:b, :, :keep]
+                grown[:b, :, keep:] = 0  # rows past the batch are written whole before they are read
                 store[slot] = buf = grown
             buf[slice(None, b) if self._rows is None else self._rows, :, start : start + n_new] = new
 

@@ -197,13 +197,14 @@ class RowRoutes:
     those entries only (:func:`~reachlens.engine.hooks.current_rows` says which rows they stand for).
 
     >>> rr = RowRoutes(((0, 1, 2), (0, 2)), torch.tensor([0, 1, 1]))
-    >>> [[(layer, None if idx is None else idx.tolist()) for layer, idx in step] for step in rr.plan("cpu")]
+    >>> [[(layer, None if idx is None else idx.tolist()) for layer, idx in step] for step in rr.plan()]
     [[(0, None)], [(1, [0]), (2, [1, 2])], [(2, [0])]]
     """
 
     routes: tuple[tuple[int, ...], ...]
     of_entry: Int[Tensor, "batch"]
-    """Per batch entry, the index of its route in :attr:`routes` (on the CPU)."""
+    """Per batch entry, the index of its route in :attr:`routes` (on the CPU); -1: an entry that runs no layer
+    (a free slot of the decoder), except at a step where every other entry runs the same one."""
 
     @property
     def slot_layers(self) -> tuple[frozenset[int], ...]:
@@ -211,10 +212,10 @@ class RowRoutes:
         depth = max(len(r) for r in self.routes)
         return tuple(frozenset(r[s] for r in self.routes if s < len(r)) for s in range(depth))
 
-    def plan(self, device: torch.device | str) -> list[list[tuple[int, Int[Tensor, "entries"] | None]]]:
+    def plan(self) -> list[list[tuple[int, Int[Tensor, "entries"] | None]]]:
         """Per route step, ``(layer, entries)`` for each layer run at that step: the batch entries that run it
-        (on ``device``; None: all of them)."""
-        present = torch.unique(self.of_entry).tolist()
+        (on the CPU, one tensor object per set of routes; None: all of them)."""
+        present = [r for r in torch.unique(self.of_entry).tolist() if r >= 0]
         depth = max(len(self.routes[r]) for r in present)
         found: dict[tuple[int, ...], Tensor] = {}  # one index tensor per set of routes (the cache keys on it)
         out = []
@@ -230,7 +231,7 @@ class RowRoutes:
                     continue
                 key = tuple(members)
                 if key not in found:
-                    found[key] = torch.isin(self.of_entry, torch.tensor(members)).nonzero().squeeze(1).to(device)
+                    found[key] = torch.isin(self.of_entry, torch.tensor(members)).nonzero().squeeze(1)
                 step.append((layer, found[key]))
             out.append(step)
         return out
@@ -524,19 +525,23 @@ class LayerStack:
         per layer run there, on the entries that run it; route step ``i`` uses cache slot ``i``."""
         x = inputs.resid
         b = inputs.batch
-        for step, groups in enumerate(routes.plan(x.device)):
+        on_device: dict[int, Tensor] = {}  # one device copy per set of entries (the cache keys on its identity)
+        for step, groups in enumerate(routes.plan()):
             for layer, entries in groups:
-                if cache is not None:
-                    cache.enter(step, layer=layer, rows=entries)
                 args, kwargs = inputs.calls[layer]
                 if entries is None:
+                    if cache is not None:
+                        cache.enter(step, layer=layer)
                     out = self.model.blocks[layer](x, *args, **kwargs)
                     x = out[0] if isinstance(out, tuple) else out
                     continue
-                args, kwargs = _per_row((args, kwargs), b, lambda t: t.index_select(0, entries))
-                with restricted_rows(entries):
-                    out = self.model.blocks[layer](x.index_select(0, entries), *args, **kwargs)
-                x = x.index_copy(0, entries, out[0] if isinstance(out, tuple) else out)
+                idx = on_device.setdefault(id(entries), entries.to(x.device))
+                if cache is not None:
+                    cache.enter(step, layer=layer, rows=idx)
+                args, kwargs = _per_row((args, kwargs), b, lambda t: t.index_select(0, idx))
+                with restricted_rows(entries):  # the CPU copy: the rows' bookkeeping lives there
+                    out = self.model.blocks[layer](x.index_select(0, idx), *args, **kwargs)
+                x = x.index_copy(0, idx, out[0] if isinstance(out, tuple) else out)
         return x
 
     def unembed(self, resid: Float[Tensor, "batch pos d_model"]) -> Float[Tensor, "batch pos d_vocab"]:

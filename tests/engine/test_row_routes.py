@@ -109,12 +109,16 @@ def test_a_hook_sees_the_rows_a_block_runs_on(model):
 
 def test_row_routes_plan_groups_entries_by_the_layer_they_run():
     rr = RowRoutes(((0, 1, 2), (0, 2), (1,)), torch.tensor([0, 1, 1, 2, 0]))
-    plan = [[(layer, None if idx is None else idx.tolist()) for layer, idx in step] for step in rr.plan("cpu")]
+    plan = [[(layer, None if idx is None else idx.tolist()) for layer, idx in step] for step in rr.plan()]
     assert plan == [[(0, [0, 1, 2, 4]), (1, [3])], [(1, [0, 4]), (2, [1, 2])], [(2, [0, 4])]]
     assert rr.slot_layers == (frozenset({0, 1}), frozenset({1, 2}), frozenset({2}))
+    # a free entry (-1) runs nothing, except where every other entry runs the same layer
+    free = RowRoutes(((0, 1, 2), (0, 2)), torch.tensor([0, -1, 1]))
+    plan = [[(layer, None if idx is None else idx.tolist()) for layer, idx in step] for step in free.plan()]
+    assert plan == [[(0, None)], [(1, [0]), (2, [2])], [(2, [0])]]
     # only the routes present: every entry on (0, 2) runs each step on the whole batch
     only = RowRoutes(((0, 1, 2), (0, 2)), torch.tensor([1, 1]))
-    assert [[(layer, idx) for layer, idx in step] for step in only.plan("cpu")] == [[(0, None)], [(2, None)]]
+    assert [[(layer, idx) for layer, idx in step] for step in only.plan()] == [[(0, None)], [(2, None)]]
 
 
 def test_the_cache_refuses_a_layer_its_step_does_not_hold():
@@ -136,3 +140,48 @@ def test_the_cache_refuses_a_layer_its_step_does_not_hold():
     cache.enter(0, layer=0, rows=torch.tensor([1]))
     with pytest.raises(RuntimeError, match="wrote to a cache of 1 rows"):
         cache.update(k, k, 0)
+
+
+def test_rows_finishing_at_different_steps(model):
+    """Long decodes with a stop string, rows of every route and samples finishing early and late: rows of the
+    longest route (whose last steps no other route runs) finish while others decode on past the shared cache's
+    growth, and the forks' free slots are reused; each row still equals its route alone."""
+    rows = [Row(p, seed, route=route) for p in range(len(PROMPTS)) for seed in (None, *range(20, 32))
+            for route in ((0, 1, 1, 1), *ROUTES[:-1])]
+    protocol = Protocol("test", k=1, temperature=1.0, max_new_tokens=40, stop=("e",))
+    together = generate(model, PROMPTS, rows, protocol, stop_at_eos=False)
+    lengths = {r.route: sorted(len(c.token_ids) for r2, c in zip(rows, together) if r2.route == r.route) for r in rows}
+    assert min(lengths[(0, 1, 1, 1)]) < 16 and max(len(c.token_ids) for c in together) > 32  # the case is met
+    for route in dict.fromkeys(r.route for r in rows):
+        members = [i for i, r in enumerate(rows) if r.route == route]
+        apart = generate(model, PROMPTS, [Row(rows[i].prompt, rows[i].seed) for i in members], protocol,
+                         stop_at_eos=False, route=route)
+        assert [together[i].token_ids for i in members] == [c.token_ids for c in apart]
+
+
+def test_a_shared_slot_left_unwritten_for_some_steps_grows_with_zeros():
+    """Slot 1 is run by no row for a while (as when every row of the routes that run it has finished) and
+    written again later: its buffer grows over the gap with zeros, keeping what was written."""
+    cache = SlotKVCache((0, frozenset({1, 2})), max_len=64)
+    prompt = torch.ones(2, 1, 4, 8)
+    for slot, layer in ((0, 0), (1, 1)):
+        cache.enter(slot, layer=layer)
+        cache.update(prompt, prompt, layer)
+    cache.commit()
+    cache.share(torch.tensor([0, 1]))
+    for step in range(20):
+        new = torch.full((2, 1, 1, 8), float(step + 1))
+        cache.enter(0)
+        cache.append(new, new, 0)
+        if step < 2:
+            cache.enter(1, layer=1)
+            cache.append(new, new, 1)
+        elif step >= 18:
+            cache.enter(1, layer=2, rows=torch.tensor([1]))
+            cache.append(new[1:], new[1:], 2)
+        cache.commit()
+    own_k, _, written = cache.own_padded(1)
+    assert written == 20 and own_k.shape[2] >= 20
+    assert own_k[:, 0, :2, 0].tolist() == [[1.0, 2.0], [1.0, 2.0]]
+    assert bool((own_k[:, 0, 2:18] == 0).all())
+    assert own_k[1, 0, 18:20, 0].tolist() == [19.0, 20.0]
