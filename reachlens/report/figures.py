@@ -29,8 +29,8 @@ CAPTIONS = {
                          "change from step 0, its paired 95 % bootstrap interval as a band.",
     "propensity_figure": "One point: one pair's base-reachable, base-unrealized questions whose base propensity (the "
                          "share of the base model's K samples that are correct) falls in that bin, at the share of "
-                         "them realized after training; the whisker is the 95 % Wilson interval. Bins are categories: "
-                         "points are not joined.",
+                         "them realized after training, labelled with that count of the bin's questions; the whisker "
+                         "is the 95 % Wilson interval. Bins are categories: points are not joined.",
     "pass_at_k_figure": "One point: one checkpoint's unbiased pass@k at one k, the mean over questions; a line joins "
                         "one checkpoint's ks. An open circle marks the first k at which two curves change order.",
     "pass_at_k_delta_figure": "One point: descendant minus parent pass@k at one k (one panel per pair); the band is "
@@ -111,7 +111,9 @@ def propensity_figure(bins: dict[str, pd.DataFrame]):
     for label, df in bins.items():
         df = df[df["n"] > 0]
         top = max([top, *df["rate_hi"]])
-        fig.add_trace(go.Scatter(x=df["bin"], y=df["rate"], mode="markers", name=label, marker=dict(size=9),
+        fig.add_trace(go.Scatter(x=df["bin"], y=df["rate"], mode="markers+text", name=label, marker=dict(size=9),
+                                 text=[f"{int(k)} of {int(n)}" for k, n in zip(df["realized_after"], df["n"])],
+                                 textposition="middle right", cliponaxis=False,
                                  showlegend=True, error_y=_error(df["rate"], df["rate_lo"], df["rate_hi"]),
                                  customdata=df[["n", "realized_after"]].to_numpy(),
                                  hovertemplate="%{x}: %{customdata[1]} of %{customdata[0]} realized after (%{y:.0%})"))

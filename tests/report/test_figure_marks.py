@@ -29,9 +29,11 @@ def test_propensity_bins_are_points_with_wilson_intervals_and_no_lines():
     a = propensity_bins(_questions([0.01, 0.02, 0.03, 0.99, 1.0], [True, False, False, True, True]))
     b = propensity_bins(_questions([0.5, 0.3], [False, True]))
     fig = propensity_figure({"a": a, "b": b})
-    assert [t.mode for t in fig.data] == ["markers", "markers"]  # no line between bins
+    assert [t.mode for t in fig.data] == ["markers+text", "markers+text"]  # no line between bins
     first = fig.data[0]
     assert list(first.y) == pytest.approx([1 / 3, 1.0])
+    assert list(first.text) == ["1 of 3", "2 of 2"]  # each point labelled with its count of the bin's n
+    assert list(fig.data[1].text) == ["1 of 1", "0 of 1"]
     lo, hi = wilson_interval(1, 3)  # the interval drawn is the bin's 95 % Wilson interval
     assert first.error_y.array[0] == pytest.approx(hi - 1 / 3)
     assert first.error_y.arrayminus[0] == pytest.approx(1 / 3 - lo)
