@@ -51,7 +51,7 @@ length to keep padding short.
 from __future__ import annotations
 
 from collections.abc import Hashable, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
 import torch
 from jaxtyping import Bool, Float, Int
@@ -212,30 +212,34 @@ def generate(
     _check_rows(prompts, rows, protocol)
     stack = LayerStack(model, fused=fused)
     routes, route_ids = _route_ids(stack, rows, route)
-    if len(routes) > 1 and any(w is not None for w in stack.windows):
-        # a sliding-window layer's cache slot cannot hold another layer's keys: one call per route
+    if len(routes) > 1 and any(w is not None for w in stack.windows):  # a cache slot holds one window
         return _per_route(model, prompts, rows, protocol, routes, route_ids, stop_at_eos=stop_at_eos,
                           max_batch_rows=max_batch_rows, fused=fused, share_prefixes=share_prefixes)
-    tok = tokenizer_of(model)
-    ids = tokenize_prompts(tok, prompts)
-    for i, p in enumerate(ids):
-        if not p:
-            raise ReachlensError(f"prompt {i} ({prompts[i]!r}) tokenizes to nothing; a prompt needs at least one token")
+    ids = _prompt_ids(tokenizer_of(model), prompts)
     if share_prefixes is None:
         share_prefixes = not user_hooks(model)
-    stopper = StopChecker(tok, tuple(protocol.stop or ()), _eos_ids(model) if stop_at_eos else set())
+    stopper = StopChecker(tokenizer_of(model), tuple(protocol.stop or ()), _eos_ids(model) if stop_at_eos else set())
     tags = [r.tag for r in rows]
     arms, arm_ids = _arm_ids(model, rows)
     luts: dict = {}
     results: list[Completion | None] = [None] * len(rows)
     for chunk in _chunks(rows, [len(p) for p in ids], max_batch_rows):
-        outs = _generate_chunk(stack, routes, ids, [rows[i] for i in chunk], protocol, stopper, share_prefixes,
-                               row_ids=tuple(chunk), tags=tags,
-                               arms=_ChunkArms(arms, torch.tensor([arm_ids[i] for i in chunk]), luts),
-                               route_of_row=torch.tensor([route_ids[i] for i in chunk]))
+        runs = _ChunkRuns(routes, torch.tensor([route_ids[i] for i in chunk]), arms,
+                          torch.tensor([arm_ids[i] for i in chunk]), luts)
+        outs = _generate_chunk(stack, ids, [rows[i] for i in chunk], protocol, stopper, share_prefixes,
+                               row_ids=tuple(chunk), tags=tags, runs=runs)
         for i, c in zip(chunk, outs):
             results[i] = c
     return [c for c in results if c is not None]
+
+
+def _prompt_ids(tok, prompts: Sequence[str]) -> list[list[int]]:
+    """:func:`tokenize_prompts`, refusing a prompt that tokenizes to nothing."""
+    ids = tokenize_prompts(tok, prompts)
+    for i, p in enumerate(ids):
+        if not p:
+            raise ReachlensError(f"prompt {i} ({prompts[i]!r}) tokenizes to nothing; a prompt needs at least one token")
+    return ids
 
 
 def _route_ids(
@@ -355,34 +359,52 @@ def _choose(
     return chosen, logp[node, chosen]
 
 
-def _roots(
-    rows: list[Row], arm_of_row: Int[Tensor, "rows"], route_of_row: Int[Tensor, "rows"], share: bool
-) -> tuple[Int[Tensor, "rows"], list[int]]:
+def _roots(rows: list[Row], runs: _ChunkRuns, share: bool) -> tuple[Int[Tensor, "rows"], list[int]]:
     """Each row's slot in the prefill, and the prompt of each prefill slot: with sharing, one slot
     per distinct (prompt, arm, route) (the sample tree's roots, in that order); without, one per row."""
     if not share:
         return torch.arange(len(rows)), [r.prompt for r in rows]
-    root_of_row = list(zip((r.prompt for r in rows), arm_of_row.tolist(), route_of_row.tolist()))
+    arm_of_row = torch.zeros(len(rows), dtype=torch.long) if runs.arm_of_row is None else runs.arm_of_row
+    root_of_row = list(zip((r.prompt for r in rows), arm_of_row.tolist(), runs.route_of_row.tolist()))
     roots = sorted(set(root_of_row))
     local = {root: i for i, root in enumerate(roots)}
     return torch.tensor([local[root] for root in root_of_row]), [root[0] for root in roots]
 
 
 @dataclass(frozen=True)
-class _ChunkArms:
-    """The arms of a chunk's rows, as :class:`BatchRows` hands them to hooks."""
+class _ChunkRuns:
+    """What each row of a chunk runs: its layer route, and its arm (as :class:`BatchRows` hands arms to hooks)."""
 
-    arms: tuple[Hashable, ...]
+    routes: tuple[tuple[int, ...], ...]
+    """The call's distinct routes."""
+    route_of_row: Int[Tensor, "rows"]
+    """Per row of the chunk, its index into ``routes``."""
+    arms: tuple[Hashable, ...] = (None,)
     """The call's distinct arms."""
-    of_row: Int[Tensor, "rows"]
-    """Per row of the chunk, its index into ``arms``."""
-    luts: dict
+    arm_of_row: Int[Tensor, "rows"] | None = None
+    """Per row of the chunk, its index into ``arms`` (None: every row runs ``arms[0]``)."""
+    luts: dict = field(default_factory=dict)
     """Hooks' lookup tables over ``arms``, shared by every forward of the call."""
+
+    @classmethod
+    def plain(cls, route: tuple[int, ...], n: int) -> _ChunkRuns:
+        """``n`` rows on one route, with no arm."""
+        return cls((route,), torch.zeros(n, dtype=torch.long), arm_of_row=torch.zeros(n, dtype=torch.long))
+
+    def entry_routes(self, slot_of_row: Int[Tensor, "rows"], n_entries: int) -> tuple[int, ...] | RowRoutes:
+        """The route of a forward's batch entries, each row's at its entry (``slot_of_row``; -1: finished): one
+        route when every row of the chunk runs the same, else a :class:`RowRoutes` (a free entry runs no layer)."""
+        first = int(self.route_of_row[0])
+        if bool((self.route_of_row == first).all()):
+            return self.routes[first]
+        of_entry = torch.full((n_entries,), -1, dtype=torch.long)
+        live = slot_of_row >= 0
+        of_entry[slot_of_row[live]] = self.route_of_row[live]
+        return RowRoutes(self.routes, of_entry)
 
 
 def _generate_chunk(
     stack: LayerStack,
-    routes: tuple[tuple[int, ...], ...],
     all_ids: list[list[int]],
     rows: list[Row],
     protocol: Protocol,
@@ -391,46 +413,32 @@ def _generate_chunk(
     *,
     row_ids: tuple[int, ...] | None = None,
     tags: Sequence[Hashable] | None = None,
-    arms: _ChunkArms | None = None,
-    route_of_row: Int[Tensor, "rows"] | None = None,
+    runs: _ChunkRuns | None = None,
 ) -> list[Completion]:
     """Decode one chunk of rows: prefill, then choose -> advance the sample tree -> copy/select cache
     rows -> forward, once per new token. With ``share_prefixes`` a batch entry is a node of the sample
     tree (first one per (prompt, arm, route)); without, batch entry ``i`` is row ``i`` from the prefill to the end.
-    Row ``i`` decodes along ``routes[route_of_row[i]]`` (default: ``routes[0]``).
-
-    Reads ``protocol.max_new_tokens``, ``protocol.temperature``, ``protocol.top_p`` (``protocol.stop`` is
-    already in ``stopper``)."""
+    ``runs`` says each row's route and arm (default: the full model, no arm). Reads ``protocol.max_new_tokens``,
+    ``protocol.temperature``, ``protocol.top_p`` (``protocol.stop`` is already in ``stopper``)."""
     device = stack.device
     n = len(rows)
     row_ids = tuple(range(n)) if row_ids is None else row_ids
     tags = [r.tag for r in rows] if tags is None else tags
     pad_id = _pad_id(stack.model)
-    arms = _ChunkArms((None,), torch.zeros(n, dtype=torch.long), {}) if arms is None else arms
-    route_of_row = torch.zeros(n, dtype=torch.long) if route_of_row is None else route_of_row
-    start_slot, prompts = _roots(rows, arms.of_row, route_of_row, share_prefixes)
+    runs = _ChunkRuns.plain(stack.identity, n) if runs is None else runs
+    start_slot, prompts = _roots(rows, runs, share_prefixes)
     ids, valid, positions = _prefill_inputs([all_ids[p] for p in prompts], pad_id, device)
     tree = SampleTree(start_slot, ids.shape[0], protocol.max_new_tokens, stopper, share=share_prefixes, pad_id=pad_id)
     padded = not bool(valid.all())
-    mixed = len(set(route_of_row.tolist())) > 1
-
-    def route_of_entry(n_entries: int) -> tuple[int, ...] | RowRoutes:
-        if not mixed:
-            return routes[int(route_of_row[0])]
-        of_entry = torch.full((n_entries,), -1, dtype=torch.long)  # a free slot runs no layer (never read)
-        live = tree.slot_of_row >= 0
-        of_entry[tree.slot_of_row[live]] = route_of_row[live]
-        return RowRoutes(routes, of_entry)
-
-    cache = stack.new_cache(ids.shape[1] + protocol.max_new_tokens, route_of_entry(ids.shape[0]))
+    cache = stack.new_cache(ids.shape[1] + protocol.max_new_tokens, runs.entry_routes(tree.slot_of_row, ids.shape[0]))
 
     def forward(inputs, pos, mask, step):
         n_entries = int(inputs.shape[0])
-        where = BatchRows(tree.slot_of_row.clone(), row_ids, tags, n_entries, step, arms.arms, arms.of_row,
-                          valid if step < 0 else None, arms.luts)
+        where = BatchRows(tree.slot_of_row.clone(), row_ids, tags, n_entries, step, runs.arms, runs.arm_of_row,
+                          valid if step < 0 else None, runs.luts)
         with _rows(where):
             return stack.forward(inputs, position_ids=pos, attention_mask=mask, cache=cache,
-                                 route=route_of_entry(n_entries), last_only=True)[:, -1]
+                                 route=runs.entry_routes(tree.slot_of_row, n_entries), last_only=True)[:, -1]
 
     logits = forward(ids, positions, valid if padded else None, -1)
     if share_prefixes and stack.cascade:

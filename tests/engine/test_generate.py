@@ -60,7 +60,7 @@ def test_padded_chunk_is_exercised(tiny_model, tiny_hf):
     tok = tokenizer_of(tiny_model)
     ids = tokenize_prompts(tok, PROMPTS[1:3])
     assert len(ids[0]) != len(ids[1])
-    outs = _generate_chunk(stack, (stack.identity,), ids, [Row(0), Row(1)], decode(12),
+    outs = _generate_chunk(stack, ids, [Row(0), Row(1)], decode(12),
                            StopChecker(tok, (), ()))
     for p, o in zip(PROMPTS[1:3], outs):
         assert list(o.token_ids) == hf_greedy(tiny_hf, tok, p, 12)
@@ -130,7 +130,7 @@ def test_eos_finishes_a_row_and_is_not_in_the_text(tiny_model, tiny_hf):
     from reachlens.engine.stopping import StopChecker
 
     stack = LayerStack(tiny_model)
-    out = _generate_chunk(stack, (stack.identity,), tokenize_prompts(tok, [PROMPTS[0]]), [Row(0)],
+    out = _generate_chunk(stack, tokenize_prompts(tok, [PROMPTS[0]]), [Row(0)],
                           decode(20), StopChecker(tok, (), {fake_eos}))[0]
     assert out.finish_reason == "eos"
     assert out.token_ids == free.token_ids[:4]
@@ -191,7 +191,7 @@ def test_shared_prefix_decoding_equals_one_entry_per_row(tiny_model, temperature
     ids = tokenize_prompts(tok, PROMPTS)
     outs = {}
     for share in (True, False):
-        outs[share] = _generate_chunk(stack, (stack.identity,), ids, rows, params, StopChecker(tok, ("=",), {eos}), share)
+        outs[share] = _generate_chunk(stack, ids, rows, params, StopChecker(tok, ("=",), {eos}), share)
     shared, alone = outs[True], outs[False]
     assert [o.token_ids for o in shared] == [o.token_ids for o in alone]
     assert [o.finish_reason for o in shared] == [o.finish_reason for o in alone]
