@@ -84,3 +84,34 @@ def test_prefetch_covers_a_whole_space(tiny_model, task):
     r = run_routing(tiny_model, task, space, "hill_climb", config=CONFIG, evaluator=ev)
     assert ev.n_decoded == len(task) * space.size()  # every evaluation was already decoded
     assert len(r.candidates) == 15  # but each was still charged against the budget
+
+
+@pytest.mark.parametrize("strategy", ["random", "mcts"])
+def test_a_search_decoded_in_one_batch_equals_one_route_at_a_time(tiny_model, strategy, monkeypatch):
+    """The search's answers decode as rows on their routes in one engine call per round; decoded instead one
+    ``generate(route=r)`` per distinct route (what reachlens did before), the candidates are the same: every
+    route, text, answer and grade, the confidences to float32 rounding (another batch composition)."""
+    import pandas as pd
+
+    import reachlens.routing.evaluation as evaluation
+    from reachlens.engine import Row, generate
+
+    def one_call_per_route(model, prompts, requests, protocol, **kwargs):
+        out = [None] * len(requests)
+        for route in dict.fromkeys(tuple(r.route) for r in requests):
+            members = [i for i, r in enumerate(requests) if tuple(r.route) == route]
+            comps = generate(model, prompts, [Row(requests[i].prompt, requests[i].seed) for i in members], protocol,
+                             route=route, **kwargs)
+            for i, c in zip(members, comps):
+                out[i] = c
+        return out
+
+    task = load_task("arith", n=6)
+    config = RoutingConfig(budget=8)
+    batched = run_routing(tiny_model, task, "native", strategy, protocol=GREEDY, config=config).candidates
+    assert batched.groupby("eval_idx")["route"].nunique().max() > 1  # rounds mix routes
+    monkeypatch.setattr(evaluation, "generate_along_routes", one_call_per_route)
+    apart = run_routing(tiny_model, task, "native", strategy, protocol=GREEDY, config=config).candidates
+    floats = ["mean_logprob", "lowest_window_logprob", "objective", "verify_logprob"]
+    pd.testing.assert_frame_equal(batched.drop(columns=floats), apart.drop(columns=floats))
+    pd.testing.assert_frame_equal(batched[floats], apart[floats], check_exact=False, rtol=0, atol=1e-4)
