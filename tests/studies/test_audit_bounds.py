@@ -27,9 +27,9 @@ def test_a_question_s_rows_are_decoded_in_chunks_of_max_batch_rows(tiny_model, m
     sizes: list[int] = []
     real = gen._generate_chunk
 
-    def spy(stack, steps, ids, rows, *args, **kwargs):
+    def spy(stack, ids, rows, *args, **kwargs):
         sizes.append(len(rows))
-        return real(stack, steps, ids, rows, *args, **kwargs)
+        return real(stack, ids, rows, *args, **kwargs)
 
     monkeypatch.setattr(gen, "_generate_chunk", spy)
     chunked = audit(tiny_model, task, proto, exec_config=ExecConfig(max_batch_rows=3))
