@@ -32,7 +32,7 @@ from reachlens.escape import html_text as esc
 from reachlens.escape import md_text
 from reachlens.report.page import html_table, kv_table, write_markdown, write_page
 from reachlens.report.probe_report import write_probe_report
-from reachlens.report.tables import bins_table, display_tables, heading, markdown_summary, md_table
+from reachlens.report.tables import bins_table, display_tables, heading, markdown_summary, md_table, report_title
 from reachlens.store import read_run
 from reachlens.studies.study_view import StudyView
 
@@ -101,23 +101,29 @@ def write_report(study: StudyView, out: str | Path, *, force: bool = False) -> t
         charts.append(fig.to_html(full_html=False, include_plotlyjs=False, default_width="100%",
                                   default_height=f"{fig.layout.height or 480}px"))
         charts.append(f"<p class=note>{esc(caption)}</p>")
-    sections = [f"<h2>{esc(heading(title))}</h2>{html_table(df)}"
-                + (f"<p class=note>{esc(note)}</p>" if note else "")
+    sections = [(title, f"<h2>{esc(heading(title))}</h2>{html_table(df)}"
+                 + (f"<p class=note>{esc(note)}</p>" if note else ""))
                 for title, df, note in display_tables(study)]
+    headlines = "".join(html for title, html in sections if title.startswith("headline"))
+    rest = "".join(html for title, html in sections if not title.startswith("headline"))
     p = study.protocol
+    comps = study.comparisons()
     bins = "".join(f"<h3>{esc(a)} → {esc(b)}</h3>" + html_table(bins_table(c.propensity_bins()))
-                   for (a, b), c in study.comparisons().items())
-    body = f"""<h1>Training audit: realized vs reachable</h1>
+                   for (a, b), c in comps.items())
+    if comps:
+        bins = ("<h2>Propensity bins</h2><p class=note>Base-reachable, base-unrealized questions; rate: realized "
+                f"after training, with its 95% Wilson interval.</p>\n{bins}")
+    title = report_title(study)
+    heading_html = f"{esc(title)}: realized vs reachable"
+    body = f"""<h1>{heading_html}</h1>
 <p>Task <code>{esc(p.task)}</code> ({esc(p.split)}), K={esc(p.k)} at T={esc(p.temperature)}, top-p {esc(p.top_p)},
 {esc(p.max_new_tokens)} new tokens, prompt format <code>{esc(p.prompt_format)}</code>,
 grader <code>{esc(p.grader)}</code>, seed {esc(p.seed)}, protocol <code>{esc(p.hash)}</code>.</p>
-{''.join(sections[:3])}
+{headlines}
 {''.join(charts)}
-{''.join(sections[3:])}
-<h2>Propensity bins</h2><p class=note>Base-reachable, base-unrealized questions; rate: realized after training,
-with its 95% Wilson interval.</p>
+{rest}
 {bins}"""
-    html_path = write_page(out / "report.html", "reachlens training audit", body, figures=True, force=force)
+    html_path = write_page(out / "report.html", f"reachlens: {title}", body, figures=True, force=force)
     md_path = write_markdown(out / "report.md", markdown_summary(study), force=force)
     return html_path, md_path
 

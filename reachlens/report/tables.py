@@ -16,7 +16,8 @@ from reachlens.records import markdown_table
 from reachlens.stats import N_BOOT, N_PERM
 from reachlens.studies.study_view import StudyView
 
-__all__ = ["bins_table", "display_tables", "fmt", "heading", "markdown_summary", "md_table", "text_summary"]
+__all__ = ["bins_table", "display_tables", "fmt", "heading", "markdown_summary", "md_table", "report_title",
+           "text_summary"]
 
 
 def fmt(x) -> str:
@@ -225,7 +226,7 @@ def _tables(study: StudyView) -> list[tuple[str, pd.DataFrame, str]]:
     else:
         length_note_2 = ("Each flagged pair at the audits' length, then at the longer one: if the deltas hold, "
                          "truncation does not explain them.")
-    return [
+    sections = [
         ("headline: realized (D, greedy deployment)", realized,
          f"delta_D: paired bootstrap 95% interval over questions ({N_BOOT} resamples, seed 0). McNemar p: exact "
          f"two-sided test of gained vs lost. Holm p: adjusted over {study.holm_family}." if n_pairs else ""),
@@ -264,6 +265,12 @@ def _tables(study: StudyView) -> list[tuple[str, pd.DataFrame, str]]:
         ("truncation parity", _truncation(study), length_note),
         ("length control", length, length_note_2),
     ]
+    if n_pairs:
+        return sections
+    # audits without a pair (one audit's report): the sections that read a pair are left out, and the budget
+    # control unless it ran
+    kept = {"checkpoints"} | ({"budget control"} if study.extended else set())
+    return [s for s in sections if s[0] in kept or s[0].startswith("trajectory")]
 
 
 def text_summary(study: StudyView) -> str:
@@ -274,17 +281,27 @@ def text_summary(study: StudyView) -> str:
     return "\n\n".join(parts)
 
 
+def report_title(study: StudyView) -> str:
+    """The report's title: ``Training audit`` for checkpoints in pairs, ``Audit of MODEL`` for one audit alone."""
+    if study.plan.pairs or len(study.audits) != 1:
+        return "Training audit"
+    (name, result), = study.audits.items()
+    return f"Audit of {result.model.get('spec', name)}"
+
+
 def markdown_summary(study: StudyView) -> str:
     p = study.protocol
     m = md_text
     parts = [
-        "# Training audit", "",
+        f"# {m(report_title(study))}", "",
         f"Task {m(p.task)} ({m(p.split)}), K={m(p.k)} samples at T={m(p.temperature)}, top-p {m(p.top_p)}, "
         f"{m(p.max_new_tokens)} new tokens, prompt format {m(p.prompt_format)}, grader {m(p.grader)}, seed {m(p.seed)} "
         f"(protocol {m(p.hash)}).", "",
     ]
     for title, df, note in display_tables(study):
         parts += [f"## {m(heading(title))}", "", md_table(df)] + ([m(note), ""] if note else [])
+    if not study.comparisons():
+        return "\n".join(parts)
     parts += ["## Propensity bins (base-reachable, base-unrealized questions)", "",
               "rate: realized after training, with its 95% Wilson interval.", ""]
     for (a, b), c in study.comparisons().items():

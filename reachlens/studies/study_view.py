@@ -288,8 +288,8 @@ class StudyView:
     # --- views of other runs ---------------------------------------------------------------------------
     @classmethod
     def of_audit(cls, result: AuditResult, name: str | None = None) -> StudyView:
-        """One audit (no pairs): its D, O_K, pass@k and budget table."""
-        name = name or (result.location.name if result.location is not None else None) or result.model.get("spec", "audit")
+        """One audit (no pairs): its D, O_K, pass@k and selection gap, the checkpoint named by its model spec."""
+        name = name or result.model.get("spec") or (result.location.name if result.location is not None else "audit")
         return cls(StudyPlan({name: result.model.get("spec", name)}, (), result.protocol), {name: result})
 
     @classmethod

@@ -91,6 +91,23 @@ def test_html_is_self_contained(study, tmp_path):
     assert page.count("Plotly.newPlot") == 5
 
 
+def test_one_audit_report_has_only_the_sections_one_audit_has(tmp_path):
+    """A lone audit's page is titled by its model and shows its checkpoint table and charts; the pair-only
+    sections (headlines, crossovers, controls, propensity bins) are left out rather than printed as (none)."""
+    from reachlens.report import report_run
+
+    audit = fake_audit([True, False, False, True], [4, 2, 0, 3], spec="zoo:base")
+    audit.save(tmp_path / "first")
+    html_path, md_path = report_run(tmp_path / "first")
+    md, page = md_path.read_text(), html_path.read_text()
+    headings = re.findall(r"^## (.+)$", md, flags=re.M)
+    assert md.splitlines()[1] == "# Audit of zoo:base" and headings == ["Checkpoints"]
+    assert "| zoo:base | 4 | 0.500" in md  # the checkpoint is its model, not its folder's name
+    assert "(none)" not in page and "Propensity bins" not in page and "Headline" not in page
+    assert "<h1>Audit of zoo:base: realized vs reachable</h1>" in page
+    assert re.findall(r"<h2>([^<]+)</h2>", page) == ["Realized vs reachable", "pass@k curves", "Checkpoints"]
+
+
 # Appended to a copy of the report: once plotly has drawn, write what every figure's axes show
 # (``_fullLayout``, the ranges plotly computed) and what it plots (``_fullData``) into the DOM as JSON.
 _PROBE = """<script>
