@@ -40,7 +40,7 @@ def run(args: argparse.Namespace) -> int:
     echo(summary_text(s))
     echo(f"\npropensity bins (base-reachable, base-unrealized questions; rate with its 95 % Wilson interval):")
     echo(c.propensity_bins()[["bin", "n", "realized_after", "rate", "rate_lo", "rate_hi"]].to_string(
-        index=False, float_format=lambda x: f"{x:.3f}"))
+        index=False, float_format=lambda x: f"{x:.3f}", na_rep="-"))
     if args.out:
         c.save(args.out)
     return 0
@@ -66,14 +66,16 @@ def summary_text(s: dict) -> str:
         f"  O_K (reachable): {rate('O_K_base')} -> {rate('O_K_trained')}   delta {s['delta_O_K']:+.3f} "
         f"{ci(s['delta_O_K_ci'])}",
         f"    entered {s['entered']}, left {s['left']}: exact McNemar p = {s['mcnemar_reachable_p']:.3g}",
+    ]
+    if lb["n"]:
+        lines.append(f"    the {lb['n']} that left: per-sample rate below {lb['max']:.4f} (one-sided 95 % bound at "
+                     f"0 of {s['k']}; median {lb['median']:.4f})")
+    lines += [
         f"  maj_K (majority of the K samples, ties averaged): {rate('maj_K_base')} -> {rate('maj_K_trained')}   "
         f"delta {s['delta_maj_K']:+.3f} {ci(s['delta_maj_K_ci'])}",
         f"    {'exact McNemar' if s['majority_test'] == 'mcnemar' else 'sign-flip (fractional ties)'} "
         f"p = {s['majority_p']:.3g}",
     ]
-    if lb["n"]:
-        lines.append(f"    the {lb['n']} that left: per-sample rate below {lb['max']:.4f} (one-sided 95 % bound at "
-                     f"0 of {s['k']}; median {lb['median']:.4f})")
     lines.append("  pass@k delta [95 % CI], sign-flip p (Holm over the ks):")
     for k, d in s["delta_pass_at_k"].items():
         lines.append(f"    k={k:<4d} {d['delta']:+.3f} {ci(d['ci'])}  p = {d['p']:.3g} (Holm {d['p_holm']:.3g})")
