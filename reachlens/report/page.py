@@ -33,19 +33,31 @@ _CSS = """body{font-family:sans-serif;max-width:1200px;margin:2em auto;padding:0
 .tbl td,.tbl th{padding:3px 9px;text-align:right;border-bottom:1px solid #ddd}
 .tbl th{background:#f4f4f4} .note{font-size:13px;color:#444;max-width:1100px}
 .kv td{padding:2px 10px;text-align:left;vertical-align:top} .kv td:first-child{font-weight:bold}
-.kv td{white-space:pre-wrap;word-break:break-word} .scroll{overflow-x:auto}"""
+.kv td{white-space:pre-wrap;word-break:break-word} .kv td:first-child{white-space:nowrap}
+.scroll{overflow-x:auto}"""
+
+CELL_CHARS = 32
+"""A table cell longer than this is shown cut, with an ellipsis; its whole text is the cell's tooltip (a model's
+output is untrusted: a 300-digit "answer" must not widen its column past the page)."""
 
 
-def _rows(cells: list[list[str]], tag: str = "td") -> str:
-    return "".join("<tr>" + "".join(f"<{tag}>{html_text(c)}</{tag}>" for c in row) + "</tr>\n" for row in cells)
+def _cell(text: str, tag: str, cut: bool) -> str:
+    if not cut or len(text) <= CELL_CHARS:
+        return f"<{tag}>{html_text(text)}</{tag}>"
+    return f'<{tag} title="{html_text(text)}">{html_text(text[: CELL_CHARS - 1])}…</{tag}>'
+
+
+def _rows(cells: list[list[str]], tag: str = "td", *, cut: bool = False) -> str:
+    return "".join("<tr>" + "".join(_cell(c, tag, cut) for c in row) + "</tr>\n" for row in cells)
 
 
 def html_table(df: pd.DataFrame) -> str:
-    """``df`` as an HTML table, every value formatted for reading and escaped (an empty table: "(none)")."""
+    """``df`` as an HTML table, every value formatted for reading, escaped and cut at :data:`CELL_CHARS` (an
+    empty table: "(none)")."""
     if df.empty:
         return "<p><em>(none)</em></p>"
     head = _rows([[str(c) for c in df.columns]], "th")
-    body = _rows([[fmt(v) for v in row] for row in df.itertuples(index=False)])
+    body = _rows([[fmt(v) for v in row] for row in df.itertuples(index=False)], cut=True)
     return f'<table class="tbl">\n<thead>{head}</thead>\n<tbody>\n{body}</tbody>\n</table>'
 
 

@@ -65,7 +65,10 @@ def test_no_payload_runs_in_any_report(hostile_pages, which, chromium, tmp_path)
     text = page.read_text()
     assert "window.__pwned" in text  # the payloads are on the page, as text
     seen = _probe(chromium, page, tmp_path)
-    assert seen["pwned"] is None and "PWNED" not in seen["title"] and seen["images"] == 0, seen
+    # a payload that ran sets the title to exactly 'PWNED'; a lone audit's title names its (hostile) model, so
+    # there the payload's text is in the title, inert
+    assert seen["pwned"] is None and seen["title"] != "PWNED" and seen["images"] == 0, seen
+    assert seen["title"].startswith("reachlens")
     md = page.with_suffix(".md").read_text()
     assert "<img" not in md and "<script" not in md  # escaped for Markdown too
 
