@@ -37,8 +37,9 @@ _CSS = """body{font-family:sans-serif;max-width:1200px;margin:2em auto;padding:0
 .scroll{overflow-x:auto}"""
 
 CELL_CHARS = 32
-"""A table cell longer than this is shown cut, with an ellipsis; its whole text is the cell's tooltip (a model's
-output is untrusted: a 300-digit "answer" must not widen its column past the page)."""
+"""A model's answer longer than this is shown cut, with an ellipsis, its whole text the cell's tooltip: model
+output is untrusted, and a 300-digit "answer" must not widen its column past the page. Names (questions,
+probes, conditions) are never cut."""
 
 
 def _cell(text: str, tag: str, cut: bool) -> str:
@@ -47,17 +48,19 @@ def _cell(text: str, tag: str, cut: bool) -> str:
     return f'<{tag} title="{html_text(text)}">{html_text(text[: CELL_CHARS - 1])}…</{tag}>'
 
 
-def _rows(cells: list[list[str]], tag: str = "td", *, cut: bool = False) -> str:
-    return "".join("<tr>" + "".join(_cell(c, tag, cut) for c in row) + "</tr>\n" for row in cells)
+def _rows(cells: list[list[str]], tag: str = "td", *, cut: tuple[bool, ...] = ()) -> str:
+    return "".join("<tr>" + "".join(_cell(c, tag, i < len(cut) and cut[i]) for i, c in enumerate(row)) + "</tr>\n"
+                   for row in cells)
 
 
 def html_table(df: pd.DataFrame) -> str:
-    """``df`` as an HTML table, every value formatted for reading, escaped and cut at :data:`CELL_CHARS` (an
-    empty table: "(none)")."""
+    """``df`` as an HTML table, every value formatted for reading and escaped, a model's answers (a column named
+    ``*answer*``) cut at :data:`CELL_CHARS` (an empty table: "(none)")."""
     if df.empty:
         return "<p><em>(none)</em></p>"
     head = _rows([[str(c) for c in df.columns]], "th")
-    body = _rows([[fmt(v) for v in row] for row in df.itertuples(index=False)], cut=True)
+    cut = tuple("answer" in str(c) for c in df.columns)
+    body = _rows([[fmt(v) for v in row] for row in df.itertuples(index=False)], cut=cut)
     return f'<table class="tbl">\n<thead>{head}</thead>\n<tbody>\n{body}</tbody>\n</table>'
 
 

@@ -409,15 +409,16 @@ def test_a_reloaded_study_reads_in_plan_order_and_the_pass_at_k_chart_draws_the_
 
 def test_a_long_cell_is_cut_on_the_page_with_its_whole_text_as_tooltip():
     """A model's 300-digit "answer" does not widen its column: the page shows CELL_CHARS - 1 characters and an
-    ellipsis, the whole (escaped) text in the cell's title; short cells and kv tables are untouched."""
+    ellipsis, the whole (escaped) text in the cell's title; names, short cells and kv tables are untouched."""
     import pandas as pd
 
     from reachlens.report.page import CELL_CHARS, html_table, kv_table
 
     long = "4" * 300 + '<b>"x"</b>'
-    page = html_table(pd.DataFrame({"question_id": ["q1", "q2"], "answer": [long, "17"]}))
+    name = "graft:kind=zero:layer=3:placebo=true [intervention]"
+    page = html_table(pd.DataFrame({"question_id": ["q1", name], "deployed_answer": [long, "17"]}))
     cells = re.findall(r"<td( title=\"[^\"]*\")?>([^<]*)</td>", page)
     assert cells[1] == (f' title="{html.escape(long, quote=True)}"', "4" * (CELL_CHARS - 1) + "…")
-    assert cells[0] == ("", "q1") and cells[3] == ("", "17")
+    assert cells[0] == ("", "q1") and cells[2] == ("", html.escape(name)) and cells[3] == ("", "17")
     assert html.unescape(re.search(r'title="([^"]*)"', page).group(1)) == long
     assert "4" * 300 in kv_table(pd.DataFrame([("command", "4" * 300)], columns=["field", "value"]))
