@@ -109,7 +109,7 @@ class Run:
         """:func:`read_run` of ``path``, refused unless it holds a run of this class's kind."""
         run = read_run(path)
         if not isinstance(run, cls):
-            raise ReachlensError(f"{str(path)!r} holds a {run.kind} run, not a {cls.kind} run; read it with "
+            raise ReachlensError(f"{str(path)!r} holds {_a(run.kind)} run, not {_a(cls.kind)} run; read it with "
                                  f"`reachlens show {path}`")
         return run
 
@@ -182,3 +182,8 @@ def _run_dirs(folder: Path) -> Iterator[Path]:
         for child in sorted(folder.iterdir()):
             if child.is_dir() and child.name != "parts" and not child.name.startswith("."):
                 yield from _run_dirs(child)
+
+
+def _a(kind: str) -> str:
+    """``kind`` with its article (an audit, a routing)."""
+    return f"{'an' if kind[:1] in 'aeiou' else 'a'} {kind}"
