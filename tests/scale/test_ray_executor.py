@@ -42,10 +42,11 @@ def _scratch() -> Path:
 
 
 def test_two_ray_workers_equal_one_process_also_after_a_worker_is_killed(isolated, single, tmp_path):
-    run = isolated([sys.executable, DRIVER, "--out", str(tmp_path / "ray"), "--out-killed", str(tmp_path / "killed")],
-                   _scratch(), timeout=600)
+    log = tmp_path / "events.jsonl"
+    run = isolated([sys.executable, DRIVER, "--out", str(tmp_path / "ray"), "--out-killed", str(tmp_path / "killed"),
+                    "--events", str(log)], _scratch(), timeout=600)
     assert run.returncode == 0, run.stderr[-3000:]
-    events = [json.loads(line) for line in run.stdout.splitlines() if line.startswith("{")]
+    events = [json.loads(line) for line in log.read_text().splitlines()]
     assert events[-1]["finished"] and events[-1]["killed_worker"] is not None
     workers = {e["worker"] for e in events if e.get("event") == "done"}
     assert len(workers) >= 2, events  # both workers decoded slices
