@@ -205,8 +205,13 @@ def _as_text(df: pd.DataFrame) -> pd.DataFrame:
 
 
 def display_tables(study: StudyView) -> list[tuple[str, pd.DataFrame, str]]:
-    """``(title, table, note)`` for every table of the report, formatted for reading (strings)."""
-    return [(title, _as_text(df), note) for title, df, note in _tables(study)]
+    """``(title, table, note)`` for every table of the report, formatted for reading (strings). Audits without
+    a pair (one audit's report) leave out the tables that read a pair, and the budget control unless it ran."""
+    tables = _tables(study)
+    if not study.comparisons():
+        kept = {"checkpoints"} | ({"budget control"} if study.extended else set())
+        tables = [t for t in tables if t[0] in kept or t[0].startswith("trajectory")]
+    return [(title, _as_text(df), note) for title, df, note in tables]
 
 
 def _tables(study: StudyView) -> list[tuple[str, pd.DataFrame, str]]:
@@ -226,7 +231,7 @@ def _tables(study: StudyView) -> list[tuple[str, pd.DataFrame, str]]:
     else:
         length_note_2 = ("Each flagged pair at the audits' length, then at the longer one: if the deltas hold, "
                          "truncation does not explain them.")
-    sections = [
+    return [
         ("headline: realized (D, greedy deployment)", realized,
          f"delta_D: paired bootstrap 95% interval over questions ({N_BOOT} resamples, seed 0). McNemar p: exact "
          f"two-sided test of gained vs lost. Holm p: adjusted over {study.holm_family}." if n_pairs else ""),
@@ -265,12 +270,6 @@ def _tables(study: StudyView) -> list[tuple[str, pd.DataFrame, str]]:
         ("truncation parity", _truncation(study), length_note),
         ("length control", length, length_note_2),
     ]
-    if n_pairs:
-        return sections
-    # audits without a pair (one audit's report): the sections that read a pair are left out, and the budget
-    # control unless it ran
-    kept = {"checkpoints"} | ({"budget control"} if study.extended else set())
-    return [s for s in sections if s[0] in kept or s[0].startswith("trajectory")]
 
 
 def text_summary(study: StudyView) -> str:
