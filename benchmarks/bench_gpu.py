@@ -12,14 +12,17 @@ Hot loop, one model in one process, methods round-robin after one warm-up each:
 
 * (a) HuggingFace ``generate(do_sample=True, num_return_sequences=K)`` on the plain HF model
   (its default attention, SDPA);
-* reachlens ``generate``: K seeded rows of one prompt (prefill once, shared-prefix decoding, hooks live);
-* reachlens with ``share_prefixes=False`` (one batch row per sample, what a user hook gets).
+* reachlens ``generate``: K seeded rows of one prompt (prefill once, shared-prefix decoding; the bridge's hook
+  points in place, none attached);
+* reachlens with ``share_prefixes=False`` (one batch row per sample, what a user hook gets);
+* reachlens with a capture hook live: a user hook on the middle block's ``hook_resid_post`` adds each step's
+  activations into a running sum on the device (capture during sampled generation, no host copy per step).
 
 EOS stopping is off everywhere so every method emits K x NEW tokens. The script prints median
-seconds, tokens/s, peak GPU memory and the ratio to (a), and says whether reachlens' greedy output
-equals HF ``generate(do_sample=False)`` (in bfloat16 the two may part at a near-tie; the first
-differing position is printed). Random weights make the K samples diverge at once, so prefix
-sharing has nothing to share: this is the engine's worst case.
+seconds, tokens/s, peak GPU memory and the ratio to (a), last ``ratio: N.NNx`` (the capture-hook run's over
+(a)), and says whether reachlens' greedy output equals HF ``generate(do_sample=False)`` (in bfloat16 the two
+may part at a near-tie; the first differing position is printed). Random weights make the K samples diverge at
+once, so prefix sharing has nothing to share: this is the engine's worst case.
 """
 
 from __future__ import annotations
@@ -83,6 +86,7 @@ def main() -> None:
     ap.add_argument("--tiny", action="store_true", help="a 2-layer d=64 model (to check the script on a CPU)")
     ap.add_argument("--model", default=None, help="an existing HF folder instead of the built one")
     ap.add_argument("--json", default=None)
+    ap.add_argument("--keep", default=None, help="build the model in this folder and keep it (for bench_scale.py)")
     args = ap.parse_args()
     if args.device.startswith("cuda") and not torch.cuda.is_available():
         raise SystemExit("no CUDA device here: run this on a GPU machine (or --tiny --device cpu --dtype float32 to "
@@ -95,7 +99,8 @@ def main() -> None:
     from reachlens.models import load_model
 
     dtype = getattr(torch, args.dtype)
-    folder = Path(args.model) if args.model else build(Path(tempfile.mkdtemp()) / "qwen2.5-0.5b-shaped", args.tiny)
+    folder = Path(args.model) if args.model else build(
+        Path(args.keep) if args.keep else Path(tempfile.mkdtemp()) / "qwen2.5-0.5b-shaped", args.tiny)
     bridge = load_model(str(folder), device=args.device, dtype=dtype)
     hf = AutoModelForCausalLM.from_pretrained(str(folder), use_safetensors=True, dtype=dtype).to(args.device).eval()
     tok = tokenizer_of(bridge)
@@ -132,8 +137,19 @@ def main() -> None:
         outs = generate(bridge, [PROMPT], rows, probe, stop_at_eos=False, share_prefixes=share)
         assert all(len(o.token_ids) == args.new for o in outs)
 
+    captured = torch.zeros((), device=args.device, dtype=torch.float32)
+    middle = f"blocks.{len(bridge.blocks) // 2}.hook_resid_post"
+
+    def capture(x, *, hook):
+        captured.add_(x.float().sum())  # stays on the device: no synchronisation per step
+
+    def reachlens_capturing():
+        with bridge.hooks(fwd_hooks=[(middle, capture)]):
+            reachlens_generate()
+
     methods = {"(a) HF generate": hf_generate, "reachlens": reachlens_generate,
-               "reachlens, no sharing": lambda: reachlens_generate(False)}
+               "reachlens, no sharing": lambda: reachlens_generate(False),
+               "reachlens, capture hook": reachlens_capturing}
     times: dict[str, list[float]] = {m: [] for m in methods}
     peak: dict[str, float] = {}
     for name, fn in methods.items():  # warm-up, and peak memory
@@ -153,15 +169,17 @@ def main() -> None:
     base = statistics.median(times["(a) HF generate"])
     result = {"device": gpu, "dtype": args.dtype, "params": n_params, "k": args.k, "new": args.new,
               "exact_greedy": ours == ref, "methods": {}}
-    print(f"{'method':22s} {'median s':>9s} {'tokens/s':>10s} {'peak GiB':>9s} {'ratio to (a)':>13s}")
+    print(f"{'method':24s} {'median s':>9s} {'tokens/s':>10s} {'peak GiB':>9s} {'ratio to (a)':>13s}")
     for name, ts in times.items():
         med = statistics.median(ts)
         result["methods"][name] = {"median_s": med, "tokens_per_s": args.k * args.new / med,
                                    "peak_gib": peak.get(name), "ratio_to_a": base / med}
         mem = f"{peak[name]:9.2f}" if name in peak else f"{'-':>9s}"
-        print(f"{name:22s} {med:9.3f} {args.k * args.new / med:10.0f} {mem} {base / med:13.2f}")
+        print(f"{name:24s} {med:9.3f} {args.k * args.new / med:10.0f} {mem} {base / med:13.2f}")
+    result["capture_hook"] = middle
     if args.json:
         Path(args.json).write_text(json.dumps(result, indent=2))
+    print(f"ratio: {result['methods']['reachlens, capture hook']['ratio_to_a']:.2f}x")
 
 
 if __name__ == "__main__":
