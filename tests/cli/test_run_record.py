@@ -84,7 +84,9 @@ def test_report_takes_any_run(capsys, runs, tmp_path, name):
     html = (tmp_path / name / "report.html").read_text()
     assert html.startswith("<!DOCTYPE html>") and "<script src=" not in html  # self-contained
     if name == "audit":
-        assert "Realized vs reachable" in html and "| audit |" in md  # the audit's row in the budget table
+        spec = json.loads((runs / name / "run.json").read_text())["model"]["spec"]
+        assert "Realized vs reachable" in html and f"# Audit of {spec}" in md
+        assert f"| {spec} | " in md  # the audit's row in the checkpoint table, named by its model
     else:
         assert "## Summary" in md and "| D |" in md and "## Per question" in md and "| status | complete |" in md
 
