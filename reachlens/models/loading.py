@@ -21,9 +21,9 @@ unpickled), inside the model folder, present and whole (for a hub name, in its c
 never downloaded is checked by transformers alone). Each file's hash is cached by path, size, mtime and
 ctime (in ``$REACHLENS_CACHE``, default ``~/.cache/reachlens``), so a 15 GB checkpoint is read once, and a
 file rewritten in place (same size) is hashed again. A hub name is identified by the files of the
-snapshot it loads, with the commit hash of that snapshot as ``revision``. Results written before
-this scheme carry a 16-hex fingerprint of the first and last MiB of each file; they are matched
-against that same legacy hash, so old audit directories still resume.
+snapshot it loads, with the commit hash of that snapshot as ``revision``. (Results written before this
+scheme carry a 16-hex fingerprint of the first and last MiB of each file: ``reachlens convert`` makes it a
+full one, :mod:`reachlens.store.convert`.)
 """
 
 from __future__ import annotations
@@ -80,9 +80,6 @@ class ModelIdentity:
     to read (a hub name that is not in the local cache)."""
     revision: str | None = None
     """For a hub name, the commit hash of the snapshot loaded; None for a local folder."""
-    legacy_fingerprint: str | None = None
-    """The fingerprint reachlens recorded before full hashing (head and tail MiB of each file), kept
-    to recognize results written then."""
 
 
 def _zoo_root() -> Path:
@@ -325,21 +322,6 @@ def folder_fingerprint(folder: str | os.PathLike, spec: str | None = None, *, tr
     return "sha256:" + h.hexdigest()[:16]
 
 
-def _legacy_fingerprint(folder: Path) -> str:
-    """The fingerprint of reachlens before full hashing: sizes plus the first and last MiB of each file."""
-    h = hashlib.sha256()
-    for f in sorted(folder.iterdir()):
-        if f.suffix in (".safetensors", ".json") and f.is_file():
-            size = f.stat().st_size
-            h.update(f"{f.name}:{size}".encode())
-            with f.open("rb") as fh:
-                h.update(fh.read(1 << 20))
-                if size > 2 << 20:
-                    fh.seek(-(1 << 20), os.SEEK_END)
-                    h.update(fh.read())
-    return h.hexdigest()[:16]
-
-
 def _hub_snapshot(repo_id: str) -> Path | None:
     """The local snapshot folder of the hub model ``repo_id`` at its ``main`` ref, if cached."""
     try:
@@ -361,17 +343,14 @@ def model_identity(spec: str, *, trust_remote_code: bool = False) -> ModelIdenti
     target, local = resolve_spec(spec)
     if local:
         folder = Path(target)
-        return ModelIdentity(spec, folder_fingerprint(folder, spec, trust_remote_code=trust_remote_code), None,
-                             _legacy_fingerprint(folder))
-    legacy = hashlib.sha256(spec.encode()).hexdigest()[:16]
+        return ModelIdentity(spec, folder_fingerprint(folder, spec, trust_remote_code=trust_remote_code))
     snapshot = _hub_snapshot(spec)
     if snapshot is None:
-        return ModelIdentity(spec, "unknown", None, legacy)
+        return ModelIdentity(spec, "unknown")
     names = _weight_names(snapshot, spec)
     if not names or not all((snapshot / name).is_file() for name in names):
-        return ModelIdentity(spec, "unknown", snapshot.name, legacy)  # weights not fetched yet: loading fetches them
-    return ModelIdentity(spec, folder_fingerprint(snapshot, spec, trust_remote_code=trust_remote_code),
-                         snapshot.name, legacy)
+        return ModelIdentity(spec, "unknown", snapshot.name)  # weights not fetched yet: loading fetches them
+    return ModelIdentity(spec, folder_fingerprint(snapshot, spec, trust_remote_code=trust_remote_code), snapshot.name)
 
 
 def identity_of(model) -> dict[str, Any]:
@@ -391,15 +370,10 @@ def identity_of(model) -> dict[str, Any]:
 
 
 def same_model(stored: Mapping[str, Any], current: Mapping[str, Any]) -> bool:
-    """Whether a stored model identity (a dict, as results record it) names the ``current`` model.
-
-    A fingerprint written before full hashing (16 hex digits, no ``sha256:``) is matched against the
-    current model's legacy fingerprint.
-    """
-    mine = stored.get("fingerprint")
-    if isinstance(mine, str) and not mine.startswith("sha256:") and mine != "unknown" and current.get("legacy_fingerprint"):
-        return mine == current.get("legacy_fingerprint")
-    return mine == current.get("fingerprint")
+    """Whether a stored model identity (a dict, as results record it) names the ``current`` model: the same
+    fingerprint. (A fingerprint of the reachlens before full hashing, 16 hex digits without ``sha256:``, is
+    made a full one by ``reachlens convert``.)"""
+    return stored.get("fingerprint") == current.get("fingerprint")
 
 
 def load_model(

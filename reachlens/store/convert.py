@@ -8,7 +8,10 @@ Four older shapes are read here, and only here:
 * a ``run.json`` of format 1 (a training study's prompt-format control a K-sample rerun).
 
 A format-0 record is given today's fields: its status ``complete`` when the run had written its summary, else
-``interrupted``; its execution settings unrecorded (``exec`` null: a resumed run records its own). Then the
+``interrupted``; its execution settings unrecorded (``exec`` null: a resumed run records its own); its model's
+fingerprint of the reachlens before full hashing (16 hex digits: the first and last MiB of each file) made the
+full one, when the model's files are still there and still give that old fingerprint (else it is kept, and
+resuming or comparing the run refuses it as another model). Then the
 kind's own :meth:`~reachlens.store.Run.upgrade`, once per format version, brings the directory's layout to
 today's (format 0 -> 1: a training study's and a control's reruns renamed by :func:`reachlens.runner.rerun_name`,
 tables kept as CSV rewritten as parquet, sidecar files whose content the record now holds removed; 1 -> 2: a
@@ -23,8 +26,11 @@ stored, in one journaled rewrite: a summary is derived, never patched.
 
 from __future__ import annotations
 
+import dataclasses
+import hashlib
 import json
 import os
+import re
 from pathlib import Path
 from typing import Any
 
@@ -140,9 +146,11 @@ def _header_v0(d: Path) -> dict[str, Any]:
 
 
 def _convert(d: Path, version: int) -> str:
+    note = ""
     if version == 0:
         was = "protocol.json" if not (d / RUN_FILE).is_file() and (d / LEGACY_AUDIT).is_file() else "format 0"
         header = _fields_v1(d, _header_v0(d), was)
+        header["model"], note = _full_identity(header["model"])
     else:
         was = f"format {version}"
         header = read_json(d / RUN_FILE, "run record")
@@ -153,7 +161,44 @@ def _convert(d: Path, version: int) -> str:
     for legacy in (LEGACY_AUDIT, LEGACY_STUDY):
         (d / legacy).unlink(missing_ok=True)
     fsync_dir(d)
-    return f"{was} -> format {FORMAT_VERSION}"
+    return f"{was} -> format {FORMAT_VERSION}{note}"
+
+
+_OLD_FINGERPRINT = re.compile(r"[0-9a-f]{16}")
+
+
+def _full_identity(model: Any) -> tuple[Any, str]:
+    """A format-0 model identity with today's full fingerprint, when its old one (16 hex digits) still names the
+    model's files; else as it was, with a note saying why."""
+    if not isinstance(model, dict) or not _OLD_FINGERPRINT.fullmatch(str(model.get("fingerprint"))):
+        return model, ""  # already full, unknown, or a study's plan of checkpoints
+    from reachlens.models import model_identity, resolve_spec
+
+    spec = str(model.get("spec"))
+    try:
+        target, local = resolve_spec(spec)
+        old = _old_fingerprint(Path(target)) if local else hashlib.sha256(spec.encode()).hexdigest()[:16]
+        if old != model["fingerprint"]:
+            return model, f"; model {spec!r}: its files are not the ones recorded (fingerprint kept)"
+        return dataclasses.asdict(model_identity(spec)), ""
+    except (ReachlensError, OSError) as err:
+        return model, f"; model {spec!r} not found ({err}; fingerprint kept)"
+
+
+def _old_fingerprint(folder: Path) -> str:
+    """The fingerprint of a model folder as reachlens recorded it before full hashing: the name and size of every
+    ``.safetensors`` and ``.json`` file, with its first and last MiB."""
+    h = hashlib.sha256()
+    for f in sorted(folder.iterdir()):
+        if f.suffix in (".safetensors", ".json") and f.is_file():
+            size = f.stat().st_size
+            h.update(f"{f.name}:{size}".encode())
+            with f.open("rb") as fh:
+                h.update(fh.read(1 << 20))
+                if size > 2 << 20:
+                    fh.seek(-(1 << 20), os.SEEK_END)
+                    h.update(fh.read())
+    return h.hexdigest()[:16]
 
 
 def _fields_v1(d: Path, header: dict[str, Any], was: str) -> dict[str, Any]:

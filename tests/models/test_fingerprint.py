@@ -71,7 +71,6 @@ def test_the_content_hash_is_cached_by_size_and_mtime(big_model, monkeypatch) ->
         return real(self, mode, *args, **kwargs)
 
     monkeypatch.setattr(Path, "open", spy)
-    monkeypatch.setattr(loading, "_legacy_fingerprint", lambda folder: "legacy")
     monkeypatch.setattr(loading, "_check_safetensors", lambda path: None)
     assert model_identity(str(big_model)).fingerprint == first
     assert opened == [], "the weights were read again although neither size nor mtime changed"

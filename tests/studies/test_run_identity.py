@@ -7,6 +7,7 @@ also checks the golds question by question. Before issue 13 the data file was no
 
 from __future__ import annotations
 
+import hashlib
 import json
 import warnings
 from pathlib import Path
@@ -84,7 +85,7 @@ def test_an_old_directory_without_data_identity_resumes_with_a_note(tiny_model, 
     first = audit(tiny_model, load_task("gsm8k", a), PROTO, out=out, exec_config=ExecConfig(max_batch_rows=6))
     header = json.loads((out / "run.json").read_text())
     legacy = {"format": "reachlens-audit", "protocol": header["protocol"], "protocol_hash": header["protocol_hash"],
-              "model": {"spec": header["model"]["spec"], "fingerprint": header["model"]["legacy_fingerprint"]},
+              "model": {"spec": header["model"]["spec"], "fingerprint": old_fingerprint(Path(header["model"]["spec"]))},
               "task_source": header["task_source"], "n_questions": header["n_questions"]}
     (out / "run.json").unlink()
     (out / "protocol.json").write_text(json.dumps(legacy))  # as reachlens wrote it before issue 13
@@ -94,11 +95,40 @@ def test_an_old_directory_without_data_identity_resumes_with_a_note(tiny_model, 
     with pytest.warns(UserWarning, match="written before reachlens recorded data identity"):
         again = audit(tiny_model, load_task("gsm8k", a), PROTO, out=out, exec_config=ExecConfig(max_batch_rows=6))
     assert again.questions.equals(first.questions)
-    # recognized by its legacy fingerprint, the model's full identity is now recorded, and so are the execution
-    # settings the directory did not record; rescore agrees
+    # convert made the old fingerprint the model's full one, and the resume recorded the execution settings the
+    # directory did not record; rescore agrees
     header = json.loads((out / "run.json").read_text())
-    assert header["model"]["fingerprint"].startswith("sha256:") and header["exec"]["max_batch_rows"] == 6
+    assert header["model"] == first.model and header["exec"]["max_batch_rows"] == 6
     assert rescore(out).questions.equals(first.questions)
+
+
+def old_fingerprint(folder: Path) -> str:
+    """The fingerprint reachlens recorded before full hashing, written out here from its description: per
+    ``.safetensors`` and ``.json`` file in name order, ``NAME:SIZE``, its first MiB and, past 2 MiB, its last."""
+    h = hashlib.sha256()
+    for f in sorted(p for p in folder.iterdir() if p.suffix in (".safetensors", ".json") and p.is_file()):
+        data = f.read_bytes()
+        h.update(f"{f.name}:{len(data)}".encode() + data[: 1 << 20] + (data[-(1 << 20):] if len(data) > 2 << 20 else b""))
+    return h.hexdigest()[:16]
+
+
+def test_convert_keeps_an_old_fingerprint_whose_files_changed_and_resume_refuses_it(tiny_model, files, tmp_path) -> None:
+    a, _ = files
+    folder = Path(tiny_model.reachlens_identity.spec)
+    out = tmp_path / "H"
+    audit(tiny_model, load_task("gsm8k", a), PROTO, out=out, exec_config=ExecConfig(max_batch_rows=6))
+    header = json.loads((out / "run.json").read_text())
+    stale = old_fingerprint(folder)[::-1]  # the model's files were others when this directory was written
+    (out / "run.json").unlink()
+    (out / "protocol.json").write_text(json.dumps({
+        "format": "reachlens-audit", "protocol": header["protocol"], "protocol_hash": header["protocol_hash"],
+        "model": {"spec": str(folder), "fingerprint": stale}, "task_source": header["task_source"],
+        "n_questions": header["n_questions"]}))
+    (what,) = [w for d, w in convert(out) if d == out]
+    assert "its files are not the ones recorded (fingerprint kept)" in what
+    assert json.loads((out / "run.json").read_text())["model"]["fingerprint"] == stale
+    with pytest.raises(ProtocolMismatch, match="model"):
+        audit(tiny_model, load_task("gsm8k", a), PROTO, out=out, exec_config=ExecConfig(max_batch_rows=6))
 
 
 def test_a_budget_rerun_checks_model_and_data(tiny_model, files, tmp_path, monkeypatch) -> None:
