@@ -1,8 +1,7 @@
 """``reachlens steer MODEL --sets DIR --layer L [--site SITE] --out DIR``: rescue (-alpha v) and induction (+alpha v).
 
-``--site`` is a TransformerLens site (:mod:`reachlens.engine.sites`). Command lines written before it
-used ``--component mlp|attn|layer``; that flag still works, unlisted, as the site it always steered
-(``layer`` was the block's output, ``resid_post``).
+``--site`` is a TransformerLens site (:mod:`reachlens.engine.sites`): ``mlp_out``, ``attn_out``, ``resid_post``
+(the block's output), ...
 """
 
 from __future__ import annotations
@@ -11,8 +10,6 @@ import argparse
 
 from reachlens.cli._common import add_study_args, comma_list, echo, read_vector
 
-COMPONENT_SITES = {"mlp": "mlp_out", "attn": "attn_out", "layer": "resid_post"}
-"""The unlisted ``--component`` of old command lines -> the site it always steered."""
 
 NAME = "steer"
 HELP = "steer one site of a block along v: rescue on the failure set (-alpha v), induction on the healthy panel"
@@ -22,11 +19,9 @@ def register(sub) -> argparse.ArgumentParser:
     p = sub.add_parser(NAME, help=HELP)
     add_study_args(p)
     p.add_argument("--layer", type=int, required=True, help="the block whose site is steered (0-based)")
-    where = p.add_mutually_exclusive_group()
-    where.add_argument("--site", default="mlp_out",
-                       help="the TransformerLens site v is added to: mlp_out (default), attn_out, resid_post (the "
-                            "block's output), resid_pre, mlp_post, ...")
-    where.add_argument("--component", choices=sorted(COMPONENT_SITES), default=None, help=argparse.SUPPRESS)
+    p.add_argument("--site", default="mlp_out",
+                   help="the TransformerLens site v is added to: mlp_out (default), attn_out, resid_post (the "
+                        "block's output), resid_pre, mlp_post, ...")
     p.add_argument("--alphas", type=comma_list("--alphas", float), default=None,
                    help="absolute alphas, e.g. 0,1,2,4 (default: 0, 0.5, 1, 2, 4, 8 x the mean difference's norm)")
     p.add_argument("--direction", default=None,
@@ -43,9 +38,8 @@ def run(args: argparse.Namespace) -> int:
 
     model, task, sets = open_study(args)
     direction = read_vector(args.direction) if args.direction else None
-    site = COMPONENT_SITES[args.component] if args.component else args.site
     result = steer_sweep(model, task, sets, args.layer, alphas=args.alphas, direction=direction,
-                         site=site, control_seed=args.control_seed, allow_other_model=True)
+                         site=args.site, control_seed=args.control_seed, allow_other_model=True)
     result.save(args.out)
     echo(markdown_table(result.table, missing="-"))
     echo(f"direction: {result.meta['direction_source']} at {result.meta['hook']} (norm {result.meta['direction_norm']:.3f})"

@@ -74,16 +74,15 @@ def test_silence_steer_units_prune(capsys, tiny_dir, recognized, tmp_path):
     assert code == 2 and "these sets were chosen on" in err
 
 
-def test_sites_are_transformerlens_names_and_old_flags_still_work(capsys, tiny_dir, recognized, tmp_path):
+def test_sites_are_transformerlens_names(capsys, tiny_dir, recognized, tmp_path):
     sets = json.loads((recognized / "sets.json").read_text())
     others = [q for q in pd.read_parquet(recognized / "questions.parquet")["question_id"] if q not in sets["failure"]]
     sets["healthy"] = others[:2]
     (tmp_path / "sets.json").write_text(json.dumps(sets))
     study = ["--sets", str(tmp_path / "sets.json"), "--layer", "1", "--alphas", "0"]
-    # --site names a TransformerLens site; the old --component spelling still steers the site it always did
+    # --site names a TransformerLens site
     for flags, hook in [(["--site", "resid_post"], "blocks.1.hook_resid_post"),
-                        (["--component", "layer"], "blocks.1.hook_resid_post"),
-                        (["--component", "attn"], "blocks.1.hook_attn_out"), ([], "blocks.1.hook_mlp_out")]:
+                        (["--site", "attn_out"], "blocks.1.hook_attn_out"), ([], "blocks.1.hook_mlp_out")]:
         out = tmp_path / f"st{len(flags)}{flags[-1] if flags else ''}"
         code, stdout, _ = run(capsys, "steer", str(tiny_dir), *study, *flags, "--out", str(out))
         assert code == 0 and read_run(out).meta["hook"] == hook and hook in stdout
