@@ -1,4 +1,5 @@
-"""Plotly figures of a training audit. Each figure is readable on its own: titles, axis titles, units.
+"""Plotly figures of a training audit, and of a routing run. Each figure is readable on its own: titles, axis
+titles, units.
 
 Every axis is autoranged from what the figure draws, and everything drawn is a trace in data
 coordinates: on a log axis plotly reads a shape's or an annotation's x in log10 units, so a marker
@@ -8,6 +9,8 @@ error bars; differences their paired bootstrap intervals as bands.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import pandas as pd
 
 from reachlens.studies.compare import Comparison
@@ -15,7 +18,7 @@ from reachlens.studies.metrics import sign_changes
 from reachlens.stats import wilson_interval
 
 __all__ = ["CAPTIONS", "fate_bars", "accuracy_bars", "propensity_figure", "pass_at_k_figure", "pass_at_k_delta_figure",
-           "trajectory_figure"]
+           "routing_selection_figure", "trajectory_figure"]
 
 CAPTIONS = {
     "fate_bars": "One bar segment: the questions of one pair (parent → descendant) with one fate of the realization "
@@ -35,6 +38,11 @@ CAPTIONS = {
                         "one checkpoint's ks. An open circle marks the first k at which two curves change order.",
     "pass_at_k_delta_figure": "One point: descendant minus parent pass@k at one k (one panel per pair); the band is "
                               "its paired 95 % bootstrap interval over questions; an open circle marks a sign change.",
+    "routing_selection_figure": "One bar: the share of the run's questions answered correctly by the deployment (D: "
+                                "the model's own layer order, greedy), by some route of the search (O_K: the "
+                                "reachable ceiling under this probe), or by the route an answer-blind selector picks "
+                                "(a tie of the majority vote counts as the mean of the tied answers); the whisker on "
+                                "D and O_K is the 95 % Wilson interval; each selector's label gives O_K minus it.",
 }
 """What one mark of each figure is, by the figure function's name: the caption a report prints under it."""
 
@@ -281,4 +289,31 @@ def trajectory_figure(trajectory: pd.DataFrame, k: int):
     fig.update_xaxes(title_text="optimizer step of the training run (0: its parent)", row=2, col=1)
     fig.update_yaxes(title_text="share of questions", tickformat=".0%", row=1, col=1)
     fig.update_yaxes(title_text="change from step 0", tickformat="+.0%", row=2, col=1)
+    return fig
+
+
+def routing_selection_figure(summary: dict, selectors: Sequence[str], k: int):
+    """A routing run's D, O_K and each answer-blind selector's accuracy (``summary``: the run's summary, which holds
+    each of ``selectors`` by name; ``k``: its budget of route evaluations), as horizontal bars: the selection gap is
+    each selector's distance from O_K."""
+    go = _go()
+    n = int(summary["n"])
+    selectors = [name for name in selectors if name in summary]
+    fig = go.Figure()
+    for key, what, color in (("D", "deployed (native route, greedy)", _COLORS["D"]),
+                             ("O_K", f"a correct route among {k}", _COLORS["O_K"])):
+        v = float(summary[key])
+        lo, hi = wilson_interval(round(v * n), n)
+        label = f"{'D' if key == 'D' else f'O_{k}'} {v:.1%} [{float(lo):.1%}, {float(hi):.1%}]: {what}"
+        fig.add_trace(go.Bar(name=label, y=[label], x=[v], orientation="h", marker_color=color, cliponaxis=False,
+                             error_x=_error([v], [float(lo)], [float(hi)])))
+    o_k = float(summary["O_K"])
+    values = [float(summary[s]) for s in selectors]
+    fig.add_trace(go.Bar(name="selector (answer-blind)", y=[f"selector: {s}" for s in selectors], x=values,
+                         orientation="h", marker_color="#756bb1", cliponaxis=False, textposition="outside",
+                         text=[f"{v:.1%}, gap {o_k - v:+.1%}" for v in values]))
+    fig.update_layout(title=f"Reachable under {k} routes vs what an answer-blind selector picks (n={n})",
+                      xaxis_title="share of questions", xaxis_tickformat=".0%", xaxis_range=[0, 1.3],
+                      xaxis_tickvals=[0, 0.2, 0.4, 0.6, 0.8, 1.0], yaxis_autorange="reversed", yaxis_automargin=True,
+                      height=220 + 45 * (2 + len(selectors)), showlegend=False)
     return fig

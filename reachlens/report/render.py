@@ -3,8 +3,9 @@
 :func:`report_run` renders a run by its kind: a kind with a study view (:data:`VIEWS`: a training study, one
 audit, a comparison) gets the study report (:func:`write_report`: every table of
 :func:`~reachlens.report.tables.display_tables` and the figures); any other kind (a routing run, a recognition
-run, a causal sweep, a control) gets its record, summary and tables (:func:`write_run_report`), unless it
-registers a page of its own (:data:`PAGES`: a probe run's, :mod:`reachlens.report.probe_report`). A new kind of
+run, a causal sweep, a control) gets its record, summary and tables (:func:`write_run_report`), with the figures its kind registers
+(:data:`FIGURES`: a routing run's selection chart), unless it registers a page of its own (:data:`PAGES`: a probe
+run's, :mod:`reachlens.report.probe_report`). A new kind of
 run is rendered the second way until it registers a view here.
 """
 
@@ -26,6 +27,7 @@ from reachlens.report.figures import (
     pass_at_k_delta_figure,
     pass_at_k_figure,
     propensity_figure,
+    routing_selection_figure,
     trajectory_figure,
 )
 from reachlens.escape import html_text as esc
@@ -36,7 +38,7 @@ from reachlens.report.tables import bins_table, display_tables, heading, markdow
 from reachlens.store import read_run
 from reachlens.studies.study_view import StudyView
 
-__all__ = ["PAGES", "VIEWS", "report_run", "write_report", "write_run_report"]
+__all__ = ["FIGURES", "PAGES", "VIEWS", "report_run", "write_report", "write_run_report"]
 
 VIEWS: Registry[Callable[[Any], StudyView]] = Registry("report view")
 """Kind of run -> the study view its report shows."""
@@ -46,6 +48,11 @@ VIEWS.register("comparison", StudyView.of_comparison)
 PAGES: Registry[Callable[..., tuple[Path, Path]]] = Registry("report page")
 """Kind of run -> the page writer of its own report (``fn(run, out, *, force)``)."""
 PAGES.register("probe", write_probe_report)
+FIGURES: Registry[Callable[[Any], list[tuple[str, Any, str]]]] = Registry("report figures")
+"""Kind of run -> the figures of its generic page, ``fn(run) -> [(title, figure, caption), ...]``."""
+FIGURES.register("routing", lambda run: [(
+    "Reachable vs selected at a matched budget",
+    routing_selection_figure(run.summary(), run.selectors, run.config.budget), CAPTIONS["routing_selection_figure"])])
 
 
 def report_run(run: Any, out: str | Path | None = None, *, force: bool = False) -> tuple[Path, Path]:
@@ -165,11 +172,17 @@ def write_run_report(run: Any, out: str | Path | None = None, *, force: bool = F
     head_df, summary_df = _header(run.record), _flat_summary(run.summary())
     title = f"reachlens {run.kind} run"
     md = [f"# {md_text(title)}", "", "## Run", "", md_table(head_df), "## Summary", "", md_table(summary_df)]
-    body = [f"<h1>{esc(title)}</h1>", "<h2>Run</h2>", kv_table(head_df), "<h2>Summary</h2>", kv_table(summary_df)]
+    body = [f"<h1>{esc(title)}</h1>"]
+    figures = FIGURES[run.kind](run) if run.kind in FIGURES else []
+    for name, fig, caption in figures:
+        body += [f"<h2>{esc(name)}</h2>", fig.to_html(full_html=False, include_plotlyjs=False, default_width="100%",
+                                                     default_height=f"{fig.layout.height or 480}px"),
+                 f"<p class=note>{esc(caption)}</p>"]
+    body += ["<h2>Run</h2>", kv_table(head_df), "<h2>Summary</h2>", kv_table(summary_df)]
     for name, df in run.report_tables().items():
         df = df.drop(columns=[c for c in _TEXT_COLUMNS if c in df.columns])
         md += [f"## {md_text(name)}", "", md_table(df)]
         body += [f"<h2>{esc(name)}</h2>", f'<div class="scroll">{html_table(df)}</div>']
-    html_path = write_page(out / "report.html", title, "\n".join(body), force=force)
+    html_path = write_page(out / "report.html", title, "\n".join(body), figures=bool(figures), force=force)
     md_path = write_markdown(out / "report.md", "\n".join(md), force=force)
     return html_path, md_path

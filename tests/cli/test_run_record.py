@@ -5,6 +5,7 @@ which rewrites it."""
 
 from __future__ import annotations
 
+import html
 import json
 import shutil
 
@@ -89,6 +90,33 @@ def test_report_takes_any_run(capsys, runs, tmp_path, name):
         assert f"| {spec} | " in md  # the audit's row in the checkpoint table, named by its model
     else:
         assert "## Summary" in md and "| D |" in md and "## Per question" in md and "| status | complete |" in md
+
+
+def test_a_routing_report_draws_reachable_against_each_selector(capsys, runs, tmp_path):
+    """The routing page's chart: D and O_K with their Wilson intervals (statsmodels' here), then each selector's
+    accuracy, each the mean of its column of the questions table, labelled with its gap to O_K."""
+    from statsmodels.stats.proportion import proportion_confint
+
+    from reachlens.report.render import FIGURES
+
+    routing = read_run(runs / "route")
+    q = routing.questions
+    (title, fig, caption), = FIGURES["routing"](routing)
+    d, o, sel = fig.data
+    n = len(q)
+    for bar, column in ((d, "realized"), (o, "reachable")):
+        v = q[column].mean()
+        lo, hi = proportion_confint(round(v * n), n, alpha=0.05, method="wilson")
+        assert bar.x[0] == pytest.approx(v)
+        assert (v - bar.error_x.arrayminus[0], v + bar.error_x.array[0]) == pytest.approx((lo, hi))
+    assert list(sel.y) == [f"selector: {s}" for s in routing.selectors]
+    assert list(sel.x) == pytest.approx([q[s].mean() for s in routing.selectors])
+    assert list(sel.text) == [f"{q[s].mean():.1%}, gap {q['reachable'].mean() - q[s].mean():+.1%}"
+                              for s in routing.selectors]
+    code, _, err = run(capsys, "report", runs / "route", "--out", tmp_path / "r")
+    page = (tmp_path / "r" / "report.html").read_text()
+    assert code == 0 and page.count("Plotly.newPlot") == 1 and "<script src=" not in page
+    assert html.escape(caption) in page
 
 
 def test_a_rerun_with_other_options_is_refused(capsys, runs, tiny_dir, tmp_path):
