@@ -51,7 +51,8 @@ class AuditResult(Run):
     dir_class: ClassVar[type[RunDir]] = AuditDir
 
     protocol: Protocol
-    model: dict[str, str]
+    model: dict[str, str | None]
+    """The identity of the model audited (spec, fingerprint, revision: None for a local folder)."""
     questions: pd.DataFrame = field(repr=False)
     samples: pd.DataFrame = field(repr=False)
     data: dict[str, Any] = field(default_factory=dict)

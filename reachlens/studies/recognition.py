@@ -268,7 +268,7 @@ class EvalSets:
     """The greedy protocol of the generation the sets were chosen under (resolved)."""
     config: RecognitionConfig
     """The recognition options the sets were chosen under (resolved)."""
-    model: dict[str, str]
+    model: dict[str, str | None]
     """Identity of the model the sets were chosen on (spec, fingerprint)."""
     task: TaskSpec | None = None
     """How to rebuild the task (None when the sets were made from an in-memory task)."""
@@ -362,7 +362,7 @@ class RecognitionResult(Run):
     """The greedy protocol of the generation side (resolved against the task)."""
     config: RecognitionConfig
     """Recognition's own options (resolved: the recognition format is explicit)."""
-    model: dict[str, str]
+    model: dict[str, str | None]
     options: pd.DataFrame = field(repr=False)
     questions: pd.DataFrame = field(repr=False)
     data: dict[str, Any] = field(default_factory=dict)
