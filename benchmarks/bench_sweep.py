@@ -13,7 +13,8 @@ condition's arm, each question's prompt prefilled once per arm. The two must giv
 (``pandas.testing.assert_frame_equal``, exact; asserted). Prints the median wall and CPU seconds of each
 and, last, ``ratio: N.NNx`` (one at a time / arms, in this process's CPU seconds, which another job on
 a shared host moves far less than wall seconds when torch runs one thread; higher is better).
-``--profile`` prints where the arms' CPU time goes (torch.profiler, by operator) instead.
+``--profile`` prints where the arms' CPU time goes (torch.profiler, by operator, then by operator and input
+shape: a prefill's operators carry the prompt's positions) instead.
 
 Per mode it also counts the work (:class:`Work`): forwards of the layer stack (prompt prefills and
 decoding steps), and the token positions they compute (batch entries x positions, summed). Arms can
@@ -126,9 +127,12 @@ def main() -> None:
         from torch.profiler import ProfilerActivity, profile
 
         silence_sweep(model, task, sets, components=components)  # warm-up
-        with profile(activities=[ProfilerActivity.CPU]) as prof:
+        with profile(activities=[ProfilerActivity.CPU], record_shapes=True) as prof:
             silence_sweep(model, task, sets, components=components)
         print(prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=25))
+        # by input shape: a prefill's operators carry the prompt's positions ([rows, 25, ...]), a step's one
+        print(prof.key_averages(group_by_input_shape=True).table(sort_by="self_cpu_time_total", row_limit=25,
+                                                                 max_name_column_width=30, max_shapes_column_width=70))
         return
 
     modes = {"one at a time": True, "arms in one batch": False}
