@@ -47,11 +47,9 @@ step audit_tables 60 "$PY" - "$KIT/audit-$DEV" "$KIT/audit-cpu" <<'EOF'
 import sys
 import pandas as pd
 a, b = sys.argv[1:3]
-for name in ("questions", "samples"):
+for name, text, grade in (("questions", "deployed_text", "realized"), ("samples", "text", "correct")):
     x, y = pd.read_parquet(f"{a}/{name}.parquet"), pd.read_parquet(f"{b}/{name}.parquet")
-    text = "deployed_text" if name == "questions" else "text"
-    same = (x[text] == y[text]).mean()
-    print(f"{name}: {len(x)} rows; text equal on {same:.1%}; grades equal on "
-          f"{(x['realized' if name == 'questions' else 'correct'] == y['realized' if name == 'questions' else 'correct']).mean():.1%}")
+    print(f"{name}: {len(x)} rows; text equal on {(x[text] == y[text]).mean():.1%}; "
+          f"grades equal on {(x[grade] == y[grade]).mean():.1%}")
 EOF
 echo "logs in $OUT"

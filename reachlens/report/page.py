@@ -12,6 +12,8 @@ A file of that name without the mark was not written by reachlens and is never r
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from itertools import chain, repeat
 from pathlib import Path
 
 import pandas as pd
@@ -48,8 +50,9 @@ def _cell(text: str, tag: str, cut: bool) -> str:
     return f'<{tag} title="{html_text(text)}">{html_text(text[: CELL_CHARS - 1])}…</{tag}>'
 
 
-def _rows(cells: list[list[str]], tag: str = "td", *, cut: tuple[bool, ...] = ()) -> str:
-    return "".join("<tr>" + "".join(_cell(c, tag, i < len(cut) and cut[i]) for i, c in enumerate(row)) + "</tr>\n"
+def _rows(cells: list[list[str]], tag: str = "td", *, cut: Sequence[bool] = ()) -> str:
+    """Table rows; a column whose ``cut`` flag is set has its long cells cut (:data:`CELL_CHARS`)."""
+    return "".join("<tr>" + "".join(_cell(c, tag, x) for c, x in zip(row, chain(cut, repeat(False)))) + "</tr>\n"
                    for row in cells)
 
 

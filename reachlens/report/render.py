@@ -97,17 +97,19 @@ def _figures(study: StudyView) -> list[tuple[str, Any, str]]:
     return [(title, fig, CAPTIONS[name]) for title, name, fig in figs]
 
 
+def _chart(title: str, fig: Any, caption: str) -> list[str]:
+    """One figure on a page: its heading, the figure (plotly.js inlined once by the page) and its caption."""
+    return [f"<h2>{esc(title)}</h2>", fig.to_html(full_html=False, include_plotlyjs=False, default_width="100%",
+                                                  default_height=f"{fig.layout.height or 480}px"),
+            f"<p class=note>{esc(caption)}</p>"]
+
+
 def write_report(study: StudyView, out: str | Path, *, force: bool = False) -> tuple[Path, Path]:
     """Write the study report (``report.html`` and ``report.md``) of ``study`` into ``out``; return their paths
     (files there that reachlens did not write are refused unless ``force``)."""
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
-    charts = []
-    for title, fig, caption in _figures(study):
-        charts.append(f"<h2>{esc(title)}</h2>")
-        charts.append(fig.to_html(full_html=False, include_plotlyjs=False, default_width="100%",
-                                  default_height=f"{fig.layout.height or 480}px"))
-        charts.append(f"<p class=note>{esc(caption)}</p>")
+    charts = [html for title, fig, caption in _figures(study) for html in _chart(title, fig, caption)]
     sections = [(title, f"<h2>{esc(heading(title))}</h2>{html_table(df)}"
                  + (f"<p class=note>{esc(note)}</p>" if note else ""))
                 for title, df, note in display_tables(study)]
@@ -175,9 +177,7 @@ def write_run_report(run: Any, out: str | Path | None = None, *, force: bool = F
     body = [f"<h1>{esc(title)}</h1>"]
     figures = FIGURES[run.kind](run) if run.kind in FIGURES else []
     for name, fig, caption in figures:
-        body += [f"<h2>{esc(name)}</h2>", fig.to_html(full_html=False, include_plotlyjs=False, default_width="100%",
-                                                     default_height=f"{fig.layout.height or 480}px"),
-                 f"<p class=note>{esc(caption)}</p>"]
+        body += _chart(name, fig, caption)
     body += ["<h2>Run</h2>", kv_table(head_df), "<h2>Summary</h2>", kv_table(summary_df)]
     for name, df in run.report_tables().items():
         df = df.drop(columns=[c for c in _TEXT_COLUMNS if c in df.columns])
