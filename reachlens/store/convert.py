@@ -36,7 +36,7 @@ from typing import Any
 
 from reachlens.errors import MissingFileError, ReachlensError
 from reachlens.protocol import Protocol
-from reachlens.store.files import fsync_dir, json_text, read_json, write_json
+from reachlens.store.files import fsync_dir, json_text, read_json, single_name, write_json
 from reachlens.store.kinds import RUN_KINDS
 from reachlens.store.lock import DirectoryLock
 from reachlens.store.record import FORMAT, FORMAT_VERSION, newer_format
@@ -69,6 +69,7 @@ def convert(path: str | os.PathLike) -> list[tuple[Path, str]]:
         with DirectoryLock(d):
             changed.append((d, _convert(d, found[d])))
     for d in sorted((d for d in _walk(root) if (d / RUN_FILE).is_file()), key=lambda p: len(p.parts), reverse=True):
+        RunDir(d).recover()  # a rewrite interrupted after staging is finished (its journal checked) as a writer does
         try:
             what = _refresh_summary(d)
         except ReachlensError as err:  # e.g. a comparison whose audits moved: the rest is still converted
@@ -225,12 +226,15 @@ def table_from_csv(d: Path, csv: str, name: str) -> None:
         (d / csv).unlink()
 
 
-def rename(src: Path, dst: Path) -> None:
-    """Move a run directory to its name under today's rule (refused if that name is taken)."""
-    if src == dst or not src.is_dir():
+def rename(folder: Path, old: str, new: str) -> None:
+    """Move the run directory ``folder/old`` to ``folder/new``, its name under today's rule (refused if that name
+    is taken). Both are single folder names (:func:`~reachlens.store.single_name`): a name a stored record gave
+    never moves a folder out of the run being converted, nor creates one elsewhere."""
+    src = folder / single_name(old, "older folder name")
+    dst = folder / single_name(new, "folder name")
+    if src == dst or not src.is_dir() or src.is_symlink():
         return
-    if dst.exists():
+    if os.path.lexists(dst):
         raise ReachlensError(f"cannot rename {str(src)!r} to {str(dst)!r}: that name is taken; move it aside first")
-    dst.parent.mkdir(parents=True, exist_ok=True)
     os.replace(src, dst)
-    fsync_dir(dst.parent)
+    fsync_dir(folder)

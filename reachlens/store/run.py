@@ -137,8 +137,8 @@ def read_run(path: str | os.PathLike) -> Any:
     ('audit', 'complete', 0.42)
     """
     probe = RunDir(path)
-    probe.recover()
     record = probe.record()
+    probe.check_no_rewrite()  # a reader never commits another writer's journal
     cls = RUN_KINDS[record.kind]
     check_fields(record.to_dict(), cls.record_fields, repr(str(probe.header_path)))
     return cls.read(cls.dir_class(path))

@@ -22,7 +22,10 @@ Safety rules, because a run takes hours and ``out=`` is typed by hand:
 * Every file is written durably (:mod:`reachlens.store.files`): a ``kill -9`` leaves whole files only.
 * A rewrite of a run's tables (:meth:`RunDir.rewrite`, used by ``rescore``) stages the new files,
   records them in ``.rewrite.json``, then moves them into place, the header last; a rewrite
-  interrupted after staging is completed by the next writer, one interrupted before is dropped.
+  interrupted after staging is completed by the next writer, one interrupted before is dropped. A reader
+  never commits a journal (it refuses the directory, naming ``reachlens convert``), and a writer commits
+  only moves of the run's own files (``run.json``, ``summary.json``, ``*.parquet``) from their temporary
+  names: a received directory moves nothing outside itself.
 
 Status: :meth:`RunDir.start` writes ``running``; :meth:`RunDir.finish` writes the summary, then ``complete``;
 an error inside :meth:`RunDir.writer` leaves ``failed`` (``interrupted`` for Ctrl-C). A run killed outright
@@ -40,6 +43,7 @@ import dataclasses
 import json
 import math
 import os
+import stat
 import warnings
 from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
@@ -67,6 +71,7 @@ __all__ = ["RUN_FILE", "RunDir", "SUMMARY_FILE", "read_record"]
 RUN_FILE = "run.json"
 SUMMARY_FILE = "summary.json"
 JOURNAL = ".rewrite.json"
+_JOURNAL_BYTES = 1 << 20
 _SUMMARY_FLOATS = ("D", "O_K", "gap")
 
 
@@ -326,7 +331,7 @@ class RunDir:
 
     def _commit(self, moves: list[tuple[str, str]]) -> None:
         """Move staged files into place (those already moved are skipped). Idempotent: recovery runs
-        it again after a crash."""
+        it again after a crash. Every move is one this class stages (:meth:`_journal_moves` checks them)."""
         for staged, target in moves:
             if (self.path / staged).is_file():
                 os.replace(self.path / staged, self.path / target)
@@ -339,38 +344,88 @@ class RunDir:
     def _temp_folders(self) -> list[Path]:
         return [self.path]
 
-    def _recover(self) -> None:
-        """Finish a rewrite that was interrupted after staging; drop temporary files of dead writers."""
+    def _journal_moves(self) -> list[tuple[str, str]] | None:
+        """The moves ``.rewrite.json`` lists, each checked to be one :meth:`rewrite` stages: a regular file of this
+        directory with a temporary name of its target (``.NAME.PID.RANDOM.tmp``, no symlink) moved onto
+        ``run.json``, ``summary.json`` or a ``NAME.parquet`` of this directory. None for a journal torn while it
+        was written (the rewrite never began). A journal naming anything else is refused in one line, nothing
+        moved: a received directory must not move files outside itself (or inside it, but for its own tables).
+        """
         journal = self.path / JOURNAL
-        if journal.is_file():
-            try:
-                moves = [(str(staged), str(target)) for staged, target in json.loads(journal.read_text())["moves"]]
-            except (ValueError, KeyError, TypeError, OSError):
-                moves = None  # torn while being written: the rewrite never began
+        if not _regular_or_gone(journal) or journal.stat().st_size > _JOURNAL_BYTES:
+            raise ReachlensError(f"{str(journal)!r} is not a rewrite journal reachlens wrote (not a regular file, or "
+                                 "too large); delete it (nothing was moved)")
+        try:
+            moves = [(staged, target) for staged, target in json.loads(journal.read_text())["moves"]]
+        except (ValueError, KeyError, TypeError, OSError):
+            return None
+        for staged, target in moves:
+            if not (_is_run_file(target) and isinstance(staged, str) and TEMP_RE.fullmatch(staged)
+                    and staged.startswith(f".{target}.") and "/" not in staged and "\\" not in staged
+                    and _regular_or_gone(self.path / staged)):
+                raise ReachlensError(
+                    f"{str(journal)!r} lists the move {staged!r} -> {target!r}, which is not a rewrite of this run's "
+                    "own files; it was damaged or made by hand: delete that journal (nothing was moved)")
+        return moves
+
+    def _recover(self) -> None:
+        """Finish a rewrite that was interrupted after staging (its journal checked first); drop temporary files
+        of dead writers."""
+        journal = self.path / JOURNAL
+        if os.path.lexists(journal):
+            moves = self._journal_moves()
             if moves is not None:
                 self._commit(moves)
             journal.unlink()
             fsync_dir(self.path)
         for folder in self._temp_folders():
-            if folder.is_dir():
+            if folder.is_dir() and not folder.is_symlink():
                 for p in folder.iterdir():
-                    if TEMP_RE.fullmatch(p.name) and p.is_file():
+                    if TEMP_RE.fullmatch(p.name) and p.is_file() and not p.is_symlink():
                         p.unlink(missing_ok=True)
+
+    def check_no_rewrite(self) -> None:
+        """Refuse, for a reader, a directory whose rewrite has not finished: a reader never commits another
+        writer's journal (a live writer is finishing it; a dead one's is finished by the next writer)."""
+        if not os.path.lexists(self.path / JOURNAL):
+            return
+        if writer_alive(self.path):
+            raise ReachlensError(f"{str(self.path)!r} is being rewritten by another reachlens process; read it again "
+                                 "when that finishes")
+        raise ReachlensError(f"{str(self.path)!r} holds a rewrite that was interrupted ({JOURNAL}); finish it with "
+                             f"`reachlens convert {self.path}`, then read it again")
 
     def recover(self) -> None:
         """Finish an interrupted rewrite, if there is one (takes the writer lock for that moment)."""
-        if (self.path / JOURNAL).is_file():
+        if os.path.lexists(self.path / JOURNAL):
             with self.writer():
                 pass
 
 
 def read_record(path: str | os.PathLike) -> RunRecord:
     """The run record of any run directory (its status as it stands: see :meth:`RunDir.record`), without
-    reading its tables.
+    reading its tables. A directory whose rewrite did not finish is refused (:meth:`RunDir.check_no_rewrite`):
+    a reader changes nothing.
 
     >>> read_record("runs/base").status  # doctest: +SKIP
     'complete'
     """
     run = RunDir(path)
-    run.recover()
-    return run.record()
+    record = run.record()
+    run.check_no_rewrite()
+    return record
+
+
+def _regular_or_gone(path: Path) -> bool:
+    """Whether ``path`` is a regular file (not a link, a FIFO, a device) or nothing (already moved)."""
+    try:
+        return stat.S_ISREG(os.lstat(path).st_mode)
+    except FileNotFoundError:
+        return True
+
+
+def _is_run_file(name: Any) -> bool:
+    """Whether ``name`` is a file a rewrite may replace: ``run.json``, ``summary.json`` or a table
+    ``NAME.parquet``, each a plain name inside the run's directory."""
+    return isinstance(name, str) and not any(c in name for c in "/\\\0") and (
+        name in (RUN_FILE, SUMMARY_FILE) or (name.endswith(".parquet") and not name.startswith(".")))

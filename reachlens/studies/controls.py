@@ -159,11 +159,11 @@ class TemperatureControl(Run):
         name = Path(header["options"]["trained_dir"]).name
         reruns = {}
         for t in header["options"]["temperatures"]:
-            old = path / f"T{float(t):g}"
-            if (old / "questions.parquet").is_file():
-                left = pd.read_parquet(old / "questions.parquet")["question_id"].tolist()
+            old = f"T{float(t):g}"
+            if (path / old / "questions.parquet").is_file():
+                left = pd.read_parquet(path / old / "questions.parquet")["question_id"].tolist()
                 reruns[f"{float(t):g}"] = rerun_name(name, {"questions": left, "temperature": float(t)})
-                rename(old, path / reruns[f"{float(t):g}"])
+                rename(path, old, reruns[f"{float(t):g}"])
         return {**header, "reruns": reruns}
 
     @staticmethod
@@ -313,7 +313,7 @@ class LengthControl(Run):
         table_from_csv(path, f"{cls.kind}.csv", cls.kind)
         change = {"max_new_tokens": header["options"]["max_new_tokens"]}
         for side in ("base", "trained"):
-            rename(path / side, path / rerun_name(side, change))
+            rename(path, side, rerun_name(side, change))
         return {**header, "reruns": {side: rerun_name(side, change) for side in ("base", "trained")}}
 
     @classmethod

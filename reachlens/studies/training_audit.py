@@ -155,14 +155,14 @@ class TrainingAudit(StudyView, Run):
             for field_, value in (("k", plan.budget_k), ("prompt_format", plan.native_formats.get(name)),
                                   ("max_new_tokens", plan.length_max_new_tokens)):
                 if value is not None:
-                    rename(lay.audits / old[field_], lay.audit(name, **{field_: value}))
+                    rename(lay.audits, old[field_], lay.audit(name, **{field_: value}).name)
         for a, b in plan.pairs:
             folder = lay.temperature(a, b)
             if folder.is_dir() and not (folder / "run.json").is_file():
                 control = TemperatureControl(compare(AuditResult.load(lay.audit(a)), AuditResult.load(lay.audit(b))),
                                              plan.control_temperatures, name=b)
                 for t, new in control.record.extra["reruns"].items():
-                    rename(folder / f"T{t}", folder / new)
+                    rename(folder, f"T{t}", new)
                 write_json(folder / "run.json", control.record.to_dict())
                 control = TemperatureControl(control.comparison, control.temperatures,
                                              TemperatureControl.reprobes_in(RunDir(folder)), name=b)

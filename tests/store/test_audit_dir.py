@@ -20,6 +20,7 @@ from reachlens.execution import ExecConfig
 from reachlens import Protocol, audit, load_task, rescore
 from reachlens.errors import ReachlensError
 from reachlens.store import AuditDir, write_json
+from reachlens.store.convert import convert
 from reachlens.studies import AuditResult
 
 PROTO = Protocol("arith", k=3, temperature=1.0, max_new_tokens=10)
@@ -161,7 +162,10 @@ def test_a_rescore_that_crashes_after_it_commits_is_completed(tiny_model, task, 
     with pytest.raises(OSError, match="simulated crash"):
         rescore(out, grader="math")
     monkeypatch.undo()
-    done = AuditResult.load(out)  # finishes the journaled rewrite
+    with pytest.raises(ReachlensError, match="holds a rewrite that was interrupted"):
+        AuditResult.load(out)  # a reader never commits the journal
+    convert(out)  # a writer does: it finishes the journaled rewrite
+    done = AuditResult.load(out)
     assert done.protocol.grader == "math" and AuditDir(out).protocol().grader == "math"
     again = rescore(out)  # the stored grades are the math grader's
     pd.testing.assert_frame_equal(again.samples, done.samples)
