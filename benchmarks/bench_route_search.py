@@ -84,7 +84,7 @@ def main() -> None:
           f"per route; threads={torch.get_num_threads()}, {args.rounds} rounds")
     times, results = race({"one call per route": lambda: search(one_call_per_route),
                            "rows on routes": lambda: search(batched)}, args.rounds)
-    cols = ["question_id", "eval_idx", "route", "text", "answer", "correct"]
+    cols = ["question_id", "candidate_idx", "route", "text", "answer", "correct"]
     pd.testing.assert_frame_equal(results["one call per route"][cols], results["rows on routes"][cols])
     print("  candidates equal (text, answer, grade of every evaluation)")
     print_medians(times, 18)

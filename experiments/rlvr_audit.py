@@ -24,7 +24,7 @@ class Config:
     task: str
     protocol_kwargs: dict = field(default_factory=dict)
     n: int | None = None
-    budget_k: int | None = None
+    extended_k: int | None = None
     native_formats: dict[str, str] = field(default_factory=dict)
     control_temperatures: tuple[float, ...] = (0.6, 1.0, 1.2)
     """Temperature control: re-probe each pair's questions that left the reachable set at these."""
@@ -38,7 +38,7 @@ CONFIGS = {
     "zoo": Config(
         models={"base": "zoo:base", "grpo": "zoo:grpo", "dapo": "zoo:dapo", "sft": "zoo:sft", "sft-grpo": "zoo:sft-grpo"},
         pairs=(("base", "grpo"), ("base", "dapo"), ("base", "sft"), ("sft", "sft-grpo")),
-        task="arith", protocol_kwargs=dict(k=200, temperature=0.8, max_new_tokens=96), n=300, budget_k=400,
+        task="arith", protocol_kwargs=dict(k=200, temperature=0.8, max_new_tokens=96), n=300, extended_k=400,
     ),
     # DAPO (Yu et al., 2025): Qwen2.5-32B base vs its DAPO-trained descendant, on MATH-500.
     # Needs ~65 GB of bf16 weights per model and a large GPU.
@@ -46,7 +46,7 @@ CONFIGS = {
         models={"base": "Qwen/Qwen2.5-32B", "dapo": "BytedTsinghua-SIA/DAPO-Qwen-32B"},
         pairs=(("base", "dapo"),), task="math500",
         protocol_kwargs=dict(k=256, temperature=0.6, top_p=0.95, max_new_tokens=4096, prompt_format="boxed"),
-        budget_k=512,
+        extended_k=512,
     ),
     # SimpleRL-Zoo (Zeng et al., 2025): Qwen2.5-Math-7B vs SimpleRL-Zero, on GSM8K and MATH-500.
     # Hub ids are as the authors published them; check them against the hub before a run.
@@ -54,13 +54,13 @@ CONFIGS = {
         models={"base": "Qwen/Qwen2.5-Math-7B", "simplerl": "hkust-nlp/Qwen-2.5-Math-7B-SimpleRL-Zero"},
         pairs=(("base", "simplerl"),), task="gsm8k",
         protocol_kwargs=dict(k=256, temperature=0.6, top_p=0.95, max_new_tokens=1024),
-        budget_k=512, native_formats={"simplerl": "gsm8k_cot"},
+        extended_k=512, native_formats={"simplerl": "gsm8k_cot"},
     ),
     "qwen-math-simplerl-math500": Config(
         models={"base": "Qwen/Qwen2.5-Math-7B", "simplerl": "hkust-nlp/Qwen-2.5-Math-7B-SimpleRL-Zero"},
         pairs=(("base", "simplerl"),), task="math500",
         protocol_kwargs=dict(k=256, temperature=0.6, top_p=0.95, max_new_tokens=3000, prompt_format="boxed"),
-        budget_k=512,
+        extended_k=512,
     ),
 }
 
@@ -74,7 +74,7 @@ def main(argv=None) -> None:
     ap.add_argument("--data", default=None, help="data file for file-based tasks")
     ap.add_argument("--n", type=int, default=None)
     ap.add_argument("--k", type=int, default=None)
-    ap.add_argument("--budget-k", type=int, default=None)
+    ap.add_argument("--budget-k", dest="extended_k", type=int, default=None)
     ap.add_argument("--temperatures", default=None,
                     help="temperature control, comma-separated (default the configuration's: 0.6,1.0,1.2); 'none' skips it")
     ap.add_argument("--device", default="cpu")
@@ -106,7 +106,7 @@ def main(argv=None) -> None:
         () if args.temperatures == "none" else tuple(float(t) for t in args.temperatures.split(","))
     protocol = Protocol(task, **kwargs)
     plan = StudyPlan(models, pairs, protocol, n=args.n or cfg.n, data=args.data,
-                     budget_k=args.budget_k or cfg.budget_k, native_formats=cfg.native_formats,
+                     extended_k=args.extended_k or cfg.extended_k, native_formats=cfg.native_formats,
                      control_temperatures=temps, length_max_new_tokens=cfg.length_factor * protocol.max_new_tokens)
     study = run_training_audit(plan, args.out, exec_config=ExecConfig(max_batch_rows=args.max_batch_rows,
                                                                       device=args.device))

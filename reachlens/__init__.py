@@ -20,9 +20,8 @@ from reachlens.execution import ExecConfig
 from reachlens.models import load_model
 from reachlens.probes import ProbeRun, probe
 from reachlens.protocol import Protocol, ProtocolMismatch
-from reachlens.runner import rerun
 from reachlens.store import Run, RunDir, RunRecord, list_runs, read_run
-from reachlens.studies import AuditResult, Comparison, audit, compare, pass_at_k, rescore
+from reachlens.studies import AuditResult, Comparison, audit, compare, pass_at_k, rerun, rescore
 from reachlens.tasks import Question, Task, load_task
 from reachlens.version import __version__
 

@@ -1,9 +1,10 @@
 """Execution settings: how a run is computed, beside what it computes (the :class:`~reachlens.protocol.Protocol`).
 
-One frozen object, :class:`ExecConfig`, holds every setting of *how* an audit runs: how many completions
+One frozen object, :class:`ExecConfig`, holds every setting of *how* a run is computed: how many completions
 are decoded together, whether samples share a batch row while they agree, where and in which precision
-the model runs, and how many processes decode side by side. The protocol says *what* is measured; these
-say how the machine gets there.
+the model runs, and who decodes (``workers`` processes side by side, or Ray actors with ``ray``: the runner's
+:func:`~reachlens.runner.executor_for` reads them, for an audit, a rerun, a probe run and a training study
+alike). The protocol says *what* is measured; these say how the machine gets there.
 
 Some of them change a result, and those are part of a run's identity (:data:`RECORDED`, written to
 ``run.json`` as ``exec`` and checked when a run resumes, is extended or is compared):
@@ -14,8 +15,8 @@ Some of them change a result, and those are part of a run's identity (:data:`REC
   questions each), and so the batch shapes that a bit-exact resume rests on.
 
 ``share_prefixes`` decodes samples that agree so far as one batch row: the same tokens by construction
-(:func:`reachlens.engine.generate`), so it is not recorded; neither is ``workers``, since a slice decodes
-the same rows in any process.
+(:func:`reachlens.engine.generate`), so it is not recorded; neither are ``workers`` and ``ray``, since a slice
+decodes the same rows in any process.
 
 >>> ExecConfig(max_batch_rows=512, dtype="bfloat16").recorded({"dtype": "bfloat16", "device": "cuda"})
 {'max_batch_rows': 512, 'dtype': 'bfloat16', 'device': 'cuda'}
@@ -57,7 +58,13 @@ class ExecConfig:
     device_map: str | None = None
     """A HuggingFace device map for a model larger than one device (``auto``); replaces ``device``."""
     workers: int = 1
-    """Processes (or Ray actors) decoding side by side; 1 decodes in this process."""
+    """Processes decoding side by side (a :class:`~reachlens.runner.ProcessPool`), or Ray actors with :attr:`ray`;
+    1 (without ``ray``) decodes in this process."""
+    ray: str | None = None
+    """Decode on Ray actors: ``local`` starts a cluster of this process's own, else a cluster's address
+    (``HOST:PORT``, ``auto``); None: no Ray."""
+    gpus_per_worker: float = 0.0
+    """With :attr:`ray`: the GPUs each actor reserves (the engine then runs on ``cuda``); 0 for CPU."""
 
     def __post_init__(self) -> None:
         if not isinstance(self.max_batch_rows, int) or isinstance(self.max_batch_rows, bool) or self.max_batch_rows < 1:
@@ -66,6 +73,14 @@ class ExecConfig:
             raise ReachlensError(f"workers={self.workers!r} must be at least 1")
         if self.dtype not in DTYPES:
             raise ReachlensError(f"dtype={self.dtype!r} is not a precision; use one of {', '.join(DTYPES)}")
+        if self.ray is not None and (not isinstance(self.ray, str) or not self.ray):
+            raise ReachlensError(f"ray={self.ray!r} must be 'local' or a Ray cluster's address (HOST:PORT, auto)")
+        if isinstance(self.gpus_per_worker, bool) or not isinstance(self.gpus_per_worker, (int, float)) or \
+                not self.gpus_per_worker >= 0:
+            raise ReachlensError(f"gpus_per_worker={self.gpus_per_worker!r} must be a number >= 0")
+        if self.gpus_per_worker and self.ray is None:
+            raise ReachlensError(f"gpus_per_worker={self.gpus_per_worker!r} goes with Ray actors; pass ray='local' "
+                                 "(or a cluster's address), or drop it")
         if self.share_prefixes not in (None, True, False):
             raise ReachlensError(f"share_prefixes={self.share_prefixes!r} must be True, False or None")
 

@@ -95,16 +95,15 @@ class Protocol:
     backend: str = "engine"
     """Who draws the completions (:data:`BACKENDS`). Part of the run's identity: two backends honour the
     same per-sample seeds with different random streams, so their samples differ (a comparison across
-    backends is a control, ``compare(..., allow=("backend",))``). ``engine`` is left out of
-    :meth:`to_dict` (and so of :attr:`hash`), so runs written before backends existed keep their header."""
+    backends is a control, ``compare(..., allow=("backend",))``)."""
     system: str | None = None
     """The system turn of a chat prompt format (``prompt_format="chat"``); None keeps the chat template's
-    own default. Only with a chat format; left out of :meth:`to_dict` when None."""
+    own default. Only with a chat format."""
     chat_template: str | None = None
     """``sha256:...`` of the chat template a chat format renders with (:mod:`reachlens.tasks.chat`), filled
     in when the protocol meets the model (:func:`~reachlens.tasks.chat.bind_chat`): audits under
     different templates are comparable only when allowed (``allow=("chat_template",)``). None for a plain
-    format; left out of :meth:`to_dict` when None."""
+    format."""
 
     def __post_init__(self) -> None:
         if isinstance(self.stop, list):
@@ -141,15 +140,7 @@ class Protocol:
 
     # --- identity --------------------------------------------------------------------------------
     def to_dict(self) -> dict[str, Any]:
-        d = self._fields()
-        if d["backend"] == "engine":
-            del d["backend"]
-        for name in ("system", "chat_template"):  # plain formats keep the hash they had before chat
-            if d[name] is None:
-                del d[name]
-        return d
-
-    def _fields(self) -> dict[str, Any]:
+        """Every field, as JSON holds it (``stop`` a list): what ``run.json`` records and :attr:`hash` digests."""
         d = dataclasses.asdict(self)
         d["stop"] = None if self.stop is None else list(self.stop)
         return d
@@ -176,7 +167,7 @@ class Protocol:
 
     def diff(self, other: Protocol, ignore: tuple[str, ...] = ()) -> dict[str, tuple[Any, Any]]:
         """Fields whose values differ, as ``{field: (self's, other's)}``."""
-        a, b = self._fields(), other._fields()
+        a, b = self.to_dict(), other.to_dict()
         return {k: (a[k], b[k]) for k in a if k not in ignore and a[k] != b[k]}
 
     def require_match(self, other: Protocol, ignore: tuple[str, ...] = ()) -> None:
@@ -196,6 +187,18 @@ class Protocol:
         True
         """
         return cls(task, k=1, temperature=0.0, max_new_tokens=max_new_tokens, **fields)
+
+    @classmethod
+    def deployment(cls, task, **fields: Any) -> Protocol:
+        """The greedy deployment of ``task`` (a :class:`~reachlens.tasks.Task`): :meth:`greedy` with the task's own
+        decode length (256 when it names none), unless ``fields`` say otherwise. The default of every study that
+        decodes the deployment alone (a probe run, routing, recognition's generation side).
+
+        >>> Protocol.deployment(load_task("arith", n=1)).max_new_tokens  # doctest: +SKIP
+        96
+        """
+        fields.setdefault("max_new_tokens", task.max_new_tokens or 256)
+        return cls.greedy(task.name.split(":")[0], **fields)
 
     @property
     def is_greedy(self) -> bool:

@@ -8,11 +8,17 @@ One vocabulary across studies (the glossary of docs/concepts.md):
 * ``deployed_text``, ``deployed_answer``, ``deployed_scored``, ``deployed_finish``: the deployment's
   raw output, extracted answer, whether the grader could decide it, and why decoding stopped.
 
+Every candidate any study writes (an audit's samples, a routing run's route evaluations, a probe run's bank) is a
+row of one shape, :data:`CANDIDATE_COLUMNS`: ``candidate_idx`` its index within its question, ``n_tokens`` the tokens
+it generated, ``correct`` and ``scored`` its grade (booleans); a study adds its own columns after them. The selectors
+read :data:`SELECTOR_COLUMNS`, five of them.
+
 Tables (raw text is kept in every one, so a run can be re-scored without decoding again):
 
 * :data:`QUESTION_COLUMNS` / :data:`SAMPLE_COLUMNS`: an audit's questions and its K samples each;
-* :data:`CANDIDATE_COLUMNS` / :data:`ROUTE_QUESTION_COLUMNS`: a routing run's route evaluations and
+* :data:`ROUTE_CANDIDATE_COLUMNS` / :data:`ROUTE_QUESTION_COLUMNS`: a routing run's route evaluations and
   its questions (each selector adds ``<selector>`` and ``<selector>_answer``);
+* :data:`BANK_COLUMNS`: a probe run's candidate bank (the greedy deployment and every probe's candidates);
 * :data:`OPTION_COLUMNS` / :data:`RECOGNITION_COLUMNS`: a recognition run's option likelihoods and
   its questions (recognition beside the greedy deployment);
 * :data:`CAUSAL_COLUMNS`: a causal sweep's per-question outcomes under each condition.
@@ -21,6 +27,7 @@ Tables (raw text is kept in every one, so a run can be re-scored without decodin
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import pandas as pd
@@ -28,9 +35,9 @@ import pandas as pd
 from reachlens.escape import md_text
 
 __all__ = [
-    "CANDIDATE_COLUMNS", "CAUSAL_COLUMNS", "GENERATION_COLUMNS", "OPTION_COLUMNS", "QUESTION_COLUMNS", "RECOGNITION_COLUMNS",
-    "ROUTE_QUESTION_COLUMNS", "SAMPLE_COLUMNS", "canonical", "in_task_order", "markdown_table",
-    "update_question_table",
+    "BANK_COLUMNS", "CANDIDATE_COLUMNS", "CAUSAL_COLUMNS", "GENERATION_COLUMNS", "OPTION_COLUMNS", "QUESTION_COLUMNS",
+    "RECOGNITION_COLUMNS", "ROUTE_CANDIDATE_COLUMNS", "ROUTE_QUESTION_COLUMNS", "SAMPLE_COLUMNS", "SELECTOR_COLUMNS",
+    "candidate_frame", "canonical", "in_task_order", "markdown_table", "update_question_table",
 ]
 
 QUESTION_COLUMNS = [
@@ -39,22 +46,33 @@ QUESTION_COLUMNS = [
 ]
 """An audit's question table: one row per question."""
 
-SAMPLE_COLUMNS = [
-    "question_id", "sample_idx", "text", "answer", "correct", "scored", "finish_reason", "n_tokens", "mean_logprob",
-]
-"""An audit's sample table: one row per (question, sample)."""
-
 CANDIDATE_COLUMNS = [
-    "question_id", "eval_idx", "route", "route_len", "duplicate", "text", "answer", "correct", "scored",
-    "finish_reason", "n_tokens", "mean_logprob", "lowest_window_logprob", "objective",
+    "question_id", "candidate_idx", "text", "answer", "correct", "scored", "finish_reason", "n_tokens", "mean_logprob",
 ]
-"""A routing run's candidate table: one row per route evaluation (the identity route first)."""
+"""Every candidate of every study, first in its table: its question, its index within the question (an audit's
+sample j, a route evaluation's order, a probe's candidate), raw text, extracted answer (NaN: none), grade
+(``correct`` only when ``scored``), why decoding stopped, tokens generated and their mean log-probability."""
+
+SELECTOR_COLUMNS = ("question_id", "candidate_idx", "answer", "correct", "scored")
+"""The columns of a candidate every selector reads (:mod:`reachlens.selectors`): a subset of :data:`CANDIDATE_COLUMNS`."""
+
+SAMPLE_COLUMNS = list(CANDIDATE_COLUMNS)
+"""An audit's sample table: one row per (question, sample), the candidate columns alone."""
+
+ROUTE_CANDIDATE_COLUMNS = [*CANDIDATE_COLUMNS, "route", "route_len", "duplicate", "lowest_window_logprob", "objective"]
+"""A routing run's candidate table: one row per route evaluation (the identity route first); ``verify_logprob``
+follows when the run scores ``self_verify``."""
+
+BANK_COLUMNS = [*CANDIDATE_COLUMNS, "probe", "arm", "intervention", "detail"]
+"""A probe run's candidate bank: the greedy deployment (probe and arm ``greedy``) and every probe's candidates, which
+probe and arm made each, whether an activation probe did (``intervention``) and what varies per question
+(``detail``: a route, a placebo's position)."""
 
 ROUTE_QUESTION_COLUMNS = [
-    "question_id", "realized", "deployed_answer", "reachable", "n_candidates", "n_unique", "n_answers",
+    "question_id", "realized", "deployed_answer", "deployed_scored", "reachable", "n_candidates", "n_unique", "n_answers",
 ]
-"""A routing run's question table, before the selectors' columns (``realized`` is 1/0, NaN when the
-deployment could not be graded; ``reachable`` is 1/0)."""
+"""A routing run's question table, before the selectors' columns (``realized`` as in every table: the deployment
+graded correct; ``deployed_scored`` whether it could be graded; ``reachable`` is 1/0, NaN when no candidate was)."""
 
 OPTION_COLUMNS = ["question_id", "option", "label", "text", "loglik", "n_tokens", "is_greedy", "loglik_norm", "gold"]
 """A recognition run's option table: one row per (question, option)."""
@@ -71,7 +89,19 @@ GENERATION_COLUMNS = ["question_id", "deployed_text", "deployed_answer", "realiz
 CAUSAL_COLUMNS = ["condition", "question_id", "set", "realized", "deployed_answer", "deployed_text"]
 """A causal sweep's per-question table: the deployment of each question under each condition."""
 
-_TEXT_COLUMNS = ("text", "answer", "finish_reason", "deployed_answer", "deployed_text", "deployed_finish", "gold", "labels")
+_TEXT_COLUMNS = ("text", "answer", "finish_reason", "deployed_answer", "deployed_text", "deployed_finish", "gold", "labels",
+                 "question_id", "probe", "arm", "detail", "route")
+
+
+_CANDIDATE_TYPES = {"candidate_idx": "int64", "n_tokens": "int64", "mean_logprob": "float64", "correct": "bool",
+                    "scored": "bool"}
+
+
+def candidate_frame(rows: Sequence[Mapping[str, Any]], columns: Sequence[str]) -> pd.DataFrame:
+    """Candidate rows (dicts) as a table of ``columns`` (:data:`CANDIDATE_COLUMNS` first) with the candidate columns'
+    types and text as pandas' string dtype (:func:`canonical`), so a table compares equal to itself read back."""
+    df = pd.DataFrame(list(rows), columns=list(columns))
+    return canonical(df.astype({c: t for c, t in _CANDIDATE_TYPES.items() if c in df.columns}))
 
 
 def canonical(df: pd.DataFrame) -> pd.DataFrame:
@@ -103,7 +133,8 @@ def in_task_order(questions: pd.DataFrame, samples: pd.DataFrame, ids: list[str]
     order = {qid: i for i, qid in enumerate(ids)}
     rank = lambda s: s.map(lambda x: order.get(x, len(order)))  # noqa: E731
     questions = questions.assign(_r=rank(questions["question_id"])).sort_values(["_r", "question_id"], kind="stable")
-    samples = samples.assign(_r=rank(samples["question_id"])).sort_values(["_r", "question_id", "sample_idx"], kind="stable")
+    samples = samples.assign(_r=rank(samples["question_id"])).sort_values(["_r", "question_id", "candidate_idx"],
+                                                                         kind="stable")
     return (canonical(questions.drop(columns="_r").reset_index(drop=True)[QUESTION_COLUMNS]),
             canonical(samples.drop(columns="_r").reset_index(drop=True)[SAMPLE_COLUMNS]))
 

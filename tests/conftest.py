@@ -238,8 +238,8 @@ def fake_audit(realized, n_correct, k=4, spec="m", protocol=None):
         "propensity": [c / k for c in n_correct], "deployed_answer": "1", "deployed_text": "x",
         "deployed_scored": True, "deployed_finish": "stop", "gold": "1", "labels": None,
     })
-    rows = [{"question_id": qid, "sample_idx": j, "text": "t", "answer": "1", "correct": j < c, "scored": True,
+    rows = [{"question_id": qid, "candidate_idx": j, "text": "t", "answer": "1", "correct": j < c, "scored": True,
              "finish_reason": "stop", "n_tokens": 1, "mean_logprob": -1.0}
             for qid, c in zip(qids, n_correct) for j in range(k)]
-    return AuditResult(protocol.resolved(load_task("arith", n=1)), {"spec": spec, "fingerprint": spec}, q,
+    return AuditResult.new(protocol.resolved(load_task("arith", n=1)), {"spec": spec, "fingerprint": spec}, q,
                        pd.DataFrame(rows), {"generator": "fake_audit"})

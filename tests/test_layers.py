@@ -1,14 +1,17 @@
 """The layer order of ARCHITECTURE.md, over the import graph of ``reachlens/``.
 
 Each layer imports only from itself and the layers above it (earlier in :data:`LAYERS`), and no two modules
-import each other, directly or through others, at module level. The graph is read from the source (``ast``):
-nothing is imported to build it. An import inside a function (a lazy one, for a heavy or optional dependency)
-keeps the order too, save the few named in :data:`LAZY_UPWARD` with their reason.
+import each other, directly or through others, at module level or inside a function (a lazy import that closes a
+cycle is a cycle). The graph is read from the source (``ast``): nothing is imported to build it. An import inside
+a function (a lazy one, for a heavy or optional dependency) keeps the order too, save the few named in
+:data:`LAZY_UPWARD` with their reason. A module of more than :data:`MAX_LINES` lines says at its top why it is one
+file.
 """
 
 from __future__ import annotations
 
 import ast
+import sys
 from pathlib import Path
 
 import pytest
@@ -24,8 +27,8 @@ LAYERS = (
     ("reachlens.grading",),
     ("reachlens.tasks",),
     ("reachlens.interventions",),
-    ("reachlens.selectors",),
     ("reachlens.records",),
+    ("reachlens.selectors",),
     ("reachlens.store",),
     ("reachlens.runner",),
     ("reachlens.studies",),
@@ -37,12 +40,7 @@ LAYERS = (
 )
 """From the bottom of the stack (imports nothing of reachlens) to its top (the package's public surface)."""
 
-LAZY_UPWARD = {
-    ("reachlens.engine.backends.vllm_model", "reachlens.models.source"): "the vLLM model records the source it "
-    "was loaded from (what a worker reloads)",
-    ("reachlens.engine.backends.vllm_model", "reachlens.models.loading"): "the vLLM model resolves its spec and "
-    "fingerprints its files when it starts its worker",
-}
+LAZY_UPWARD: dict[tuple[str, str], str] = {}
 """Imports inside a function that reach a lower layer, and why (each one a place to mend, not a pattern)."""
 
 
@@ -61,14 +59,14 @@ def _statements(body):
             yield from _statements(node.body + node.orelse + node.finalbody + [h for x in node.handlers for h in x.body])
 
 
-def imports_of(path: Path) -> set[str]:
-    """The reachlens modules ``path`` imports at module level (``from X import y`` counts X, and X.y when
-    y is a module of the package)."""
+def imports_of(path: Path, *, lazy: bool = False) -> set[str]:
+    """The reachlens modules ``path`` imports at module level, and with ``lazy`` inside its functions too
+    (``from X import y`` counts X, and X.y when y is a module of the package)."""
     tree = ast.parse(path.read_text())
     name = module_name(path)
     package = name if path.name == "__init__.py" else name.rpartition(".")[0]
     found = set()
-    for node in _statements(tree.body):
+    for node in ast.walk(tree) if lazy else _statements(tree.body):
         if isinstance(node, ast.Import):
             found |= {a.name for a in node.names if a.name.split(".")[0] == "reachlens"}
         elif isinstance(node, ast.ImportFrom):
@@ -124,6 +122,29 @@ def test_lazy_imports_keep_the_order_too():
     assert not bad, "lazy imports against the layer order:\n" + "\n".join(sorted(bad))
 
 
+@pytest.fixture(scope="module")
+def lazy_graph() -> dict[str, set[str]]:
+    return {module_name(p): imports_of(p, lazy=True) for p in PACKAGE.rglob("*.py")}
+
+
+MAX_LINES = 400
+"""Past this many lines a module says, at the top of its docstring's text, why it is one file."""
+
+
+def test_a_long_module_says_why_it_is_one_file():
+    long = []
+    for path in PACKAGE.rglob("*.py"):
+        text = path.read_text()
+        doc = (ast.get_docstring(ast.parse(text)) or "").lower()
+        if text.count("\n") > MAX_LINES and not ("one module" in doc or "one file" in doc):
+            long.append(f"{module_name(path)} ({text.count(chr(10))} lines)")
+    assert not long, "modules over 400 lines that do not say why they are one file: " + ", ".join(sorted(long))
+
+
+def test_no_import_cycle_through_a_lazy_import(lazy_graph):
+    test_no_import_cycle(lazy_graph)
+
+
 def test_no_import_cycle(graph):
     cycle: list[str] = []
     state: dict[str, int] = {}
@@ -150,9 +171,15 @@ def test_no_import_cycle(graph):
 def test_the_check_fails_on_an_import_against_the_order(tmp_path, monkeypatch):
     """The test itself: a store module importing a study is caught; the graph it reads is the real one."""
     real = {module_name(p): imports_of(p) for p in PACKAGE.rglob("*.py")}
-    assert {"reachlens.store", "reachlens.runner.decode"} <= real["reachlens.runner.jobs"]
+    assert {"reachlens.store", "reachlens.runner.executor"} <= real["reachlens.runner.jobs"]
     fake = {"reachlens.store.x": {"reachlens.studies.auditing"}, "reachlens.studies.auditing": set()}
     with pytest.raises(AssertionError, match=r"reachlens.store.x \(layer \d+\) imports reachlens.studies.auditing"):
         test_every_module_imports_only_from_its_layer_and_those_above(fake)
     with pytest.raises(AssertionError, match="an import cycle: reachlens.a.x -> reachlens.a.y -> reachlens.a.x"):
         test_no_import_cycle({"reachlens.a.x": {"reachlens.a.y"}, "reachlens.a.y": {"reachlens.a.x"}})
+    # an import inside a function counts for cycles: the lazy graph holds it, the module-level one does not
+    path = tmp_path / "reachlens" / "a" / "x.py"
+    path.parent.mkdir(parents=True)
+    path.write_text("def f():\n    from reachlens.a.y import g\n")
+    monkeypatch.setattr(sys.modules[__name__], "PACKAGE", tmp_path / "reachlens")
+    assert imports_of(path, lazy=True) == {"reachlens.a.y"} and imports_of(path) == set()

@@ -22,17 +22,25 @@ def add_scale_args(p: argparse.ArgumentParser, *, backend: bool = True, workers:
                         "to start a local cluster (needs reachlens[ray])")
     if workers:
         p.add_argument("--workers", type=positive_int("--workers"), default=None,
-                       help="with --ray: actors, each holding one model replica (default 2)")
+                       help="processes decoding side by side, one model replica and one torch thread each (with "
+                            "--ray: Ray actors, default 2; without: default 1, this process)")
     p.add_argument("--gpus-per-worker", type=float, default=0.0, metavar="G",
                    help="with --ray: GPUs each actor reserves (default 0: CPU)")
 
 
 def exec_from_args(args: argparse.Namespace):
-    """The :class:`~reachlens.execution.ExecConfig` the flags give (batch rows, device, dtype, device map)."""
+    """The :class:`~reachlens.execution.ExecConfig` the flags give (batch rows, device, dtype, device map, and who
+    decodes: ``--workers`` processes, or Ray actors with ``--ray``)."""
+    from reachlens.cli._common import CLIError
     from reachlens.execution import ExecConfig
 
+    ray = getattr(args, "ray", None)
+    if getattr(args, "gpus_per_worker", 0.0) and ray is None:
+        raise CLIError("--gpus-per-worker goes with --ray (add --ray to use a Ray cluster)")
+    workers = getattr(args, "workers", None) or (2 if ray is not None else 1)
     return ExecConfig(max_batch_rows=args.max_batch_rows, device=args.device, dtype=args.dtype,
-                      device_map=getattr(args, "device_map", None))
+                      device_map=getattr(args, "device_map", None), workers=workers, ray=ray,
+                      gpus_per_worker=getattr(args, "gpus_per_worker", 0.0))
 
 
 def source_from_args(args: argparse.Namespace):
@@ -42,19 +50,3 @@ def source_from_args(args: argparse.Namespace):
     return ModelSource(args.model, backend=getattr(args, "backend", "engine"), device=args.device, dtype=args.dtype,
                        device_map=getattr(args, "device_map", None),
                        trust_remote_code=getattr(args, "trust_remote_code", False))
-
-
-def executor_from_args(args: argparse.Namespace):
-    """A :class:`~reachlens.runner.RayExecutor` for ``--ray``; None without it (one process)."""
-    from reachlens.cli._common import CLIError
-
-    if args.ray is None:
-        if args.gpus_per_worker:
-            raise CLIError("--gpus-per-worker goes with --ray (add --ray to use a Ray cluster)")
-        return None
-    from reachlens.runner import RayExecutor
-
-    if args.gpus_per_worker < 0:
-        raise CLIError(f"--gpus-per-worker {args.gpus_per_worker!r} must be >= 0")
-    return RayExecutor(None if args.ray == "local" else args.ray, workers=args.workers or 2,
-                       gpus_per_worker=args.gpus_per_worker)

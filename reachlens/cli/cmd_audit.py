@@ -5,16 +5,8 @@ from __future__ import annotations
 import argparse
 import sys
 
-from reachlens.cli._common import (
-    add_model_args,
-    add_protocol_args,
-    add_task_args,
-    echo,
-    load_model_from_args,
-    positive_int,
-    protocol_from_args,
-)
-from reachlens.cli._scale_args import add_scale_args, exec_from_args, executor_from_args, source_from_args
+from reachlens.cli._common import add_model_args, add_protocol_args, add_task_args, echo, positive_int, protocol_from_args
+from reachlens.cli._scale_args import add_scale_args, exec_from_args, source_from_args
 
 NAME = "audit"
 HELP = "audit one model: realized (greedy) vs reachable (K samples)"
@@ -33,53 +25,23 @@ def register(sub) -> argparse.ArgumentParser:
 
 
 def run(args: argparse.Namespace) -> int:
-    import dataclasses
-    import warnings
-
     from tqdm import tqdm
 
     from reachlens.cli._common import CLIError
-    from reachlens.errors import ReachlensWarning
-    from reachlens.execution import model_exec
-    from reachlens.models import model_identity
-    from reachlens.runner import check_budget, check_context
-    from reachlens.store import AuditDir, RunRecord
     from reachlens.studies import audit
     from reachlens.tasks import load_task
 
+    if args.backend == "vllm" and args.device != "cpu":
+        raise CLIError("--device is the engine's; vLLM places the model itself (drop --device with --backend vllm)")
     task = load_task(args.task, args.data, split=args.split, n=args.n)
     protocol = protocol_from_args(args, task)
     exec_config = exec_from_args(args)
-    check_budget(protocol, exec_config.max_batch_rows)
-    # Refuse a bad --out (a file, a folder of other files, another run) before the model loads.
-    store = AuditDir(args.out)
-    store.check_target()
-    with warnings.catch_warnings():  # its notes come once, from the audit itself
-        warnings.simplefilter("ignore", ReachlensWarning)
-        ident = model_identity(args.model, trust_remote_code=args.trust_remote_code)
-        store.check_run(RunRecord.new("audit", protocol, dataclasses.asdict(ident), task.data_identity,
-                                      exec=exec_config.recorded(model_exec(source_from_args(args)))))
-    if args.backend == "vllm" and args.device != "cpu":
-        raise CLIError("--device is the engine's; vLLM places the model itself (drop --device with --backend vllm)")
-    if args.workers is not None and args.ray is None:
-        raise CLIError("--workers goes with --ray (add --ray to use a Ray cluster)")
-    executor = executor_from_args(args)
-    if executor is not None:  # every Ray actor loads its own replica; this process only writes the directory
-        model = source_from_args(args)
-    elif args.backend == "engine" and args.device_map is None:
-        model = load_model_from_args(args)
-    else:
-        model = source_from_args(args).load()
-    if executor is None:
-        check_context(model, task, protocol)
-    bar = tqdm(total=len(task), unit="q", desc=f"audit {args.model}", file=sys.stderr)
-    try:
-        result = audit(model, task, protocol, out=args.out, exec_config=exec_config,
-                       progress=lambda done: bar.update(done - bar.n), executor=executor)
+    bar = tqdm(total=len(task), unit="q", desc=f"audit {args.model}", file=sys.stderr, delay=0.5)
+    try:  # the runner refuses a bad --out, another run in it or a budget that cannot fit before the model loads
+        result = audit(source_from_args(args), task, protocol, out=args.out, exec_config=exec_config,
+                       progress=lambda done, total: bar.update(done - bar.n))
     finally:
         bar.close()
-        if executor is not None:
-            executor.close()
     backend = "" if args.backend == "engine" else f", backend {args.backend}"
     echo(f"{args.model} on {args.task} (n={result.n}, K={result.k}, T={protocol.temperature}{backend}): "
           f"D={result.D:.3f}  O_{result.k}={result.O_K:.3f}  gap={result.gap:+.3f}   -> {args.out}")

@@ -18,7 +18,7 @@ import time
 from pathlib import Path
 
 from reachlens.cli._common import DTYPES, comma_list, echo, positive_int
-from reachlens.cli._scale_args import add_scale_args, executor_from_args
+from reachlens.cli._scale_args import add_scale_args, exec_from_args
 
 NAME = "demo"
 HELP = "the main job: training audit of the shipped zoo with its report"
@@ -51,7 +51,7 @@ def register(sub) -> argparse.ArgumentParser:
     p.add_argument("--n", type=positive_int("--n"), default=300, help="questions of the test split (default 300)")
     p.add_argument("--k", type=positive_int("--k"), default=200,
                    help="samples per question, the budget K of O_K (default 200)")
-    p.add_argument("--budget-k", type=positive_int("--budget-k"), default=400,
+    p.add_argument("--budget-k", dest="extended_k", type=positive_int("--budget-k"), default=400,
                    help="budget control: extend every audit to this K from the same seed stream (default 400)")
     p.add_argument("--task", default="arith_hard", choices=["arith_hard", "arith"],
                    help="the zoo's test tier: arith_hard (3-6 operations, room both ways; default) or arith (the "
@@ -76,7 +76,6 @@ def register(sub) -> argparse.ArgumentParser:
 
 def run(args: argparse.Namespace) -> int:
     from reachlens.cli._common import CLIError
-    from reachlens.execution import ExecConfig
     from reachlens.models.zoo import native_format, zoo_entries
     from reachlens.protocol import Protocol
     from reachlens.report import text_summary, write_report
@@ -96,18 +95,11 @@ def run(args: argparse.Namespace) -> int:
     max_new = args.max_new_tokens or task.max_new_tokens
     length_max_new = args.length_max_new_tokens or min(2 * max_new, _room(task, native.values()))
     plan = StudyPlan(models, DEMO_PAIRS, Protocol(args.task, k=args.k, temperature=0.8, max_new_tokens=max_new),
-                     n=args.n, budget_k=args.budget_k, native_formats={n: f for n, f in native.items() if f != "qa"},
+                     n=args.n, extended_k=args.extended_k, native_formats={n: f for n, f in native.items() if f != "qa"},
                      control_temperatures=tuple(args.temperatures), length_max_new_tokens=length_max_new,
                      trajectory=steps)
     t0 = time.perf_counter()
-    executor = executor_from_args(args)  # --workers counts its actors
-    exec_config = ExecConfig(max_batch_rows=args.max_batch_rows, device=args.device, dtype=args.dtype,
-                             workers=args.workers)
-    try:
-        study = run_training_audit(plan, args.out, exec_config=exec_config, executor=executor)
-    finally:
-        if executor is not None:
-            executor.close()
+    study = run_training_audit(plan, args.out, exec_config=exec_from_args(args))  # --workers: processes or actors
     html_path, _ = write_report(study, args.out)
     echo(f"\nreport: {html_path}  ({time.perf_counter() - t0:.0f} s)\n")
     echo(text_summary(study))

@@ -5,14 +5,8 @@ from __future__ import annotations
 import argparse
 import sys
 
-from reachlens.cli._common import (
-    add_model_args,
-    add_stop_arg,
-    add_task_args,
-    load_model_from_args,
-    positive_int,
-    stops_from_args,
-)
+from reachlens.cli._common import add_model_args, add_stop_arg, add_task_args, positive_int, stops_from_args
+from reachlens.cli._scale_args import add_scale_args, exec_from_args, source_from_args
 
 NAME = "probe"
 HELP = "reachable under which probe? sampling, routes, grafts, embedding noise, steering: one candidate bank"
@@ -45,33 +39,32 @@ def register(sub) -> argparse.ArgumentParser:
     p.add_argument("--max-batch-rows", type=positive_int("--max-batch-rows"), default=1024,
                    help="most completions decoded together (fixes the slices a resumed run decodes)")
     p.add_argument("--out", required=True, help="probe run directory (re-running resumes it)")
+    add_scale_args(p, backend=False)
     return p
 
 
 def run(args: argparse.Namespace) -> int:
     from tqdm import tqdm
 
-    from reachlens.execution import ExecConfig
-    from reachlens.probes import ProbeDir, parse_probe, probe
+    from reachlens.probes import parse_probe, probe
     from reachlens.protocol import Protocol
     from reachlens.tasks import load_task
 
     task = load_task(args.task, args.data, split=args.split, n=args.n)
     probes = [parse_probe(s) for s in args.probe]  # a bad spec is refused before the model loads
-    ProbeDir(args.out).check_target()
-    protocol = Protocol.greedy(args.task, split=args.split, max_new_tokens=args.max_new_tokens or task.max_new_tokens or 256,
-                               prompt_format=args.prompt_format, seed=args.seed, stop=stops_from_args(args, task))
-    model = load_model_from_args(args)
+    length = {} if args.max_new_tokens is None else {"max_new_tokens": args.max_new_tokens}
+    protocol = Protocol.deployment(task, split=args.split, prompt_format=args.prompt_format, seed=args.seed,
+                                   stop=stops_from_args(args, task), **length)
     bars: list = []  # the bar starts with the first slice, after every check has passed
 
     def progress(done: int, total: int) -> None:
         if not bars:
-            bars.append(tqdm(total=total, unit="slice", desc=f"probe {args.model}", file=sys.stderr))
+            bars.append(tqdm(total=total, unit="q", desc=f"probe {args.model}", file=sys.stderr))
         bars[0].update(done - bars[0].n)
 
-    try:
-        result = probe(model, task, probes, out=args.out, protocol=protocol, unions=args.union,
-                       exec_config=ExecConfig(max_batch_rows=args.max_batch_rows), progress=progress)
+    try:  # the runner refuses a bad --out or another run in it before the model loads
+        result = probe(source_from_args(args), task, probes, out=args.out, protocol=protocol, unions=args.union,
+                       exec_config=exec_from_args(args), progress=progress)
     finally:
         for bar in bars:
             bar.close()

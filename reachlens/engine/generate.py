@@ -1,5 +1,8 @@
 """Batched generation over a hooked model: shared-prefix prefill, in-place KV cache, exact greedy.
 
+One module (about 490 lines) because the decode loop and the chunk state it advances (prefill, choose,
+advance, copy/select, forward) are one algorithm; its parts are the engine's other modules.
+
 One call decodes many *rows*. A row is (prompt, seed): ``seed=None`` is the greedy deployment, an
 integer seed is one temperature sample (see :mod:`reachlens.engine.rng`). Rows that share a prompt
 share its prefill: each distinct prompt of a chunk is prefilled once (left-padded with the other

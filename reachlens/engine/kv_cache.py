@@ -1,5 +1,8 @@
 """A preallocated KV cache with one slot per *route step*, and a shared-prefix mode for K samples.
 
+One module (about 410 lines) because the slot cache, its shared-prefix mode and the row selection that fans
+a prompt out act on one set of tensors.
+
 HuggingFace's ``DynamicCache`` keys its tensors by ``layer_idx`` and grows them with ``torch.cat``
 on every decoding step (which re-copies the whole cache: about 16% of a batch-200 decode step on
 a 2-core CPU). :class:`SlotKVCache` instead

@@ -1,5 +1,8 @@
 """The one way reachlens runs a hooked model: the family's own input side, a route of blocks, its own head.
 
+One module (about 590 lines) because each family's input side, the route of blocks and its head are one
+forward, and every caller goes through it.
+
 :class:`LayerStack` runs a TransformerLens ``TransformerBridge``. The bridge installs its hooked
 components (``blocks[i]``, ``ln_final``, ``unembed``, ...) *inside* the HuggingFace model, so those
 components are the model: every TransformerLens hook the caller attached (``blocks.3.hook_mlp_out``,

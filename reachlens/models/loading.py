@@ -1,5 +1,8 @@
 """``load_model(spec)``: a HuggingFace causal LM as a TransformerLens 4 ``TransformerBridge``.
 
+One module (about 560 lines) because loading a model and its identity (a hash of exactly the files the loader
+reads, each weight file checked first) must agree file for file.
+
 ``spec`` is one of
 
 * ``zoo:NAME``: a checkpoint shipped in ``reachlens/assets/zoo/NAME`` (see :mod:`reachlens.models.zoo`);

@@ -98,7 +98,11 @@ def load_for(model, protocol: Protocol):
 
 
 def load_vllm(spec: str, *, dtype: str = "float32", **options):
-    """``spec`` loaded by vLLM in a worker process (see :mod:`reachlens.engine.backends.vllm_model`)."""
+    """``spec`` loaded by vLLM in a worker process (see :mod:`reachlens.engine.backends.vllm_model`): ``options`` are
+    :class:`~reachlens.engine.backends.vllm_model.VLLMModel`'s (``python``, ``max_model_len``, ``options``)."""
     from reachlens.engine.backends.vllm_model import VLLMModel
+    from reachlens.models.loading import model_identity, resolve_spec
 
-    return VLLMModel(spec, dtype=dtype, **options)
+    target, _ = resolve_spec(spec)
+    return VLLMModel(spec, target=target, identity=model_identity(spec),
+                     source=ModelSource(spec, backend="vllm", dtype=dtype), dtype=dtype, **options)

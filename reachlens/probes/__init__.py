@@ -7,8 +7,8 @@ deployments, answer-blind and deterministic given (seed, question, candidate ind
 * activation probes, *interventions* reported apart: ``graft`` (replace one prompt position's activation at
   one layer, in the prefill; ``placebo=true`` at a random position), ``embedding_noise``, ``steer``.
 
-A run (:func:`probe`, kind ``probe``) decodes every probe's candidates through the runner's one path into one
-bank (:data:`BANK_COLUMNS`), and reports D, O per probe, arm and named union (``O[sampling+graft]``), the
+A run (:func:`probe`, kind ``probe``; a job of the runner, :class:`ProbeJob`: resumable, on any executor) decodes
+every probe's candidates through the runner's one path into one bank (:data:`BANK_COLUMNS`), and reports D, O per probe, arm and named union (``O[sampling+graft]``), the
 answer-blind selectors and the selection gap, the overlap of fix-sets, recovery on the stratum K samples never
 solve, a budget-matched comparison and the placebo comparison (:mod:`reachlens.probes.summary`).
 
@@ -16,7 +16,7 @@ solve, a budget-matched comparison and the placebo comparison (:mod:`reachlens.p
 ...             ["sampling:k=6:temperature=0.7", "graft:kind=zero,noise:layer=3"], out="runs/probe")  # doctest: +SKIP
 """
 
-from reachlens.probes.activation import ArmCandidate, EmbeddingNoiseProbe, GraftProbe, SteerProbe
+from reachlens.probes.activation import ArmCandidate, ArmGroup, ArmProbe, EmbeddingNoiseProbe, GraftProbe, SteerProbe
 from reachlens.probes.analysis import (
     budget_matched,
     fix_sets,
@@ -27,9 +27,11 @@ from reachlens.probes.analysis import (
     recovery_table,
 )
 from reachlens.probes.bank import BANK_COLUMNS, GREEDY, family_of, reach, realized, source_mask, union_name
+from reachlens.probes.decode import Decoder, plan_units
 from reachlens.probes.families import Routes, Sampling
-from reachlens.probes.run import ProbeDir, ProbeRun, probe
-from reachlens.probes.spec import PROBES, Probe, key_help, parse_probe, register_probe
+from reachlens.probes.job import ProbeJob, ProbeShard, probe
+from reachlens.probes.run import ProbeRun
+from reachlens.probes.spec import PROBES, Probe, parse_probe, register_probe
 from reachlens.probes.summary import default_unions, matched_mixtures, probe_summary, probe_tables
 
 __all__ = [
@@ -37,11 +39,15 @@ __all__ = [
     "GREEDY",
     "PROBES",
     "ArmCandidate",
+    "ArmGroup",
+    "ArmProbe",
+    "Decoder",
     "EmbeddingNoiseProbe",
     "GraftProbe",
     "Probe",
-    "ProbeDir",
+    "ProbeJob",
     "ProbeRun",
+    "ProbeShard",
     "Routes",
     "Sampling",
     "SteerProbe",
@@ -50,11 +56,11 @@ __all__ = [
     "family_of",
     "fix_sets",
     "jaccard_table",
-    "key_help",
     "matched_mixtures",
     "parse_probe",
     "placebo_pairs",
     "placebo_table",
+    "plan_units",
     "probe",
     "probe_summary",
     "probe_tables",

@@ -30,8 +30,10 @@ from typing import Any
 import numpy as np
 import torch
 
-from reachlens.engine import counter_normals, intervention_seed
+from reachlens.engine import counter_normals, encode, intervention_seed
 from reachlens.errors import ReachlensError
+from reachlens.execution import ExecConfig
+from reachlens.grading import question_grader
 from reachlens.interventions import (
     GRAFT_KINDS,
     RANDOM_KINDS,
@@ -43,10 +45,14 @@ from reachlens.interventions import (
     steering_grid,
     steering_site,
 )
+from reachlens.probes.bank import GREEDY, bank_row
 from reachlens.probes.spec import Probe, register_probe
 from reachlens.protocol import Protocol
+from reachlens.runner.decode import decode_rows, grade_completion
+from reachlens.tasks.base import Question, Task
+from reachlens.tasks.chat import render_prompts
 
-__all__ = ["ArmCandidate", "EmbeddingNoiseProbe", "GraftProbe", "SteerProbe", "arm_hooks"]
+__all__ = ["ArmCandidate", "ArmGroup", "ArmProbe", "EmbeddingNoiseProbe", "GraftProbe", "SteerProbe", "arm_hooks"]
 
 
 @dataclass(frozen=True)
@@ -67,10 +73,10 @@ class ArmCandidate:
 
 
 class ArmProbe(Probe):
-    """An activation probe: candidates are arms decoded greedily beside the deployment."""
+    """An activation probe: candidates are arms decoded greedily beside the deployment (by a run's unit 0,
+    :class:`ArmGroup`). A family is one subclass: its keys, :meth:`candidates` and :meth:`hooks`."""
 
     intervention = True
-    decodes = "arms"
     seed: int | None
 
     def run_seed(self, protocol: Protocol) -> int:
@@ -266,3 +272,52 @@ def arm_hooks(model, probes: Sequence[tuple[ArmProbe, Mapping[Hashable, Any]]], 
     for probe, keyed in shared.values():
         hooks += probe.hooks(model, keyed, protocol)
     return hooks
+
+
+@dataclass(frozen=True)
+class ArmGroup:
+    """A probe run's unit 0 (a :class:`~reachlens.probes.decode.Decoder`): the greedy deployment of every question and
+    every candidate of every activation probe, rows with arms in one engine call per slice
+    (:func:`~reachlens.runner.decode_rows`, prefix sharing on), ``max_batch_rows // (1 + arms per question)``
+    questions a slice."""
+
+    probes: tuple[tuple[int, ArmProbe], ...]
+    """(position in the run, probe) of the activation probes."""
+
+    def expected(self) -> dict[str, int]:
+        return {GREEDY: 1, **{p.label: p.budget for _, p in self.probes}}
+
+    def slices(self, task: Task, protocol: Protocol, max_batch_rows: int) -> list[tuple[int, int]]:
+        group = max(1, max_batch_rows // (1 + sum(p.budget for _, p in self.probes)))
+        return [(start, min(start + group, len(task))) for start in range(0, len(task), group)]
+
+    def decode(self, model, task: Task, protocol: Protocol, start: int, stop: int,
+               exec_config: ExecConfig) -> list[dict[str, Any]]:
+        questions = list(task.questions[start:stop])
+        lengths = [len(ids) for ids in encode(model, render_prompts(task, protocol, questions,
+                                                                    getattr(model, "tokenizer", None)))]
+        keyed: dict[int, dict] = {pos: {} for pos, _ in self.probes}
+        extra, meta = [], []
+        for q, n in zip(questions, lengths):
+            rows, info = [], []
+            for pos, probe in self.probes:
+                for c in probe.candidates(q.question_id, n, probe.run_seed(protocol)):
+                    keyed[pos][c.key] = c.value
+                    rows.append((None, c.key, (pos, c.candidate_idx)))
+                    info.append((probe.label, c))
+            extra.append(rows)
+            meta.append(info)
+        with model.hooks(fwd_hooks=arm_hooks(model, [(p, keyed[pos]) for pos, p in self.probes], protocol)):
+            deployed, outs = decode_rows(model, task, protocol, questions, extra, exec_config)
+        out = []
+        for q, dep, comps, info in zip(questions, deployed, outs, meta):
+            grader = question_grader(str(protocol.grader), q)
+            out.append(_arm_row(grader, q, GREEDY, GREEDY, 0, dep, False))
+            out += [_arm_row(grader, q, label, c.arm, c.candidate_idx, comp, True, c.detail)
+                    for comp, (label, c) in zip(comps, info)]
+        return out
+
+
+def _arm_row(grader, q: Question, label: str, arm: str, idx: int, c, intervention: bool, detail: str = "") -> dict:
+    return bank_row(q.question_id, label, arm, idx, grade_completion(grader, q, c), c.text, c.finish_reason,
+                    len(c.token_ids), c.mean_logprob, intervention, detail)

@@ -53,7 +53,7 @@ def _rate(values: pd.Series) -> tuple[int, int, float, float, float]:
 
 def reach_table(bank: pd.DataFrame, sources: Sequence[str]) -> pd.DataFrame:
     """One row per source: ``source``, ``kind`` (decoding or intervention), ``candidates`` and
-    ``decoded_tokens`` per question (means), ``n`` (questions defined), ``reached``, ``O`` and its interval.
+    ``n_tokens`` per question (means), ``n`` (questions defined), ``reached``, ``O`` and its interval.
     ``greedy`` is the deployment: its ``O`` is ``D``."""
     rows = []
     n_q = len(question_ids(bank))
@@ -61,9 +61,9 @@ def reach_table(bank: pd.DataFrame, sources: Sequence[str]) -> pd.DataFrame:
         sub = bank[source_mask(bank, source)]
         x, n, rate, lo, hi = _rate(reach(bank, source))
         rows.append({"source": source, "kind": kind_of(bank, source), "candidates": len(sub) / n_q,
-                     "decoded_tokens": sub["decoded_tokens"].sum() / n_q, "n": n, "reached": x, "O": rate,
+                     "n_tokens": sub["n_tokens"].sum() / n_q, "n": n, "reached": x, "O": rate,
                      "O_lo": lo, "O_hi": hi})
-    return pd.DataFrame(rows, columns=["source", "kind", "candidates", "decoded_tokens", "n", "reached", "O", "O_lo",
+    return pd.DataFrame(rows, columns=["source", "kind", "candidates", "n_tokens", "n", "reached", "O", "O_lo",
                                        "O_hi"])
 
 

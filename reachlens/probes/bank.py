@@ -1,9 +1,10 @@
 """The candidate bank of a probe run, and reachability under any probe, arm or named union of probes.
 
-One row per candidate (:data:`BANK_COLUMNS`): the greedy deployment (probe ``greedy``, arm ``greedy``) and
-every candidate of every probe, with its raw text (kept for re-grading), extracted answer, grade, mean token
-log-probability, why decoding stopped, the compute charged (``decoded_tokens``) and whether an activation
-probe made it (``intervention``).
+One row per candidate (:data:`~reachlens.records.BANK_COLUMNS`: the candidate columns of every study, then the
+bank's own): the greedy deployment (probe ``greedy``, arm ``greedy``) and every candidate of every probe, with its
+raw text (kept for re-grading), extracted answer, grade, why decoding stopped, the tokens it generated
+(``n_tokens``, the compute charged), their mean log-probability, which probe and arm made it and whether an
+activation probe did (``intervention``).
 
 * realized: the greedy row is correct (``D`` its mean), as in every study;
 * reachable under a *source* (a probe, an arm, or a union): any of its candidates on the question is
@@ -20,23 +21,20 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 import numpy as np
 import pandas as pd
 
 from reachlens.errors import ReachlensError
+from reachlens.records import BANK_COLUMNS, candidate_frame
 
 __all__ = [
-    "BANK_COLUMNS", "GREEDY", "ORDER", "candidate_frame", "family_of", "question_ids", "reach", "realized", "source_is_intervention",
-    "source_mask", "union_name", "union_terms",
+    "BANK_COLUMNS", "GREEDY", "ORDER", "bank_frame", "bank_row", "family_of", "question_ids", "reach", "realized",
+    "source_is_intervention", "source_mask", "union_name", "union_terms",
 ]
 
-BANK_COLUMNS = [
-    "question_id", "probe", "arm", "candidate_idx", "text", "answer", "correct", "scored", "mean_logprob",
-    "finish_reason", "decoded_tokens", "intervention", "detail",
-]
-"""The candidate bank's columns (``detail``: what varies per question, a route or a placebo's position)."""
 GREEDY = "greedy"
 """The probe and arm name of the deployment's row."""
 ORDER = ["question_order", "probe_order", "candidate_idx"]
@@ -45,18 +43,20 @@ ORDER = ["question_order", "probe_order", "candidate_idx"]
 _UNION = re.compile(r"O\[(.+)\]")
 
 
-def candidate_frame(rows: Sequence[dict]) -> pd.DataFrame:
-    """Bank rows (dicts) as a DataFrame of :data:`BANK_COLUMNS` with fixed dtypes, text as pandas' string dtype
-    (a missing answer: NaN), so that a bank compares equal to itself read back from parquet."""
-    df = pd.DataFrame(list(rows), columns=BANK_COLUMNS)
-    for col in ("correct", "scored", "intervention"):
-        df[col] = df[col].astype(bool)
-    df["candidate_idx"] = df["candidate_idx"].astype("int64")
-    df["decoded_tokens"] = df["decoded_tokens"].astype("int64")
-    df["mean_logprob"] = df["mean_logprob"].astype("float64")
-    for col in ("question_id", "probe", "arm", "text", "answer", "finish_reason", "detail"):
-        df[col] = df[col].astype("str")
-    return df
+def bank_row(question_id: str, probe: str, arm: str, candidate_idx: int, graded: Mapping[str, Any], text: str,
+             finish_reason: str, n_tokens: int, mean_logprob: float, intervention: bool, detail: str = "") -> dict:
+    """One candidate of the bank (``graded``: its ``answer``, ``correct`` and ``scored``)."""
+    return {"question_id": question_id, "candidate_idx": candidate_idx, "text": text, "answer": graded["answer"],
+            "correct": bool(graded["correct"]), "scored": bool(graded["scored"]), "finish_reason": finish_reason,
+            "n_tokens": n_tokens, "mean_logprob": mean_logprob, "probe": probe, "arm": arm,
+            "intervention": intervention, "detail": detail}
+
+
+def bank_frame(rows: Sequence[Mapping[str, Any]]) -> pd.DataFrame:
+    """Bank rows (:func:`bank_row`) as a DataFrame of :data:`~reachlens.records.BANK_COLUMNS` with fixed dtypes
+    (:func:`~reachlens.records.candidate_frame`; ``detail`` text too)."""
+    df = candidate_frame(rows, BANK_COLUMNS)
+    return df.astype({"intervention": "bool", "probe": "str", "arm": "str", "detail": "str"})
 
 
 def question_ids(bank: pd.DataFrame) -> list[str]:
@@ -120,10 +120,8 @@ def reach(bank: pd.DataFrame, source: str) -> pd.Series:
     """Per question (the bank's order), 1.0 if a candidate of ``source`` is correct, 0.0 if some were graded and
     none is, NaN if none could be graded.
 
-    >>> bank = candidate_frame([
-    ...     {"question_id": "q0", "probe": "greedy", "arm": "greedy", "candidate_idx": 0, "text": "", "answer": "1",
-    ...      "correct": False, "scored": True, "mean_logprob": -1.0, "finish_reason": "stop", "decoded_tokens": 2,
-    ...      "intervention": False, "detail": ""}])
+    >>> bank = bank_frame([bank_row("q0", "greedy", "greedy", 0, {"answer": "1", "correct": False, "scored": True},
+    ...                             "", "stop", 2, -1.0, False)])
     >>> reach(bank, "greedy").tolist()
     [0.0]
     """

@@ -1,9 +1,10 @@
 """The decoding probes: K temperature samples (``sampling``) and K layer routes (``routes``).
 
-Neither is a new decoder. ``sampling`` is the audit's probe: its candidates are an audit's samples under the
-protocol it names (the deployment's protocol with ``k``, ``temperature`` and ``top_p``), decoded by
-:func:`reachlens.runner.decode.audit_slice` over the audit's own slices, so they equal the samples table of
-``reachlens audit`` with the same settings. ``routes`` is the routing study's probe: one candidate per route
+Neither is a new decoder; each is a unit of its run (:class:`~reachlens.probes.decode.Decoder`: its own
+``slices``, ``decode`` and ``expected``). ``sampling`` is the audit's probe: its candidates are an audit's samples
+under the protocol it names (the deployment's protocol with ``k``, ``temperature`` and ``top_p``), decoded by the
+audit's slice decoder over the audit's own slices, samples only (:func:`reachlens.runner.sample_slice`: the
+deployment is the run's unit 0), so they equal the samples table of ``reachlens audit`` with the same settings. ``routes`` is the routing study's probe: one candidate per route
 evaluation of :func:`reachlens.routing.run_search` on a :class:`~reachlens.routing.RouteEvaluator` (the
 identity route first, duplicates charged), equal to the candidates of ``reachlens route`` with the same
 space, search, budget, objective and seed.
@@ -15,12 +16,17 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
+from typing import Any
 
 from reachlens.errors import ReachlensError
+from reachlens.execution import ExecConfig
+from reachlens.probes.bank import bank_row
 from reachlens.probes.spec import Probe, register_probe
 from reachlens.protocol import Protocol, chat_inner
-from reachlens.routing import OBJECTIVES, STRATEGIES, RoutingConfig, make_space
+from reachlens.routing import OBJECTIVES, STRATEGIES, RouteEvaluator, RoutingConfig, make_space, run_search
 from reachlens.routing.routes import RouteSpace
+from reachlens.runner.decode import batch_slices, sample_slice
+from reachlens.tasks.base import Task
 
 __all__ = ["Routes", "Sampling"]
 
@@ -36,7 +42,6 @@ class Sampling(Probe):
 
     family = "sampling"
     intervention = False
-    decodes = "samples"
 
     k: int = field(default=6, metadata={"help": "samples per question (the budget K)"})
     temperature: float = field(default=0.8, metadata={"help": "sampling temperature (> 0)"})
@@ -61,6 +66,21 @@ class Sampling(Probe):
         return dataclasses.replace(base, k=self.k, temperature=self.temperature, top_p=self.top_p,
                                    seed=_seed_of(self.seed, base))
 
+    def expected(self) -> dict[str, int]:
+        return {self.label: self.k}
+
+    def slices(self, task: Task, protocol: Protocol, max_batch_rows: int) -> list[tuple[int, int]]:
+        """The audit's own slices under :meth:`protocol`."""
+        return batch_slices(task, self.protocol(protocol), max_batch_rows)
+
+    def decode(self, model, task: Task, protocol: Protocol, start: int, stop: int,
+               exec_config: ExecConfig) -> list[dict[str, Any]]:
+        """The samples of the audit's slice under :meth:`protocol` (its deployment is not decoded)."""
+        samples = sample_slice(model, task, self.protocol(protocol), start, stop, exec_config)
+        return [bank_row(s.question_id, self.label, self.label, int(s.candidate_idx),
+                         {"answer": s.answer, "correct": s.correct, "scored": s.scored}, s.text, s.finish_reason,
+                         int(s.n_tokens), float(s.mean_logprob), False) for s in samples.itertuples()]
+
 
 @register_probe
 @dataclass(frozen=True, kw_only=True)
@@ -69,7 +89,6 @@ class Routes(Probe):
 
     family = "routes"
     intervention = False
-    decodes = "routes"
 
     space: str = field(default="skip", metadata={"help": "route space: skip, native or reorder"})
     search: str = field(default="random", metadata={"help": "strategy: random, hill_climb, genetic or mcts"})
@@ -93,6 +112,24 @@ class Routes(Probe):
 
     def route_space(self, n_layers: int) -> RouteSpace:
         return make_space(self.space, n_layers, max_skip=self.max_skip, max_repeat=self.max_repeat)
+
+    def expected(self) -> dict[str, int]:
+        return {self.label: self.budget}
+
+    def slices(self, task: Task, protocol: Protocol, max_batch_rows: int) -> list[tuple[int, int]]:
+        """One slice of every question: the search runs them in lockstep."""
+        return [(0, len(task))]
+
+    def decode(self, model, task: Task, protocol: Protocol, start: int, stop: int,
+               exec_config: ExecConfig) -> list[dict[str, Any]]:
+        """One candidate per route evaluation of routing's search (:func:`~reachlens.routing.run_search`)."""
+        config = self.config(protocol)
+        evaluator = RouteEvaluator(model, task, protocol, window=config.window,
+                                   max_batch_rows=exec_config.max_batch_rows)
+        cands = run_search(evaluator, self.route_space(len(model.blocks)), self.search, config)
+        return [bank_row(c.question_id, self.label, self.label, int(c.candidate_idx),
+                         {"answer": c.answer, "correct": c.correct, "scored": c.scored}, c.text, c.finish_reason,
+                         int(c.n_tokens), float(c.mean_logprob), False, f"route={c.route}") for c in cands.itertuples()]
 
     def check(self, model, protocol: Protocol) -> None:
         if chat_inner(protocol.prompt_format) is not None:

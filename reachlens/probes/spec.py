@@ -31,19 +31,21 @@ from typing import Any, ClassVar
 from reachlens._registry import Registry
 from reachlens.errors import ReachlensError
 
-__all__ = ["PROBES", "Probe", "key_help", "parse_probe", "register_probe"]
+__all__ = ["PROBES", "Probe", "parse_probe", "register_probe"]
 
 
 class Probe:
-    """The base of every probe family (a mixin: each family is a frozen dataclass of its keys)."""
+    """The base of every probe family (a mixin: each family is a frozen dataclass of its keys).
+
+    A family decodes through its own methods: a decoding family is a unit of its run itself (``slices``, ``decode``,
+    ``expected``: :class:`~reachlens.probes.decode.Decoder`); an activation family derives from
+    :class:`~reachlens.probes.activation.ArmProbe` (``candidates``, ``hooks``). Register it with
+    :func:`register_probe`."""
 
     family: ClassVar[str]
     """The family's name (the spec's NAME)."""
     intervention: ClassVar[bool]
     """True for an activation probe (it changes the model's computation): reported apart, always labelled."""
-    decodes: ClassVar[str]
-    """How its candidates are decoded: ``samples`` (the audit's path), ``routes`` (routing's evaluator) or
-    ``arms`` (rows with an arm, in one batch with the greedy deployment)."""
 
     @property
     def budget(self) -> int:
@@ -127,15 +129,6 @@ _PARSERS: dict[str, tuple[Callable[[str], Any], str]] = {
     "tuple[str, ...]": (_listed(str), "a comma-separated list of names"),
     "tuple[float, ...]": (_listed(_float), "a comma-separated list of numbers"),
 }
-
-
-def key_help(cls: type) -> str:
-    """One line per key of a family: ``key=TYPE (default ...): help``."""
-    lines = []
-    for f in dataclasses.fields(cls):
-        default = "required" if f.default is dataclasses.MISSING else f"default {_format(f.default)}"
-        lines.append(f"  {f.name}: {_PARSERS[str(f.type)][1]} ({default}); {f.metadata.get('help', '')}")
-    return "\n".join(lines)
 
 
 def parse_probe(spec: str) -> Probe:

@@ -139,7 +139,7 @@ def probe_summary(bank: pd.DataFrame, labels: Sequence[str], unions: Sequence[st
     def entry(source: str) -> dict[str, Any]:
         r = reach.loc[source]
         return {"kind": r["kind"], "O": r["O"], "O_ci": [r["O_lo"], r["O_hi"]], "n": int(r["n"]),
-                "candidates": r["candidates"], "decoded_tokens": r["decoded_tokens"]}
+                "candidates": r["candidates"], "n_tokens": r["n_tokens"]}
 
     probes = {}
     for label in labels:

@@ -180,7 +180,7 @@ def _display(name: str, df: pd.DataFrame, *, wrap: bool) -> pd.DataFrame:
 
 _NOTES = {
     "reach": "O: share of questions where a candidate of the source is correct (greedy: D, the deployment); 95 % "
-             "Wilson intervals. candidates and decoded_tokens: per question (the compute charged).",
+             "Wilson intervals. candidates and n_tokens: per question (the compute charged).",
     "selectors": "Per probe, each answer-blind selector's accuracy (majority: ties averaged) and the selection gap "
                  "O minus the best selector, with its paired bootstrap interval.",
     "overlap": "Fix-set: the questions a probe reaches that greedy gets wrong. Jaccard = shared / either, with a "

@@ -60,7 +60,7 @@ class RouteEvaluator:
         task: the questions (all of them; use ``task.head(n)`` for fewer).
         protocol: how each route decodes: the greedy case of the one decode spec
             (:meth:`Protocol.greedy`: decode length, prompt format, stop strings, grader); resolved
-            against ``task``. None: ``Protocol.greedy(task, max_new_tokens=96)``.
+            against ``task``. None: :meth:`Protocol.deployment` of ``task``.
         window: tokens per window of ``lowest_window_logprob``.
         max_batch_rows: most rows decoded together.
 
@@ -73,7 +73,7 @@ class RouteEvaluator:
     ) -> None:
         if len(task) == 0:
             raise ReachlensError(f"task {task.name!r} has no questions")
-        protocol = protocol or Protocol.greedy(task.name.split(":")[0])
+        protocol = protocol or Protocol.deployment(task)
         if not protocol.is_greedy:
             raise ReachlensError(f"a route is decoded greedily; pass a greedy protocol (Protocol.greedy(...)), "
                                  f"not k={protocol.k}, temperature={protocol.temperature}")

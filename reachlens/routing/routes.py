@@ -1,5 +1,8 @@
 """Routes and route spaces: which sequences of a model's layers a search may run.
 
+One module (about 440 lines) because every route space shares the route's validation, its canonical form and
+its spec.
+
 A *route* is a tuple of layer indices, run in order between the embedding and the final norm;
 ``range(n_layers)`` is the model itself (the *identity* route). A *route space* is a set of routes
 reachable from the identity by one kind of edit:

@@ -69,16 +69,17 @@ def question_table(
             ``answer``, ``correct``, ``scored`` and the columns the selectors read). With a ``route``
             column the selectors see each route once (its first evaluation): a route's greedy
             candidate is deterministic, so evaluating it again is budget spent, not another vote.
-        deployed: ``question_id``, ``realized`` (1/0/NaN: the deployment correct, wrong, not graded)
-            and ``deployed_answer`` per question.
+        deployed: ``question_id``, ``realized`` (the deployment graded correct), ``deployed_answer`` and
+            ``deployed_scored`` (whether it could be graded) per question.
         selectors: registered selector names.
     """
-    bank = candidates.rename(columns={"eval_idx": "candidate_idx"}) if "eval_idx" in candidates else candidates
-    bank = bank.sort_values("candidate_idx", kind="stable")
+    bank = candidates.sort_values("candidate_idx", kind="stable")
     distinct = bank.drop_duplicates(["question_id", "route"]) if "route" in bank else bank
     groups = bank.groupby("question_id", sort=False)
-    table = deployed.set_index("question_id").loc[pd.unique(candidates["question_id"])][["realized", "deployed_answer"]]
-    table["realized"] = table["realized"].astype(float)
+    table = deployed.set_index("question_id").loc[pd.unique(candidates["question_id"])][
+        ["realized", "deployed_answer", "deployed_scored"]]
+    table["realized"] = table["realized"].astype(bool)
+    table["deployed_scored"] = table["deployed_scored"].astype(bool)
     table["reachable"] = reachable(bank)
     table["n_candidates"] = groups.size()
     table["n_unique"] = groups["route"].nunique() if "route" in bank else table["n_candidates"]
@@ -93,14 +94,16 @@ def question_table(
 
 def cell_summary(questions: pd.DataFrame, selectors: Sequence[str] = DEFAULT_SELECTORS,
                  by: Sequence[str] = ()) -> pd.DataFrame:
-    """Means per cell (``n``, ``D``, ``O_K``, each selector) and ``recovery_<selector>``."""
+    """Means per cell (``n``, ``D`` over the questions whose deployment was graded, ``O_K``, each selector) and
+    ``recovery_<selector>``."""
     groups = questions.groupby(list(by), sort=False) if by else [((), questions)]
     rows = []
     for key, q in groups:
         key = key if isinstance(key, tuple) else (key,)
         row = dict(zip(by, key))
         row["n"] = len(q)
-        row["D"] = float(q["realized"].mean())
+        graded = q["deployed_scored"].astype(bool)
+        row["D"] = float(q.loc[graded, "realized"].astype(float).mean()) if graded.any() else math.nan
         row["O_K"] = float(q["reachable"].mean())
         for name in selectors:
             row[name] = float(q[name].mean())
@@ -124,7 +127,7 @@ def median_recovery(summary: pd.DataFrame, selectors: Sequence[str] = DEFAULT_SE
 def reach_curve(candidates: pd.DataFrame, ks: Sequence[int] | None = None, by: Sequence[str] = ()) -> pd.DataFrame:
     """O_K at k = 1, 2, 4, ... K (column ``O_K``): the share of questions with a correct candidate
     among the first k evaluations (for an anytime strategy, exactly a run at budget k)."""
-    k_max = int(candidates["eval_idx"].max()) + 1 if len(candidates) else 0
+    k_max = int(candidates["candidate_idx"].max()) + 1 if len(candidates) else 0
     ks = budget_grid(k_max) if ks is None else list(ks)
     c = candidates.assign(_hit=candidates["correct"].astype(bool) & candidates["scored"].astype(bool))
     rows = []
@@ -133,7 +136,7 @@ def reach_curve(candidates: pd.DataFrame, ks: Sequence[int] | None = None, by: S
         key = key if isinstance(key, tuple) else (key,)
         n_q = part["question_id"].nunique()
         for k in ks:
-            hit = part[part["eval_idx"] < k].groupby("question_id")["_hit"].any()
+            hit = part[part["candidate_idx"] < k].groupby("question_id")["_hit"].any()
             rows.append({**dict(zip(by, key)), "k": int(k), "O_K": float(hit.sum()) / n_q if n_q else math.nan})
     return pd.DataFrame(rows)
 
@@ -149,10 +152,6 @@ def audit_selector_table(
     >>> q, summary = audit_selector_table(reachlens.audit(model, task, Protocol("arith", k=16)))  # doctest: +SKIP
     """
     qs = result.questions
-    deployed = pd.DataFrame({
-        "question_id": qs["question_id"],
-        "realized": np.where(qs["deployed_scored"].astype(bool), qs["realized"].astype(float), np.nan),
-        "deployed_answer": qs["deployed_answer"],
-    })
+    deployed = qs[["question_id", "realized", "deployed_answer", "deployed_scored"]]
     table = question_table(result.bank, deployed, selectors)
     return table, cell_summary(table, selectors)

@@ -21,7 +21,7 @@ answer and 0 otherwise; it reads the gold answer and exists to measure what a se
 question's next proposals and evaluates them in one batch (one engine call, each row along its own
 route), so adaptive strategies are batched as well as random search.
 
-Every candidate keeps its route, raw text, answer, grade and scores (:data:`CANDIDATE_COLUMNS`).
+Every candidate keeps its route, raw text, answer, grade and scores (:data:`~reachlens.records.ROUTE_CANDIDATE_COLUMNS`).
 """
 
 from __future__ import annotations
@@ -37,13 +37,13 @@ import pandas as pd
 
 from reachlens._registry import Registry
 from reachlens.errors import ReachlensError
-from reachlens.records import CANDIDATE_COLUMNS
+from reachlens.records import ROUTE_CANDIDATE_COLUMNS, candidate_frame
 from reachlens.routing.evaluation import Evaluation, RouteEvaluator
 from reachlens.routing.routes import Route, RouteSpace, format_route
 from reachlens.routing.scoring import DEFAULT_SELECTORS
 from reachlens.routing.strategies import make_strategy
 
-__all__ = ["RoutingConfig", "OBJECTIVES", "CANDIDATE_COLUMNS", "run_search", "objective_value"]
+__all__ = ["RoutingConfig", "OBJECTIVES", "run_search", "objective_value"]
 
 
 OBJECTIVES: Registry[Callable[[Evaluation], float]] = Registry("search objective")
@@ -142,7 +142,7 @@ def run_search(
     options: Mapping[str, Any] | None = None,
     progress: Callable[[int], None] | None = None,
 ) -> pd.DataFrame:
-    """Search routes for every question; return one row per evaluation (:data:`CANDIDATE_COLUMNS`).
+    """Search routes for every question; return one row per evaluation (:data:`~reachlens.records.ROUTE_CANDIDATE_COLUMNS`).
 
     Args:
         evaluator: evaluates (question, route) pairs on one model and task.
@@ -215,9 +215,9 @@ def _candidates(evaluator: RouteEvaluator, pools: Mapping[int, list[tuple[Evalua
         qid = evaluator.question_id(qi)
         for j, (ev, s, dup) in enumerate(pool):
             rows.append({
-                "question_id": qid, "eval_idx": j, "route": format_route(ev.route), "route_len": len(ev.route),
-                "duplicate": dup, "text": ev.text, "answer": ev.answer, "correct": ev.correct, "scored": ev.scored,
-                "finish_reason": ev.finish_reason, "n_tokens": ev.n_tokens, "mean_logprob": ev.mean_logprob,
-                "lowest_window_logprob": ev.lowest_window_logprob, "objective": s,
+                "question_id": qid, "candidate_idx": j, "text": ev.text, "answer": ev.answer, "correct": ev.correct,
+                "scored": ev.scored, "finish_reason": ev.finish_reason, "n_tokens": ev.n_tokens,
+                "mean_logprob": ev.mean_logprob, "route": format_route(ev.route), "route_len": len(ev.route),
+                "duplicate": dup, "lowest_window_logprob": ev.lowest_window_logprob, "objective": s,
             })
-    return pd.DataFrame(rows, columns=CANDIDATE_COLUMNS)
+    return candidate_frame(rows, ROUTE_CANDIDATE_COLUMNS)

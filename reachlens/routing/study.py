@@ -20,7 +20,6 @@ however many strategies and spaces ask for it (decoding is greedy, so the answer
 from __future__ import annotations
 
 import dataclasses
-import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -53,12 +52,10 @@ class RoutingResult(RecordedProtocol, Run):
         "protocol": (dict,), "options.config": (dict,), "options.config.selectors": (list,),
         "options.config.budget": (int,), "options.strategy": (str,), "options.space.space": (str,)}
 
-    record: RunRecord
-    """The run record (``run.json``): the greedy protocol, options (``config``, ``strategy``,
-    ``space``, ``evaluation``), model and data identity."""
     candidates: pd.DataFrame = field(repr=False)
+    """One row per route evaluation (:data:`~reachlens.records.ROUTE_CANDIDATE_COLUMNS`). Its record (always given):
+    the greedy protocol, options (``config``, ``strategy``, ``space``, ``evaluation``), model and data identity."""
     questions: pd.DataFrame = field(repr=False)
-    location: Path | None = field(default=None, compare=False)
 
     @property
     def config(self) -> RoutingConfig:
@@ -96,7 +93,7 @@ class RoutingResult(RecordedProtocol, Run):
     @classmethod
     def read(cls, run: RunDir) -> RoutingResult:
         """A routing run directory."""
-        return cls(run.record(), run.read_table("candidates"), run.read_table("questions"), location=run.path)
+        return cls(run.read_table("candidates"), run.read_table("questions"), record=run.record(), location=run.path)
 
 
 def run_routing(
@@ -120,8 +117,8 @@ def run_routing(
         space: a :class:`~reachlens.routing.routes.RouteSpace`, or a space name built with its defaults.
         strategy: ``random``, ``hill_climb``, ``genetic`` or ``mcts``.
         budget: K (overrides ``config.budget``).
-        protocol: how every route decodes, the greedy case (:meth:`Protocol.greedy`; 96 new tokens
-            in the task's default format when None); the evaluator's when one is given.
+        protocol: how every route decodes, the greedy case (:meth:`Protocol.deployment` of the task when None);
+            the evaluator's when one is given.
         config: the search's own options; :class:`RoutingConfig` defaults when None.
         evaluator: a shared evaluator for this model and task (made from ``protocol`` when None).
         out: a directory to store the result in.
@@ -152,7 +149,7 @@ def run_routing(
                  for r in candidates.itertuples()]
         candidates["verify_logprob"] = verification_scores(model, items, config.verification)
     questions = question_table(candidates, _deployed(evaluator, task), config.selectors)
-    result = RoutingResult(record, candidates, questions)
+    result = RoutingResult(candidates, questions, record=record)
     if out is not None:
         path = result.save(out)
         return dataclasses.replace(result, record=RunDir(path).record(), location=path)
@@ -183,6 +180,7 @@ def _deployed(evaluator: RouteEvaluator, task: Task) -> pd.DataFrame:
     deployment = evaluator.deployment(range(len(task)))
     return pd.DataFrame({
         "question_id": [q.question_id for q in task.questions],
-        "realized": [(1.0 if e.correct else 0.0) if e.scored else math.nan for e in deployment],
+        "realized": [bool(e.correct and e.scored) for e in deployment],
         "deployed_answer": [e.answer for e in deployment],
+        "deployed_scored": [bool(e.scored) for e in deployment],
     })

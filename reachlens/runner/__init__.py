@@ -1,15 +1,14 @@
-"""The runner: one scheduler for every audit job, on any executor, and one ``rerun``.
+"""The runner: one scheduler for every run decoded in slices, on any executor.
 
-* :func:`run_jobs` runs a list of :class:`AuditJob` (an audit: model, task, protocol, directory, execution
-  settings) on an executor: this process (:class:`InProcessExecutor`, the default), a pool of local processes
-  (:class:`ProcessPool`) or Ray actors (:class:`RayExecutor`). The driver holds every directory's lock and
-  writes; executors only decode. :func:`reachlens.audit`, the training study and every control go through it.
-* :func:`rerun` is an audit again with one thing changed (budget, temperature, decode length, prompt format,
-  question subset), under one directory rule (:func:`rerun_name`); the four controls are calls of it.
+* :func:`run_jobs` runs a list of jobs (:class:`Job`: an audit, :class:`~reachlens.studies.AuditJob`; a probe run,
+  :class:`~reachlens.probes.ProbeJob`) on an :class:`Executor`: this process (:class:`InProcessExecutor`), a pool
+  of local processes (:class:`ProcessPool`) or Ray actors (:class:`RayExecutor`), the one :func:`executor_for`
+  an :class:`~reachlens.execution.ExecConfig` asks for. The driver holds every directory's lock and writes its
+  parts; executors only decode, each worker holding one model :class:`Replica`.
 * :mod:`reachlens.runner.decode` is the one path from questions to their graded deployment and samples.
 
 Sample j of question q depends only on (seed, q, j), and the slices decoded together are fixed
-(:func:`batch_slices`), so an audit run here, in a pool, on Ray, or resumed by any of them after a crash gives
+(:func:`batch_slices`), so a run made here, in a pool, on Ray, or resumed by any of them after a crash gives
 the same tables, bit for bit on the same hardware and dtype.
 """
 
@@ -22,14 +21,17 @@ from reachlens.runner.decode import (
     deploy_arms_and_grade,
     grade_completion,
     grade_questions,
+    grade_samples,
+    sample_slice,
 )
+from reachlens.runner.executor import Executor, Replica, Shard, Slice, SliceResult, check_replica
 from reachlens.runner.executors import InProcessExecutor, ProcessPool
-from reachlens.runner.jobs import AuditJob, ShardJob, SliceResult, run_jobs
+from reachlens.runner.jobs import Job, Opened, ResolvedModel, executor_for, resolve_model, run_jobs
 from reachlens.runner.ray_executor import RayExecutor
-from reachlens.runner.rerun import CHANGES, PlannedRerun, plan_rerun, require_audited_with, rerun, rerun_name, run_reruns
 
 __all__ = [
-    "AuditJob", "CHANGES", "InProcessExecutor", "PlannedRerun", "ProcessPool", "RayExecutor", "ShardJob", "SliceResult",
-    "audit_slice", "batch_slices", "check_budget", "check_context", "deploy_and_grade", "deploy_arms_and_grade", "grade_completion",
-    "grade_questions", "plan_rerun", "require_audited_with", "rerun", "rerun_name", "run_jobs", "run_reruns",
+    "Executor", "InProcessExecutor", "Job", "Opened", "ProcessPool", "RayExecutor", "Replica", "ResolvedModel",
+    "Shard", "Slice", "SliceResult", "audit_slice", "batch_slices", "check_budget", "check_context", "check_replica",
+    "deploy_and_grade", "deploy_arms_and_grade", "executor_for", "grade_completion", "grade_questions",
+    "grade_samples", "resolve_model", "run_jobs", "sample_slice",
 ]

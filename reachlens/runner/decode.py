@@ -31,7 +31,8 @@ from reachlens.tasks.base import Question, Task
 from reachlens.tasks.chat import render_prompts
 
 __all__ = ["audit_slice", "batch_slices", "check_budget", "check_context", "decode_rows", "deploy_and_grade",
-           "deploy_arms_and_grade", "grade_completion", "grade_questions", "machine_memory", "questions_by_id"]
+           "deploy_arms_and_grade", "grade_completion", "grade_questions", "grade_samples", "machine_memory",
+           "questions_by_id", "sample_slice"]
 
 ROW_BYTES = 1024
 """Memory one completion holds while its batch is decoded and graded, before its tokens: its row, its
@@ -57,25 +58,36 @@ def _deployed(grader, question: Question, completion: Completion) -> dict[str, A
             "realized": g["correct"], "deployed_scored": g["scored"], "deployed_finish": completion.finish_reason}
 
 
+def grade_samples(protocol: Protocol, questions: Sequence[Question], samples: Sequence[Sequence[Completion]],
+                  sample_offset: int = 0) -> pd.DataFrame:
+    """Grade each question's samples into candidate rows (:data:`~reachlens.records.SAMPLE_COLUMNS`; sample j of
+    question i is candidate ``sample_offset + j``)."""
+    rows = []
+    for q, outs in zip(questions, samples):
+        grader = question_grader(str(protocol.grader), q)
+        for j, o in enumerate(outs):
+            rows.append({"question_id": q.question_id, "candidate_idx": sample_offset + j, "text": o.text,
+                         **grade_completion(grader, q, o), "finish_reason": o.finish_reason,
+                         "n_tokens": len(o.token_ids), "mean_logprob": o.mean_logprob})
+    return canonical(pd.DataFrame(rows, columns=SAMPLE_COLUMNS))
+
+
 def grade_questions(
     protocol: Protocol, questions: Sequence[Question], deployed: Sequence[Completion],
-    samples: Sequence[Sequence[Completion]],
+    samples: Sequence[Sequence[Completion]], sample_offset: int = 0,
 ) -> tuple[pd.DataFrame, pd.DataFrame]:
     """Grade completions into an audit's question and sample tables (no model needed)."""
-    q_rows, s_rows = [], []
-    for q, dep, outs in zip(questions, deployed, samples):
-        grader = question_grader(str(protocol.grader), q)
-        deployment = _deployed(grader, q, dep)
-        grades = [grade_completion(grader, q, o) for o in outs]
-        for j, (o, g) in enumerate(zip(outs, grades)):
-            s_rows.append({"question_id": q.question_id, "sample_idx": j, "text": o.text, **g,
-                           "finish_reason": o.finish_reason, "n_tokens": len(o.token_ids), "mean_logprob": o.mean_logprob})
-        n_scored = sum(g["scored"] for g in grades)
-        n_correct = sum(g["correct"] for g in grades)
+    s_df = grade_samples(protocol, questions, samples, sample_offset)
+    good = s_df.groupby("question_id")["correct"].sum() if len(s_df) else pd.Series(dtype=int)
+    graded = s_df.groupby("question_id")["scored"].sum() if len(s_df) else pd.Series(dtype=int)
+    q_rows = []
+    for q, dep in zip(questions, deployed):
+        deployment = _deployed(question_grader(str(protocol.grader), q), q, dep)
+        n_correct, n_scored = int(good.get(q.question_id, 0)), int(graded.get(q.question_id, 0))
         q_rows.append({**deployment, "reachable": n_correct > 0, "n_correct": n_correct,
                        "n_scored": n_scored, "k": protocol.k, "propensity": n_correct / n_scored if n_scored else math.nan,
                        "gold": q.gold, "labels": "".join(q.labels) if q.labels is not None else None})
-    return canonical(pd.DataFrame(q_rows, columns=QUESTION_COLUMNS)), canonical(pd.DataFrame(s_rows, columns=SAMPLE_COLUMNS))
+    return canonical(pd.DataFrame(q_rows, columns=QUESTION_COLUMNS)), s_df
 
 
 def decode_rows(
@@ -102,14 +114,14 @@ def decode_rows(
 
 def _decode(
     model, task: Task, protocol: Protocol, questions: Sequence[Question], exec_config: ExecConfig, *,
-    k: int, sample_offset: int = 0, arms: Sequence[Hashable] | None = None,
+    k: int, sample_offset: int = 0, arms: Sequence[Hashable] | None = None, deploy: bool = True,
 ) -> tuple[list[Completion], list[list[Completion]]]:
-    """Each question's deployment (greedy) and its ``k`` samples, decoded together.
+    """Each question's deployment (greedy; none when ``deploy`` is False) and its ``k`` samples, decoded together.
 
     ``arms``: per entry of ``questions``, the arm its rows run (``Row.arm``; None: the plain model, as
     when ``arms`` is None). A question may repeat under different arms: its prompt is rendered once,
     and its arms are roots of one sample tree (prefilled in one batched forward)."""
-    per_q = k + 1
+    per_q = k + deploy
     index: dict[str, int] = {}  # each distinct question's prompt
     unique: list[Question] = []
     for q in questions:
@@ -119,15 +131,16 @@ def _decode(
     rows: list[Row] = []
     for q, arm in zip(questions, [None] * len(questions) if arms is None else arms):
         i = index[q.question_id]
-        rows.append(Row(i, None, tag=(q.question_id, None), arm=arm))
+        if deploy:
+            rows.append(Row(i, None, tag=(q.question_id, None), arm=arm))
         for j in range(k):
             # temperature 0 (allowed with k=1 only) makes the one sample greedy too
             seed = row_seed(protocol.seed, q.question_id, sample_offset + j) if protocol.temperature > 0 else None
             rows.append(Row(i, seed, tag=(q.question_id, sample_offset + j), arm=arm))
     outs = generate_rows(model, render_prompts(task, protocol, unique, getattr(model, "tokenizer", None)), rows, protocol,
                          max_batch_rows=exec_config.max_batch_rows, share_prefixes=exec_config.share_prefixes)
-    return ([outs[i * per_q] for i in range(len(questions))],
-            [outs[i * per_q + 1 : (i + 1) * per_q] for i in range(len(questions))])
+    return ([outs[i * per_q] for i in range(len(questions))] if deploy else [],
+            [outs[i * per_q + deploy : (i + 1) * per_q] for i in range(len(questions))])
 
 
 def questions_by_id(task: Task, ids: Sequence[str] | None) -> list[Question]:
@@ -194,20 +207,24 @@ def batch_slices(task: Task, protocol: Protocol, max_batch_rows: int, done: Set[
 
 
 def audit_slice(
-    model, task: Task, protocol: Protocol, start: int, stop: int, exec_config: ExecConfig, *,
-    done: Set[str] = frozenset(), sample_offset: int = 0,
+    model, task: Task, protocol: Protocol, start: int, stop: int, exec_config: ExecConfig, *, sample_offset: int = 0,
 ) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """Decode and grade the questions ``task.questions[start:stop]`` (one slice of :func:`batch_slices`):
-    their question and sample tables, less the questions in ``done``. ``protocol`` is resolved."""
+    """Decode and grade the questions ``task.questions[start:stop]`` (one slice of :func:`batch_slices`): their
+    question and sample tables (samples ``sample_offset`` .. ``sample_offset + K - 1``). ``protocol`` is resolved."""
     batch = list(task.questions[start:stop])
     deployed, samples = _decode(model, task, protocol, batch, exec_config, k=protocol.k, sample_offset=sample_offset)
-    q_df, s_df = grade_questions(protocol, batch, deployed, samples)
-    if sample_offset:
-        s_df["sample_idx"] += sample_offset
-    keep = ~q_df["question_id"].isin(done)
-    q_df = q_df[keep].reset_index(drop=True)
-    s_df = s_df[s_df["question_id"].isin(set(q_df["question_id"]))].reset_index(drop=True)
-    return q_df, s_df
+    return grade_questions(protocol, batch, deployed, samples, sample_offset)
+
+
+def sample_slice(
+    model, task: Task, protocol: Protocol, start: int, stop: int, exec_config: ExecConfig, *, sample_offset: int = 0,
+) -> pd.DataFrame:
+    """The K samples alone of the questions ``task.questions[start:stop]``, graded (the sample table
+    :func:`audit_slice` gives, without decoding the deployment): a probe's samples (:mod:`reachlens.probes`)."""
+    batch = list(task.questions[start:stop])
+    _, samples = _decode(model, task, protocol, batch, exec_config, k=protocol.k, sample_offset=sample_offset,
+                         deploy=False)
+    return grade_samples(protocol, batch, samples, sample_offset)
 
 
 def machine_memory() -> int:

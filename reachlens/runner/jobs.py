@@ -1,22 +1,27 @@
-"""The one scheduler: a list of audit jobs, run on an executor, each written to its run directory.
+"""The one scheduler: a list of jobs, run on an executor, each written to its run directory as its slices finish.
 
-An audit is a list of fixed question slices (:func:`~reachlens.runner.decode.batch_slices`), and slice s of
-a run decodes the same rows with the same seeds wherever it runs. So :func:`run_jobs` lets any executor
-decode the slices anywhere and in any order, while this process (the driver) holds each audit directory's
-writer lock and appends every finished slice as the store's atomic part files. A killed driver leaves
-whole parts behind, and any executor resumes from them. Workers never write, so they need no shared disk.
+A **job** (:class:`Job`) is a run the runner can schedule: it plans its fixed slices of questions, gives its workers a
+:class:`~reachlens.runner.executor.Shard` that decodes any one of them, and finishes from its parts in the driver.
+:class:`~reachlens.studies.AuditJob` (an audit: the deployment and K samples per question) and
+:class:`~reachlens.probes.ProbeJob` (a probe run: one candidate bank) are the two. Slice s of a job decodes the
+same rows wherever it runs, so :func:`run_jobs` lets any executor decode the slices anywhere and in any order,
+while this process (the driver) holds each run directory's writer lock and appends every finished slice as a
+part (:class:`~reachlens.store.PartsDir`). A killed driver leaves whole parts behind, and any executor resumes
+from them; workers never write, so they need no shared disk.
 
-Executors (:mod:`reachlens.runner.executors`, :mod:`reachlens.runner.ray_executor`) have one method,
-``run(shards) -> iterator of SliceResult``: ``shards`` is a list of ``(ShardJob, slices)``; results come
-back as slices finish, in any order. :func:`reachlens.audit`, the training study, every rerun (budget,
-temperature, length, prompt format) and every control go through :func:`run_jobs`.
+Executors (:mod:`reachlens.runner.executor`) are chosen by :func:`executor_for` from the jobs'
+:class:`~reachlens.execution.ExecConfig`: ``workers=1`` decodes in this process, more in a
+:class:`~reachlens.runner.ProcessPool`, ``ray=`` on :class:`~reachlens.runner.RayExecutor` actors. Every entry
+point (an audit, a rerun, a probe run, a training study, the CLI) goes through :func:`run_jobs`.
 """
 
 from __future__ import annotations
 
 import contextlib
 import dataclasses
-from collections.abc import Callable, Iterator, Mapping, Sequence
+import typing
+import warnings
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -24,133 +29,120 @@ from typing import Any
 import pandas as pd
 
 from reachlens.engine.backends import backend_of, bind_backend
-from reachlens.errors import ReachlensError
+from reachlens.errors import ReachlensError, ReachlensWarning
 from reachlens.execution import ExecConfig, model_exec
 from reachlens.models import ModelSource, identity_of, load_tokenizer, model_identity
 from reachlens.protocol import Protocol
-from reachlens.records import QUESTION_COLUMNS, SAMPLE_COLUMNS, in_task_order
-from reachlens.runner.decode import audit_slice, batch_slices, check_budget, check_context
-from reachlens.store import RUN_KINDS, AuditDir, RunRecord
+from reachlens.runner.executor import Executor, Shard, Slice
+from reachlens.runner.executors import InProcessExecutor, ProcessPool
+from reachlens.runner.ray_executor import RayExecutor
+from reachlens.store import PartKey, PartsDir, RunRecord
 from reachlens.tasks.base import Task
 from reachlens.tasks.chat import bind_chat, chat_inner
 
-__all__ = ["AuditJob", "ShardJob", "SliceResult", "prepare_worker", "run_jobs", "run_shard"]
+__all__ = ["Job", "Opened", "ResolvedModel", "executor_for", "resolve_model", "run_jobs"]
 
 
-@dataclass(frozen=True)
-class AuditJob:
-    """One audit for the runner: what :func:`reachlens.audit` takes.
+@typing.runtime_checkable
+class Job(typing.Protocol):
+    """A run the runner schedules (see the module docstring); a frozen dataclass of what the run is."""
 
-    >>> AuditJob("zoo:base", load_task("arith", n=20), Protocol("arith", k=8), out="runs/base")  # doctest: +SKIP
-    """
+    out: str | Path | None
+    """Its run directory (resumable); None keeps the result in memory only."""
+    exec_config: ExecConfig
 
-    model: Any
-    """A spec (``"zoo:base"``), a :class:`~reachlens.models.ModelSource`, or a loaded model (decoded in this
-    process with its hooks live; an executor's workers load their own replica of it from its source)."""
-    task: Task
-    protocol: Protocol
-    out: str | Path | None = None
-    """The audit directory (resumable); None keeps the result in memory only."""
-    exec_config: ExecConfig = field(default_factory=ExecConfig)
-    """How it runs; for a spec, also where and in which precision the model loads."""
-    sample_offset: int = 0
-    """Draw samples ``sample_offset .. sample_offset + K - 1`` of the seed stream (a budget extension)."""
-    extra: Mapping[str, Any] = field(default_factory=dict)
-    """Descriptive fields for the run record (what this audit reruns, and with which change)."""
+    def check(self) -> None:
+        """Refuse, before any model loads or directory opens, what the job cannot do (a budget that cannot fit)."""
 
+    def resolve(self, in_process: bool) -> tuple[Shard, RunRecord]:
+        """Its workers' shard and its run record (protocol resolved, model identity, recorded execution settings)."""
 
-@dataclass(frozen=True)
-class ShardJob:
-    """What a worker needs to decode any slice of one audit (sent once per audit, not per slice)."""
+    def plan(self, shard: Shard) -> list[Slice]:
+        """Every slice of the run, fixed whatever is done already (so a resume decodes the same batches)."""
 
-    source: ModelSource | None
-    """What the worker loads; None for a model only this process holds (decoded in process)."""
-    task: Task
-    protocol: Protocol
-    """Resolved: explicit format, stop strings, grader and backend."""
-    model_id: dict[str, Any]
-    """The identity the directory records; a worker whose checkpoint differs refuses to run."""
-    exec_config: ExecConfig = field(default_factory=ExecConfig)
-    done: frozenset[str] = field(default_factory=frozenset)
-    sample_offset: int = 0
+    def todo(self, shard: Shard, store: PartsDir | None) -> list[Slice]:
+        """The slices of :meth:`plan` still to decode: all without a directory, else those whose parts are not whole."""
+
+    def finish(self, opened: Opened) -> Any:
+        """The run, from its parts (the directory's, or :attr:`Opened.parts` in memory), written complete."""
 
 
-@dataclass(frozen=True)
-class SliceResult:
-    """One decoded slice, as an executor hands it back."""
-
-    job: int
-    """Index of its job in the list given to the executor."""
-    slice: tuple[int, int]
-    questions: pd.DataFrame
-    samples: pd.DataFrame
-    seconds: float
-    """Wall time the worker spent decoding and grading it."""
-
-
-def prepare_worker(model, job: ShardJob) -> None:
-    """Refuse, on the worker, a replica that is not the audited checkpoint or a decode that cannot fit."""
-    from reachlens.models import same_model
-
-    ident = getattr(model, "reachlens_identity", None)
-    if ident is not None and "unknown" not in (job.model_id.get("fingerprint"), ident.fingerprint):
-        if not same_model(job.model_id, dataclasses.asdict(ident)):
-            raise ReachlensError(
-                f"the worker's copy of {job.source.spec if job.source else 'the model'!r} is another checkpoint "
-                f"(fingerprint {ident.fingerprint}, the audit's {job.model_id.get('fingerprint')}); give every node "
-                "the same files"
-            )
-    check_context(model, job.task, job.protocol)
-
-
-def run_shard(model, job: ShardJob, start: int, stop: int) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """Decode and grade one slice of ``job`` (on a worker)."""
-    return audit_slice(model, job.task, job.protocol, start, stop, job.exec_config, done=job.done,
-                       sample_offset=job.sample_offset)
-
-
-# --- the driver --------------------------------------------------------------------------------------
 @dataclass
-class _Open:
-    """One job as the driver holds it: its resolved shard, record, directory and what comes back."""
+class Opened:
+    """One job as the driver holds it: its shard, record, directory, what is left and what came back."""
 
-    job: AuditJob
-    shard: ShardJob
+    job: Job
+    shard: Shard
     record: RunRecord
-    store: AuditDir | None
-    slices: list[tuple[int, int]]
+    store: PartsDir | None
+    slices: list[Slice]
+    """The slices still to decode."""
+    total: int
+    """Questions of every slice of the plan (a slice of a probe run's unit counts its questions)."""
     was_complete: bool = False
-    """Whether its directory held this audit complete already (a re-run of a finished audit rewrites nothing)."""
-    frames: tuple[list[pd.DataFrame], list[pd.DataFrame]] = field(default_factory=lambda: ([], []))
+    """Whether its directory held this run complete already (a re-run of a finished run rewrites nothing)."""
+    parts: dict[PartKey, dict[str, pd.DataFrame]] = field(default_factory=dict)
+    """The parts decoded by this call, by key (what a run without a directory is made of)."""
     seconds: float = 0.0
 
     @property
-    def n_done(self) -> int:
-        return len(self.job.task) - sum(b - a for a, b in self.slices)
+    def done(self) -> int:
+        return self.total - sum(stop - start for _, start, stop in self.slices)
 
 
-def _source_for_executor(model) -> ModelSource:
+def executor_for(exec_config: ExecConfig) -> Executor:
+    """The executor ``exec_config`` asks for: :class:`~reachlens.runner.RayExecutor` with ``ray`` (``local``: a
+    cluster of its own; else an address) and ``workers`` actors; a :class:`~reachlens.runner.ProcessPool` of
+    ``workers`` processes for ``workers > 1``; else this process (:class:`~reachlens.runner.InProcessExecutor`).
+
+    >>> type(executor_for(ExecConfig(workers=2))).__name__
+    'ProcessPool'
+    """
+    if exec_config.ray is not None:
+        return RayExecutor(None if exec_config.ray == "local" else exec_config.ray, workers=exec_config.workers,
+                           gpus_per_worker=exec_config.gpus_per_worker)
+    if exec_config.workers > 1:
+        return ProcessPool(exec_config.workers)
+    return InProcessExecutor()
+
+
+@dataclass(frozen=True)
+class ResolvedModel:
+    """A job's model as its shard carries it: the source its workers load, the model this process holds (in
+    process only), the protocol bound to it (backend, chat template), its identity and recorded settings."""
+
+    source: ModelSource | None
+    model: Any
+    protocol: Protocol
+    model_id: dict[str, Any]
+    exec: dict[str, Any]
+
+
+def _source_for_workers(model) -> ModelSource:
     """The source an executor's workers load for a model this process holds (refused when it has hooks)."""
     from reachlens.engine.hooks import user_hooks
 
     hooks = user_hooks(model) if backend_of(model) == "engine" else []
     if hooks:
         raise ReachlensError(f"hooks attached at {', '.join(hooks)} cannot travel to an executor's workers "
-                             "(each loads its own replica); run this audit in one process (executor=None)")
+                             "(each loads its own replica); run it in one process (workers=1, no executor)")
     return ModelSource.of(model)
 
 
-def _resolve(job: AuditJob, in_process: bool) -> tuple[ModelSource | None, Protocol, dict[str, Any], dict[str, Any]]:
-    """(source, resolved protocol, model identity, recorded execution settings) of a job."""
-    protocol = job.protocol.resolved(job.task)
-    ex = job.exec_config
-    if not isinstance(job.model, (str, ModelSource)):  # a loaded model
-        protocol = bind_chat(bind_backend(job.model, protocol), getattr(job.model, "tokenizer", None))
-        check_context(job.model, job.task, protocol)
-        source = None if in_process else _source_for_executor(job.model)
-        return source, protocol, identity_of(job.model), ex.recorded(model_exec(job.model))
-    source = job.model if isinstance(job.model, ModelSource) else \
-        ModelSource(job.model, backend=protocol.backend, device=ex.device, dtype=ex.dtype, device_map=ex.device_map)
+def resolve_model(model: Any, task: Task, protocol: Protocol, exec_config: ExecConfig,
+                  in_process: bool) -> ResolvedModel:
+    """Resolve a job's model (a spec, a :class:`~reachlens.models.ModelSource` or a loaded model) against its
+    protocol (resolved against ``task`` first): never loads weights. A spec loads as ``exec_config`` says (device,
+    dtype, device map)."""
+    protocol = protocol.resolved(task)
+    ex = exec_config
+    if not isinstance(model, (str, ModelSource)):  # a loaded model
+        protocol = bind_chat(bind_backend(model, protocol), getattr(model, "tokenizer", None))
+        source = None if in_process else _source_for_workers(model)
+        return ResolvedModel(source, model if in_process else None, protocol, identity_of(model),
+                             ex.recorded(model_exec(model)))
+    source = model if isinstance(model, ModelSource) else \
+        ModelSource(model, backend=protocol.backend, device=ex.device, dtype=ex.dtype, device_map=ex.device_map)
     if protocol.backend == "engine" and source.backend != "engine":  # the default follows the model
         protocol = dataclasses.replace(protocol, backend=source.backend)
     elif protocol.backend != source.backend:
@@ -160,99 +152,94 @@ def _resolve(job: AuditJob, in_process: bool) -> tuple[ModelSource | None, Proto
         tokenizer = load_tokenizer(source.spec, trust_remote_code=source.trust_remote_code)
         protocol = bind_chat(protocol, tokenizer, model=repr(source.spec))
     identity = model_identity(source.spec, trust_remote_code=source.trust_remote_code)
-    return source, protocol, dataclasses.asdict(identity), ex.recorded(model_exec(source))
+    return ResolvedModel(source, None, protocol, dataclasses.asdict(identity), ex.recorded(model_exec(source)))
 
 
-def _open(job: AuditJob, in_process: bool, stack: contextlib.ExitStack) -> _Open:
-    source, protocol, model_id, exec_ = _resolve(job, in_process)
-    extra = {"task_source": job.task.source, "n_questions": len(job.task), **job.extra}
-    record = RunRecord.new("audit", protocol, model_id, job.task.data_identity, extra=extra, exec=exec_)
-    store, was_complete = None, False
-    if job.out is not None:
-        store = AuditDir(job.out)
+def _open(job: Job, executor: Executor, stack: contextlib.ExitStack) -> Opened:
+    """Resolve ``job`` and open its directory: a bad directory or another run in it is refused before any weights
+    load; in this process, the model is loaded (one replica at a time) and checked before anything is written."""
+    shard, record = job.resolve(executor.in_process)
+    store = None if job.out is None else PartsDir(job.out)
+    if store is not None:
+        store.check_target()
+        with warnings.catch_warnings():  # its notes come once, when the run starts
+            warnings.simplefilter("ignore", ReachlensWarning)
+            store.check_run(record)
+    if executor.in_process:
+        if shard.model is None:  # loaded (and checked) by the executor's one replica
+            shard = dataclasses.replace(shard, model=executor.replica.model_for(shard, id(job)))
+        else:
+            shard.prepare(shard.model)
+    was_complete = False
+    if store is not None:
         stack.enter_context(store.writer())
         was_complete = store.is_complete()
         store.start(record)
-    done = frozenset(store.finished_ids()) if store is not None else frozenset()
-    slices = batch_slices(job.task, protocol, job.exec_config.max_batch_rows, done)
-    shard = ShardJob(source, job.task, protocol, model_id, job.exec_config, done, job.sample_offset)
-    return _Open(job, shard, record, store, slices, was_complete and not slices)
-
-
-def _finish(o: _Open):
-    """The job's audit (a directory's result is every question it holds), written complete to its directory."""
-    if o.store is not None:
-        questions, samples = o.store.tables()
-        record = o.store.record()
-    else:
-        questions = pd.concat(o.frames[0], ignore_index=True) if o.frames[0] else pd.DataFrame(columns=QUESTION_COLUMNS)
-        samples = pd.concat(o.frames[1], ignore_index=True) if o.frames[1] else pd.DataFrame(columns=SAMPLE_COLUMNS)
-        record = o.record
-    questions, samples = in_task_order(questions, samples, [q.question_id for q in o.job.task.questions])
-    result = RUN_KINDS["audit"](o.shard.protocol, o.shard.model_id, questions, samples, dict(o.job.task.data_identity),
-                                record=record, location=None if o.store is None else o.store.path)
-    if o.store is not None:
-        if not o.was_complete:
-            result.write_to(o.store)
-        o.store.finish(result.summary())
-        result = dataclasses.replace(result, record=o.store.record())
-    return result
+    plan = job.plan(shard)
+    slices = job.todo(shard, store)
+    return Opened(job, shard, record, store, slices, sum(b - a for _, a, b in plan), was_complete and not slices)
 
 
 def run_jobs(
-    jobs: Sequence[AuditJob], executor=None, *, progress: Callable[[int, int], None] | None = None,
+    jobs: Sequence[Job], executor: Executor | None = None, *, progress: Callable[[int, int, int], None] | None = None,
     on_done: Callable[[int, Any, float], None] | None = None,
 ) -> list:
-    """Run (or resume) every audit of ``jobs`` on ``executor``; return their results (audit runs) in order.
+    """Run (or resume) every job of ``jobs`` on ``executor``; return their runs in order.
+
+    In this process the jobs run one after another, each opened (its directory locked, its model loaded and
+    checked) when it starts; with workers, every job is opened first and their slices decode together.
 
     Args:
-        executor: None decodes in this process (a loaded model with its hooks live; a spec loaded here);
-            a :class:`~reachlens.runner.ProcessPool` or :class:`~reachlens.runner.RayExecutor` decodes the
-            slices in workers, each loading its own replica.
-        progress: ``progress(job index, questions finished)`` after each slice (and once at the start).
-        on_done: ``on_done(job index, result, seconds)`` as each job completes (its directory is complete
-            then); ``seconds`` is the time its slices took in the workers.
+        executor: who decodes the slices; None: :func:`executor_for` the first job's execution settings (this
+            process unless they ask for workers), closed again when the jobs are done.
+        progress: ``progress(job index, questions done, questions in all)`` after each slice (and once at the
+            start); a probe run counts each unit's questions.
+        on_done: ``on_done(job index, run, seconds)`` as each job completes (its directory is complete then);
+            ``seconds`` is the time its slices took in the workers.
     """
-    from reachlens.runner.executors import InProcessExecutor
-
     for job in jobs:  # before any model loads or directory opens
-        check_budget(job.protocol, job.exec_config.max_batch_rows)
-    in_process = executor is None
-    if in_process:
-        executor = InProcessExecutor({i: job.model for i, job in enumerate(jobs)
-                                      if not isinstance(job.model, (str, ModelSource))})
-    with contextlib.ExitStack() as stack:
-        opened = [_open(job, in_process, stack) for job in jobs]
-        results: list[Any] = [None] * len(opened)
-        for i, o in enumerate(opened):
-            if progress:
-                progress(i, o.n_done)
-            if not o.slices:
-                results[i] = _complete(i, o, on_done)
-        for r in executor.run([(o.shard, list(o.slices)) for o in opened]):
-            o = opened[r.job]
-            if o.store is not None:
-                o.store.append(r.questions, r.samples)
-            o.frames[0].append(r.questions)
-            o.frames[1].append(r.samples)
-            o.slices.remove(r.slice)
-            o.seconds += r.seconds
-            if progress:
-                progress(r.job, o.n_done)
-            if not o.slices:
-                results[r.job] = _complete(r.job, o, on_done)
+        job.check()
+    owned = executor is None
+    executor = executor_for(jobs[0].exec_config if jobs else ExecConfig()) if owned else executor
+    results: list[Any] = [None] * len(jobs)
+    try:
+        groups = [[i] for i in range(len(jobs))] if executor.in_process else [list(range(len(jobs)))]
+        for group in groups:
+            with contextlib.ExitStack() as stack:
+                opened = {i: _open(jobs[i], executor, stack) for i in group}
+                _drive(opened, executor, results, progress, on_done)
         return results
+    finally:
+        if owned:
+            executor.close()
 
 
-def _complete(i: int, o: _Open, on_done: Callable[[int, Any, float], None] | None):
-    result = _finish(o)
+def _drive(opened: dict[int, Opened], executor: Executor, results: list[Any],
+           progress: Callable[[int, int, int], None] | None, on_done: Callable[[int, Any, float], None] | None) -> None:
+    """Decode the slices of the ``opened`` jobs (by job index) on ``executor``, appending each as it finishes."""
+    order = list(opened)
+    for i, o in opened.items():
+        if progress:
+            progress(i, o.done, o.total)
+        if not o.slices:
+            results[i] = _complete(i, o, on_done)
+    for r in executor.run([(opened[i].shard, list(opened[i].slices)) for i in order]):
+        i = order[r.job]
+        o = opened[i]
+        key = r.slice[:2]
+        if o.store is not None:
+            o.store.append(key, r.tables)
+        o.parts[key] = r.tables
+        o.slices.remove(r.slice)
+        o.seconds += r.seconds
+        if progress:
+            progress(i, o.done, o.total)
+        if not o.slices:
+            results[i] = _complete(i, o, on_done)
+
+
+def _complete(i: int, o: Opened, on_done: Callable[[int, Any, float], None] | None):
+    result = o.job.finish(o)
     if on_done is not None:
         on_done(i, result, o.seconds)
     return result
-
-
-def iter_slices(shards: Sequence[tuple[ShardJob, Sequence[tuple[int, int]]]]) -> Iterator[tuple[int, tuple[int, int]]]:
-    """Every (job index, slice) of ``shards``, job by job (the order executors dispatch in)."""
-    for i, (_, slices) in enumerate(shards):
-        for s in slices:
-            yield i, s

@@ -1,6 +1,7 @@
-"""Ray executor: an audit's question slices decoded by Ray actors, each holding one model replica.
+"""Ray executor: a run's question slices (an audit's, a probe run's) decoded by Ray actors, each holding one
+model replica (:class:`~reachlens.runner.executor.Replica`).
 
-The driver (this process, :func:`~reachlens.runner.run_jobs`) keeps the audit directory and
+The driver (this process, :func:`~reachlens.runner.run_jobs`) keeps the run directory and
 its writer lock; the actors only decode. Each actor loads the checkpoint a slice needs (from a
 :class:`~reachlens.models.ModelSource`: the spec, on its own node; the engine on ``cuda``
 when the actor has a GPU, or vLLM) and keeps it while its next slices need the same checkpoint, so a
@@ -24,14 +25,15 @@ stops only a cluster it started itself (``ray.shutdown()``), never a machine-wid
 from __future__ import annotations
 
 import collections
+import dataclasses
 import os
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import pandas as pd
 
 from reachlens.errors import ReachlensError
-from reachlens.runner.jobs import ShardJob, SliceResult, prepare_worker, run_shard
+from reachlens.runner.executor import Executor, Replica, Shard, Shards, Slice, SliceResult, decode_timed
 
 __all__ = ["RayExecutor"]
 
@@ -39,7 +41,8 @@ _INSTALL = "install Ray: pip install 'reachlens[ray]'"
 
 
 class _ShardWorker:
-    """A Ray actor: one model replica at a time, decoding slices of any audit sent to it."""
+    """A Ray actor: one model replica at a time (:class:`~reachlens.runner.executor.Replica`), decoding slices of
+    any job sent to it."""
 
     def __init__(self, gpus: float = 0.0) -> None:
         from reachlens._verbosity import quiet_dependencies
@@ -47,36 +50,21 @@ class _ShardWorker:
         self.gpus = gpus
         self._quiet = quiet_dependencies()
         self._quiet.__enter__()
-        self.source = None
-        self.model = None
-        self.prepared: set[str] = set()
+        self.replica = Replica()
 
     def pid(self) -> tuple[int, str]:
         import ray
 
         return os.getpid(), ray.util.get_node_ip_address()
 
-    def run(self, job_id: str, job: ShardJob, start: int, stop: int) -> tuple[pd.DataFrame, pd.DataFrame, float]:
-        import time
-
-        t0 = time.perf_counter()
-        source = job.source
+    def run(self, job_id: str, shard: Shard, part: Slice) -> tuple[dict[str, pd.DataFrame], float]:
+        source = shard.source
         if source.backend == "engine" and self.gpus and source.device == "cpu" and source.device_map is None:
-            import dataclasses
-
             source = dataclasses.replace(source, device="cuda")
-        if source != self.source:
-            self.model, self.source, self.prepared = None, None, set()
-            self.model = source.load()
-            self.source = source
-        if job_id not in self.prepared:
-            prepare_worker(self.model, job)
-            self.prepared.add(job_id)
-        q_df, s_df = run_shard(self.model, job, start, stop)
-        return q_df, s_df, time.perf_counter() - t0
+        return decode_timed(self.replica.model_for(shard, job_id, source), shard, part)
 
 
-class RayExecutor:
+class RayExecutor(Executor):
     """Send an audit's slices to ``workers`` Ray actors; use as ``audit(..., executor=RayExecutor())``.
 
     Args:
@@ -154,20 +142,14 @@ class RayExecutor:
             ray.shutdown()
             self._owns_cluster = False
 
-    def __enter__(self) -> RayExecutor:
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.close()
-
     def _event(self, kind: str, **info: Any) -> None:
         if self.on_event is not None:
             self.on_event(kind, info)
 
     # --- scheduling --------------------------------------------------------------------------------
-    def run(self, shards: Sequence[tuple[ShardJob, Sequence[tuple[int, int]]]]) -> Iterator[SliceResult]:
+    def run(self, shards: Shards) -> Iterator[SliceResult]:
         """Decode every slice of every job on the actors; yield each :class:`SliceResult` as it finishes."""
-        if any(job.source is None for job, slices in shards if slices):
+        if any(shard.source is None for shard, slices in shards if slices):
             raise ReachlensError("Ray workers load each model from its spec; pass the spec (or a model loaded by "
                                  "reachlens.load_model), not a model made another way")
         queue = collections.deque((i, s) for i, (_, slices) in enumerate(shards) for s in slices)
@@ -201,10 +183,10 @@ class _RayRun:
 
     def __init__(self, pool: RayExecutor, ray, shards, queue: collections.deque) -> None:
         self.pool, self.ray, self.shards, self.queue = pool, ray, shards, queue
-        self.refs = [ray.put(job) for job, _ in shards]
+        self.refs = [ray.put(shard) for shard, _ in shards]
         self.keys = [f"{pool._runs}.{i}" for i in range(len(shards))]  # a worker prepares each job once
         self.starting: dict[Any, int] = {}  # pid() ref -> actor
-        self.running: dict[Any, tuple[int, int, tuple[int, int]]] = {}  # run() ref -> (actor, job, slice)
+        self.running: dict[Any, tuple[int, int, Slice]] = {}  # run() ref -> (actor, job, slice)
         self.idle: list[int] = list(pool._actors)  # the pool outlives one run: its models stay loaded
         self.attempts: collections.Counter = collections.Counter()
         self.failed_starts = 0
@@ -226,10 +208,10 @@ class _RayRun:
             i, s = self.queue[pick]
             del self.queue[pick]
             pool._holds[a] = self.shards[i][0].source
-            self.running[pool._actors[a].run.remote(self.keys[i], self.refs[i], *s)] = (a, i, s)
+            self.running[pool._actors[a].run.remote(self.keys[i], self.refs[i], s)] = (a, i, s)
             pool._event("start", worker=a, job=i, slice=s)
 
-    def died(self, a: int, err: BaseException, lost: tuple[int, tuple[int, int]] | None) -> None:
+    def died(self, a: int, err: BaseException, lost: tuple[int, Slice] | None) -> None:
         pool = self.pool
         pool._actors.pop(a, None)
         pool._holds.pop(a, None)
@@ -242,7 +224,7 @@ class _RayRun:
             pool._event("died", worker=a, job=lost[0], slice=lost[1], attempt=self.attempts[lost], error=str(err))
             if self.attempts[lost] >= pool.max_attempts:
                 raise ReachlensError(
-                    f"questions {lost[1][0]}..{lost[1][1] - 1} failed on {self.attempts[lost]} workers (last: "
+                    f"questions {lost[1][1]}..{lost[1][2] - 1} failed on {self.attempts[lost]} workers (last: "
                     f"{type(err).__name__}); the finished ones are saved, re-run the same command to resume"
                 )
             self.queue.appendleft(lost)
@@ -269,7 +251,7 @@ class _RayRun:
             return None
         a, i, s = self.running.pop(ref)
         try:
-            q_df, s_df, seconds = ray.get(ref)
+            tables, seconds = ray.get(ref)
         except _actor_errors(ray) as err:
             self.died(a, err, (i, s))
             return None
@@ -280,7 +262,7 @@ class _RayRun:
             raise
         self.idle.append(a)
         self.pool._event("done", worker=a, job=i, slice=s)
-        return SliceResult(i, s, q_df, s_df, seconds)
+        return SliceResult(i, s, tables, seconds)
 
 
 def _actor_errors(ray) -> tuple[type[BaseException], ...]:

@@ -13,7 +13,6 @@ answer. O_K (some candidate is correct) is the ceiling a selector is measured ag
 """
 
 from reachlens.selectors.bank import (
-    BANK_COLUMNS,
     SELECTION_COLUMNS,
     SelectionGap,
     answer_blind,
@@ -26,7 +25,6 @@ from reachlens.selectors.rules import DEFAULT_WINDOW, SELECTORS, Pool, Selector,
 from reachlens.selectors.verification import VERIFICATION_PROMPTS, VerificationPrompt, verification_scores
 
 __all__ = [
-    "BANK_COLUMNS",
     "DEFAULT_WINDOW",
     "Pool",
     "SELECTION_COLUMNS",

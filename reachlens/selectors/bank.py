@@ -1,9 +1,10 @@
 """The selectors over a candidate bank: per-question selections, accuracies with intervals, the selection gap.
 
-A **bank** is a DataFrame with one row per candidate: ``question_id``, ``candidate_idx`` (the candidate's
-index within its question), ``answer`` (None where none was extracted), ``correct``, ``scored``, and the
-columns its selectors read (:mod:`reachlens.selectors.rules`). An audit's samples, a routing run's route
-evaluations and a probe run's candidates are banks.
+A **bank** is a DataFrame with one row per candidate, holding :data:`~reachlens.records.SELECTOR_COLUMNS`
+(``question_id``, ``candidate_idx``: the candidate's index within its question, ``answer``: None where none was
+extracted, ``correct``, ``scored``: five of the candidate columns every study writes,
+:data:`~reachlens.records.CANDIDATE_COLUMNS`) and the columns its selectors read (:mod:`reachlens.selectors.rules`).
+An audit's samples, a routing run's route evaluations and a probe run's candidates are banks.
 
 Per question, a selection's ``correct`` is 1.0 or 0.0, or the mean over the tied answers for a ``majority``
 tie (the expected correctness under a uniform tie-break), or NaN when the question has no graded candidate
@@ -27,16 +28,14 @@ import numpy as np
 import pandas as pd
 
 from reachlens.errors import ReachlensError
+from reachlens.records import SELECTOR_COLUMNS
 from reachlens.selectors.rules import SELECTORS, Pool, Selector
 from reachlens.stats import N_BOOT, paired_bootstrap_ci, wilson_interval
 
 __all__ = [
-    "BANK_COLUMNS", "SELECTION_COLUMNS", "SelectionGap", "answer_blind", "reachable", "select", "selection_gap",
+    "SELECTION_COLUMNS", "SelectionGap", "answer_blind", "reachable", "select", "selection_gap",
     "selector_table",
 ]
-
-BANK_COLUMNS = ("question_id", "candidate_idx", "answer", "correct", "scored")
-"""The columns every bank holds."""
 
 SELECTION_COLUMNS = ["question_id", "selected_answer", "correct", "n_candidates", "candidate_idx", "n_tied"]
 """:func:`select`'s table: the answer chosen (the first of the tied answers of a ``majority`` tie), its
@@ -45,7 +44,7 @@ and the index of the one chosen (NA when nothing or a tie was chosen)."""
 
 
 def _check_bank(bank: pd.DataFrame, selector: Selector | None = None) -> None:
-    missing = [c for c in BANK_COLUMNS if c not in bank.columns]
+    missing = [c for c in SELECTOR_COLUMNS if c not in bank.columns]
     if missing:
         raise ReachlensError(f"a candidate bank needs the column(s) {missing}; it has {list(bank.columns)}")
     if selector is not None and not any(all(c in bank.columns for c in alt) for alt in selector.needs):

@@ -6,6 +6,7 @@ than an undefined number)."""
 from __future__ import annotations
 
 import csv
+import hashlib
 import json
 import math
 import os
@@ -21,7 +22,8 @@ from reachlens.errors import DISK_FULL, MissingFileError, ReachlensError, disk_f
 from reachlens.escape import csv_safe
 
 __all__ = [
-    "TEMP_RE", "fsync_dir", "json_text", "read_json", "read_parquet", "single_name", "write_csv", "write_durably",
+    "TEMP_RE", "fsync_dir", "json_text", "read_json", "read_parquet", "rerun_name", "single_name", "write_csv",
+    "write_durably",
     "write_json", "write_parquet",
 ]
 
@@ -56,6 +58,25 @@ def single_name(name: Any, what: str) -> str:
         raise ReachlensError(f"{what} {name!r} is not a plain folder name (no '/', '\\', '..' or absolute path); a "
                              "run's names are single path components: rename it")
     return name
+
+
+def rerun_name(name: str, change: Mapping[str, Any]) -> str:
+    """The directory name of ``name`` rerun with ``change``: ``name--field=value--...`` in field order; a
+    question subset is written as its size and the first 8 hex digits of its ids' SHA-256.
+
+    >>> rerun_name("grpo", {"temperature": 0.6, "questions": ["arith-3", "arith-7"]})
+    'grpo--questions=2q-e8a52b11--temperature=0.6'
+    """
+    parts = [name]
+    for key in sorted(change):
+        value = change[key]
+        if key == "questions":
+            ids = sorted(value)
+            value = f"{len(ids)}q-{hashlib.sha256(chr(10).join(ids).encode()).hexdigest()[:8]}"
+        elif isinstance(value, float):
+            value = f"{value:g}"
+        parts.append(f"{key}={value}")
+    return "--".join(parts)
 
 
 def _temp_name(path: Path) -> Path:

@@ -11,10 +11,11 @@
     model                    the model's identity (spec, fingerprint); a run over several models maps each role
     data                     the task's data identity (file hash, or generator and seed)
     exec                     the execution settings that can change a result (reachlens.execution.RECORDED)
+    children                 the runs a run is made of, by name: paths relative to its directory, inside its tree
     reachlens_version, command
 
 Kind, protocol, options, model, data and exec are the run's identity: a directory holding a run is never
-written with another (:func:`run_differences` names what differs). Status, times, version and command
+written with another (:func:`run_differences` names what differs). Status, times, children, version and command
 describe it. :meth:`RunRecord.from_dict` is the one place a stored record is read and checked.
 """
 
@@ -40,12 +41,14 @@ __all__ = [
 ]
 
 FORMAT = "reachlens-run"
-FORMAT_VERSION = 2
+FORMAT_VERSION = 3
 """The version of the run format. 1: ``format_version``, ``status``, ``started``/``finished`` and ``exec`` in
 ``run.json``, every table a parquet file, one directory rule for reruns. 2: a training study's prompt-format
 control is a rerun at ``k=1`` (``audits/NAME--k=1--prompt_format=FMT``, was the K-sample
-``NAME--prompt_format=FMT``). Directories written before are rewritten by ``reachlens convert``
-(:mod:`reachlens.store.convert`)."""
+``NAME--prompt_format=FMT``). 3: one candidate table (``candidate_idx`` and ``n_tokens`` in every study's
+candidates), a routing run's ``realized`` a boolean beside ``deployed_scored``, ``children`` (relative) in place of
+absolute audit paths, parts named ``U.S.TABLE.parquet``, every protocol field written, ``extended_k``.
+Directories written before are rewritten by ``reachlens convert`` (:mod:`reachlens.store.convert`)."""
 STATUSES = ("running", "complete", "failed", "interrupted")
 """A run's status: ``running`` while (or, after a ``kill -9``, as if) a writer writes it; ``complete`` once its
 summary is written; ``failed`` when an error stopped it; ``interrupted`` when it was stopped (Ctrl-C), or
@@ -113,6 +116,9 @@ class RunRecord:
     """When it completed, failed or was interrupted (None while it runs)."""
     extra: dict[str, Any] = field(default_factory=dict)
     """Descriptive fields that are not part of the run's identity (task source, question count, rerun of)."""
+    children: dict[str, str] = field(default_factory=dict)
+    """The runs this run is made of (:meth:`reachlens.store.Run.children`), by name: each directory's path relative
+    to this run's, inside its tree (:meth:`reachlens.store.RunDir.inside`)."""
 
     def __post_init__(self) -> None:
         if self.kind not in RUN_KINDS:
@@ -142,7 +148,7 @@ class RunRecord:
             "protocol": None if self.protocol is None else self.protocol.to_dict(),
             "protocol_hash": None if self.protocol is None else self.protocol.hash,
             "options": dict(self.options), "model": dict(self.model), "data": self.data,
-            "exec": None if self.exec is None else dict(self.exec),
+            "exec": None if self.exec is None else dict(self.exec), "children": dict(self.children),
             "reachlens_version": self.reachlens_version,
             "command": None if self.command is None else list(self.command), **self.extra,
         }
@@ -161,7 +167,7 @@ class RunRecord:
                 f"{where} is in run format {version if version is not None else 0}, this reachlens reads "
                 f"{FORMAT_VERSION}; rewrite it with `reachlens convert DIR`")
         own = {"format", "format_version", "kind", "status", "started", "finished", "protocol", "protocol_hash",
-               "options", "model", "data", "exec", "reachlens_version", "command"}
+               "options", "model", "data", "exec", "children", "reachlens_version", "command"}
         _check_types(d, where)
         p = d.get("protocol")
         try:
@@ -172,7 +178,7 @@ class RunRecord:
                 reachlens_version=d.get("reachlens_version"),
                 command=None if d.get("command") is None else tuple(d["command"]),
                 status=d["status"], started=d.get("started"), finished=d.get("finished"),
-                extra={k: v for k, v in d.items() if k not in own},
+                extra={k: v for k, v in d.items() if k not in own}, children=dict(d["children"]),
             )
         except (ReachlensError, TypeError) as err:
             raise ReachlensError(f"{where} holds an unreadable run record ({err})") from None
@@ -181,7 +187,8 @@ class RunRecord:
 _TYPES: dict[str, tuple[type, ...]] = {
     "kind": (str,), "status": (str,), "model": (dict,), "started": (str, type(None)), "finished": (str, type(None)),
     "protocol": (dict, type(None)), "options": (dict, type(None)), "data": (dict, type(None)),
-    "exec": (dict, type(None)), "reachlens_version": (str, type(None)), "command": (list, type(None)),
+    "exec": (dict, type(None)), "children": (dict,), "reachlens_version": (str, type(None)),
+    "command": (list, type(None)),
 }
 
 
@@ -212,6 +219,9 @@ def _check_types(d: Mapping[str, Any], where: str) -> None:
     for i, word in enumerate(d.get("command") or ()):
         if not isinstance(word, str):
             raise _bad(where, f"command[{i}]", word, "a string")
+    for key, value in d["children"].items():
+        if not isinstance(value, str):
+            raise _bad(where, f"children.{key}", value, "a relative path (a string)")
     for key, value in (d.get("exec") or {}).items():
         if not isinstance(value, _SCALAR):
             raise _bad(where, f"exec.{key}", value, "a string or a number")
@@ -260,8 +270,8 @@ def run_differences(
     header = stored.to_dict() if isinstance(stored, RunRecord) else stored
     diffs: dict[str, tuple[Any, Any]] = {}
     notes: list[str] = []
-    if kind is not None and header.get("kind", "audit") != kind:
-        diffs["kind"] = (header.get("kind", "audit"), kind)
+    if kind is not None and header.get("kind") != kind:
+        diffs["kind"] = (header.get("kind"), kind)
     if protocol is not None:
         if header.get("protocol") is None:
             diffs["protocol"] = (None, protocol.to_dict())
@@ -273,14 +283,10 @@ def run_differences(
         diffs.update(_model_diffs(header.get("model") or {}, model))
     if data is not None:
         diffs.update(_data_diffs(header.get("data"), data, notes))
-    if exec is not None:
-        if header.get("exec") is None:
-            notes.append("it was written before reachlens recorded its execution settings (dtype, device, batch "
-                         "rows), so they cannot be checked")
-        else:
-            stored_exec = header["exec"]
-            diffs.update({f"exec.{key}": (stored_exec.get(key), exec.get(key)) for key in sorted(set(stored_exec) & set(exec))
-                          if "unknown" not in (stored_exec[key], exec[key]) and stored_exec[key] != exec[key]})
+    if exec is not None and header.get("exec") is not None:  # a run that decodes nothing records none
+        stored_exec = header["exec"]
+        diffs.update({f"exec.{key}": (stored_exec.get(key), exec.get(key)) for key in sorted(set(stored_exec) & set(exec))
+                      if "unknown" not in (stored_exec[key], exec[key]) and stored_exec[key] != exec[key]})
     return diffs, notes
 
 
@@ -305,8 +311,7 @@ def _model_diffs(stored: Mapping[str, Any], model: Mapping[str, Any]) -> dict[st
 
 def _data_diffs(stored: Mapping[str, Any] | None, data: Mapping[str, Any], notes: list[str]) -> dict[str, tuple[Any, Any]]:
     if not stored:
-        notes.append("it was written before reachlens recorded data identity (or of a task not made by load_task), "
-                     "so its data file cannot be checked")
+        notes.append("it records no data identity (a task not made by load_task), so its data cannot be checked")
         return {}
     if not data:
         notes.append("the task given records no data identity (it was not made by load_task), so its data cannot "

@@ -15,27 +15,32 @@ inspect_ai's ``EvalLog`` is the model: one log type with a format version and a 
 
 Adding a kind of run
 --------------------
-1. Write its class where the study lives, deriving from :class:`Run`, with a class attribute ``kind``
-   (the name ``run.json`` records), a ``record`` (a :class:`RunRecord` of that kind: protocol, model
-   identity, data identity, the study's options), ``summary()`` and ``tables()``.
-2. Give it ``read(cls, run: RunDir)``: rebuild it from the record (``run.record()``) and the tables
-   (``run.read_table(name)``); list in ``record_fields`` what it reads of the record's options (so a damaged
-   record is one line), and join a path a record names only through :func:`~reachlens.store.single_name` or
-   :meth:`RunDir.inside`. The default :meth:`Run.save` writes ``tables()`` as ``NAME.parquet``; override
-   :meth:`Run.write_to` for a run that holds more (sub-runs in sub-directories, written with their own
-   ``save``), and set ``dir_class`` for a directory with parts of its own (:class:`~reachlens.store.AuditDir`).
+1. Write its class where the study lives: a frozen dataclass deriving from :class:`Run`, with a class attribute
+   ``kind`` (the name ``run.json`` records), its fields (its tables, the runs it is made of), ``summary()`` and
+   ``tables()``. :class:`Run` owns ``record`` and ``location``: give the class :meth:`Run.make_record` (its record
+   from its fields, for a run made in Python) or always construct it with ``record=``; a run made of runs lists
+   them in :meth:`Run.children` (a comparison's two audits), and :meth:`Run.save` writes each one inside the run
+   (or, when it is already inside the same tree of runs, records where it is) with a relative path.
+2. Give it ``read(cls, run: RunDir)``: rebuild it from the record (``run.record()``), the tables
+   (``run.read_table(name)``) and its children (:meth:`Run.read_child`); list in ``record_fields`` what it reads of
+   the record (so a damaged record is one line), and join any other path a record names only through
+   :func:`~reachlens.store.single_name` or :meth:`RunDir.inside`. Override :meth:`Run.write_to` for a run that
+   holds more than its tables, and set ``dir_class`` for a directory with parts of its own
+   (:class:`~reachlens.store.PartsDir`).
 3. Decorate the class with :func:`register_kind` and import its module from ``reachlens/__init__.py`` (so
    the registry knows the kind whenever reachlens is imported). ``reachlens show`` and ``reachlens report``
    then read it; the report renders it by its kind (:mod:`reachlens.report`), with a generic page until
-   the kind registers a view of its own there.
+   the kind registers a view of its own there. A change of what it stores is one step of
+   :mod:`reachlens.store.convert`.
 4. Add the kind to the test that reads every kind back (``tests/store/test_runs.py``).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -44,25 +49,42 @@ import pandas as pd
 from reachlens.errors import ReachlensError
 from reachlens.protocol import Protocol
 from reachlens.store.kinds import RUN_KINDS, register_kind
-from reachlens.store.files import read_json
+from reachlens.store.files import read_json, single_name
 from reachlens.store.record import FORMAT, RunRecord, check_fields
 from reachlens.store.run_dir import RUN_FILE, RunDir
 
 __all__ = ["RUN_KINDS", "RecordedProtocol", "Run", "RunInfo", "list_runs", "read_run", "register_kind"]
 
 
+@dataclass(frozen=True)
 class Run:
-    """The base of every kind of run (a mixin: subclasses are frozen dataclasses with a ``record``)."""
+    """The base of every kind of run: a frozen dataclass that owns the run's ``record`` and ``location`` (keyword
+    fields, after a kind's own)."""
 
     kind: ClassVar[str]
     """The kind ``run.json`` records (the registry's key)."""
     dir_class: ClassVar[type[RunDir]] = RunDir
     """The directory class its runs are written with."""
     record_fields: ClassVar[dict[str, tuple[type, ...]]] = {}
-    """What :meth:`read` needs of the record beyond its common fields: dotted paths (``options.base_dir``) and their
-    types (:func:`~reachlens.store.record.check_fields`), checked by :func:`read_run` before it reads."""
-    record: RunRecord
-    """What made the run (``run.json``)."""
+    """What :meth:`read` needs of the record beyond its common fields: dotted paths (``options.k_cut``,
+    ``children.base``) and their types (:func:`~reachlens.store.record.check_fields`), checked by :func:`read_run`
+    before it reads."""
+    record: RunRecord | None = field(default=None, kw_only=True, repr=False, compare=False)
+    """What made the run (``run.json``); :meth:`make_record` when not given."""
+    location: Path | None = field(default=None, kw_only=True, compare=False)
+    """The directory it was read from or written to (None: in memory only)."""
+
+    def __post_init__(self) -> None:
+        if self.record is None:
+            object.__setattr__(self, "record", self.make_record())
+
+    def make_record(self) -> RunRecord:
+        """The record of a run made in Python from its fields (a kind that can be made so overrides it)."""
+        raise ReachlensError(f"a {self.kind} run is made with its record (record=...)")
+
+    def children(self) -> dict[str, Run]:
+        """The runs this run is made of, by name (a single folder name): saved inside it by :meth:`save`."""
+        return {}
 
     def summary(self) -> dict[str, Any]:
         """The run's headline numbers (what ``summary.json`` holds)."""
@@ -78,11 +100,23 @@ class Run:
         return self.tables()
 
     def save(self, path: str | os.PathLike) -> Path:
-        """Write the run to the run directory ``path`` (complete); return its path. A directory holding another
-        run is refused naming what differs; one holding this run is completed (a resumed run)."""
+        """Write the run to the run directory ``path`` (complete); return its path. Each of its :meth:`children` is
+        recorded by its path relative to ``path``: where it is when that is inside the same tree of runs (the
+        outermost run directory holding ``path``), else saved into ``path/NAME`` first. A directory holding
+        another run is refused naming what differs; one holding this run is completed (a resumed run)."""
         run = self.dir_class(path)
+        record = self.record
+        kids = self.children()
+        if kids:
+            placed = _placed(Path(path), kids)
+            record = dataclasses.replace(record, children={name: rel for name, (rel, _) in placed.items()})
+            inside = {name: child for name, (_, child) in placed.items() if child is not None}
+            if inside:
+                run.begin(record)  # a run directory before its children are written inside it
+                for name, child in inside.items():
+                    child.save(run.path / name)
         with run.writer():
-            run.start(self.record)
+            run.start(record)
             self.write_to(run)
             run.finish(self.summary())
         return run.path
@@ -97,12 +131,12 @@ class Run:
         """The run stored in ``run`` (a directory of this kind)."""
         raise NotImplementedError
 
-    @classmethod
-    def upgrade(cls, path: Path, header: dict[str, Any], version: int) -> dict[str, Any]:
-        """Bring the layout of a directory of this kind from run format ``version`` to ``version + 1``; return its
-        record (:mod:`reachlens.store.convert` calls it once per version, oldest first, after giving a format-0
-        record today's fields). Default: nothing of the kind changed."""
-        return header
+    @staticmethod
+    def read_child(run: RunDir, name: str) -> Any:
+        """The child ``name`` of the run in ``run`` (its record's ``children``), read where the record says, inside
+        the run's tree (:meth:`RunDir.inside`)."""
+        relative = run.record().children.get(name)
+        return read_run(run.inside(relative, f"child {name!r}"))
 
     @classmethod
     def load(cls, path: str | os.PathLike):
@@ -112,6 +146,29 @@ class Run:
             raise ReachlensError(f"{str(path)!r} holds {_a(run.kind)} run, not {_a(cls.kind)} run; read it with "
                                  f"`reachlens show {path}`")
         return run
+
+
+def _tree(path: Path) -> Path:
+    """The outermost run directory holding ``path`` (``path`` itself when none does)."""
+    tree = path.resolve()
+    for parent in tree.parents:
+        if (parent / RUN_FILE).is_file():
+            tree = parent
+    return tree
+
+
+def _placed(path: Path, kids: dict[str, Run]) -> dict[str, tuple[str, Run | None]]:
+    """Each child's path relative to ``path``, and the child itself when it must be saved into ``path/NAME``."""
+    tree, here = _tree(path), path.resolve()
+    out: dict[str, tuple[str, Run | None]] = {}
+    for name, child in kids.items():
+        single_name(name, "child name")
+        where = None if child.location is None else Path(child.location).resolve()
+        if where is not None and where.is_relative_to(tree) and (where / RUN_FILE).is_file():
+            out[name] = (os.path.relpath(where, here), None)
+        else:
+            out[name] = (name, child)
+    return out
 
 
 class RecordedProtocol:

@@ -1,5 +1,7 @@
 """Run directories: what every run leaves on disk, in one format, owned by one class.
 
+One module (about 420 lines) because create, lock, resume, rewrite and refuse act on the same directory state.
+
 Layout of every run (an audit, a comparison, a routing run, a recognition run, a causal sweep, a control, a
 training study)::
 
@@ -9,8 +11,9 @@ training study)::
     DIR/*.parquet       its typed tables (:mod:`reachlens.records`), raw text kept for re-scoring
     DIR/.lock           while a writer runs: its pid (see :mod:`reachlens.store.lock`)
 
-An audit adds ``parts/`` (its finished batches while it runs; :class:`~reachlens.store.AuditDir`); a run made
-of runs (a training study, a control) holds them in sub-directories, each a run directory itself.
+A run the runner writes adds ``parts/`` (its finished slices while it runs; :class:`~reachlens.store.PartsDir`); a
+run made of runs (a training study, a comparison, a control) holds them in sub-directories, each a run directory
+itself, or names them by paths relative to it inside the same tree (``children``).
 
 Safety rules, because a run takes hours and ``out=`` is typed by hand:
 
@@ -118,19 +121,13 @@ class RunDir:
             what = "is a file" if self.path.exists() else "does not exist"
             raise MissingFileError(f"{self._what} {str(self.path)!r} {what}")
         if not self.exists():
-            self._refuse_older()
-            raise MissingFileError(f"{str(self.path)!r} is not a reachlens run directory (no {RUN_FILE})")
+            raise MissingFileError(f"{str(self.path)!r} is not a reachlens run directory (no {RUN_FILE}; one an older "
+                                   f"reachlens wrote is rewritten by `reachlens convert {self.path}`)")
         record = RunRecord.from_dict(read_json(self.header_path, "run record"), where=repr(str(self.header_path)))
         if self.kind is not None and record.kind != self.kind:
             raise ReachlensError(f"{str(self.path)!r} holds a {record.kind} run, not an {self.kind}; "
                                  f"read it with `reachlens show {self.path}`")
         return record
-
-    def _refuse_older(self) -> None:
-        """Refuse, naming ``reachlens convert``, a directory an older reachlens wrote before ``run.json``."""
-        if any((self.path / old).is_file() for old in ("protocol.json", "study.json")):
-            raise ReachlensError(f"{str(self.path)!r} was written by an older reachlens (no {RUN_FILE}); rewrite it "
-                                 f"with `reachlens convert {self.path}`")
 
     def inside(self, relative: Any, what: str) -> Path:
         """``DIR / relative`` (a path a record holds: a control's reruns), refused in one line unless it is relative
@@ -174,11 +171,11 @@ class RunDir:
             return
         foreign = sorted(p.name for p in self.path.iterdir() if p.name != LOCK_NAME and not TEMP_RE.fullmatch(p.name))
         if foreign:
-            self._refuse_older()
             shown = ", ".join(foreign[:5]) + (", ..." if len(foreign) > 5 else "")
             raise ReachlensError(
                 f"{str(self.path)!r} is not empty ({shown}) and is not a reachlens run directory (no {RUN_FILE}); "
-                "choose a new or empty directory (nothing in it was touched)"
+                "choose a new or empty directory (nothing in it was touched; a run an older reachlens wrote is "
+                f"rewritten by `reachlens convert {self.path}`)"
             )
 
     def check_run(self, record: RunRecord, *, what: str | None = None) -> None:
@@ -243,17 +240,13 @@ class RunDir:
             raise ProtocolMismatch({"kind": (stored.kind, record.kind)}, what=f"{str(self.path)!r} holds another kind "
                                    "of run", fix=fix_for({"kind": None}))
         self.check_run(record)
-        model = stored.model
-        if model.get("fingerprint") != record.model.get("fingerprint") and \
-                "unknown" not in (model.get("fingerprint"), record.model.get("fingerprint")):
-            # the same model, recognized by the fingerprint of reachlens before full hashing: record its full
-            # identity, so the summary and the header name one fingerprint
-            model = dict(record.model)
-        exec_ = stored.exec if stored.exec is not None else record.exec  # a converted run records its own now
-        # the descriptive fields are this writer's (where its reruns are, what it reran), the rest the first run's
-        resumed = RunRecord(stored.kind, stored.protocol, model, stored.data, stored.options, exec_,
+        # the descriptive fields are this writer's (where its reruns and children are, what it reran), the rest the
+        # first run's; an execution setting it records as unknown is recorded as this writer knows it
+        exec_ = None if stored.exec is None else {
+            key: (record.exec or {}).get(key, value) if value == "unknown" else value for key, value in stored.exec.items()}
+        resumed = RunRecord(stored.kind, stored.protocol, stored.model, stored.data, stored.options, exec_,
                             stored.reachlens_version, stored.command, "running", stored.started, None,
-                            {**stored.extra, **record.extra})
+                            {**stored.extra, **record.extra}, record.children or stored.children)
         write_json(self.header_path, resumed.to_dict())
         self._started_here = True
 
@@ -274,9 +267,6 @@ class RunDir:
         """Write ``DIR/{name}.parquet`` (durably). Call inside :meth:`writer`."""
         self._require_lock()
         write_parquet(self.path / f"{name}.parquet", df)
-
-    def has_table(self, name: str) -> bool:
-        return (self.path / f"{name}.parquet").is_file()
 
     def read_table(self, name: str) -> pd.DataFrame:
         """``DIR/{name}.parquet``; a missing table is a one-line error naming it."""

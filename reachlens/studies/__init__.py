@@ -1,23 +1,30 @@
-"""Studies: each a run (:class:`reachlens.store.Run`) built from the runner: the audit (realized vs reachable),
-re-scoring, the comparison of two audits, the controls, the training study, recognition and the causal sweeps."""
+"""Studies: each a run (:class:`reachlens.store.Run`) built from the runner: the audit (realized vs reachable; a
+job of the runner, :class:`AuditJob`), its reruns, re-scoring, the comparison of two audits, the controls, the
+training study, recognition and the causal sweeps."""
 
-from reachlens.runner import grade_questions
-from reachlens.studies.auditing import AuditResult, audit
+from reachlens.store import rerun_name
+from reachlens.studies.audit_job import AuditJob, AuditShard, audit
+from reachlens.studies.auditing import AuditResult
 from reachlens.studies.causal import CausalResult
 from reachlens.studies.compare import Comparison, compare, propensity_bins
 from reachlens.studies.controls import LengthControl, TemperatureControl, length_control, temperature_control
 from reachlens.studies.metrics import budget_grid, pass_at_k, pass_at_k_curve
 from reachlens.studies.recognition import RecognitionResult
+from reachlens.studies.reruns import CHANGES, PlannedRerun, plan_rerun, require_audited_with, rerun, run_reruns
 from reachlens.studies.rescore import rescore
 from reachlens.studies.study_plan import StudyPlan
 from reachlens.studies.study_view import StudyView
 from reachlens.studies.training_audit import TrainingAudit, run_training_audit
 
 __all__ = [
+    "AuditJob",
     "AuditResult",
+    "AuditShard",
+    "CHANGES",
     "CausalResult",
     "Comparison",
     "LengthControl",
+    "PlannedRerun",
     "RecognitionResult",
     "StudyPlan",
     "StudyView",
@@ -26,12 +33,16 @@ __all__ = [
     "audit",
     "budget_grid",
     "compare",
-    "grade_questions",
     "length_control",
     "pass_at_k",
     "pass_at_k_curve",
+    "plan_rerun",
     "propensity_bins",
+    "require_audited_with",
+    "rerun",
+    "rerun_name",
     "rescore",
+    "run_reruns",
     "run_training_audit",
     "temperature_control",
 ]

@@ -10,8 +10,10 @@ Samples the grader could not decide (``scored=False``: a math-verify timeout) ar
 they count neither as correct nor as wrong, and pass@k uses the number of graded samples as n.
 
 The audit is a run of kind ``audit`` (:class:`AuditResult`). It is decoded and graded by the runner
-(:func:`reachlens.runner.run_jobs`, which asks :mod:`reachlens.engine` for every completion); it never
-decodes itself. Hooks the caller attached to the model (``with model.hooks(...)``) are live throughout, so
+(:class:`~reachlens.studies.AuditJob` on :func:`reachlens.runner.run_jobs`, which asks :mod:`reachlens.engine` for
+every completion); it never decodes itself. Its directory holds a part per finished slice while it runs
+(:class:`~reachlens.store.PartsDir`); a question is finished only with all its K samples (:func:`~reachlens.store.audit_tables`: a
+resume redoes one that lacks them, and a complete audit lacking them is refused when read, naming it). Hooks the caller attached to the model (``with model.hooks(...)``) are live throughout, so
 an audit of an ablated model is this same function called inside the ablation's context.
 """
 
@@ -20,52 +22,56 @@ from __future__ import annotations
 import dataclasses
 import functools
 import math
-from collections.abc import Callable
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any, ClassVar
 
 import pandas as pd
 
 from reachlens.errors import ReachlensError
-from reachlens.execution import ExecConfig
 from reachlens.protocol import Protocol
 from reachlens.records import update_question_table
-from reachlens.runner import AuditJob, run_jobs
 from reachlens.selectors import SelectionGap, select, selection_gap
 from reachlens.stats import wilson_interval
-from reachlens.store import AuditDir, Run, RunDir, RunRecord, register_kind
+from reachlens.store import PartsDir, Run, RunDir, RunRecord, audit_tables, register_kind
 from reachlens.studies.metrics import budget_grid, pass_at_k_curve
-from reachlens.tasks.base import Task
 
-__all__ = ["AuditResult", "audit"]
+__all__ = ["AuditResult"]
 
 
 @register_kind
 @dataclass(frozen=True)
 class AuditResult(Run):
-    """Everything one audit produced (a run of kind ``audit``). Tables keep raw text so it can be re-scored."""
+    """Everything one audit produced (a run of kind ``audit``): its record (protocol, model, data identity) and its
+    tables. Tables keep raw text so it can be re-scored."""
 
     kind: ClassVar[str] = "audit"
     record_fields: ClassVar[dict[str, tuple[type, ...]]] = {"protocol": (dict,)}
-    dir_class: ClassVar[type[RunDir]] = AuditDir
+    dir_class: ClassVar[type[RunDir]] = PartsDir
 
-    protocol: Protocol
-    model: dict[str, str | None]
-    """The identity of the model audited (spec, fingerprint, revision: None for a local folder)."""
     questions: pd.DataFrame = field(repr=False)
     samples: pd.DataFrame = field(repr=False)
-    data: dict[str, Any] = field(default_factory=dict)
-    """The data identity of the task audited (see :mod:`reachlens.tasks.base`); empty when unknown
-    (an audit of a hand-made task)."""
-    record: RunRecord | None = field(default=None, repr=False, compare=False)
-    """What made it (``run.json``); made from the fields above when not given."""
-    location: Path | None = field(default=None, compare=False)
-    """The directory it was read from or written to (None: in memory only)."""
 
-    def __post_init__(self) -> None:
-        if self.record is None:
-            object.__setattr__(self, "record", RunRecord.new("audit", self.protocol, self.model, self.data or None))
+    @classmethod
+    def new(cls, protocol: Protocol, model: dict[str, Any], questions: pd.DataFrame, samples: pd.DataFrame,
+            data: dict[str, Any] | None = None) -> AuditResult:
+        """An audit made in Python from its tables: its record from ``protocol``, ``model`` and ``data``."""
+        return cls(questions, samples, record=RunRecord.new("audit", protocol, model, data or None))
+
+    @property
+    def protocol(self) -> Protocol:
+        """The protocol it was audited under (resolved against the task), as its record holds it."""
+        return self.record.protocol
+
+    @property
+    def model(self) -> dict[str, str | None]:
+        """The identity of the model audited (spec, fingerprint, revision: None for a local folder)."""
+        return self.record.model
+
+    @property
+    def data(self) -> dict[str, Any]:
+        """The data identity of the task audited (see :mod:`reachlens.tasks.base`); empty when unknown (an audit of
+        a hand-made task)."""
+        return dict(self.record.data or {})
 
     @property
     def n(self) -> int:
@@ -113,8 +119,8 @@ class AuditResult(Run):
 
     @property
     def bank(self) -> pd.DataFrame:
-        """The K samples as a candidate bank (:mod:`reachlens.selectors`): ``sample_idx`` is the ``candidate_idx``."""
-        return self.samples.rename(columns={"sample_idx": "candidate_idx"})
+        """The K samples as a candidate bank (:mod:`reachlens.selectors`): the sample table itself."""
+        return self.samples
 
     def majority(self) -> pd.DataFrame:
         """Majority over each question's K samples, ties averaged (:func:`reachlens.selectors.select`): one row
@@ -179,62 +185,22 @@ class AuditResult(Run):
         """
         if not 1 <= k <= self.k:
             raise ReachlensError(f"k={k!r} must lie in 1..{self.k} (this audit's budget)")
-        samples = self.samples[self.samples["sample_idx"] < k].reset_index(drop=True)
+        samples = self.samples[self.samples["candidate_idx"] < k].reset_index(drop=True)
         q = update_question_table(self.questions, samples, k)
-        protocol = self.protocol.with_k(k)
-        record = dataclasses.replace(self.record, protocol=protocol)
-        return AuditResult(protocol, self.model, q, samples, self.data, record=record)
+        return AuditResult(q, samples, record=dataclasses.replace(self.record, protocol=self.protocol.with_k(k)))
 
     # --- as a run ------------------------------------------------------------------------------------
     def tables(self) -> dict[str, pd.DataFrame]:
         return {"samples": self.samples, "questions": self.questions}
 
     @classmethod
-    def read(cls, run: AuditDir) -> AuditResult:
-        """A finished audit directory, or as much of an unfinished one as it holds."""
-        record = run.record()
-        questions, samples = run.tables()
-        return cls(record.protocol, record.model, questions, samples, dict(record.data or {}),
-                   record=record, location=run.path)
+    def read(cls, run: PartsDir) -> AuditResult:
+        """A finished audit directory, or as much of an unfinished one as it holds (:func:`audit_tables`)."""
+        questions, samples = audit_tables(run)
+        return cls(questions, samples, record=run.record(), location=run.path)
 
 
 def _mean_and_wilson(correct: pd.Series) -> tuple[float, tuple[float, float]]:
     """The mean of the defined values and their 95 % Wilson interval (the sum as the successes)."""
     c = correct.dropna().astype(float)
     return (float(c.mean()) if len(c) else math.nan), wilson_interval(float(c.sum()), len(c))
-
-
-def audit(
-    model,
-    task: Task,
-    protocol: Protocol,
-    *,
-    out: str | Path | None = None,
-    exec_config: ExecConfig | None = None,
-    progress: Callable[[int], None] | None = None,
-    executor=None,
-) -> AuditResult:
-    """Audit ``model`` on ``task`` under ``protocol``.
-
-    Args:
-        model: a TransformerBridge from :func:`reachlens.load_model` (hooks the caller attached stay live),
-            a model of another backend (:func:`reachlens.models.load_vllm`), or a model spec
-            (``"zoo:base"``, a :class:`~reachlens.models.ModelSource`) loaded for ``protocol.backend``
-            (with ``executor``, by each worker, never by this process).
-        task: the questions; all of them are audited (use ``task.head(n)`` for fewer).
-        protocol: how each question is probed; ``default``/None fields are filled from the task.
-        out: an audit directory; finished questions are written as they finish and skipped on a re-run.
-        exec_config: how it runs (:class:`~reachlens.execution.ExecConfig`: batch rows, prefix sharing, and
-            for a spec the device and precision it loads in); its result-changing settings are recorded
-            and checked on a re-run.
-        progress: called with the number of questions finished after each batch.
-        executor: None runs every batch in this process; a :class:`reachlens.runner.ProcessPool` or
-            :class:`reachlens.runner.RayExecutor` sends the batches to workers (one model replica each).
-            The result is the same either way: sample j of question q depends on (seed, q, j) only and the
-            batches are the same.
-
-    >>> result = audit(load_model("zoo:base"), load_task("arith", n=20), Protocol("arith", k=8))  # doctest: +SKIP
-    >>> result.D, result.O_K  # doctest: +SKIP
-    """
-    job = AuditJob(model, task, protocol, out, exec_config or ExecConfig())
-    return run_jobs([job], executor, progress=None if progress is None else (lambda i, done: progress(done)))[0]

@@ -43,7 +43,6 @@ import random
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from functools import partial
-from pathlib import Path
 from typing import Any, ClassVar
 
 import pandas as pd
@@ -98,13 +97,11 @@ class CausalResult(Run):
     extra_tables: ClassVar[tuple[str, ...]] = ()
     """Names of the further tables a sweep of this kind has (``ranking`` for units)."""
 
-    record: RunRecord
-    """The run record: the greedy protocol of the sets, the sweep's options (``meta``), model, data."""
     table: pd.DataFrame = field(repr=False)
     per_question: pd.DataFrame = field(repr=False)
     extra: dict[str, pd.DataFrame] = field(default_factory=dict, repr=False)
-    """Further tables by name (the unit ranking of a units sweep)."""
-    location: Path | None = field(default=None, compare=False)
+    """Further tables by name (the unit ranking of a units sweep). Its record (always given): the greedy protocol
+    of the sets, the sweep's options (``meta``), model, data."""
 
     @property
     def meta(self) -> dict[str, Any]:
@@ -125,23 +122,10 @@ class CausalResult(Run):
         return {self.kind: self.table, **{f"{self.kind}_{name}": df for name, df in self.extra.items()}}
 
     @classmethod
-    def upgrade(cls, path: Path, header: dict[str, Any], version: int) -> dict[str, Any]:
-        """Format 0 kept the tables as CSV, a Markdown copy and the options twice (``KIND.json``)."""
-        if version != 0:  # nothing of this kind changed since format 1
-            return header
-        from reachlens.store.convert import table_from_csv
-
-        table_from_csv(path, f"{cls.kind}.csv", cls.kind)
-        for name in cls.extra_tables:
-            table_from_csv(path, f"{cls.kind}_{name}.csv", f"{cls.kind}_{name}")
-        for sidecar in (f"{cls.kind}.md", f"{cls.kind}.json"):
-            (path / sidecar).unlink(missing_ok=True)
-        return header
-
-    @classmethod
     def read(cls, run: RunDir) -> CausalResult:
-        return cls(run.record(), run.read_table(cls.kind), run.read_table(f"{cls.kind}_per_question"),
-                   {name: run.read_table(f"{cls.kind}_{name}") for name in cls.extra_tables}, location=run.path)
+        return cls(run.read_table(cls.kind), run.read_table(f"{cls.kind}_per_question"),
+                   {name: run.read_table(f"{cls.kind}_{name}") for name in cls.extra_tables}, record=run.record(),
+                   location=run.path)
 
 
 @register_kind
@@ -173,7 +157,7 @@ def _result(kind: str, model, task: Task, sets: EvalSets, table: pd.DataFrame, p
             meta: dict[str, Any], extra: dict[str, pd.DataFrame] | None = None) -> CausalResult:
     record = RunRecord.new(kind, sets.protocol, identity_of(model), task.data_identity, options=meta,
                            exec=model_exec(model))
-    return _SWEEPS[kind](record, table, per_q, dict(extra or {}))
+    return _SWEEPS[kind](table, per_q, dict(extra or {}), record=record)
 
 
 # --- measurements --------------------------------------------------------------------------------

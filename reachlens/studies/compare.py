@@ -25,7 +25,6 @@ from __future__ import annotations
 import dataclasses
 import functools
 import math
-import os
 import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -67,7 +66,7 @@ TRUNCATION_MARGIN = 0.02
 def _fate(before: pd.Series, after: pd.Series, names: tuple[str, str, str, str]) -> pd.Series:
     kept, gained, lost, never = names
     out = np.where(before & after, kept, np.where(~before & after, gained, np.where(before & ~after, lost, never)))
-    return pd.Series(out, index=before.index, dtype="object")
+    return pd.Series(out, index=before.index, dtype="str")
 
 
 @register_kind
@@ -75,14 +74,15 @@ def _fate(before: pd.Series, after: pd.Series, names: tuple[str, str, str, str])
 class Comparison(Run):
     """The per-question join of two audits and its summary: a run of kind ``comparison``.
 
-    Saved (``save(DIR)``), it holds the join (``questions``) and its summary; its record names the two audit
-    directories (an audit made in memory is saved inside it first, as ``DIR/base`` or ``DIR/trained``), and
-    :func:`~reachlens.store.read_run` joins them again.
+    Saved (``save(DIR)``), it holds the join (``questions``), its summary and its two audits, its children: each
+    where it is when that is inside the same tree of runs (a training study's audits, by a relative path), else
+    saved inside it (``DIR/base``, ``DIR/trained``); so a comparison directory moved or copied elsewhere reads back
+    with :func:`~reachlens.store.read_run`, its join as it was written.
     """
 
     kind: ClassVar[str] = "comparison"
     record_fields: ClassVar[dict[str, tuple[type, ...]]] = {
-        "protocol": (dict,), "options.base_dir": (str,), "options.trained_dir": (str,),
+        "protocol": (dict,), "children.base": (str,), "children.trained": (str,),
         "options.k_cut": (int, type(None)), "options.allow": (list, type(None))}
 
     base: AuditResult = field(repr=False)
@@ -96,48 +96,29 @@ class Comparison(Run):
     """The common budget both audits were cut to (None: their own)."""
     allow: tuple[str, ...] = ()
     """Protocol fields and execution settings allowed to differ (a control)."""
-    record: RunRecord | None = field(default=None, repr=False, compare=False)
-    """What made it: both audits' models, their protocol and data, the audit directories and options (made
-    from the fields above when not given)."""
-    location: Path | None = field(default=None, compare=False)
-    """The directory it was read from or written to (None: in memory only)."""
 
-    def __post_init__(self) -> None:
-        if self.record is None:
-            side = {name: None if r.location is None else str(Path(r.location).resolve())
-                    for name, r in (("base_dir", self.base), ("trained_dir", self.trained))}
-            object.__setattr__(self, "record", RunRecord.new(
-                "comparison", self.base.protocol, {"base": self.base.model, "trained": self.trained.model},
-                self.base.data or None, {**side, "k_cut": self.k_cut, "allow": list(self.allow)},
-                exec=self.base.record.exec))
+    def make_record(self) -> RunRecord:
+        """Both audits' models, their protocol and data, and the comparison's options."""
+        return RunRecord.new("comparison", self.base.protocol, {"base": self.base.model, "trained": self.trained.model},
+                             self.base.data or None, {"k_cut": self.k_cut, "allow": list(self.allow)},
+                             exec=self.base.record.exec)
+
+    def children(self) -> dict[str, Run]:
+        return {"base": self.base, "trained": self.trained}
 
     def tables(self) -> dict[str, pd.DataFrame]:
         return {"questions": self.questions}
 
-    def save(self, path: str | os.PathLike) -> Path:
-        """Write the comparison to ``path``; an audit it holds in memory only is saved inside it
-        (``path/base``, ``path/trained``)."""
-        inside = {side: Path(path) / side for side in ("base", "trained") if getattr(self, side).location is None}
-        if not inside:
-            return Run.save(self, path)
-        c = dataclasses.replace(self, record=None, **{side: dataclasses.replace(getattr(self, side), location=p)
-                                                      for side, p in inside.items()})
-        RunDir(path).begin(c.record)
-        for side, p in inside.items():
-            getattr(self, side).save(p)
-        return Run.save(c, path)
-
     @classmethod
     def read(cls, run: RunDir) -> Comparison:
-        """The two audits the record names, joined again (they must still be where they were)."""
+        """The join it wrote, beside its two audits (its children)."""
         record = run.record()
         o = record.options
-        for side in ("base_dir", "trained_dir"):
-            if not o.get(side) or not RunDir(o[side]).exists():
-                raise ReachlensError(f"the comparison in {str(run.path)!r} joins the audit {o.get(side)!r}, which is "
-                                     "not there any more; compare the two audits again (reachlens compare)")
-        c = compare(o["base_dir"], o["trained_dir"], k=o.get("k_cut"), allow=tuple(o.get("allow") or ()))
-        return dataclasses.replace(c, record=record, location=run.path)
+        b, t = (Run.read_child(run, side) for side in ("base", "trained"))
+        if o["k_cut"] is not None:
+            b, t = _cut(b, o["k_cut"]), _cut(t, o["k_cut"])
+        return cls(b, t, run.read_table("questions"), k_cut=o["k_cut"], allow=tuple(o["allow"] or ()),
+                   record=record, location=run.path)
 
     def summary(self) -> dict[str, Any]:
         """Counts, rates and deltas of the join, each delta with its paired test and interval.
@@ -383,7 +364,8 @@ def compare(
 
 
 def _cut(result: AuditResult, k: int) -> AuditResult:
-    """``result`` cut to its first k samples, still naming the directory it came from."""
+    """``result`` cut to its first k samples, still naming the directory it came from (a saved comparison names it
+    and cuts it again when read)."""
     return dataclasses.replace(result.restrict_k(k), location=result.location)
 
 

@@ -22,7 +22,6 @@ four (:mod:`reachlens.studies.training_audit`).
 from __future__ import annotations
 
 import dataclasses
-import os
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -32,10 +31,10 @@ import pandas as pd
 
 from reachlens.errors import ReachlensError
 from reachlens.execution import ExecConfig
-from reachlens.runner import plan_rerun, rerun_name, run_reruns
-from reachlens.store import AuditDir, Run, RunDir, RunRecord, read_run, register_kind, single_name
+from reachlens.store import Run, RunDir, RunRecord, read_run, register_kind, rerun_name, single_name
 from reachlens.studies.auditing import AuditResult
 from reachlens.studies.compare import Comparison, compare, delta_row
+from reachlens.studies.reruns import plan_rerun, run_reruns
 from reachlens.stats import wilson_interval
 from reachlens.tasks.base import Task
 
@@ -43,6 +42,7 @@ __all__ = ["LengthControl", "TemperatureControl", "left_reachable", "length_cont
            "reprobe_left", "temperature_control", "temperature_table"]
 
 TEMPERATURE_COLUMNS = ["temperature", "source", "n_reprobed", "n_reachable", "share", "share_lo", "share_hi"]
+_LENGTH_CHILDREN = ("base", "trained", "longer_base", "longer_trained")
 LENGTH_COLUMNS = ["max_new_tokens", "truncated_samples_base", "truncated_samples_trained", "D_base", "D_trained",
                   "delta_D", "delta_D_lo", "delta_D_hi", "mcnemar_realized_p", "O_K_base", "O_K_trained",
                   "delta_O_K", "delta_O_K_lo", "delta_O_K_hi", "mcnemar_reachable_p"]
@@ -67,10 +67,6 @@ def left_reachable(comparison: Comparison) -> list[str]:
     """The question ids that left the reachable set (base-reachable, trained-unreachable), in order."""
     q = comparison.questions
     return q.loc[q["reach_fate"] == "left", "question_id"].tolist()
-
-
-def _dir_of(result: AuditResult) -> str | None:
-    return None if result.location is None else str(Path(result.location).resolve())
 
 
 def _name_of(result: AuditResult, default: str) -> str:
@@ -110,11 +106,12 @@ def temperature_table(comparison: Comparison, reprobes: Mapping[float, AuditResu
 class TemperatureControl(Run):
     """The temperature control of one pair: its comparison, and the trained model's re-probes of the questions
     that left the reachable set, by temperature (each an audit run, in a sub-directory named by
-    :func:`~reachlens.runner.rerun_name`)."""
+    :func:`~reachlens.store.rerun_name`, listed in its record's ``reruns`` before they run). The comparison's two
+    audits are its children (:meth:`~reachlens.store.Run.save`)."""
 
     kind: ClassVar[str] = "temperature_control"
     record_fields: ClassVar[dict[str, tuple[type, ...]]] = {
-        "options.base_dir": (str,), "options.trained_dir": (str,), "options.temperatures": (list,),
+        "children.base": (str,), "children.trained": (str,), "options.temperatures": (list,),
         "reruns": (dict, type(None))}
 
     comparison: Comparison = field(repr=False)
@@ -122,18 +119,17 @@ class TemperatureControl(Run):
     reprobes: dict[float, AuditResult] = field(default_factory=dict, repr=False)
     name: str = "trained"
     """The trained checkpoint's name in its reruns' directory names."""
-    record: RunRecord | None = field(default=None, repr=False, compare=False)
-    location: Path | None = field(default=None, compare=False)
 
-    def __post_init__(self) -> None:
-        if self.record is None:
-            b, t = self.comparison.base, self.comparison.trained
-            left = left_reachable(self.comparison)
-            reruns = {f"{x:g}": rerun_name(self.name, {"questions": left, "temperature": x}) for x in self.temperatures}
-            object.__setattr__(self, "record", RunRecord.new(
-                self.kind, t.protocol, {"base": b.model, "trained": t.model}, t.data or None,
-                {"base_dir": _dir_of(b), "trained_dir": _dir_of(t), "temperatures": list(self.temperatures)},
-                extra={"reruns": reruns if left else {}}, exec=t.record.exec))
+    def make_record(self) -> RunRecord:
+        b, t = self.comparison.base, self.comparison.trained
+        left = left_reachable(self.comparison)
+        reruns = {f"{x:g}": rerun_name(self.name, {"questions": left, "temperature": x}) for x in self.temperatures}
+        return RunRecord.new(self.kind, t.protocol, {"base": b.model, "trained": t.model}, t.data or None,
+                             {"temperatures": list(self.temperatures)}, extra={"reruns": reruns if left else {}},
+                             exec=t.record.exec)
+
+    def children(self) -> dict[str, Run]:
+        return {"base": self.comparison.base, "trained": self.comparison.trained}
 
     def table(self) -> pd.DataFrame:
         return temperature_table(self.comparison, self.reprobes)
@@ -148,24 +144,6 @@ class TemperatureControl(Run):
                                                         "share": r.share, "share_ci": [r.share_lo, r.share_hi]}
                                  for r in table[table["source"] == "re-probe"].itertuples()}}
 
-    @classmethod
-    def upgrade(cls, path: Path, header: dict[str, Any], version: int) -> dict[str, Any]:
-        """Format 0 named its re-probes ``T{t}`` and kept its table as CSV."""
-        if version != 0:  # nothing of this kind changed since format 1
-            return header
-        from reachlens.store.convert import rename, table_from_csv
-
-        table_from_csv(path, f"{cls.kind}.csv", cls.kind)
-        name = Path(header["options"]["trained_dir"]).name
-        reruns = {}
-        for t in header["options"]["temperatures"]:
-            old = f"T{float(t):g}"
-            if (path / old / "questions.parquet").is_file():
-                left = pd.read_parquet(path / old / "questions.parquet")["question_id"].tolist()
-                reruns[f"{float(t):g}"] = rerun_name(name, {"questions": left, "temperature": float(t)})
-                rename(path, old, reruns[f"{float(t):g}"])
-        return {**header, "reruns": reruns}
-
     @staticmethod
     def reprobes_in(run: RunDir) -> dict[float, AuditResult]:
         """The finished re-probes a temperature control's directory holds, by temperature."""
@@ -173,16 +151,16 @@ class TemperatureControl(Run):
         found = {}
         for t, name in reruns.items():
             folder = run.path / single_name(name, "re-probe folder name")  # never a path out of the control
-            if AuditDir(folder).is_complete():
+            if RunDir(folder).is_complete():
                 found[_temperature(t, run)] = AuditResult.load(folder)
         return found
 
     @classmethod
     def read(cls, run: RunDir) -> TemperatureControl:
         record = run.record()
-        o = record.options
-        comparison = compare(o["base_dir"], o["trained_dir"])
-        return cls(comparison, tuple(o["temperatures"]), cls.reprobes_in(run), record=record, location=run.path)
+        comparison = compare(Run.read_child(run, "base"), Run.read_child(run, "trained"))
+        return cls(comparison, tuple(record.options["temperatures"]), cls.reprobes_in(run), record=record,
+                   location=run.path)
 
 
 def _temperature(t: str, run: RunDir) -> float:
@@ -215,7 +193,7 @@ def reprobe_left(
         for temp in temps:
             progress(temp, 0, len(left))  # the lines (and their clocks) start now
     runs = run_reruns(planned, executor, progress=None if progress is None else
-                      (lambda i, done: progress(temps[i], done, len(left))))
+                      (lambda i, done, total: progress(temps[i], done, total)))
     return dict(zip(temps, runs))
 
 
@@ -239,7 +217,7 @@ def temperature_control(
     control = dataclasses.replace(control, reprobes=runs, record=control.record)
     if out is not None:
         control.save(out)
-        control = dataclasses.replace(control, location=Path(out), record=RunDir(out).record())
+        control = read_run(out)
     return control
 
 
@@ -262,31 +240,29 @@ def length_table(before: Comparison, after: Comparison) -> pd.DataFrame:
 @dataclass(frozen=True)
 class LengthControl(Run):
     """The length control of one pair: its comparison at the audits' decode length and at a longer one (both
-    checkpoints rerun with ``max_new_tokens``; each rerun an audit run its record points to)."""
+    checkpoints rerun with ``max_new_tokens``). Its children are the four audits: ``base`` and ``trained``, and
+    their reruns ``longer_base`` and ``longer_trained`` (:meth:`~reachlens.store.Run.save`)."""
 
     kind: ClassVar[str] = "length_control"
     record_fields: ClassVar[dict[str, tuple[type, ...]]] = {
-        "options.base_dir": (str,), "options.trained_dir": (str,), "options.max_new_tokens": (int,),
-        "reruns.base": (str,), "reruns.trained": (str,)}
+        "options.max_new_tokens": (int,), **{f"children.{name}": (str,) for name in _LENGTH_CHILDREN}}
 
     before: Comparison = field(repr=False)
     after: Comparison = field(repr=False)
-    record: RunRecord | None = field(default=None, repr=False, compare=False)
-    location: Path | None = field(default=None, compare=False)
 
-    def __post_init__(self) -> None:
-        if self.record is None:
-            reruns = {"base": _dir_of(self.after.base), "trained": _dir_of(self.after.trained)}
-            object.__setattr__(self, "record", self.record_of(self.before, self.after.base.protocol.max_new_tokens,
-                                                              reruns))
+    def make_record(self) -> RunRecord:
+        return self.record_of(self.before, self.after.base.protocol.max_new_tokens)
 
     @classmethod
-    def record_of(cls, before: Comparison, max_new_tokens: int, reruns: Mapping[str, str | None]) -> RunRecord:
-        """The record of the length control of ``before`` at ``max_new_tokens`` (its reruns where ``reruns`` says)."""
+    def record_of(cls, before: Comparison, max_new_tokens: int) -> RunRecord:
+        """The record of the length control of ``before`` at ``max_new_tokens``."""
         b, t = before.base, before.trained
         return RunRecord.new(cls.kind, t.protocol, {"base": b.model, "trained": t.model}, t.data or None,
-                             {"base_dir": _dir_of(b), "trained_dir": _dir_of(t), "max_new_tokens": max_new_tokens},
-                             extra={"reruns": dict(reruns)}, exec=t.record.exec)
+                             {"max_new_tokens": max_new_tokens}, exec=t.record.exec)
+
+    def children(self) -> dict[str, Run]:
+        runs = (self.before.base, self.before.trained, self.after.base, self.after.trained)
+        return dict(zip(_LENGTH_CHILDREN, runs))
 
     def table(self) -> pd.DataFrame:
         return length_table(self.before, self.after)
@@ -297,38 +273,17 @@ class LengthControl(Run):
     def summary(self) -> dict[str, Any]:
         return {"truncation": self.before.summary()["truncation"], "lengths": self.table().to_dict("records")}
 
-    def save(self, path: str | os.PathLike) -> Path:
-        """Write the control to ``path``: its reruns' directories relative to it (a study moves as one)."""
-        reruns = {side: os.path.relpath(d, Path(path).resolve()) for side, d in self.record.extra["reruns"].items()}
-        return Run.save(dataclasses.replace(self, record=dataclasses.replace(
-            self.record, extra={**self.record.extra, "reruns": reruns})), path)
-
-    @classmethod
-    def upgrade(cls, path: Path, header: dict[str, Any], version: int) -> dict[str, Any]:
-        """Format 0 named its reruns ``base`` and ``trained`` and kept its table as CSV."""
-        if version != 0:  # nothing of this kind changed since format 1
-            return header
-        from reachlens.store.convert import rename, table_from_csv
-
-        table_from_csv(path, f"{cls.kind}.csv", cls.kind)
-        change = {"max_new_tokens": header["options"]["max_new_tokens"]}
-        for side in ("base", "trained"):
-            rename(path, side, rerun_name(side, change))
-        return {**header, "reruns": {side: rerun_name(side, change) for side in ("base", "trained")}}
-
     @classmethod
     def read(cls, run: RunDir) -> LengthControl:
-        record = run.record()
-        o, reruns = record.options, record.extra["reruns"]
-        after = compare(run.inside(reruns["base"], "rerun path"), run.inside(reruns["trained"], "rerun path"))
-        return cls(compare(o["base_dir"], o["trained_dir"]), after, record=record, location=run.path)
+        b, t, longer_b, longer_t = (Run.read_child(run, name) for name in _LENGTH_CHILDREN)
+        return cls(compare(b, t), compare(longer_b, longer_t), record=run.record(), location=run.path)
 
 
 def length_control(
     base: AuditResult | str | Path, trained: AuditResult | str | Path, max_new_tokens: int, *,
     models: tuple[Any, Any] = (None, None), task: Task | None = None, into: str | Path | None = None,
     names: tuple[str, str] = ("base", "trained"), out: str | Path | None = None,
-    exec_config: ExecConfig | None = None, executor=None, progress: Callable[[int, int], None] | None = None,
+    exec_config: ExecConfig | None = None, executor=None, progress: Callable[[int, int, int], None] | None = None,
 ) -> LengthControl:
     """Both audits rerun at ``max_new_tokens`` (above their own; :func:`~reachlens.runner.rerun`), into the folder
     ``into`` (default ``out``), as ``names`` (the reruns' directory names start with them); the control run,
@@ -342,7 +297,7 @@ def length_control(
         raise ReachlensError(f"max_new_tokens={max_new_tokens!r} must exceed the audit's "
                              f"{b.protocol.max_new_tokens} to test for truncation")
     into = into if into is not None else out
-    _begin(out, LengthControl.record_of(before, max_new_tokens, {}))  # its reruns may be written inside it
+    _begin(out, LengthControl.record_of(before, max_new_tokens))  # its reruns may be written inside it
     planned = [plan_rerun(r, model=m, task=task, into=into, name=n, exec_config=exec_config, max_new_tokens=max_new_tokens)
                for r, m, n in zip((b, t), models, names)]
     longer = run_reruns(planned, executor, progress=progress)

@@ -99,9 +99,9 @@ class RecognitionConfig:
 
 
 def generation_protocol(task: Task, protocol: Protocol | None = None) -> Protocol:
-    """The protocol of recognition's generation side, resolved against ``task``: the greedy case
-    (``Protocol.greedy``, 96 new tokens unless ``protocol`` says otherwise)."""
-    protocol = protocol or Protocol.greedy(task.name.split(":")[0])
+    """The protocol of recognition's generation side, resolved against ``task``: the greedy deployment
+    (:meth:`Protocol.deployment`, the task's decode length unless ``protocol`` says otherwise)."""
+    protocol = protocol or Protocol.deployment(task)
     if not protocol.is_greedy:
         raise ReachlensError(f"recognition's generation is the greedy deployment; pass a greedy protocol "
                              f"(Protocol.greedy(...)), not k={protocol.k}, temperature={protocol.temperature}")
@@ -375,16 +375,11 @@ class RecognitionResult(Run):
     """The failure set and healthy panel (None: the rule was not applied, or too few questions met it)."""
     exec: dict[str, Any] | None = None
     """The precision and device the model ran in (:func:`reachlens.execution.model_exec`)."""
-    record: RunRecord | None = field(default=None, repr=False, compare=False)
-    location: Path | None = field(default=None, compare=False)
 
-    def __post_init__(self) -> None:
-        if self.record is None:
-            options = {"config": self.config.to_dict(),
-                       "rule": None if self.rule is None else dataclasses.asdict(self.rule),
-                       "task": None if self.task is None else dataclasses.asdict(self.task)}
-            object.__setattr__(self, "record", RunRecord.new("recognition", self.protocol, self.model, self.data or None,
-                                                             options, exec=self.exec))
+    def make_record(self) -> RunRecord:
+        options = {"config": self.config.to_dict(), "rule": None if self.rule is None else dataclasses.asdict(self.rule),
+                   "task": None if self.task is None else dataclasses.asdict(self.task)}
+        return RunRecord.new("recognition", self.protocol, self.model, self.data or None, options, exec=self.exec)
 
     @property
     def records(self) -> pd.DataFrame:
@@ -423,20 +418,6 @@ class RecognitionResult(Run):
             self.sets.save(run.path / "sets.json")
 
     @classmethod
-    def upgrade(cls, path: Path, header: dict[str, Any], version: int) -> dict[str, Any]:
-        """Format 0 kept a CSV copy of the questions, and a sets file of the first recognition runs held the
-        generation's decode settings in its ``config``."""
-        if version != 0:  # nothing of this kind changed since format 1
-            return header
-        (path / "questions.csv").unlink(missing_ok=True)
-        sets = path / "sets.json"
-        if sets.is_file():
-            d = read_json(sets, "sets file")
-            if "protocol" not in d:
-                write_json(sets, {**d, **_sets_protocol_and_config(d)})
-        return header
-
-    @classmethod
     def read(cls, run: RunDir) -> RecognitionResult:
         record = run.record()
         o = record.options
@@ -457,17 +438,3 @@ def _from_record(cls, d: dict[str, Any] | None, run: RunDir):
         raise ReachlensError(f"{str(run.header_path)!r}: the {cls.__name__} it records has unknown fields {unknown}; "
                              "it was damaged or edited by hand")
     return cls(**d)
-
-
-def _sets_protocol_and_config(d: dict[str, Any]) -> dict[str, Any]:
-    """The protocol and recognition options of a sets file written before recognition used the Protocol (both
-    kept in one ``config``: recognition and generation format, decode length, stop, grader)."""
-    old, task = dict(d["config"]), d.get("task") or {}
-    config = RecognitionConfig(old.get("recognition_format"), old.get("batch_size", 32), old.get("max_batch_rows", 256))
-    stop = old.get("stop")
-    protocol = Protocol.greedy(
-        task.get("name", "unknown"), split=task.get("split", "test"), max_new_tokens=old.get("max_new_tokens", 96),
-        prompt_format=old.get("generation_format") or "default", stop=None if stop is None else tuple(stop),
-        grader=old.get("grader"),
-    )
-    return {"protocol": protocol.to_dict(), "config": config.to_dict()}

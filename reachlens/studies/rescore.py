@@ -17,7 +17,7 @@ from reachlens.errors import ReachlensError
 from reachlens.grading import get_grader, grader_for
 from reachlens.protocol import ProtocolMismatch
 from reachlens.records import canonical, update_question_table
-from reachlens.store import AuditDir
+from reachlens.store import PartsDir
 from reachlens.studies.auditing import AuditResult
 
 __all__ = ["rescore"]
@@ -32,7 +32,7 @@ def rescore(path: str | Path, grader: str | None = None) -> AuditResult:
 
     >>> result = rescore("runs/base")  # doctest: +SKIP
     """
-    store = AuditDir(path)
+    store = PartsDir(path)
     status = store.record().status  # as it stands: a killed run reads interrupted
     with store.writer():
         if not store.is_complete():
@@ -43,7 +43,7 @@ def rescore(path: str | Path, grader: str | None = None) -> AuditResult:
         return _rescore(store, old, grader)
 
 
-def _check_identity(store: AuditDir, old: AuditResult) -> None:
+def _check_identity(store: PartsDir, old: AuditResult) -> None:
     """Refuse a directory whose summary names another model or data than its record."""
     summary = store.summary()
     if summary is None:
@@ -59,7 +59,7 @@ def _check_identity(store: AuditDir, old: AuditResult) -> None:
                                fix="restore the directory from a copy, or re-run the audit into a new directory")
 
 
-def _rescore(store: AuditDir, old: AuditResult, grader: str | None) -> AuditResult:
+def _rescore(store: PartsDir, old: AuditResult, grader: str | None) -> AuditResult:
     if not len(old.questions):
         raise ReachlensError(f"audit directory {str(store.path)!r} has no finished questions to rescore")
     name = grader or str(old.protocol.grader)
@@ -84,7 +84,6 @@ def _rescore(store: AuditDir, old: AuditResult, grader: str | None) -> AuditResu
     if name != protocol.grader:
         protocol = dataclasses.replace(protocol, grader=name)
         record = dataclasses.replace(old.record, protocol=protocol)
-    result = AuditResult(protocol, old.model, q, canonical(s), old.data, record=record or old.record,
-                         location=store.path)
+    result = AuditResult(q, canonical(s), record=record or old.record, location=store.path)
     store.rewrite({"samples": result.samples, "questions": q}, result.summary(), record)  # the record last
     return result

@@ -28,12 +28,12 @@ class StudyPlan:
     pairs: tuple[tuple[str, str], ...]
     """(parent, descendant) names to compare."""
     protocol: Protocol
-    """The shared protocol (budget K); the budget control extends it to ``budget_k``."""
+    """The shared protocol (budget K); the budget control extends it to ``extended_k``."""
     n: int | None = None
     """First n questions of the task (all when None)."""
     data: str | None = None
     """Data file for file-based tasks."""
-    budget_k: int | None = None
+    extended_k: int | None = None
     """Budget of the budget control (typically 2K); None skips it."""
     native_formats: dict[str, str] = field(default_factory=dict)
     """Descendant name -> its native prompt format, for the prompt-format control (skipped when empty)."""
@@ -60,8 +60,8 @@ class StudyPlan:
                 if name not in self.models:
                     raise ReachlensError(f"pair ({a!r}, {b!r}) names {name!r}, which is not among the models "
                                      f"{sorted(self.models)}")
-        if self.budget_k is not None and self.budget_k <= self.protocol.k:
-            raise ReachlensError(f"budget_k={self.budget_k!r} must exceed the protocol's k={self.protocol.k}")
+        if self.extended_k is not None and self.extended_k <= self.protocol.k:
+            raise ReachlensError(f"extended_k={self.extended_k!r} must exceed the protocol's k={self.protocol.k}")
         object.__setattr__(self, "trajectory", dict(self.trajectory))
         for name, step in self.trajectory.items():
             if name not in self.models:
@@ -114,7 +114,7 @@ _NUMBER = (int, float)
 _PLAN_TYPES: dict[str, tuple[tuple[type, ...], tuple[type, ...] | None]] = {
     # field: (its types, the types of its items or values; None: not a container)
     "models": ((dict,), (str,)), "pairs": ((list, tuple), (list, tuple)), "n": ((int, type(None)), None),
-    "data": ((str, type(None)), None), "budget_k": ((int, type(None)), None), "native_formats": ((dict,), (str,)),
+    "data": ((str, type(None)), None), "extended_k": ((int, type(None)), None), "native_formats": ((dict,), (str,)),
     "control_temperatures": ((list, tuple), _NUMBER), "length_max_new_tokens": ((int, type(None)), None),
     "truncation_margin": (_NUMBER, None), "trajectory": ((dict,), (int,)),
 }

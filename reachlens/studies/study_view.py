@@ -57,7 +57,7 @@ class StudyView:
     audits: dict[str, AuditResult]
     """The main audit of each checkpoint, by name."""
     extended: dict[str, AuditResult] = field(default_factory=dict)
-    """The budget control's audits at ``plan.budget_k``, by checkpoint."""
+    """The budget control's audits at ``plan.extended_k``, by checkpoint."""
     formats: dict[str, AuditResult] = field(default_factory=dict)
     """The prompt-format control's audits in each checkpoint's native format, by checkpoint."""
     reprobes: dict[tuple[str, str], dict[float, AuditResult]] = field(default_factory=dict)

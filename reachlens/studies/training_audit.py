@@ -27,8 +27,7 @@ Controls (each a :func:`~reachlens.runner.rerun` of a checkpoint's audit):
   its own (``native``); the share of the realization gain retained under the shared prompt is
   ``(D_trained,shared - D_base) / (D_trained,native - D_base)`` (undefined when the native gain is 0).
   Only D is read, so the rerun in the native format decodes the deployment and :data:`FORMAT_K` sample
-  (:func:`format_change`; a study written in run format 1 held a K-sample rerun ``NAME--prompt_format=FMT``:
-  ``reachlens convert`` cuts it to that).
+  (:func:`format_change`).
 * **temperature** (:mod:`reachlens.studies.controls`): each pair's questions that left the reachable set,
   re-probed with the descendant at other temperatures, same K and seed stream.
 * **length**: per pair, the shares of outputs cut at ``max_new_tokens``; a pair whose shares differ by
@@ -42,7 +41,6 @@ from __future__ import annotations
 
 import collections
 import dataclasses
-import shutil
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -52,13 +50,14 @@ import pandas as pd
 
 from reachlens.errors import ReachlensError
 from reachlens.execution import ExecConfig
-from reachlens.runner import AuditJob, ProcessPool, plan_rerun, rerun_name, run_reruns
-from reachlens.runner.rerun import PlannedRerun, as_rerun
-from reachlens.store import RUN_FILE, AuditDir, Run, RunDir, RunRecord, register_kind, single_name, write_json
+from reachlens.runner import executor_for
+from reachlens.store import Run, RunDir, RunRecord, register_kind, rerun_name, single_name
+from reachlens.studies.audit_job import AuditJob
 from reachlens.studies._progress import ProgressBoard
 from reachlens.studies.auditing import AuditResult
 from reachlens.studies.compare import compare, truncation_parity
 from reachlens.studies.controls import LengthControl, TemperatureControl, left_reachable
+from reachlens.studies.reruns import PlannedRerun, as_rerun, plan_rerun, run_reruns
 from reachlens.studies.study_plan import StudyPlan
 from reachlens.studies.study_view import StudyView
 from reachlens.tasks.base import Task
@@ -118,13 +117,9 @@ class TrainingAudit(StudyView, Run):
 
     wall_seconds: dict[str, float] = field(default_factory=dict)
     """Seconds the workers spent on each checkpoint's audits (over every call that ran part of it)."""
-    record: RunRecord | None = field(default=None, repr=False, compare=False)
-    location: Path | None = field(default=None, compare=False)
 
-    def __post_init__(self) -> None:
-        if self.record is None:
-            object.__setattr__(self, "record", RunRecord.new(
-                self.kind, self.plan.protocol, dict(self.plan.models), None, _options(self.plan)))
+    def make_record(self) -> RunRecord:
+        return RunRecord.new(self.kind, self.plan.protocol, dict(self.plan.models), None, _options(self.plan))
 
     def summary(self) -> dict[str, Any]:
         return {**StudyView.summary(self), "wall_seconds": dict(self.wall_seconds)}
@@ -138,38 +133,6 @@ class TrainingAudit(StudyView, Run):
                              "a study directory; copy the directory to move it)")
 
     @classmethod
-    def upgrade(cls, path: Path, header: dict[str, Any], version: int) -> dict[str, Any]:
-        """Format 0 named the reruns ``NAME-k{K2}``, ``NAME-fmt-{FMT}``, ``NAME-len{N}`` and the temperature
-        control's re-probes ``controls/temperature/PARENT--NAME/T{t}``, and left out an empty trajectory.
-        Format 1 held the prompt-format control as a K-sample rerun (:func:`_cut_format_controls`)."""
-        from reachlens.store.convert import rename
-
-        if version == 1:
-            return _cut_format_controls(path, header)
-        options = {"trajectory": {}, **header["options"]}
-        plan = StudyPlan.from_dict({**options, "protocol": header["protocol"]})
-        lay = StudyLayout(path)
-        for name in plan.models:
-            old = {"k": f"{name}-k{plan.budget_k}", "prompt_format": f"{name}-fmt-{plan.native_formats.get(name)}",
-                   "max_new_tokens": f"{name}-len{plan.length_max_new_tokens}"}
-            for field_, value in (("k", plan.budget_k), ("prompt_format", plan.native_formats.get(name)),
-                                  ("max_new_tokens", plan.length_max_new_tokens)):
-                if value is not None:
-                    rename(lay.audits, old[field_], lay.audit(name, **{field_: value}).name)
-        for a, b in plan.pairs:
-            folder = lay.temperature(a, b)
-            if folder.is_dir() and not (folder / "run.json").is_file():
-                control = TemperatureControl(compare(AuditResult.load(lay.audit(a)), AuditResult.load(lay.audit(b))),
-                                             plan.control_temperatures, name=b)
-                for t, new in control.record.extra["reruns"].items():
-                    rename(folder, f"T{t}", new)
-                write_json(folder / "run.json", control.record.to_dict())
-                control = TemperatureControl(control.comparison, control.temperatures,
-                                             TemperatureControl.reprobes_in(RunDir(folder)), name=b)
-                control.save(folder)
-        return {**header, "options": options}
-
-    @classmethod
     def read(cls, run: RunDir) -> TrainingAudit:
         """The study in ``run``: every audit and control that finished."""
         record = run.record()
@@ -177,12 +140,12 @@ class TrainingAudit(StudyView, Run):
         lay = StudyLayout(run.path)
         found = collections.defaultdict(dict)
         for name in plan.model_order:
-            for group, change in (("audits", {}), ("extended", {"k": plan.budget_k}),
+            for group, change in (("audits", {}), ("extended", {"k": plan.extended_k}),
                                   ("formats", format_change(plan, name)),
                                   ("longer", {"max_new_tokens": plan.length_max_new_tokens})):
                 if change is None or None in change.values():
                     continue
-                if AuditDir(lay.audit(name, **change)).is_complete():
+                if RunDir(lay.audit(name, **change)).is_complete():
                     found[group][name] = AuditResult.load(lay.audit(name, **change))
         for a, b in plan.pairs:
             if RunDir(lay.temperature(a, b)).exists():
@@ -191,35 +154,6 @@ class TrainingAudit(StudyView, Run):
         walls = (run.summary() or {}).get("wall_seconds", {})
         return cls(plan, found["audits"], found["extended"], found["formats"], found["reprobes"], found["longer"],
                    walls, record=record, location=run.path)
-
-
-def _cut_format_controls(root: Path, header: dict[str, Any]) -> dict[str, Any]:
-    """Format 1 -> 2: each prompt-format control a study at K > :data:`FORMAT_K` held as a K-sample rerun
-    ``NAME--prompt_format=FMT`` becomes its first :data:`FORMAT_K` samples per question under today's name
-    (:func:`format_change`), as the study would decode it now; nothing is decoded. A rerun under today's name
-    already there is kept (the older one is then left as it is, unread)."""
-    plan = StudyPlan.from_dict({**header["options"], "protocol": header["protocol"]})
-    lay = StudyLayout(root)
-    for name in plan.models:
-        change = format_change(plan, name)
-        if change is None or "k" not in change:
-            continue
-        old, new = lay.audit(name, prompt_format=change["prompt_format"]), lay.audit(name, **change)
-        if not (old / RUN_FILE).is_file() or new.exists():
-            continue
-        wide = AuditResult.load(old)
-        extra = {**wide.record.extra, "change": change,
-                 "converted_from": f"{old.name} (k={wide.k}): its first {FORMAT_K} sample(s) of each question"}
-        if AuditDir(old).is_complete():
-            as_rerun(wide.restrict_k(FORMAT_K), new, extra)
-        else:  # as far as it got: the study resumes it, decoding the questions it lacks
-            cut = as_rerun(wide.restrict_k(FORMAT_K), None, extra)
-            store = AuditDir(new)
-            with store.writer():
-                store.start(cut.record)
-                store.append(cut.questions, cut.samples)
-        shutil.rmtree(old)
-    return header
 
 
 def _options(plan: StudyPlan) -> dict[str, Any]:
@@ -252,7 +186,7 @@ def _main_steps(plan: StudyPlan, task: Task, lay: StudyLayout, ex: ExecConfig) -
 
     steps = []
     for name, spec in plan.models.items():
-        source, k, k2 = ModelSource.from_exec(spec, ex), plan.protocol.k, plan.budget_k
+        source, k, k2 = ModelSource.from_exec(spec, ex), plan.protocol.k, plan.extended_k
         log = (lambda r, name=name: f"{name:>10s}: D={r.D:.3f}  O_{r.k}={r.O_K:.3f}")
         if k2 is not None and name in plan.paired_models and not RunDir(lay.audit(name)).exists():
             job = AuditJob(source, task, plan.protocol.with_k(k2), lay.audit(name, k=k2), ex,
@@ -281,9 +215,9 @@ def _control_steps(plan: StudyPlan, task: Task, lay: StudyLayout, ex: ExecConfig
         steps.append(_Step(name, label, total, log, plan_rerun(main[name], task=task, into=into, name=name,
                                                                 exec_config=ex, **change)))
 
-    for name in plan.paired_models if plan.budget_k else ():
-        add(name, f"{name} K={plan.budget_k} (budget control)", main[name].n,
-            lambda r, name=name: f"{name:>10s}: O_{plan.budget_k}={r.O_K:.3f}", lay.audits, k=plan.budget_k)
+    for name in plan.paired_models if plan.extended_k else ():
+        add(name, f"{name} K={plan.extended_k} (budget control)", main[name].n,
+            lambda r, name=name: f"{name:>10s}: O_{plan.extended_k}={r.O_K:.3f}", lay.audits, k=plan.extended_k)
     for name, r in main.items():
         fmt = plan.native_formats.get(name)
         if fmt and fmt != r.protocol.prompt_format:
@@ -313,8 +247,8 @@ def _control_steps(plan: StudyPlan, task: Task, lay: StudyLayout, ex: ExecConfig
 def _run_steps(steps: list[_Step], executor, board: ProgressBoard, log: Callable[[str], None],
                walls: dict[str, float]) -> list[Any]:
     """Run a round of steps on ``executor``, with one progress line per step and its log line when done."""
-    def progress(i: int, done: int) -> None:
-        board.update(steps[i].label, done, steps[i].total)
+    def progress(i: int, done: int, total: int) -> None:
+        board.update(steps[i].label, done, total)
 
     def done(i: int, result, seconds: float) -> None:
         walls[steps[i].name] = walls.get(steps[i].name, 0.0) + seconds
@@ -343,10 +277,11 @@ def run_training_audit(
     and each finished audit logs its D and O_K (``log``, default: printed between the progress lines).
 
     Args:
-        exec_config: how it runs: batch rows, and where and in which precision each checkpoint loads; with
-            ``workers > 1`` (and no executor), checkpoints are audited side by side in a
-            :class:`~reachlens.runner.ProcessPool`, each worker one process with one torch thread.
-        executor: who decodes every round (a :class:`~reachlens.runner.RayExecutor`, a pool); None: as above.
+        exec_config: how it runs: batch rows, where and in which precision each checkpoint loads, and who
+            decodes (``workers > 1``: checkpoints audited side by side in a :class:`~reachlens.runner.ProcessPool`,
+            each worker one process with one torch thread; ``ray``: Ray actors), for every round.
+        executor: who decodes every round; None: the one ``exec_config`` asks for
+            (:func:`~reachlens.runner.executor_for`).
     """
     from reachlens.tasks import load_task
 
@@ -361,18 +296,19 @@ def run_training_audit(
         root.check_run(record, what=f"study directory {str(lay.root)!r} holds another plan")
         root.start(record)
     task = load_task(plan.protocol.task, plan.data, split=plan.protocol.split, n=plan.n)
-    pool = ProcessPool(ex.workers) if executor is None and ex.workers > 1 else None
+    owned = executor is None
+    executor = executor_for(ex) if owned else executor
     walls = dict((root.summary() or {}).get("wall_seconds", {}))
     board = ProgressBoard()
     log = log or board.write
     try:
-        audits = _run_steps(_main_steps(plan, task, lay, ex), executor or pool, board, log, walls)
+        audits = _run_steps(_main_steps(plan, task, lay, ex), executor, board, log, walls)
         main = dict(zip(plan.models, audits))
-        _run_steps(_control_steps(plan, task, lay, ex, main), executor or pool, board, log, walls)
+        _run_steps(_control_steps(plan, task, lay, ex, main), executor, board, log, walls)
     finally:
         board.close()
-        if pool is not None:
-            pool.close()
+        if owned:
+            executor.close()
     study = TrainingAudit.read(root)
     _finish_controls(plan, lay, study)
     study = dataclasses.replace(TrainingAudit.read(root), wall_seconds=walls)

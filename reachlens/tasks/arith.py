@@ -1,5 +1,7 @@
 """``arith``: synthetic multi-step integer arithmetic, generated deterministically from a seed.
 
+One module (about 440 lines) because the generator, its difficulty tiers and its prompt formats are one task.
+
 A question is a chain of integer operations evaluated strictly left to right; its worked solution
 follows GSM8K's convention, one step ``a op b=c`` per operation and the answer after ``####``::
 

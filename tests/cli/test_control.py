@@ -6,7 +6,7 @@ import pandas as pd
 import pytest
 
 from reachlens.cli import main
-from reachlens.runner import rerun_name
+from reachlens.studies import rerun_name
 from reachlens.store import read_run
 from reachlens.studies.controls import left_reachable
 

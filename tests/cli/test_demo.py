@@ -81,4 +81,4 @@ def test_demo_refuses_a_budget_control_below_k(tmp_path, capsys):
     with pytest.raises(SystemExit) as exc:
         raise SystemExit(main(["demo", "--out", str(tmp_path / "d"), "--k", "8", "--budget-k", "8"]))
     assert exc.value.code == 2
-    assert "budget_k=8 must exceed the protocol's k=8" in capsys.readouterr().err
+    assert "extended_k=8 must exceed the protocol's k=8" in capsys.readouterr().err

@@ -68,8 +68,8 @@ def hostile_audit(name: str = "base", *, realized=(True, False, True), n_correct
         "deployed_answer": IMG, "deployed_text": SCRIPT, "deployed_scored": True, "deployed_finish": f"stop{IMG}",
         "gold": SCRIPT, "labels": IMG,
     })
-    rows = [{"question_id": qid, "sample_idx": j, "text": SCRIPT, "answer": f"=HYPERLINK(1){IMG}", "correct": j < c,
+    rows = [{"question_id": qid, "candidate_idx": j, "text": SCRIPT, "answer": f"=HYPERLINK(1){IMG}", "correct": j < c,
              "scored": True, "finish_reason": IMG, "n_tokens": 1, "mean_logprob": -1.0}
             for qid, c in zip(qids, n_correct) for j in range(k)]
     model = {"spec": f"{name}{SCRIPT}{ESC}", "fingerprint": f"sha256:{IMG}"}
-    return AuditResult(protocol, model, q, pd.DataFrame(rows), {"file": IMG, "sha256": SCRIPT})
+    return AuditResult.new(protocol, model, q, pd.DataFrame(rows), {"file": IMG, "sha256": SCRIPT})

@@ -19,7 +19,7 @@ from pandas.testing import assert_frame_equal
 
 from reachlens import audit
 from reachlens.errors import ReachlensError
-from reachlens.store import AuditDir, read_run
+from reachlens.store import PartsDir, read_run
 
 
 @pytest.fixture(scope="module")
@@ -69,7 +69,7 @@ def test_a_deleted_samples_part_is_redone_on_resume(
     """The obvious repair (delete the damaged part) gives the audit an uninterrupted run gives, all K samples."""
     run = copy_of(interrupted, tmp_path / "a")
     (run / "parts" / "00000.samples.parquet").unlink()
-    assert AuditDir(run).finished_ids() == {audit_setup[0].questions[1].question_id}  # question 0 is not finished
+    assert PartsDir(run).finished_ids() == {audit_setup[0].questions[1].question_id}  # question 0 is not finished
     task, protocol, ex = audit_setup
     resumed = audit(tiny_model, task, protocol, out=run, exec_config=ex)
     whole = read_run(finished_audit)
@@ -83,7 +83,7 @@ def test_a_complete_audit_lacking_samples_is_refused_naming_the_question(
     run = copy_of(finished_audit, tmp_path / "a")
     samples = pd.read_parquet(run / "samples.parquet")
     qid = samples["question_id"].iloc[-1]
-    samples[~((samples["question_id"] == qid) & (samples["sample_idx"] == 1))].to_parquet(run / "samples.parquet")
+    samples[~((samples["question_id"] == qid) & (samples["candidate_idx"] == 1))].to_parquet(run / "samples.parquet")
     with pytest.raises(ReachlensError, match=rf"question '{qid}' has 1 of its 2 samples"):
         read_run(run)
     for argv in (["report", run], ["rescore", run]):

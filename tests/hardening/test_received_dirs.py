@@ -70,7 +70,7 @@ def test_readers_in_python_refuse_the_journal_and_move_nothing(finished_audit, t
 ])
 def test_a_writer_commits_only_moves_of_the_runs_own_files(finished_audit, tmp_path, moves) -> None:
     from reachlens.errors import ReachlensError
-    from reachlens.store import AuditDir
+    from reachlens.store import PartsDir
 
     shared = copy_of(finished_audit, tmp_path / "shared")
     (shared / "payload").write_text("echo PWNED\n")
@@ -79,18 +79,18 @@ def test_a_writer_commits_only_moves_of_the_runs_own_files(finished_audit, tmp_p
     (shared / ".rewrite.json").write_text(json.dumps({"moves": moves}))
     before = _snapshot(tmp_path)
     if moves == "not a list":  # a journal torn while written: the rewrite never began, it is dropped
-        AuditDir(shared).recover()
+        PartsDir(shared).recover()
         assert not (shared / ".rewrite.json").exists()
         assert (shared / "run.json").read_bytes() == before["shared/run.json"]
         return
     with pytest.raises(ReachlensError, match="not a rewrite of this run's own files"):
-        AuditDir(shared).recover()  # what every resume, rescore and convert does first
+        PartsDir(shared).recover()  # what every resume, rescore and convert does first
     assert _snapshot(tmp_path) == before
 
 
 def test_a_symlinked_staged_file_is_never_moved(finished_audit, tmp_path) -> None:
     from reachlens.errors import ReachlensError
-    from reachlens.store import AuditDir
+    from reachlens.store import PartsDir
 
     shared = copy_of(finished_audit, tmp_path / "shared")
     secret = tmp_path / "secret"
@@ -98,7 +98,7 @@ def test_a_symlinked_staged_file_is_never_moved(finished_audit, tmp_path) -> Non
     (shared / ".summary.json.1.0123abcd.tmp").symlink_to(secret)
     (shared / ".rewrite.json").write_text(json.dumps({"moves": [[".summary.json.1.0123abcd.tmp", "summary.json"]]}))
     with pytest.raises(ReachlensError, match="not a rewrite"):
-        AuditDir(shared).recover()
+        PartsDir(shared).recover()
     assert secret.read_text() == "private" and (shared / "summary.json").is_file()
     assert not (shared / "summary.json").is_symlink()
 

@@ -50,7 +50,7 @@ def make_bank() -> pd.DataFrame:
                              ("placebo:" if probe == PLACEBO else "") + ("graft:zero@L1", "graft:bos@L1")[j],
                              "candidate_idx": j, "text": f"A: {a}", "answer": None if a in (None, "?") else a,
                              "correct": a == GOLD, "scored": a != "?", "mean_logprob": -1.0 - j,
-                             "finish_reason": "stop", "decoded_tokens": 3, "intervention": probe not in ("greedy", SAMPLING),
+                             "finish_reason": "stop", "n_tokens": 3, "intervention": probe not in ("greedy", SAMPLING),
                              "detail": ""})
     return candidate_frame(rows)
 

@@ -49,7 +49,7 @@ def test_the_bank_holds_every_candidate_once_with_its_compute_and_its_kind(run):
     assert list(bank.columns) == BANK_COLUMNS and not bank.duplicated(["question_id", "probe", "candidate_idx"]).any()
     sizes = bank.groupby("probe").size().to_dict()
     assert sizes == {"greedy": N, **{parse_probe(s).label: N * parse_probe(s).budget for s in SPECS}}
-    assert (bank["decoded_tokens"].between(1, TOKENS)).all()
+    assert (bank["n_tokens"].between(1, TOKENS)).all()
     assert set(bank.loc[bank["intervention"], "probe"].map(lambda p: p.split(":")[0])) == {"graft", "embedding_noise",
                                                                                             "steer"}
     assert run.record.kind == "probe" and run.record.status == "complete"
@@ -60,9 +60,9 @@ def test_sampling_candidates_are_the_audit_samples_and_greedy_is_its_deployment(
     result = audit(tiny_model, task, Protocol("arith", k=3, temperature=1.0, max_new_tokens=TOKENS), exec_config=EXEC)
     mine = rows_of(run.candidates, "sampling:k=3:temperature=1")
     want = result.samples
-    assert mine["candidate_idx"].tolist() == want["sample_idx"].tolist()
+    assert mine["candidate_idx"].tolist() == want["candidate_idx"].tolist()
     for a, b in (("text", "text"), ("answer", "answer"), ("correct", "correct"), ("finish_reason", "finish_reason"),
-                 ("decoded_tokens", "n_tokens"), ("mean_logprob", "mean_logprob")):
+                 ("n_tokens", "n_tokens"), ("mean_logprob", "mean_logprob")):
         assert mine[a].tolist() == want[b].tolist(), a
     greedy = rows_of(run.candidates, "greedy")
     assert greedy["text"].tolist() == result.questions["deployed_text"].tolist()

@@ -52,7 +52,7 @@ def study(tmp_path):
     rl = fake_audit([True, True, True, False, False], [4, 4, 3, 0, 1], spec="zoo:grpo")
     big_base = fake_audit([True, False, False, False, True], [8, 3, 2, 1, 6], k=8, spec="zoo:base", protocol=P4.with_k(8))
     big_rl = fake_audit([True, True, True, False, False], [8, 8, 6, 0, 2], k=8, spec="zoo:grpo", protocol=P4.with_k(8))
-    plan = StudyPlan({"base": "zoo:base", "grpo": "zoo:grpo"}, (("base", "grpo"),), base.protocol, budget_k=8)
+    plan = StudyPlan({"base": "zoo:base", "grpo": "zoo:grpo"}, (("base", "grpo"),), base.protocol, extended_k=8)
     _begin(tmp_path, plan)
     _write(tmp_path, "base", base)
     _write(tmp_path, "grpo", rl)
@@ -213,7 +213,7 @@ def crossing_study(tmp_path):
     rl = fake_audit([True, True, False, False] * 2, [4, 4, 0, 0] * 2, spec="zoo:grpo")
     big_base = fake_audit([False] * 8, [2] * 8, k=8, spec="zoo:base", protocol=P4.with_k(8))
     big_rl = fake_audit([True, True, False, False] * 2, [8, 8, 0, 0] * 2, k=8, spec="zoo:grpo", protocol=P4.with_k(8))
-    plan = StudyPlan({"base": "zoo:base", "grpo": "zoo:grpo"}, (("base", "grpo"),), base.protocol, budget_k=8)
+    plan = StudyPlan({"base": "zoo:base", "grpo": "zoo:grpo"}, (("base", "grpo"),), base.protocol, extended_k=8)
     root = tmp_path / "crossing"
     _begin(root, plan)
     for name, r in (("base", base), ("grpo", rl)):

@@ -62,7 +62,7 @@ def test_every_strategy_spends_exactly_k(strategy, space, budget):
     cands = run_search(ev, space, strategy, RoutingConfig(budget))
     assert (cands.groupby("question_id").size() == budget).all()
     assert len(ev.calls) == 5 * budget  # duplicates are charged too
-    assert list(cands[cands["question_id"] == "q0"]["eval_idx"]) == list(range(budget))
+    assert list(cands[cands["question_id"] == "q0"]["candidate_idx"]) == list(range(budget))
     assert (cands.groupby("question_id").head(1)["route"] == "0,1,2,3,4,5").all()  # the identity first
     for r in cands["route"]:
         assert space.contains(tuple(int(x) for x in r.split(",")))
@@ -80,7 +80,7 @@ def test_strategies_are_anytime(strategy):
     space = NativeSpace(6)
     big = run_search(FakeEvaluator(6, 3, (0, 2, 2, 3, 5)), space, strategy, RoutingConfig(30, seed=3))
     small = run_search(FakeEvaluator(6, 3, (0, 2, 2, 3, 5)), space, strategy, RoutingConfig(13, seed=3))
-    assert list(big[big["eval_idx"] < 13]["route"]) == list(small["route"])
+    assert list(big[big["candidate_idx"] < 13]["route"]) == list(small["route"])
 
 
 def test_structured_search_climbs_a_smooth_objective():

@@ -29,7 +29,7 @@ def pool(rows):
     cols = ["answer", "correct", "mean_logprob", "lowest_window_logprob", "verify_logprob", "objective"]
     df = pd.DataFrame(rows, columns=cols)
     df["scored"] = True
-    df["eval_idx"] = range(len(df))
+    df["candidate_idx"] = range(len(df))
     return df
 
 
@@ -86,7 +86,7 @@ def test_median_recovery_over_cells():
 
 def test_reach_curve_counts_the_first_k_evaluations():
     cands = pd.DataFrame({
-        "question_id": ["a"] * 4 + ["b"] * 4, "eval_idx": [0, 1, 2, 3] * 2,
+        "question_id": ["a"] * 4 + ["b"] * 4, "candidate_idx": [0, 1, 2, 3] * 2,
         "correct": [False, False, True, False, False, False, False, False], "scored": True,
     })
     curve = reach_curve(cands)
@@ -105,7 +105,7 @@ def test_selectors_on_audit_temperature_samples():
         proto, qs, [c(" #### 3"), c(" #### 4")],
         [[c("#### 3"), c("#### 2", -0.1), c("#### 2"), c("#### 5")], [c("#### 5")] * 3 + [c("#### 4")]],
     )
-    table, summary = audit_selector_table(AuditResult(proto, {"spec": "x", "fingerprint": "y"}, q, s))
+    table, summary = audit_selector_table(AuditResult.new(proto, {"spec": "x", "fingerprint": "y"}, q, s))
     assert table["majority"].tolist() == [1.0, 0.0] and table["logprob"].tolist() == [1.0, 0.0]
     row = summary.iloc[0]
     assert (row["D"], row["O_K"], row["majority"]) == (0.5, 1.0, 0.5)
@@ -116,7 +116,7 @@ def test_a_route_evaluated_twice_is_one_vote():
     # Route r1 was proposed three times (budget spent), r2 and r3 once each: by route, "5" has two
     # votes and "9" one; counting evaluations would have made "9" the majority.
     cands = pd.DataFrame({
-        "question_id": ["a"] * 5, "eval_idx": range(5), "route": ["r1", "r1", "r1", "r2", "r3"],
+        "question_id": ["a"] * 5, "candidate_idx": range(5), "route": ["r1", "r1", "r1", "r2", "r3"],
         "answer": ["9", "9", "9", "5", "5"], "correct": [False, False, False, True, True], "scored": [True] * 5,
     })
     deployed = pd.DataFrame({"question_id": ["a"], "realized": [0.0], "deployed_answer": ["9"]})

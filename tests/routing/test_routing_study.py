@@ -109,7 +109,7 @@ def test_a_search_decoded_in_one_batch_equals_one_route_at_a_time(tiny_model, st
     task = load_task("arith", n=6)
     config = RoutingConfig(budget=8)
     batched = run_routing(tiny_model, task, "native", strategy, protocol=GREEDY, config=config).candidates
-    assert batched.groupby("eval_idx")["route"].nunique().max() > 1  # rounds mix routes
+    assert batched.groupby("candidate_idx")["route"].nunique().max() > 1  # rounds mix routes
     monkeypatch.setattr(evaluation, "generate_along_routes", one_call_per_route)
     apart = run_routing(tiny_model, task, "native", strategy, protocol=GREEDY, config=config).candidates
     floats = ["mean_logprob", "lowest_window_logprob", "objective", "verify_logprob"]

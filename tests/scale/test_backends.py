@@ -14,7 +14,8 @@ from reachlens.cli import main
 from reachlens.engine.backends import bind_backend
 from reachlens.models import ModelSource
 from reachlens.engine.backends.vllm_model import VLLMModel
-from reachlens.runner import AuditJob, InProcessExecutor, ProcessPool, RayExecutor, run_jobs
+from reachlens.runner import InProcessExecutor, ProcessPool, RayExecutor, run_jobs
+from reachlens.studies import AuditJob
 from reachlens.store import read_run
 from reachlens.studies.compare import compare
 

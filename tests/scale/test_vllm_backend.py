@@ -83,7 +83,7 @@ def test_vllm_extension_to_2k_draws_only_the_new_samples_and_equals_a_fresh_2k_a
     # the extension sent vLLM the deployed answers (greedy) and samples 8..15 only, each with its own seed
     sampled = sorted(s for s in info["extension_seeds"] if s is not None)
     assert sampled == sorted(row_seed(0, q, j) for q in ids for j in range(8, 16))
-    first = k16.samples[k16.samples["sample_idx"] < 8].reset_index(drop=True)
+    first = k16.samples[k16.samples["candidate_idx"] < 8].reset_index(drop=True)
     pd.testing.assert_frame_equal(first, k8.samples)
     # seeded per sample: a fresh K=16 audit draws the same 16 samples
     pd.testing.assert_frame_equal(k16.samples, fresh.samples)

@@ -27,7 +27,7 @@ ANSWERS = {
 
 def audit(spec: str, questions: list[tuple[list, str]]) -> AuditResult:
     qids = [f"q{i}" for i in range(len(questions))]
-    samples = pd.DataFrame([{"question_id": qid, "sample_idx": j, "text": str(a), "answer": a, "correct": a == "1",
+    samples = pd.DataFrame([{"question_id": qid, "candidate_idx": j, "text": str(a), "answer": a, "correct": a == "1",
                              "scored": True, "finish_reason": "stop", "n_tokens": 1, "mean_logprob": -1.0}
                             for qid, (answers, _) in zip(qids, questions) for j, a in enumerate(answers)])
     n_correct = [sum(a == "1" for a in answers) for answers, _ in questions]
@@ -36,7 +36,7 @@ def audit(spec: str, questions: list[tuple[list, str]]) -> AuditResult:
                       "propensity": [c / P.k for c in n_correct], "deployed_answer": [g for _, g in questions],
                       "deployed_text": "x", "deployed_scored": True, "deployed_finish": "stop", "gold": "1",
                       "labels": None})
-    return AuditResult(P.resolved(load_task("arith", n=1)), {"spec": spec, "fingerprint": spec}, q, samples,
+    return AuditResult.new(P.resolved(load_task("arith", n=1)), {"spec": spec, "fingerprint": spec}, q, samples,
                        {"generator": "test"})
 
 

@@ -19,7 +19,7 @@ import pytest
 from reachlens.execution import ExecConfig
 from reachlens import Protocol, audit, load_task, rescore
 from reachlens.errors import ReachlensError
-from reachlens.store import AuditDir, write_json
+from reachlens.store import PartsDir, write_json
 from reachlens.store.convert import convert
 from reachlens.studies import AuditResult
 
@@ -61,7 +61,7 @@ def test_an_empty_directory_is_used_and_a_finished_audit_keeps_foreign_files(tin
     out = tmp_path / "empty"
     out.mkdir()
     audit(tiny_model, task, PROTO, out=out, exec_config=ExecConfig(max_batch_rows=8))
-    assert AuditDir(out).exists()
+    assert PartsDir(out).exists()
     # a file someone put into parts/ of an audit directory survives its consolidation
     (out / "parts").mkdir(exist_ok=True)
     (out / "parts" / "keep.txt").write_text("x")
@@ -90,7 +90,7 @@ def test_a_second_writer_is_refused_naming_the_owner(tiny_model, task, tmp_path)
         with pytest.raises(DirectoryLocked, match=rf"is being written by process {os.getpid()}\b") as err:
             audit(tiny_model, task, PROTO, out=out, exec_config=ExecConfig(max_batch_rows=8))
         assert err.value.owner["pid"] == os.getpid()
-        assert not AuditDir(out).exists()  # the refused writer wrote nothing
+        assert not PartsDir(out).exists()  # the refused writer wrote nothing
     audit(tiny_model, task, PROTO, out=out, exec_config=ExecConfig(max_batch_rows=8))  # released: the next writer runs
 
 
@@ -149,7 +149,7 @@ def test_a_rescore_that_crashes_before_it_commits_changes_nothing(tiny_model, ta
     with pytest.raises(OSError, match="simulated crash"):
         rescore(out, grader="math")
     monkeypatch.undo()
-    assert AuditDir(out).protocol().grader == "numeric"  # the header still matches the stored grades
+    assert PartsDir(out).protocol().grader == "numeric"  # the header still matches the stored grades
     assert not [p for p in out.iterdir() if p.name.endswith(".tmp")]
     resumed = audit(tiny_model, task, PROTO, out=out, exec_config=ExecConfig(max_batch_rows=8))  # not blocked
     pd.testing.assert_frame_equal(resumed.samples, first.samples)
@@ -166,7 +166,7 @@ def test_a_rescore_that_crashes_after_it_commits_is_completed(tiny_model, task, 
         AuditResult.load(out)  # a reader never commits the journal
     convert(out)  # a writer does: it finishes the journaled rewrite
     done = AuditResult.load(out)
-    assert done.protocol.grader == "math" and AuditDir(out).protocol().grader == "math"
+    assert done.protocol.grader == "math" and PartsDir(out).protocol().grader == "math"
     again = rescore(out)  # the stored grades are the math grader's
     pd.testing.assert_frame_equal(again.samples, done.samples)
     pd.testing.assert_frame_equal(again.questions, done.questions)
@@ -184,7 +184,7 @@ def test_summary_json_holds_null_for_undefined_numbers_and_reads_back_nan(tmp_pa
     run = fake_audit([True, False], [1, 0]).save(tmp_path / "run")  # a complete run whose summary we replace
     write_json(run / "summary.json", {"D": math.nan, "O_K": 0.5, "pass_at_k": {"1": math.inf}})
     assert strict((run / "summary.json").read_text()) == {"D": None, "O_K": 0.5, "pass_at_k": {"1": None}}
-    s = AuditDir(run).summary()
+    s = PartsDir(run).summary()
     assert math.isnan(s["D"]) and s["O_K"] == 0.5 and math.isnan(s["pass_at_k"]["1"])
 
 

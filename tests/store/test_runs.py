@@ -6,16 +6,19 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+from pathlib import Path
 
 import pandas as pd
 import pytest
+
+import reachlens
 from conftest import fake_audit
 
 from reachlens import ExecConfig, Protocol, ProtocolMismatch, audit, load_task
 from reachlens.cli import main
 from reachlens.errors import ReachlensError
-from reachlens.runner import rerun
-from reachlens.store import FORMAT_VERSION, RUN_KINDS, AuditDir, RunDir, RunRecord, list_runs, read_run
+from reachlens.studies import rerun
+from reachlens.store import FORMAT_VERSION, RUN_KINDS, PartsDir, RunDir, RunRecord, list_runs, read_run
 from reachlens.studies import (
     AuditResult,
     CausalResult,
@@ -47,7 +50,7 @@ def runs(tiny_dir, tmp_path_factory):
     compare(a, a).save(root / "comparison")
     temperature_control(model, task, a, a, (1.5,), out=root / "temperature_control", exec_config=TINY)
     length_control(a, a, 8, models=(model, model), task=task, out=root / "length_control", exec_config=TINY)
-    plan = StudyPlan({"x": model, "y": model}, (("x", "y"),), P, n=2, budget_k=3)
+    plan = StudyPlan({"x": model, "y": model}, (("x", "y"),), P, n=2, extended_k=3)
     run_training_audit(plan, root / "training_audit", exec_config=TINY, log=lambda s: None)
     for argv in (["route", model, "--task", "arith", "--n", "2", "--space", "skip", "--search", "random", "--budget", "2",
                   "--max-new-tokens", "6", "--out", root / "routing"],
@@ -64,7 +67,7 @@ def runs(tiny_dir, tmp_path_factory):
         record = RunRecord.new(cls.kind, silence.record.protocol, silence.record.model, silence.record.data,
                                {"sets": silence.meta["sets"]})
         extra = {"ranking": pd.DataFrame({"rank": [0, 1], "unit": [5, 2]})} if cls is UnitsSweep else {}
-        cls(record, silence.table, silence.per_question, extra).save(root / cls.kind)
+        cls(silence.table, silence.per_question, extra, record=record).save(root / cls.kind)
     return root
 
 
@@ -123,7 +126,7 @@ def test_a_saved_comparison_of_audits_in_memory_holds_them(tmp_path):
 
 def test_status_running_complete_failed_interrupted(tmp_path):
     result = fake_audit([True], [1])
-    run = AuditDir(tmp_path / "r")
+    run = PartsDir(tmp_path / "r")
     with run.writer():
         run.start(result.record)
         assert run.record().status == "running"  # its writer holds it
@@ -191,7 +194,7 @@ def test_reading_a_run_in_an_older_format_names_convert(runs, tmp_path):
     for key in ("format_version", "status", "started", "finished", "exec"):
         header.pop(key)
     (tmp_path / "old" / "run.json").write_text(json.dumps(header))
-    with pytest.raises(ReachlensError, match=r"run format 0, this reachlens reads 2; rewrite it with `reachlens convert"):
+    with pytest.raises(ReachlensError, match=rf"run format 0, this reachlens reads {FORMAT_VERSION}; rewrite it with `reachlens convert"):
         read_run(tmp_path / "old")
     assert main(["convert", str(tmp_path / "old")]) == 0
     again = read_run(tmp_path / "old")
@@ -261,3 +264,59 @@ def test_a_killed_writer_leaves_the_run_interrupted(tmp_path):
         run.start(result.record)
     (tmp_path / "r" / ".lock").write_text(json.dumps({"pid": 2**22 + 7, "host": os.uname().nodename, "started": "1"}))
     assert run.record().status == "interrupted"
+
+
+def test_a_comparison_or_control_moved_elsewhere_reads_back_with_its_tables(runs, tmp_path):
+    """A comparison holds its audits (children inside it, or relative paths inside its tree): moved to another
+    folder it reads back with read_run, its join and its summary those it wrote; so do the controls."""
+    import shutil
+
+    for kind in ("comparison", "temperature_control", "length_control"):
+        moved = tmp_path / "elsewhere" / kind
+        shutil.copytree(runs / kind, moved)
+        shutil.move(str(runs / kind), str(tmp_path / f"{kind}-original"))  # the original path is gone
+        try:
+            again, original = read_run(moved), read_run(tmp_path / f"{kind}-original")
+            assert again.location == moved and again.record.children == original.record.children
+            assert all(not Path(rel).is_absolute() for rel in again.record.children.values())
+            for name, df in original.tables().items():
+                pd.testing.assert_frame_equal(again.tables()[name], df)
+            assert json.loads((moved / "summary.json").read_text()) == \
+                json.loads(json.dumps(again.summary(), default=str).replace("NaN", "null"))
+        finally:
+            shutil.move(str(tmp_path / f"{kind}-original"), str(runs / kind))
+    # a study's comparison names the study's audits relatively: the study moves as one
+    study = tmp_path / "study"
+    shutil.copytree(runs / "training_audit", study)
+    cmp = read_run(study / "comparisons" / "x--y")
+    assert cmp.record.children == {"base": "../../audits/x", "trained": "../../audits/y"}
+    assert cmp.base.location.resolve() == (study / "audits" / "x").resolve()
+    pd.testing.assert_frame_equal(cmp.questions, read_run(runs / "training_audit" / "comparisons" / "x--y").questions)
+
+
+def test_every_study_s_candidate_table_carries_the_one_set_of_candidate_columns(runs):
+    """One definition of a candidate (records.CANDIDATE_COLUMNS): an audit's samples, a routing run's route
+    evaluations and a probe run's bank carry exactly those columns first, with one type each, then their own; the
+    selectors read five of them."""
+    from reachlens.records import (BANK_COLUMNS, CANDIDATE_COLUMNS, ROUTE_CANDIDATE_COLUMNS, SAMPLE_COLUMNS,
+                                   SELECTOR_COLUMNS)
+
+    tables = {"audit": (read_run(runs / "audit").samples, SAMPLE_COLUMNS),
+              "routing": (read_run(runs / "routing").candidates, ROUTE_CANDIDATE_COLUMNS),
+              "probe": (read_run(runs / "probe").candidates, BANK_COLUMNS)}
+    types = None
+    for kind, (df, columns) in tables.items():
+        extra = ["verify_logprob"] if kind == "routing" else []  # the self_verify selector's score
+        assert list(df.columns) == columns + extra, kind
+        assert list(df.columns[:len(CANDIDATE_COLUMNS)]) == CANDIDATE_COLUMNS, kind
+        mine = [str(t) for t in df[CANDIDATE_COLUMNS].dtypes]
+        assert types is None or mine == types, (kind, mine, types)
+        types = mine
+        assert df["candidate_idx"].dtype == "int64" and df["correct"].dtype == bool and df["n_tokens"].dtype == "int64"
+    assert set(SELECTOR_COLUMNS) <= set(CANDIDATE_COLUMNS) and len(SELECTOR_COLUMNS) == 5
+    assert read_run(runs / "routing").questions["realized"].dtype == bool  # as in an audit: a boolean
+    # one name each: the old ones are nowhere in reachlens/
+    source = "\n".join(p.read_text() for p in Path(reachlens.__file__).parent.rglob("*.py")
+                       if p.name != "convert.py")  # the one step that reads the old names
+    for old in ("eval_idx", "decoded_tokens", "budget_k"):
+        assert old not in source, old

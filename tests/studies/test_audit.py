@@ -52,7 +52,7 @@ def test_grading_tables_from_hand_made_completions():
     assert q["n_correct"].tolist() == [2, 0]
     assert q["propensity"].tolist() == [0.5, 0.0]
     assert s["answer"].tolist()[:2] == ["3", "2"] and pd.isna(s["answer"][2])
-    r = AuditResult(PROTO, {"spec": "x", "fingerprint": "y"}, q, s)
+    r = AuditResult.new(PROTO, {"spec": "x", "fingerprint": "y"}, q, s)
     assert r.D == 0.5 and r.O_K == 0.5 and r.gap == 0.0
 
 
@@ -126,11 +126,12 @@ def test_budget_extension_reuses_the_first_k_samples(tiny_model, task):
     big = audit(tiny_model, task, PROTO.with_k(8), exec_config=ExecConfig(max_batch_rows=40))
     restricted = big.restrict_k(4)
     assert restricted.samples["text"].tolist() == small.samples["text"].tolist()
-    from reachlens.runner import AuditJob, rerun, run_jobs
+    from reachlens.runner import run_jobs
+    from reachlens.studies import AuditJob, rerun
 
     extra = run_jobs([AuditJob(tiny_model, task, PROTO, exec_config=ExecConfig(max_batch_rows=10), sample_offset=4)])[0]
-    assert extra.samples["sample_idx"].min() == 4
-    assert extra.samples["text"].tolist() == big.samples[big.samples["sample_idx"] >= 4]["text"].tolist()
+    assert extra.samples["candidate_idx"].min() == 4
+    assert extra.samples["text"].tolist() == big.samples[big.samples["candidate_idx"] >= 4]["text"].tolist()
     # the budget control is a rerun at k=8: the first 4 samples reused, the next 4 drawn, equal to a fresh K=8 audit
     extended = rerun(small, k=8, model=tiny_model, task=task, exec_config=ExecConfig(max_batch_rows=10))
     pd.testing.assert_frame_equal(extended.samples, big.samples)

@@ -10,7 +10,7 @@ from conftest import fake_audit as fake
 from reachlens.execution import ExecConfig
 from reachlens import Protocol, ProtocolMismatch, audit, load_task
 from reachlens.errors import ReachlensError
-from reachlens.runner import rerun
+from reachlens.studies import rerun
 from reachlens.studies import AuditResult, compare, propensity_bins
 
 PROTO = Protocol("arith", k=4, temperature=1.0, max_new_tokens=12)
@@ -84,8 +84,8 @@ def test_a_budget_rerun_equals_a_fresh_audit(tiny_model, tmp_path):
     small = audit(tiny_model, task, PROTO, out=tmp_path / "k4", exec_config=ExecConfig(max_batch_rows=10))
     fresh = audit(tiny_model, task, PROTO.with_k(8), exec_config=ExecConfig(max_batch_rows=40))
     ext = rerun(tmp_path / "k4", model=tiny_model, task=task, k=8, into=tmp_path, exec_config=ExecConfig(max_batch_rows=10))
-    pd.testing.assert_frame_equal(ext.samples[["question_id", "sample_idx", "text", "correct"]],
-                                  fresh.samples[["question_id", "sample_idx", "text", "correct"]])
+    pd.testing.assert_frame_equal(ext.samples[["question_id", "candidate_idx", "text", "correct"]],
+                                  fresh.samples[["question_id", "candidate_idx", "text", "correct"]])
     assert ext.questions["n_correct"].tolist() == fresh.questions["n_correct"].tolist()
     assert AuditResult.load(tmp_path / "k4--k=8").k == 8 and ext.location == tmp_path / "k4--k=8"
     # the first K samples are the stored ones, untouched
@@ -195,7 +195,7 @@ def _voted(answers: list[list[str]], spec: str) -> AuditResult:
     qs = [Question(f"q{i}", {"expr": "1+1"}, "2") for i in range(len(answers))]
     done = lambda a: Completion(f" #### {a}", (1,), "stop", (-0.5,))  # noqa: E731
     q, s = grade_questions(proto, qs, [done("2")] * len(qs), [[done(a) for a in row] for row in answers])
-    return AuditResult(proto, {"spec": spec, "fingerprint": spec}, q, s, {"generator": "voted"})
+    return AuditResult.new(proto, {"spec": spec, "fingerprint": spec}, q, s, {"generator": "voted"})
 
 
 def _counted(answers: list[list[str]]) -> list[float]:

@@ -12,7 +12,7 @@ from reachlens import Protocol, ProtocolMismatch, audit, load_model, load_task
 from reachlens.errors import ReachlensError
 from reachlens.studies import compare
 from reachlens.execution import ExecConfig
-from reachlens.runner import rerun
+from reachlens.studies import rerun
 from reachlens.store import read_run
 from reachlens.studies.controls import (
     length_control,
@@ -42,8 +42,8 @@ def test_reprobe_at_the_audit_temperature_redraws_the_audit_samples(zoo):
     assert left and set(left) == set(c.questions.loc[c.questions["reach_fate"] == "left", "question_id"])
     runs = reprobe_left(models["sft"], task, audits["base"], audits["sft"], [0.8, 1.3])
     # same K, same seed stream: at the audit's own temperature the re-probe draws the audit's samples
-    again = runs[0.8].samples.set_index(["question_id", "sample_idx"])["text"]
-    stored = audits["sft"].samples.set_index(["question_id", "sample_idx"])["text"]
+    again = runs[0.8].samples.set_index(["question_id", "candidate_idx"])["text"]
+    stored = audits["sft"].samples.set_index(["question_id", "candidate_idx"])["text"]
     pd.testing.assert_series_equal(again.sort_index(), stored.loc[again.index].sort_index())
     assert set(runs[1.3].questions["question_id"]) == set(left) and runs[1.3].k == P.k
     table = temperature_table(c, runs)

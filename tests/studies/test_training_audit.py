@@ -14,18 +14,18 @@ from reachlens import Protocol
 from reachlens.errors import ReachlensError
 from reachlens.execution import ExecConfig
 from reachlens.store import read_run
-from reachlens.runner import plan_rerun
+from reachlens.studies import plan_rerun
 from reachlens.studies.training_audit import FORMAT_K, StudyPlan, run_training_audit
 
 
 def plan_for(tiny_dir) -> StudyPlan:
     return StudyPlan({"base": str(tiny_dir), "tuned": str(tiny_dir)}, (("base", "tuned"),),
-                     Protocol("arith", k=3, temperature=1.0, max_new_tokens=12), n=4, budget_k=6,
+                     Protocol("arith", k=3, temperature=1.0, max_new_tokens=12), n=4, extended_k=6,
                      native_formats={"tuned": "verbose"})
 
 
 def frames(study):
-    return {name: r.samples.sort_values(["question_id", "sample_idx"]).reset_index(drop=True)
+    return {name: r.samples.sort_values(["question_id", "candidate_idx"]).reset_index(drop=True)
             for group in (study.audits, study.extended, study.formats) for name, r in group.items()}
 
 
@@ -43,8 +43,8 @@ def test_runner_writes_every_audit_and_two_workers_agree(tiny_dir, tmp_path):
     a, b = frames(one), frames(two)
     assert a.keys() == b.keys()
     for name in a:
-        pd.testing.assert_frame_equal(a[name][["question_id", "sample_idx", "text"]],
-                                      b[name][["question_id", "sample_idx", "text"]])
+        pd.testing.assert_frame_equal(a[name][["question_id", "candidate_idx", "text"]],
+                                      b[name][["question_id", "candidate_idx", "text"]])
     # a re-run resumes: nothing is redone, the study reads back the same
     again = run_training_audit(plan, tmp_path / "one", log=lambda s: None)
     assert frames(again).keys() == a.keys()
@@ -75,7 +75,7 @@ def test_the_budget_control_is_decoded_once_and_the_audit_at_k_is_its_cut(tiny_d
     plan = plan_for(tiny_dir)
     study = run_training_audit(plan, tmp_path / "s", log=lambda s: None)
     task = reachlens.load_task("arith", n=4)
-    q_cols, s_cols = ["question_id", "deployed_text", "realized", "reachable", "n_correct"], ["question_id", "sample_idx", "text"]
+    q_cols, s_cols = ["question_id", "deployed_text", "realized", "reachable", "n_correct"], ["question_id", "candidate_idx", "text"]
     direct = reachlens.audit(str(tiny_dir), task, plan.protocol)  # both checkpoints are this one model
     for name in ("base", "tuned"):
         # the audit at K equals one made directly at K (another way: reachlens.audit), the control holds it
@@ -83,7 +83,7 @@ def test_the_budget_control_is_decoded_once_and_the_audit_at_k_is_its_cut(tiny_d
         assert (audit.k, wide.k) == (3, 6) and wide.location.name == f"{name}--k=6"
         pd.testing.assert_frame_equal(audit.questions[q_cols], direct.questions[q_cols])
         pd.testing.assert_frame_equal(audit.samples[s_cols], direct.samples[s_cols])
-        first = wide.samples[wide.samples["sample_idx"] < 3].reset_index(drop=True)
+        first = wide.samples[wide.samples["candidate_idx"] < 3].reset_index(drop=True)
         pd.testing.assert_frame_equal(first[s_cols], audit.samples[s_cols])
     # a study begun before, whose audits at K are written but not the control's: they are kept, the control
     # extends them (drawing samples K..K2-1 only)
@@ -119,7 +119,7 @@ def test_convert_cuts_a_format_1_study_s_k_sample_format_control_and_the_study_r
     import json
 
     import reachlens.runner.executors as executors
-    from reachlens.runner import rerun
+    from reachlens.studies import rerun
     from reachlens.store.convert import convert
 
     plan = plan_for(tiny_dir)
@@ -143,7 +143,7 @@ def test_convert_cuts_a_format_1_study_s_k_sample_format_control_and_the_study_r
     assert converted.record.extra["change"] == {"prompt_format": "verbose", "k": 1}
     assert converted.record.extra["converted_from"] == "tuned--prompt_format=verbose (k=3): its first 1 sample(s) of each question"
     # by hand: sample 0 of each question, and D, reachability and counts from it
-    first = old_samples[old_samples["sample_idx"] == 0].reset_index(drop=True)
+    first = old_samples[old_samples["candidate_idx"] == 0].reset_index(drop=True)
     pd.testing.assert_frame_equal(converted.samples, first)
     want = old_questions.assign(n_correct=first["correct"].astype(int).to_numpy(), k=1)
     assert converted.questions["realized"].tolist() == want["realized"].tolist()
@@ -170,7 +170,7 @@ def test_convert_cuts_an_interrupted_k_sample_format_control_as_far_as_it_got(ti
     import json
 
     import reachlens.runner.executors as executors
-    from reachlens.runner import rerun
+    from reachlens.studies import rerun
     from reachlens.store.convert import convert
 
     plan, ex = plan_for(tiny_dir), ExecConfig(max_batch_rows=8)  # K=3: two questions a slice

@@ -64,22 +64,22 @@ def vllm_python() -> str:
 class VLLMModel:
     """A model served by vLLM in a worker process; :func:`reachlens.audit` takes it like a TransformerBridge.
 
-    >>> model = VLLMModel("zoo:base")  # doctest: +SKIP
+    Made by :func:`reachlens.models.load_vllm`, which resolves the spec to its folder (``target``) and gives the
+    model its identity and the source a worker reloads it from.
+
+    >>> model = load_vllm("zoo:base")  # doctest: +SKIP
     >>> reachlens.audit(model, task, Protocol("arith", k=200))  # doctest: +SKIP  (backend 'vllm')
     """
 
     reachlens_backend = "vllm"
 
-    def __init__(self, spec: str, *, dtype: str = "float32", python: str | None = None,
-                 max_model_len: int | None = None, options: dict[str, Any] | None = None) -> None:
+    def __init__(self, spec: str, *, target: str, identity: Any, source: Any, dtype: str = "float32",
+                 python: str | None = None, max_model_len: int | None = None,
+                 options: dict[str, Any] | None = None) -> None:
         from transformers import AutoConfig, AutoTokenizer, GenerationConfig
 
-        from reachlens.models.source import ModelSource
-        from reachlens.models.loading import model_identity, resolve_spec
-
-        target, _ = resolve_spec(spec)
-        self.reachlens_identity = model_identity(spec)
-        self.reachlens_source = ModelSource(spec, backend="vllm", dtype=dtype)
+        self.reachlens_identity = identity
+        self.reachlens_source = source
         self.tokenizer = AutoTokenizer.from_pretrained(target)
         config = AutoConfig.from_pretrained(target)
         n_ctx = getattr(config, "max_position_embeddings", None) or getattr(config, "n_positions", None)

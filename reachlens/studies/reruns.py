@@ -18,14 +18,13 @@ against the source's record first (:func:`require_audited_with`). A rerun writte
 rule, :func:`rerun_name`: the source's name, then each change as ``field=value`` in field order, joined by
 ``--`` (``grpo--k=400``, ``sft--prompt_format=verbose``, ``grpo--questions=12q-3fa2b1c4--temperature=0.6``).
 
-:func:`plan_rerun` prepares a rerun as an :class:`~reachlens.runner.AuditJob` and its finishing step, so a
+:func:`plan_rerun` prepares a rerun as an :class:`~reachlens.studies.AuditJob` and its finishing step, so a
 study can hand many reruns to one executor at once (:func:`run_reruns`); :func:`rerun` is one of them.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -38,33 +37,16 @@ from reachlens.execution import ExecConfig
 from reachlens.models import ModelSource, identity_of, model_identity
 from reachlens.protocol import ProtocolMismatch
 from reachlens.records import in_task_order, update_question_table
-from reachlens.runner.jobs import AuditJob, run_jobs
-from reachlens.store import RUN_KINDS, AuditDir, RunRecord, read_run, run_differences
+from reachlens.runner import Executor, run_jobs
+from reachlens.store import PartsDir, RunRecord, read_run, rerun_name, run_differences
+from reachlens.studies.audit_job import AuditJob
+from reachlens.studies.auditing import AuditResult
 from reachlens.tasks.base import Task
 
 __all__ = ["CHANGES", "PlannedRerun", "as_rerun", "plan_rerun", "require_audited_with", "rerun", "rerun_name", "run_reruns"]
 
 CHANGES = ("k", "temperature", "max_new_tokens", "prompt_format", "questions")
 """What a rerun may change (in the order :func:`rerun_name` writes them)."""
-
-
-def rerun_name(name: str, change: Mapping[str, Any]) -> str:
-    """The directory name of ``name`` rerun with ``change``: ``name--field=value--...`` in field order; a
-    question subset is written as its size and the first 8 hex digits of its ids' SHA-256.
-
-    >>> rerun_name("grpo", {"temperature": 0.6, "questions": ["arith-3", "arith-7"]})
-    'grpo--questions=2q-e8a52b11--temperature=0.6'
-    """
-    parts = [name]
-    for key in sorted(change):
-        value = change[key]
-        if key == "questions":
-            ids = sorted(value)
-            value = f"{len(ids)}q-{hashlib.sha256(chr(10).join(ids).encode()).hexdigest()[:8]}"
-        elif isinstance(value, float):
-            value = f"{value:g}"
-        parts.append(f"{key}={value}")
-    return "--".join(parts)
 
 
 def _check_change(src, change: Mapping[str, Any]) -> dict[str, Any]:
@@ -179,7 +161,7 @@ def as_rerun(result, out: Path | None, extra: Mapping[str, Any]):
 
 def _extension(src, model, sub: Task, protocol, exec_config: ExecConfig, out: Path | None, extra) -> PlannedRerun:
     """A budget extension: samples K..K2-1 drawn now, joined to the source's first K."""
-    if out is not None and AuditDir(out).is_complete():  # done before: nothing to draw
+    if out is not None and PartsDir(out).is_complete():  # done before: nothing to draw
         done = read_run(out)
         done.protocol.require_match(protocol)  # another run under this name is refused
         return PlannedRerun(None, lambda _: done, out)
@@ -190,15 +172,18 @@ def _extension(src, model, sub: Task, protocol, exec_config: ExecConfig, out: Pa
         samples = pd.concat([src.samples, more.samples], ignore_index=True)
         questions = update_question_table(src.questions, samples, k)
         questions, samples = in_task_order(questions, samples, [q.question_id for q in sub.questions])
-        return as_rerun(RUN_KINDS["audit"](protocol, src.model, questions, samples, src.data, record=more.record),
-                         out, extra)
+        return as_rerun(AuditResult(questions, samples, record=dataclasses.replace(more.record, protocol=protocol)),
+                        out, extra)
 
     return PlannedRerun(job, finish, out)
 
 
-def run_reruns(planned: Sequence[PlannedRerun], executor=None, *, progress=None, on_done=None) -> list:
-    """Run the jobs of ``planned`` together on ``executor`` (:func:`~reachlens.runner.run_jobs`); return each
-    rerun's audit. ``progress`` and ``on_done`` see the index into ``planned``."""
+def run_reruns(planned: Sequence[PlannedRerun], executor: Executor | None = None, *,
+               progress: Callable[[int, int, int], None] | None = None,
+               on_done: Callable[[int, Any, float], None] | None = None) -> list:
+    """Run the jobs of ``planned`` together on ``executor`` (:func:`~reachlens.runner.run_jobs`; None: the one the
+    first job's execution settings ask for); return each rerun's audit. ``progress(i, done, total)`` and
+    ``on_done(i, audit, seconds)`` see the index into ``planned``."""
     with_job = [i for i, p in enumerate(planned) if p.job is not None]
     results: list[Any] = [p.finish(None) if p.job is None else None for p in planned]
 
@@ -209,13 +194,14 @@ def run_reruns(planned: Sequence[PlannedRerun], executor=None, *, progress=None,
             on_done(i, results[i], seconds)
 
     run_jobs([planned[i].job for i in with_job], executor, on_done=done,
-             progress=None if progress is None else (lambda j, n: progress(with_job[j], n)))
+             progress=None if progress is None else (lambda j, n, total: progress(with_job[j], n, total)))
     return results
 
 
 def rerun(
     source, *, model: Any = None, task: Task | None = None, into: str | Path | None = None, name: str | None = None,
-    exec_config: ExecConfig | None = None, executor=None, progress: Callable[[int], None] | None = None,
+    exec_config: ExecConfig | None = None, executor: Executor | None = None,
+    progress: Callable[[int, int], None] | None = None,
     **change: Any,
 ):
     """The audit ``source`` again with ``change`` (one or more of :data:`CHANGES`); its audit run.
@@ -229,11 +215,12 @@ def rerun(
             it in memory.
         name: the rerun's name (default: the source directory's name).
         exec_config: how it runs; executor: who decodes (:func:`~reachlens.runner.run_jobs`).
-        progress: called with the number of questions finished.
+        progress: called with (questions finished, questions in all).
 
     >>> rerun("runs/base", k=400, into="runs").location  # doctest: +SKIP
     PosixPath('runs/base--k=400')
     >>> rerun(trained, temperature=1.2, questions=left, model=model, task=task)  # doctest: +SKIP
     """
     planned = plan_rerun(source, model=model, task=task, into=into, name=name, exec_config=exec_config, **change)
-    return run_reruns([planned], executor, progress=None if progress is None else (lambda i, n: progress(n)))[0]
+    return run_reruns([planned], executor,
+                      progress=None if progress is None else (lambda i, n, total: progress(n, total)))[0]
