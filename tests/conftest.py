@@ -213,9 +213,9 @@ class StopAudit(Exception):
 
 
 def stop_after(batches: int):
-    """A ``progress=`` callback that interrupts an audit once ``batches`` batches are done."""
+    """A ``progress=`` callback that interrupts an audit once ``batches`` questions are done."""
 
-    def progress(done: int) -> None:
+    def progress(done: int, total: int) -> None:
         if done >= batches:
             raise StopAudit
 

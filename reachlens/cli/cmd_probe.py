@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from reachlens.cli._common import add_model_args, add_stop_arg, add_task_args, positive_int, stops_from_args
+from reachlens.cli._common import add_model_args, add_stop_arg, add_task_args, echo, positive_int, stops_from_args
 from reachlens.cli._scale_args import add_scale_args, exec_from_args, source_from_args
 
 NAME = "probe"
@@ -69,7 +69,7 @@ def run(args: argparse.Namespace) -> int:
         for bar in bars:
             bar.close()
     s = result.summary()
-    print(f"{args.model} on {args.task} (n={s['n']}): D={_num(s['D'])} [{_num(s['D_ci'][0])}, {_num(s['D_ci'][1])}]"
+    echo(f"{args.model} on {args.task} (n={s['n']}): D={_num(s['D'])} [{_num(s['D_ci'][0])}, {_num(s['D_ci'][1])}]"
           f"   -> {args.out}")
     named = {**{f"O[{label}]": p for label, p in s["probes"].items()}, **s["unions"]}
     width = max(map(len, named))
@@ -77,8 +77,8 @@ def run(args: argparse.Namespace) -> int:
         tag = "  [intervention]" if p["kind"] == "intervention" else ""
         gap = "" if "selection_gap" not in p else (f"  selection gap {_num(p['selection_gap'], '+')} "
                                                    f"[{_num(p['selection_gap_ci'][0], '+')}, {_num(p['selection_gap_ci'][1], '+')}]")
-        print(f"  {name:<{width}}  {_num(p['O'])}  [{_num(p['O_ci'][0])}, {_num(p['O_ci'][1])}]{gap}{tag}")
-    print(f"tables and charts: reachlens report {args.out}")
+        echo(f"  {name:<{width}}  {_num(p['O'])}  [{_num(p['O_ci'][0])}, {_num(p['O_ci'][1])}]{gap}{tag}")
+    echo(f"tables and charts: reachlens report {args.out}")
     return 0
 
 

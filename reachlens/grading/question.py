@@ -11,10 +11,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from reachlens.grading.base import Grade, Grader, get_grader
+from reachlens.grading.base import Grader, get_grader
 from reachlens.grading.choice import ChoiceGrader
 
-__all__ = ["grade_question", "grader_for", "question_grader"]
+__all__ = ["grader_for", "question_grader"]
 
 
 def grader_for(name: str, labels: str | None) -> Grader:
@@ -31,8 +31,3 @@ def grader_for(name: str, labels: str | None) -> Grader:
 def question_grader(name: str, question: Any) -> Grader:
     """The grader ``name`` for ``question`` (a :class:`~reachlens.tasks.Question`: its ``labels``)."""
     return grader_for(name, "".join(question.labels) if question.labels else None)
-
-
-def grade_question(name: str, question: Any, text: str) -> Grade:
-    """Grade ``text`` as an answer to ``question`` (against its ``gold``); never raises on model text."""
-    return question_grader(name, question).grade(text, question.gold)

@@ -13,7 +13,7 @@ from reachlens.models.loading import (
     same_model,
 )
 from reachlens.models.pruning import PruneConfig, magnitude_mask, prune_, prune_checkpoint
-from reachlens.models.source import ModelSource, load_for, load_vllm
+from reachlens.models.source import ModelSource, load_vllm
 
 __all__ = [
     "ModelIdentity",
@@ -23,7 +23,6 @@ __all__ = [
     "SPECIAL_TOKENS",
     "build_char_tokenizer",
     "identity_of",
-    "load_for",
     "load_model",
     "load_tokenizer",
     "load_vllm",

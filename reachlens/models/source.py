@@ -14,9 +14,9 @@ from typing import Any
 
 from reachlens.errors import ReachlensError
 from reachlens.execution import ExecConfig
-from reachlens.protocol import BACKENDS, Protocol
+from reachlens.protocol import BACKENDS
 
-__all__ = ["ModelSource", "load_for", "load_vllm"]
+__all__ = ["ModelSource", "load_vllm"]
 
 
 @dataclass(frozen=True)
@@ -86,15 +86,6 @@ class ModelSource:
         cfg: Any = getattr(model, "cfg", None)
         dtype = str(getattr(cfg, "dtype", "torch.float32")).removeprefix("torch.")
         return cls(ident.spec, backend_of(model), str(getattr(cfg, "device", "cpu") or "cpu"), dtype)
-
-
-def load_for(model, protocol: Protocol):
-    """``model`` loaded for ``protocol.backend`` when it is a spec or a :class:`ModelSource`; else itself."""
-    if isinstance(model, str):
-        model = ModelSource(model, backend=protocol.backend)
-    if isinstance(model, ModelSource):
-        return model.load()
-    return model
 
 
 def load_vllm(spec: str, *, dtype: str = "float32", **options):

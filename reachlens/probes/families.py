@@ -4,7 +4,8 @@ Neither is a new decoder; each is a unit of its run (:class:`~reachlens.probes.d
 ``slices``, ``decode`` and ``expected``). ``sampling`` is the audit's probe: its candidates are an audit's samples
 under the protocol it names (the deployment's protocol with ``k``, ``temperature`` and ``top_p``), decoded by the
 audit's slice decoder over the audit's own slices, samples only (:func:`reachlens.runner.sample_slice`: the
-deployment is the run's unit 0), so they equal the samples table of ``reachlens audit`` with the same settings. ``routes`` is the routing study's probe: one candidate per route
+deployment is the run's unit 0), so they are the samples of ``reachlens audit`` with the same settings (their
+log-probabilities up to the float32 rounding of a batch without the deployment's row). ``routes`` is the routing study's probe: one candidate per route
 evaluation of :func:`reachlens.routing.run_search` on a :class:`~reachlens.routing.RouteEvaluator` (the
 identity route first, duplicates charged), equal to the candidates of ``reachlens route`` with the same
 space, search, budget, objective and seed.

@@ -28,7 +28,7 @@ from reachlens.execution import ExecConfig
 from reachlens.models import ModelSource
 from reachlens.probes.activation import ArmProbe
 from reachlens.probes.bank import BANK_COLUMNS, GREEDY, ORDER, bank_frame, union_terms
-from reachlens.probes.decode import Decoder, check_whole, plan_units
+from reachlens.probes.decode import Decoder, check_whole, expected_rows, plan_units
 from reachlens.probes.families import Sampling
 from reachlens.probes.run import ProbeRun, check_bank
 from reachlens.probes.spec import Probe, parse_probe
@@ -159,11 +159,18 @@ class ProbeJob:
         """Every slice whose part is not whole (a damaged or cut part is decoded again)."""
         if store is None:
             return self.plan(shard)
+        if (store.path / "candidates.parquet").is_file():  # the run completed once: its bank, whole, or all again
+            bank = store.read_table("candidates")
+            whole = check_whole(bank, [q.question_id for q in self.task.questions], expected_rows(shard.units))
+            return [] if whole is None else self.plan(shard)
         parts = store.parts(_REDO)
         return [s for s in self.plan(shard) if self._missing(shard, s, parts.get(s[:2])) is not None]
 
     def finish(self, o: Opened) -> ProbeRun:
         """The bank, from every planned part (each checked whole), in task, probe and candidate order."""
+        if o.was_complete:  # the same run, finished: read, not assembled again
+            o.store.finish(ProbeRun.read(o.store).summary())
+            return ProbeRun.read(o.store)
         parts = o.store.parts(_REDO) if o.store is not None else o.parts
         for s in self.plan(o.shard):
             missing = self._missing(o.shard, s, parts.get(s[:2]))
@@ -177,8 +184,7 @@ class ProbeJob:
         result = ProbeRun(bank, record=o.store.record() if o.store is not None else o.record)
         if o.store is None:
             return result
-        if not o.was_complete:
-            o.store.write_table("candidates", result.candidates)
+        o.store.write_table("candidates", result.candidates)
         o.store.finish(result.summary())
         done = dataclasses.replace(result, record=o.store.record(), location=o.store.path)
         done.__dict__["analysis"] = result.analysis  # the same bank: its tables, computed once

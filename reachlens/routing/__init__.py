@@ -13,7 +13,7 @@ unit), :mod:`~reachlens.routing.search` (the budgeted driver), :mod:`~reachlens.
 """
 
 from reachlens.routing.evaluation import Evaluation, RouteEvaluator
-from reachlens.routing.executor import RouteRequest, RouteTrie, generate_along_routes, route_logits, route_loglik
+from reachlens.routing.executor import RouteRequest, RouteTrie, generate_along_routes, route_logits
 from reachlens.routing.routes import (
     SPACES,
     NativeSpace,
@@ -74,7 +74,6 @@ __all__ = [
     "reach_curve",
     "register_strategy",
     "route_logits",
-    "route_loglik",
     "run_routing",
     "run_search",
     "space_from_spec",

@@ -1,6 +1,6 @@
 """Run a model along many routes: a prefix trie for scoring, grouped generation for answers.
 
-**Scoring** (:func:`route_logits`, :func:`route_loglik`). Routes that share a prefix share the hidden
+**Scoring** (:func:`route_logits`: the logits along each route). Routes that share a prefix share the hidden
 state after it: ``0,1,2,3`` and ``0,1,2,2,3`` both run ``embed -> 0 -> 1 -> 2`` on the same input.
 The routes are put in a trie (:class:`RouteTrie`, one node per distinct prefix) and the trie is run
 breadth first: at each depth the nodes are grouped by the layer they run, and each group is *one*
@@ -41,7 +41,7 @@ from reachlens.errors import ReachlensError
 from reachlens.protocol import Protocol
 from reachlens.routing.routes import Route
 
-__all__ = ["RouteTrie", "RouteRequest", "route_logits", "route_loglik", "generate_along_routes"]
+__all__ = ["RouteTrie", "RouteRequest", "route_logits", "generate_along_routes"]
 
 
 @dataclass(frozen=True)
@@ -169,31 +169,6 @@ def route_logits(
     logits = stack.unembed(final.flatten(0, 1)).unflatten(0, (len(unique), b))
     where = {n: i for i, n in enumerate(unique)}
     return logits.index_select(0, torch.tensor([where[n] for n in trie.leaf], device=logits.device))
-
-
-@torch.inference_mode()
-def route_loglik(
-    model,
-    prompt_ids: Sequence[int],
-    continuation_ids: Sequence[int],
-    routes: Sequence[Sequence[int]],
-    *,
-    fused: bool = True,
-) -> Float[Tensor, "route n_tokens"]:
-    """Per-token log-probabilities of ``continuation_ids`` after ``prompt_ids`` along each route.
-
-    >>> lp = route_loglik(model, prompt, answer, [(0, 1, 2), (0, 2)])  # doctest: +SKIP
-    >>> lp.sum(-1)  # the continuation's log-likelihood along each route  # doctest: +SKIP
-    """
-    if not prompt_ids or not continuation_ids:
-        raise ReachlensError("route_loglik needs a non-empty prompt and continuation")
-    device = next(model.parameters()).device
-    ids = torch.tensor([list(prompt_ids) + list(continuation_ids)], device=device)
-    logits = route_logits(model, ids[:, :-1], routes, last_only=False, fused=fused)[:, 0]
-    n = len(continuation_ids)
-    logp = torch.log_softmax(logits[:, -n:].float(), dim=-1)
-    target = ids[0, -n:].expand(logp.shape[0], -1)
-    return logp.gather(-1, target[..., None]).squeeze(-1)
 
 
 @dataclass(frozen=True)

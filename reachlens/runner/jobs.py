@@ -61,7 +61,8 @@ class Job(typing.Protocol):
         """Every slice of the run, fixed whatever is done already (so a resume decodes the same batches)."""
 
     def todo(self, shard: Shard, store: PartsDir | None) -> list[Slice]:
-        """The slices of :meth:`plan` still to decode: all without a directory, else those whose parts are not whole."""
+        """The slices of :meth:`plan` still to decode: all without a directory, else those whose parts are not whole
+        (called under the writer lock, the run started again)."""
 
     def finish(self, opened: Opened) -> Any:
         """The run, from its parts (the directory's, or :attr:`Opened.parts` in memory), written complete."""

@@ -2,6 +2,7 @@
 job of the runner, :class:`AuditJob`), its reruns, re-scoring, the comparison of two audits, the controls, the
 training study, recognition and the causal sweeps."""
 
+from reachlens.runner import grade_questions
 from reachlens.store import rerun_name
 from reachlens.studies.audit_job import AuditJob, AuditShard, audit
 from reachlens.studies.auditing import AuditResult
@@ -33,6 +34,7 @@ __all__ = [
     "audit",
     "budget_grid",
     "compare",
+    "grade_questions",
     "length_control",
     "pass_at_k",
     "pass_at_k_curve",

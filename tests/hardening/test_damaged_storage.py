@@ -19,7 +19,7 @@ from pandas.testing import assert_frame_equal
 
 from reachlens import audit
 from reachlens.errors import ReachlensError
-from reachlens.store import PartsDir, read_run
+from reachlens.store import PartsDir, audit_tables, read_run
 
 
 @pytest.fixture(scope="module")
@@ -30,7 +30,7 @@ def interrupted(tiny_model, audit_setup, tmp_path_factory) -> Path:
     with pytest.raises(StopAudit):
         audit(tiny_model, task, protocol, out=out, exec_config=ex, progress=stop_after(2))
     assert sorted(p.name for p in (out / "parts").iterdir()) == [
-        "00000.questions.parquet", "00000.samples.parquet", "00001.questions.parquet", "00001.samples.parquet"]
+        "0.0.questions.parquet", "0.0.samples.parquet", "0.1.questions.parquet", "0.1.samples.parquet"]
     return out
 
 
@@ -42,7 +42,7 @@ def _damage(path: Path, how: str) -> None:
 @pytest.mark.parametrize("how", ["truncated", "corrupt"])
 def test_a_damaged_part_is_one_line_naming_it_for_resume_and_report(interrupted, tiny_dir, tmp_path, capsys, how) -> None:
     run = copy_of(interrupted, tmp_path / "a")
-    part = run / "parts" / "00001.samples.parquet"
+    part = run / "parts" / "0.1.samples.parquet"
     _damage(part, how)
     resume = ["audit", tiny_dir, "--task", "arith", "--n", "3", "--k", "2", "--temperature", "1.0",
               "--max-new-tokens", "4", "--max-batch-rows", "3", "--out", run]
@@ -50,7 +50,7 @@ def test_a_damaged_part_is_one_line_naming_it_for_resume_and_report(interrupted,
         code, out, err = cli(capsys, *argv)
         line = error_line(err)
         assert code == 2 and str(part) in line, (argv[0], line)
-        assert "delete it (and the other 00001.* part)" in line and "re-run the same audit command" in line
+        assert "delete it and re-run the same audit command" in line
     code, out, _ = cli(capsys, "show", run)  # show reads the record alone: the damage does not stop it
     assert code == 0 and "status:     failed" in out
     assert not (run / "summary.json").exists()
@@ -68,8 +68,9 @@ def test_a_deleted_samples_part_is_redone_on_resume(
         interrupted, finished_audit, tiny_model, audit_setup, tmp_path) -> None:
     """The obvious repair (delete the damaged part) gives the audit an uninterrupted run gives, all K samples."""
     run = copy_of(interrupted, tmp_path / "a")
-    (run / "parts" / "00000.samples.parquet").unlink()
-    assert PartsDir(run).finished_ids() == {audit_setup[0].questions[1].question_id}  # question 0 is not finished
+    (run / "parts" / "0.0.samples.parquet").unlink()
+    questions, _ = audit_tables(PartsDir(run))
+    assert set(questions["question_id"]) == {audit_setup[0].questions[1].question_id}  # question 0 is not finished
     task, protocol, ex = audit_setup
     resumed = audit(tiny_model, task, protocol, out=run, exec_config=ex)
     whole = read_run(finished_audit)

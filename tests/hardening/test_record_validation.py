@@ -63,9 +63,9 @@ def test_a_summary_that_is_not_an_object_is_one_line(finished_audit, tmp_path, c
 
 
 @pytest.mark.parametrize("kind,message", [
-    ("comparison", "lacks 'options.base_dir'"),
-    ("temperature_control", "lacks 'options.base_dir'"),
-    ("length_control", "lacks 'options.base_dir'"),
+    ("comparison", "lacks 'children.base'"),
+    ("temperature_control", "lacks 'children.base'"),
+    ("length_control", "lacks 'options.max_new_tokens'"),
     ("recognition", "lacks 'options.config'"),
     ("routing", "lacks 'options.config'"),
     ("training_audit", "the study plan lacks 'models'"),
@@ -118,19 +118,19 @@ def test_a_study_plan_of_the_wrong_type_is_one_line(finished_audit, tmp_path, ca
 def test_a_control_never_reads_a_rerun_outside_itself(finished_audit, tmp_path, capsys) -> None:
     copy_of(finished_audit, tmp_path / "victim")
     temperature = copy_of(finished_audit, tmp_path / "t")
-    edit_record(temperature, kind="temperature_control", options={
-        "base_dir": str(finished_audit), "trained_dir": str(finished_audit), "temperatures": [1.0]},
-                reruns={"1": "../victim"})
+    copy_of(finished_audit, temperature / "base")
+    edit_record(temperature, kind="temperature_control", options={"temperatures": [1.0]},
+                children={"base": "base", "trained": "base"}, reruns={"1": "../victim"})
     code, _, err = cli(capsys, "report", temperature)
     assert code == 2 and "re-probe folder name '../victim' is not a plain folder name" in error_line(err)
-    length = copy_of(finished_audit, tmp_path / "l")
-    for rerun, message in [("../victim", "leads outside the run's directory"),
-                           (str(tmp_path / "victim"), "is not a relative path inside the run")]:
-        edit_record(length, kind="length_control", options={
-            "base_dir": str(finished_audit), "trained_dir": str(finished_audit), "max_new_tokens": 8},
-                    reruns={"base": rerun, "trained": rerun})
-        code, _, err = cli(capsys, "report", length)
-        assert code == 2 and f"rerun path {rerun!r}" in error_line(err) and message in error_line(err)
+    for kind, options in (("comparison", {"k_cut": None, "allow": []}), ("length_control", {"max_new_tokens": 8})):
+        run = copy_of(finished_audit, tmp_path / kind)
+        for child, message in [("../victim", "leads outside the run's directory"),
+                               (str(tmp_path / "victim"), "is not a relative path inside the run")]:
+            names = ("base", "trained") + (("longer_base", "longer_trained") if kind == "length_control" else ())
+            edit_record(run, kind=kind, options=options, children={name: child for name in names})
+            code, _, err = cli(capsys, "report", run)
+            assert code == 2 and f"child 'base' {child!r}" in error_line(err) and message in error_line(err)
 
 
 def test_a_script_as_the_seed_is_refused_not_rendered(finished_audit, tmp_path, capsys) -> None:

@@ -25,7 +25,7 @@ from reachlens.probes import (
     realized,
     recovery_table,
 )
-from reachlens.probes.bank import candidate_frame
+from reachlens.probes.bank import bank_frame
 
 GOLD = "7"
 SAMPLING, GRAFT, PLACEBO = "sampling:k=3", "graft:kind=zero,bos:layer=1", "graft:kind=zero,bos:layer=1:placebo=true"
@@ -52,7 +52,7 @@ def make_bank() -> pd.DataFrame:
                              "correct": a == GOLD, "scored": a != "?", "mean_logprob": -1.0 - j,
                              "finish_reason": "stop", "n_tokens": 3, "intervention": probe not in ("greedy", SAMPLING),
                              "detail": ""})
-    return candidate_frame(rows)
+    return bank_frame(rows)
 
 
 BANK = make_bank()

@@ -85,7 +85,7 @@ def test_the_arms_of_two_probes_of_a_run_never_share_a_name(tiny_model):
     assert arms("embedding_noise:k=2:seed=3") == {"embedding_noise:0.1:seed=3"}
     with pytest.raises(ReachlensError) as err:
         probe(tiny_model, "arith", ["graft:kind=noise:layer=1", "graft:kind=noise:layer=1:k=2"], n=1)
-    from reachlens.probes.run import _probes
+    from reachlens.probes.job import _probes
 
     assert [p.label for p in _probes(["graft:kind=zero:layer=1:position=40"])] == ["graft:kind=zero:layer=1:position=40"]
     assert "both make arm 'graft:noise@L1'" in str(err.value) and "\n" not in str(err.value)

@@ -8,7 +8,7 @@ import torch
 from reachlens.protocol import Protocol
 from reachlens.engine import LayerStack, Row, encode, generate, tokenizer_of
 from reachlens.errors import ReachlensError
-from reachlens.routing import RouteRequest, RouteTrie, generate_along_routes, route_logits, route_loglik
+from reachlens.routing import RouteRequest, RouteTrie, generate_along_routes, route_logits
 
 
 def decode(max_new_tokens: int, **fields) -> Protocol:
@@ -94,14 +94,12 @@ def test_trie_counts_shared_prefixes_once():
     assert [sorted(level) for level in trie.levels()] == [[0], [1, 2], [1, 2], [2]]
 
 
-def test_route_loglik_matches_full_logits(tiny_model):
-    prompt = tokenizer_of(tiny_model)("Q: 1+2=?\nA:")["input_ids"]
-    cont = tokenizer_of(tiny_model)(" 1+2=3")["input_ids"]
-    lp = route_loglik(tiny_model, prompt, cont, [(0, 1, 2), (0, 2)])
-    full = LayerStack(tiny_model).forward(torch.tensor([prompt + cont]), route=(0, 2))
-    ref = torch.log_softmax(full[0, len(prompt) - 1 : -1], -1).gather(-1, torch.tensor(cont)[:, None])[:, 0]
-    assert lp.shape == (2, len(cont))
-    torch.testing.assert_close(lp[1], ref, rtol=1e-5, atol=1e-5)
+def test_route_logits_of_every_position_match_one_forward_along_the_route(tiny_model):
+    ids = torch.tensor([tokenizer_of(tiny_model)("Q: 1+2=?\nA: 1+2=3")["input_ids"]])
+    logits = route_logits(tiny_model, ids, [(0, 1, 2), (0, 2)], last_only=False)
+    assert logits.shape[:3] == (2, 1, ids.shape[1])
+    for i, route in enumerate([(0, 1, 2), (0, 2)]):
+        torch.testing.assert_close(logits[i, 0], LayerStack(tiny_model).forward(ids, route=route)[0], rtol=1e-5, atol=1e-5)
 
 
 def test_repeat_route_generates_the_same_with_and_without_the_cache(tiny_model):
@@ -194,7 +192,9 @@ def test_self_verification_scores_the_completion_under_the_full_model(tiny_model
     prompt, completion = "Q: 1+2=?\nA:", " 1+2=3 #### 3"
     got = verification_scores(tiny_model, [(prompt, completion, "3"), (prompt, "", None)], "rescore")
     p_ids, c_ids = encode(tiny_model, [prompt])[0], tokenizer_of(tiny_model)(completion, add_special_tokens=False)
-    ref = route_loglik(tiny_model, p_ids, c_ids["input_ids"], [(0, 1, 2)])[0].mean().item()
+    ids = torch.tensor([list(p_ids) + list(c_ids["input_ids"])])  # one plain forward, log-probability by hand
+    logp = torch.log_softmax(LayerStack(tiny_model).forward(ids)[0, len(p_ids) - 1 : -1].float(), -1)
+    ref = logp.gather(-1, torch.tensor(c_ids["input_ids"])[:, None]).mean().item()
     assert got[0] == pytest.approx(ref, abs=1e-5)
     assert got[1] != got[1]  # an empty completion has no score (NaN)
     with pytest.raises(ReachlensError, match="verification prompt 'yes_no' has text the tokenizer cannot encode"):

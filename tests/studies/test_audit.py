@@ -80,7 +80,7 @@ def test_resume_skips_finished_questions(tiny_model, task, tmp_path):
     mod.generate_rows = lambda *a, **k: calls.append(1) or real(*a, **k)
     try:
         seen = []
-        audit(tiny_model, task, PROTO, out=tmp_path / "a", exec_config=ExecConfig(max_batch_rows=10), progress=seen.append)
+        audit(tiny_model, task, PROTO, out=tmp_path / "a", exec_config=ExecConfig(max_batch_rows=10), progress=lambda done, total: seen.append(done))
         assert calls == [] and seen[-1] == len(task)
         audit(tiny_model, load_task("arith", n=8), PROTO, out=tmp_path / "a", exec_config=ExecConfig(max_batch_rows=10))
         assert len(calls) == 1  # only the batch holding the two new questions is decoded

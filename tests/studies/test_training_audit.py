@@ -13,7 +13,7 @@ import reachlens
 from reachlens import Protocol
 from reachlens.errors import ReachlensError
 from reachlens.execution import ExecConfig
-from reachlens.store import read_run
+from reachlens.store import FORMAT_VERSION, read_run
 from reachlens.studies import plan_rerun
 from reachlens.studies.training_audit import FORMAT_K, StudyPlan, run_training_audit
 
@@ -118,7 +118,7 @@ def test_convert_cuts_a_format_1_study_s_k_sample_format_control_and_the_study_r
     ``rerun(audit, prompt_format=FMT)`` writes it); `reachlens convert` makes it today's k=1 rerun."""
     import json
 
-    import reachlens.runner.executors as executors
+    import reachlens.studies.audit_job as audit_job
     from reachlens.studies import rerun
     from reachlens.store.convert import convert
 
@@ -131,12 +131,12 @@ def test_convert_cuts_a_format_1_study_s_k_sample_format_control_and_the_study_r
     assert wide.location == audits / "tuned--prompt_format=verbose" and wide.k == 3
     for header in (tmp_path / "s").rglob("run.json"):
         header.write_text(json.dumps({**json.loads(header.read_text()), "format_version": 1}))
-    with pytest.raises(ReachlensError, match=r"run format 1, this reachlens reads 2; rewrite it with `reachlens convert"):
+    with pytest.raises(ReachlensError, match=rf"run format 1, this reachlens reads {FORMAT_VERSION}; rewrite it with `reachlens convert"):
         read_run(tmp_path / "s")
     old_samples = pd.read_parquet(wide.location / "samples.parquet")
     old_questions = pd.read_parquet(wide.location / "questions.parquet")
 
-    assert ("format 1 -> format 2") in {what for _, what in convert(tmp_path / "s")}
+    assert f"format 1 -> format {FORMAT_VERSION}" in {what for _, what in convert(tmp_path / "s")}
     assert not wide.location.exists() and convert(tmp_path / "s") == []
     converted = read_run(tmp_path / "s").formats["tuned"]
     assert converted.location == decoded.location and converted.k == 1
@@ -156,8 +156,8 @@ def test_convert_cuts_a_format_1_study_s_k_sample_format_control_and_the_study_r
     pd.testing.assert_frame_equal(converted.samples, reference.samples)
     # the converted study resumes without decoding anything, and reads as the study did
     calls = []
-    real = executors.run_shard
-    monkeypatch.setattr(executors, "run_shard", lambda *a: calls.append(a) or real(*a))
+    real = audit_job.audit_slice
+    monkeypatch.setattr(audit_job, "audit_slice", lambda *a, **k: calls.append(a) or real(*a, **k))
     again = run_training_audit(plan, tmp_path / "s", log=lambda s: None)
     assert calls == [] and again.format_control().equals(study.format_control())
     assert again.headline().equals(study.headline())
@@ -169,7 +169,7 @@ def test_convert_cuts_a_format_1_study_s_k_sample_format_control_and_the_study_r
 def test_convert_cuts_an_interrupted_k_sample_format_control_as_far_as_it_got(tiny_dir, tmp_path, monkeypatch):
     import json
 
-    import reachlens.runner.executors as executors
+    import reachlens.studies.audit_job as audit_job
     from reachlens.studies import rerun
     from reachlens.store.convert import convert
 
@@ -178,7 +178,7 @@ def test_convert_cuts_an_interrupted_k_sample_format_control_as_far_as_it_got(ti
     reference = study.formats["tuned"]
     shutil.move(reference.location, tmp_path / "decoded")
 
-    def stop(done):
+    def stop(done, total):
         if done >= 2:
             raise RuntimeError("stopped")
 
@@ -195,8 +195,8 @@ def test_convert_cuts_an_interrupted_k_sample_format_control_as_far_as_it_got(ti
         cut.questions["question_id"])].reset_index(drop=True))
     # the study resumes it: the two questions it lacks are decoded, and it ends as the study decoded it
     calls = []
-    real = executors.run_shard
-    monkeypatch.setattr(executors, "run_shard", lambda *a: calls.append(a[2:]) or real(*a))
+    real = audit_job.audit_slice
+    monkeypatch.setattr(audit_job, "audit_slice", lambda *a, **k: calls.append(a[3:5]) or real(*a, **k))
     again = run_training_audit(plan, tmp_path / "s", exec_config=ex, log=lambda s: None)
     assert len(calls) == 1
     pd.testing.assert_frame_equal(again.formats["tuned"].questions, reference.questions)
