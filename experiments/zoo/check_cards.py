@@ -11,7 +11,6 @@ so they must equal the card's first N rows exactly); the tests use it to check e
 from __future__ import annotations
 
 import argparse
-import json
 import shlex
 import sys
 import tempfile
@@ -52,7 +51,10 @@ def check_one(cli, name: str, task: str, card: dict, n: int | None) -> bool | No
     argv_[argv_.index("--n") + 1] = str(n)
     if cli(argv_) != 0:
         return None
-    q = pd.read_parquet(out / "questions.parquet")
+    from reachlens.store import read_run
+
+    run = read_run(out)  # the audit as reachlens reads it (never its files by name)
+    q = run.questions
     want = pd.DataFrame(card["questions"]).head(n)
     rerun_d, rerun_o = float(q["realized"].mean()), float(q["reachable"].mean())
     card_d, card_o = float(want["realized"].mean()), float(want["n_correct"].gt(0).mean())
@@ -60,8 +62,7 @@ def check_one(cli, name: str, task: str, card: dict, n: int | None) -> bool | No
             and q["realized"].tolist() == want["realized"].tolist()
             and q["n_correct"].tolist() == want["n_correct"].tolist())
     if n == card["n"]:
-        s = json.loads((out / "summary.json").read_text())
-        same = same and s["D"] == card["D"] and s["O_K"] == card["O_K"]
+        same = same and run.D == card["D"] and run.O_K == card["O_K"]
     print(f"{name:>10s} {task:>10s} (first {n} of {card['n']}): card D={card_d:.3f} O_64={card_o:.3f} | rerun "
           f"D={rerun_d:.3f} O_64={rerun_o:.3f} | {'identical' if same else 'DIFFERENT'}", flush=True)
     return same

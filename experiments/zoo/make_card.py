@@ -59,10 +59,10 @@ def measure(name: str, key: str, runs: Path) -> dict:
     code = cli(cmd)
     if code != 0:
         sys.exit(code)
-    import pandas as pd
+    from reachlens.store import read_run
 
-    summary = json.loads((out / "summary.json").read_text())
-    q = pd.read_parquet(out / "questions.parquet")
+    run = read_run(out)  # the audit as reachlens reads it (never its files by name)
+    summary, q = run.summary(), run.questions
     return {"D": summary["D"], "O_K": summary["O_K"], "k": summary["k"], "n": summary["n"],
             "pass_at_k": summary["pass_at_k"], "protocol_hash": summary["protocol_hash"],
             "command": "reachlens " + " ".join(cmd), "wall_seconds": round(time.perf_counter() - t0, 1),

@@ -234,13 +234,13 @@ def _check_types(d: Mapping[str, Any], where: str) -> None:
 
 def check_fields(d: Mapping[str, Any], fields: Mapping[str, tuple[type, ...]], where: str) -> None:
     """Refuse a record (:meth:`RunRecord.to_dict`) that lacks one of ``fields`` or holds it with another type,
-    naming the first. ``fields`` maps dotted paths (``options.base_dir``, ``reruns.base``) to their types; a path
+    naming the first. ``fields`` maps dotted paths (``options.k_cut``, ``children.base``) to their types; a path
     whose types include ``type(None)`` may be null or absent. A kind of run lists what its reader needs
     (:attr:`reachlens.store.Run.record_fields`), so a damaged record is one line, not a ``KeyError``.
 
-    >>> check_fields({"options": {}}, {"options.base_dir": (str,)}, "run.json")
+    >>> check_fields({"children": {}}, {"children.base": (str,)}, "run.json")
     Traceback (most recent call last):
-    reachlens.errors.ReachlensError: run.json lacks 'options.base_dir'; it was damaged or edited by hand
+    reachlens.errors.ReachlensError: run.json lacks 'children.base'; it was damaged or edited by hand
     """
     for path, types in fields.items():
         value: Any = d

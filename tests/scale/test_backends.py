@@ -118,5 +118,21 @@ def test_local_executor_equals_the_plain_audit_and_holds_several_audits(tiny_mod
 
 def test_hooks_cannot_travel_to_an_executor(tiny_model):
     with tiny_model.hooks(fwd_hooks=[("blocks.0.hook_attn_out", lambda x, hook: x)]):
-        with pytest.raises(ReachlensError, match=r"hooks attached at blocks\.0\.(hook_attn_out|attn\.hook_out) cannot travel"):
-            audit(tiny_model, load_task("arith", n=2), PROTO, executor=InProcessExecutor())
+        with ProcessPool(2) as pool, pytest.raises(
+                ReachlensError, match=r"hooks attached at blocks\.0\.(hook_attn_out|attn\.hook_out) cannot travel"):
+            audit(tiny_model, load_task("arith", n=2), PROTO, executor=pool)
+
+
+def test_a_probe_run_through_a_pool_of_two_gives_the_single_process_bank(tiny_model, tiny_dir, tmp_path):
+    """workers=2 means the same for a probe run as for an audit: two local processes, each its own replica; the
+    bank equals the one this process decodes, and the run records the execution settings it ran with."""
+    from reachlens.probes import probe
+
+    task, greedy = load_task("arith", n=4), Protocol.greedy("arith", max_new_tokens=8)
+    specs = ["sampling:k=3:temperature=1", "graft:kind=zero,noise:layer=1", "routes:budget=2"]
+    single = probe(tiny_model, task, specs, protocol=greedy, exec_config=ExecConfig(max_batch_rows=8))
+    pooled = probe(str(tiny_dir), task, specs, protocol=greedy, out=tmp_path / "p",
+                   exec_config=ExecConfig(max_batch_rows=8, workers=2))
+    pd.testing.assert_frame_equal(pooled.candidates, single.candidates)
+    assert pooled.record.exec == {"max_batch_rows": 8, "dtype": "float32", "device": "cpu"}
+    assert read_run(tmp_path / "p").record.status == "complete" and not (tmp_path / "p" / "parts").exists()

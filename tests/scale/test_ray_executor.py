@@ -102,3 +102,21 @@ def test_demo_ray_schedules_the_lineage_on_the_cluster_with_the_same_tables(isol
         for table in ("questions", "samples"):
             pd.testing.assert_frame_equal(pd.read_parquet(tmp_path / "ray" / "audits" / name / f"{table}.parquet"),
                                           pd.read_parquet(tmp_path / "local" / "audits" / name / f"{table}.parquet"))
+
+
+def test_a_probe_run_on_two_ray_workers_gives_the_single_process_bank(isolated, tmp_path):
+    """``reachlens probe --ray --workers 2``: the probe run's slices on Ray actors (a local cluster in a
+    loopback-only namespace) give the bank this process decodes."""
+    from reachlens.probes import probe
+
+    specs = ["sampling:k=4:temperature=1", "graft:kind=zero,noise:layer=3", "routes:budget=3"]
+    argv = ["--task", "arith", "--n", "8", "--max-new-tokens", "24", "--max-batch-rows", "16"]
+    run = isolated([sys.executable, "-m", "reachlens", "probe", "zoo:base", *argv,
+                    *[x for s in specs for x in ("--probe", s)], "--ray", "--workers", "2", "--out", str(tmp_path / "ray")],
+                   _scratch(), timeout=600)
+    assert run.returncode == 0, run.stderr[-3000:]
+    single = probe(reachlens.load_model("zoo:base"), reachlens.load_task("arith", n=8), specs,
+                   protocol=Protocol.greedy("arith", max_new_tokens=24), exec_config=ExecConfig(max_batch_rows=16))
+    ray_run = reachlens.read_run(tmp_path / "ray")
+    pd.testing.assert_frame_equal(ray_run.candidates, single.candidates)
+    assert ray_run.record.status == "complete" and not (tmp_path / "ray" / "parts").exists()
