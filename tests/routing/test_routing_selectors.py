@@ -55,7 +55,8 @@ def test_gap_recovery_by_hand():
 def test_question_table_and_cell_summary_by_hand():
     cands = pd.concat([POOL.assign(question_id="a"), POOL.assign(question_id="b", correct=False)], ignore_index=True)
     cands["route"] = [f"r{i}" for i in range(len(cands))]
-    deployed = pd.DataFrame({"question_id": ["a", "b"], "realized": [0.0, 0.0], "deployed_answer": ["7", "7"]})
+    deployed = pd.DataFrame({"question_id": ["a", "b"], "realized": [False, False], "deployed_answer": ["7", "7"],
+                             "deployed_scored": [True, True]})
     q = question_table(cands, deployed, SELECTORS)
     assert q["reachable"].tolist() == [1.0, 0.0]
     # majority: "7" and "5" tie at two votes in "a" (ties averaged: 0.5), every answer is wrong in "b"
@@ -69,7 +70,7 @@ def test_question_table_and_cell_summary_by_hand():
 
 def test_recovery_is_undefined_when_O_K_equals_D():
     cands = POOL.assign(question_id="a", route="r")
-    deployed = pd.DataFrame({"question_id": ["a"], "realized": [1.0], "deployed_answer": ["5"]})
+    deployed = pd.DataFrame({"question_id": ["a"], "realized": [True], "deployed_answer": ["5"], "deployed_scored": [True]})
     s = cell_summary(question_table(cands, deployed, SELECTORS), SELECTORS, by=())
     assert s.loc[0, "O_K"] == s.loc[0, "D"] == 1.0
     assert all(math.isnan(s.loc[0, f"recovery_{n}"]) for n in SELECTORS)
@@ -119,6 +120,6 @@ def test_a_route_evaluated_twice_is_one_vote():
         "question_id": ["a"] * 5, "candidate_idx": range(5), "route": ["r1", "r1", "r1", "r2", "r3"],
         "answer": ["9", "9", "9", "5", "5"], "correct": [False, False, False, True, True], "scored": [True] * 5,
     })
-    deployed = pd.DataFrame({"question_id": ["a"], "realized": [0.0], "deployed_answer": ["9"]})
+    deployed = pd.DataFrame({"question_id": ["a"], "realized": [False], "deployed_answer": ["9"], "deployed_scored": [True]})
     q = question_table(cands, deployed, ["majority"]).iloc[0]
     assert (q["majority_answer"], q["majority"], q["n_candidates"], q["n_unique"]) == ("5", 1.0, 5, 3)
