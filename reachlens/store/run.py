@@ -102,7 +102,8 @@ class Run:
     def save(self, path: str | os.PathLike) -> Path:
         """Write the run to the run directory ``path`` (complete); return its path. Each of its :meth:`children` is
         recorded by its path relative to ``path``: where it is when that is inside the same tree of runs (the
-        outermost run directory holding ``path``), else saved into ``path/NAME`` first. A directory holding
+        outermost run directory holding ``path``), else saved inside ``path`` first (as ``path/FOLDER``, its own
+        directory's name, or its name in :meth:`children`). A directory holding
         another run is refused naming what differs; one holding this run is completed (a resumed run)."""
         run = self.dir_class(path)
         record = self.record
@@ -110,11 +111,11 @@ class Run:
         if kids:
             placed = _placed(Path(path), kids)
             record = dataclasses.replace(record, children={name: rel for name, (rel, _) in placed.items()})
-            inside = {name: child for name, (_, child) in placed.items() if child is not None}
+            inside = {folder: child for folder, child in placed.values() if child is not None}
             if inside:
                 run.begin(record)  # a run directory before its children are written inside it
-                for name, child in inside.items():
-                    child.save(run.path / name)
+                for folder, child in inside.items():
+                    child.save(run.path / folder)
         with run.writer():
             run.start(record)
             self.write_to(run)
@@ -158,16 +159,20 @@ def _tree(path: Path) -> Path:
 
 
 def _placed(path: Path, kids: dict[str, Run]) -> dict[str, tuple[str, Run | None]]:
-    """Each child's path relative to ``path``, and the child itself when it must be saved into ``path/NAME``."""
+    """Each child's path relative to ``path``, and the child itself when it must be saved inside ``path`` first: in a
+    folder of its own directory's name (its name where that is none, or two children share one)."""
     tree, here = _tree(path), path.resolve()
+    folders = {name: single_name(child.location.name if child.location is not None else name, "child name")
+               for name, child in kids.items()}
+    if len(set(folders.values())) < len(folders):
+        folders = {name: single_name(name, "child name") for name in kids}
     out: dict[str, tuple[str, Run | None]] = {}
     for name, child in kids.items():
-        single_name(name, "child name")
         where = None if child.location is None else Path(child.location).resolve()
         if where is not None and where.is_relative_to(tree) and (where / RUN_FILE).is_file():
             out[name] = (os.path.relpath(where, here), None)
         else:
-            out[name] = (name, child)
+            out[name] = (folders[name], child)
     return out
 
 

@@ -121,8 +121,8 @@ class RunDir:
             what = "is a file" if self.path.exists() else "does not exist"
             raise MissingFileError(f"{self._what} {str(self.path)!r} {what}")
         if not self.exists():
-            raise MissingFileError(f"{str(self.path)!r} is not a reachlens run directory (no {RUN_FILE}; one an older "
-                                   f"reachlens wrote is rewritten by `reachlens convert {self.path}`)")
+            raise MissingFileError(f"{str(self.path)!r} is not a reachlens run directory (no {RUN_FILE}); if an older "
+                                   f"reachlens wrote it, `reachlens convert {self.path}` rewrites it")
         record = RunRecord.from_dict(read_json(self.header_path, "run record"), where=repr(str(self.header_path)))
         if self.kind is not None and record.kind != self.kind:
             raise ReachlensError(f"{str(self.path)!r} holds a {record.kind} run, not an {self.kind}; "
@@ -174,8 +174,8 @@ class RunDir:
             shown = ", ".join(foreign[:5]) + (", ..." if len(foreign) > 5 else "")
             raise ReachlensError(
                 f"{str(self.path)!r} is not empty ({shown}) and is not a reachlens run directory (no {RUN_FILE}); "
-                "choose a new or empty directory (nothing in it was touched; a run an older reachlens wrote is "
-                f"rewritten by `reachlens convert {self.path}`)"
+                f"choose a new or empty directory (nothing in it was touched); if an older reachlens wrote it, "
+                f"`reachlens convert {self.path}` rewrites it"
             )
 
     def check_run(self, record: RunRecord, *, what: str | None = None) -> None:

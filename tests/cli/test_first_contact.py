@@ -13,11 +13,13 @@ import sys
 import zipfile
 from pathlib import Path
 
+import pandas as pd
 import pytest
 from conftest import REPO, fake_audit
 
 import reachlens
 from reachlens.cli import main
+from reachlens.store import read_run
 from reachlens.models.zoo import zoo_entries, zoo_root
 from reachlens.studies._progress import ProgressBoard
 
@@ -110,9 +112,11 @@ def test_report_renders_the_directory_compare_wrote(tmp_path, capsys):
     base = _audit_dir(tmp_path / "base", fake_audit([True, False, False, False, True], [4, 2, 1, 0, 3], spec="zoo:base"))
     grpo = _audit_dir(tmp_path / "grpo", fake_audit([True, True, True, False, False], [4, 4, 3, 0, 1], spec="zoo:grpo"))
     assert main(["compare", str(base), str(grpo), "--out", str(tmp_path / "cmp")]) == 0
-    meta = json.loads((tmp_path / "cmp" / "run.json").read_text())["options"]
+    children = json.loads((tmp_path / "cmp" / "run.json").read_text())["children"]
     summary = json.loads((tmp_path / "cmp" / "summary.json").read_text())
-    assert (meta["base_dir"], meta["trained_dir"], summary["gained"], summary["lost"]) == (str(base), str(grpo), 2, 1)
+    assert (children, summary["gained"], summary["lost"]) == ({"base": "base", "trained": "grpo"}, 2, 1)
+    for source in (base, grpo):  # the comparison holds its audits, under their own names: it moves as one
+        pd.testing.assert_frame_equal(read_run(tmp_path / "cmp" / source.name).samples, read_run(source).samples)
     capsys.readouterr()
     assert main(["report", str(tmp_path / "cmp")]) == 0
     assert f"report: {tmp_path / 'cmp' / 'report.html'}" in capsys.readouterr().out

@@ -141,18 +141,19 @@ def test_an_audit_directory_in_the_old_layout_is_refused_until_converted(capsys,
     for name in ("questions.parquet", "samples.parquet", "summary.json"):
         shutil.copy(runs / "audit" / name, old / name)
     code, _, err = run(capsys, "show", old)
-    assert code == 2 and "written by an older reachlens" in err and f"reachlens convert {old}" in err
+    assert code == 2 and "if an older reachlens wrote it" in err and f"reachlens convert {old}" in err
     assert err.count("\n") == 1
     code, out, _ = run(capsys, "convert", old)
-    assert code == 0 and "converted (protocol.json -> format 2)" in out
+    assert code == 0 and f"converted (protocol.json -> format {FORMAT_VERSION})" in out
     assert (old / "run.json").is_file() and not (old / "protocol.json").exists()
     result = read_run(old)
     want = read_run(runs / "audit")
-    assert result.kind == "audit" and result.record.status == "complete" and result.record.exec is None
+    assert result.kind == "audit" and result.record.status == "complete"
+    assert result.record.exec == {"max_batch_rows": "unknown", "dtype": "unknown", "device": "unknown"}
     pd.testing.assert_frame_equal(result.questions, want.questions)
     pd.testing.assert_frame_equal(result.samples, want.samples)
     code, out, _ = run(capsys, "show", old)
-    assert code == 0 and "kind:       audit" in out and "exec:       not recorded" in out
+    assert code == 0 and "kind:       audit" in out and "unknown" in out.split("exec:")[1].splitlines()[0]
     code, out, _ = run(capsys, "convert", old)
     assert code == 0 and "already in the run format" in out
 

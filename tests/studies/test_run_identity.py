@@ -89,7 +89,7 @@ def test_an_old_directory_without_data_identity_resumes_with_a_note(tiny_model, 
               "task_source": header["task_source"], "n_questions": header["n_questions"]}
     (out / "run.json").unlink()
     (out / "protocol.json").write_text(json.dumps(legacy))  # as reachlens wrote it before issue 13
-    with pytest.raises(ReachlensError, match="a run an older reachlens wrote is rewritten by `reachlens convert"):
+    with pytest.raises(ReachlensError, match="if an older reachlens wrote it, `reachlens convert"):
         audit(tiny_model, load_task("gsm8k", a), PROTO, out=out, exec_config=ExecConfig(max_batch_rows=6))
     convert(out)
     with pytest.warns(UserWarning, match="records no data identity"):
