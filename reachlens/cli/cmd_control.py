@@ -10,7 +10,7 @@ BASE and TRAINED are audit directories; each checkpoint is loaded from the spec 
 (``--base-model``/``--trained-model`` override it: a moved folder) and checked against the audit's
 fingerprint. ``--out DIR`` is the control's run (kind ``temperature_control`` or ``length_control``: its
 record, summary and table ``{kind}.parquet``) holding its reruns, each an audit directory named by
-:func:`reachlens.runner.rerun_name` (``trained--questions=...--temperature=0.6``; ``base--max_new_tokens=N``
+:func:`reachlens.store.rerun_name` (``trained--questions=...--temperature=0.6``; ``base--max_new_tokens=N``
 and ``trained--max_new_tokens=N``); ``reachlens show DIR`` and ``reachlens report DIR`` read it, and
 re-running the command resumes.
 """

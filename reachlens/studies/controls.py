@@ -1,7 +1,7 @@
 """The temperature and length controls: would a lost answer come back, were long traces cut off?
 
 Both rerun part of a comparison's audits under a protocol that differs in one field
-(:func:`reachlens.runner.rerun`, which first checks that the model and data are those the audit was made
+(:func:`reachlens.studies.rerun`, which first checks that the model and data are those the audit was made
 with), and each is a run of its own kind, holding its reruns:
 
 * **Temperature** (:func:`temperature_control`, kind ``temperature_control``): the questions that *left* the
@@ -31,6 +31,7 @@ import pandas as pd
 
 from reachlens.errors import ReachlensError
 from reachlens.execution import ExecConfig
+from reachlens.runner import Executor
 from reachlens.store import Run, RunDir, RunRecord, read_run, register_kind, rerun_name, single_name
 from reachlens.studies.auditing import AuditResult
 from reachlens.studies.compare import Comparison, compare, delta_row
@@ -174,10 +175,11 @@ def _temperature(t: str, run: RunDir) -> float:
 def reprobe_left(
     model, task: Task, base: AuditResult | str | Path, trained: AuditResult | str | Path,
     temperatures: Sequence[float], *, into: str | Path | None = None, name: str | None = None,
-    exec_config: ExecConfig | None = None, executor=None, progress: Callable[[float, int, int], None] | None = None,
+    exec_config: ExecConfig | None = None, executor: Executor | None = None,
+    progress: Callable[[float, int, int], None] | None = None,
 ) -> dict[float, AuditResult]:
     """Audit ``model`` (the trained checkpoint) on the questions that left the reachable set, at each
-    temperature (:func:`~reachlens.runner.rerun` with ``questions=`` and ``temperature=``); written into the
+    temperature (:func:`~reachlens.studies.rerun` with ``questions=`` and ``temperature=``); written into the
     folder ``into`` (resumable) when given.
 
     ``progress(t, done, total)`` after each batch. No question left: nothing runs, ``{}``.
@@ -200,7 +202,8 @@ def reprobe_left(
 def temperature_control(
     model, task: Task, base: AuditResult | str | Path, trained: AuditResult | str | Path,
     temperatures: Sequence[float] = (0.6, 1.0, 1.2), *, out: str | Path | None = None,
-    exec_config: ExecConfig | None = None, executor=None, progress: Callable[[float, int, int], None] | None = None,
+    exec_config: ExecConfig | None = None, executor: Executor | None = None,
+    progress: Callable[[float, int, int], None] | None = None,
 ) -> TemperatureControl:
     """Re-probe the questions that left the reachable set at each temperature (:func:`reprobe_left`); the control
     run (its table: :meth:`TemperatureControl.table`), written to ``out`` with its re-probes when given.
@@ -283,9 +286,10 @@ def length_control(
     base: AuditResult | str | Path, trained: AuditResult | str | Path, max_new_tokens: int, *,
     models: tuple[Any, Any] = (None, None), task: Task | None = None, into: str | Path | None = None,
     names: tuple[str, str] = ("base", "trained"), out: str | Path | None = None,
-    exec_config: ExecConfig | None = None, executor=None, progress: Callable[[int, int, int], None] | None = None,
+    exec_config: ExecConfig | None = None, executor: Executor | None = None,
+    progress: Callable[[int, int, int], None] | None = None,
 ) -> LengthControl:
-    """Both audits rerun at ``max_new_tokens`` (above their own; :func:`~reachlens.runner.rerun`), into the folder
+    """Both audits rerun at ``max_new_tokens`` (above their own; :func:`~reachlens.studies.rerun`), into the folder
     ``into`` (default ``out``), as ``names`` (the reruns' directory names start with them); the control run,
     written to ``out`` when given. ``models`` are the checkpoints (default: the specs the audits recorded).
 

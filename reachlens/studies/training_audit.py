@@ -12,14 +12,14 @@ kind ``training_audit`` (:class:`TrainingAudit`) made of runs (its layout, :clas
     DIR/controls/temperature/PARENT--NAME/        each pair's temperature control, holding its re-probes
     DIR/controls/length/PARENT--NAME/             each flagged pair's length control
 
-It runs in two rounds of jobs on one executor (:func:`reachlens.runner.run_reruns`): every checkpoint's audit,
+It runs in two rounds of jobs on one executor (:func:`reachlens.studies.run_reruns`): every checkpoint's audit,
 then every control's rerun (each needs the audits: which questions left, which pairs are flagged). A
 checkpoint the budget control extends is decoded once in the first round, at the control's budget, and its
 audit at K is the first K samples per question of that one (what the two share is decoded once). Everything
 is resumable, and everything can be re-read without a model (:func:`~reachlens.store.read_run`);
 :mod:`reachlens.report` renders it.
 
-Controls (each a :func:`~reachlens.runner.rerun` of a checkpoint's audit):
+Controls (each a :func:`~reachlens.studies.rerun` of a checkpoint's audit):
 
 * **budget**: O_K and O_2K for both checkpoints of each pair. If training only concentrates mass, a
   larger budget shows the base reaching what training "gained" (base O_2K >= trained O_K).
@@ -50,7 +50,7 @@ import pandas as pd
 
 from reachlens.errors import ReachlensError
 from reachlens.execution import ExecConfig
-from reachlens.runner import executor_for
+from reachlens.runner import Executor, executor_for
 from reachlens.store import Run, RunDir, RunRecord, register_kind, rerun_name, single_name
 from reachlens.studies.audit_job import AuditJob
 from reachlens.studies._progress import ProgressBoard
@@ -93,7 +93,7 @@ class StudyLayout:
         return self.root / "audits"
 
     def audit(self, name: str, **change: Any) -> Path:
-        """A checkpoint's audit, or (with ``change``) its rerun: :func:`~reachlens.runner.rerun_name`."""
+        """A checkpoint's audit, or (with ``change``) its rerun: :func:`~reachlens.store.rerun_name`."""
         return self.audits / single_name(rerun_name(name, change) if change else name, "audit folder name")
 
     def comparison(self, a: str, b: str) -> Path:
@@ -244,7 +244,7 @@ def _control_steps(plan: StudyPlan, task: Task, lay: StudyLayout, ex: ExecConfig
     return steps
 
 
-def _run_steps(steps: list[_Step], executor, board: ProgressBoard, log: Callable[[str], None],
+def _run_steps(steps: list[_Step], executor: Executor, board: ProgressBoard, log: Callable[[str], None],
                walls: dict[str, float]) -> list[Any]:
     """Run a round of steps on ``executor``, with one progress line per step and its log line when done."""
     def progress(i: int, done: int, total: int) -> None:
@@ -268,7 +268,7 @@ def _finish_controls(plan: StudyPlan, lay: StudyLayout, study: TrainingAudit) ->
 
 
 def run_training_audit(
-    plan: StudyPlan, out: str | Path, *, exec_config: ExecConfig | None = None, executor=None,
+    plan: StudyPlan, out: str | Path, *, exec_config: ExecConfig | None = None, executor: Executor | None = None,
     log: Callable[[str], None] | None = None,
 ) -> TrainingAudit:
     """Run (or resume) every audit and control the plan needs into ``out``; return the study.

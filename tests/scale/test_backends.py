@@ -22,12 +22,10 @@ from reachlens.studies.compare import compare
 PROTO = Protocol("arith", k=4, temperature=1.0, max_new_tokens=12)
 
 
-def test_backend_is_part_of_the_protocol_and_engine_keeps_old_headers():
+def test_backend_is_part_of_the_protocol():
     engine, vllm = Protocol("arith", k=8), Protocol("arith", k=8, backend="vllm")
-    assert "backend" not in engine.to_dict() and vllm.to_dict()["backend"] == "vllm"
-    # a header written before backends existed reads back as the engine's protocol, with the same hash
-    old = {k: v for k, v in engine.to_dict().items()}
-    assert Protocol.from_dict(old) == engine and Protocol.from_dict(old).hash == engine.hash
+    assert engine.to_dict()["backend"] == "engine" and vllm.to_dict()["backend"] == "vllm"  # every field written
+    assert Protocol.from_dict(engine.to_dict()) == engine and Protocol.from_dict(engine.to_dict()).hash == engine.hash
     assert Protocol.from_dict(vllm.to_dict()) == vllm and vllm.hash != engine.hash
     assert engine.diff(vllm) == {"backend": ("engine", "vllm")} and vllm.diff(engine) == {"backend": ("vllm", "engine")}
     with pytest.raises(ReachlensError, match="backend='hf' is not a backend; use one of engine, vllm"):
@@ -76,8 +74,8 @@ def test_cli_backend_and_ray_flags_refuse_in_one_line(capsys, tmp_path, monkeypa
     args = ["audit", "zoo:base", "--task", "arith", "--n", "2", "--k", "2", "--max-new-tokens", "6"]
     assert main([*args, "--out", str(tmp_path / "a"), "--backend", "vllm"]) == 2
     assert "cannot start the vLLM worker with '/nonexistent/python'" in capsys.readouterr().err
-    assert main([*args, "--out", str(tmp_path / "b"), "--workers", "2"]) == 2
-    assert "--workers goes with --ray" in capsys.readouterr().err
+    assert main([*args, "--out", str(tmp_path / "b"), "--gpus-per-worker", "1"]) == 2
+    assert "--gpus-per-worker goes with --ray" in capsys.readouterr().err
     assert main([*args, "--out", str(tmp_path / "c"), "--backend", "vllm", "--device", "cuda"]) == 2
     assert "vLLM places the model itself" in capsys.readouterr().err
 
