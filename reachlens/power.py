@@ -49,6 +49,7 @@ from collections.abc import Sequence
 from statistics import NormalDist
 
 import numpy as np
+from jaxtyping import Float
 
 from reachlens.errors import ReachlensError
 
@@ -56,6 +57,7 @@ __all__ = [
     "ALPHA",
     "EXACT_BELOW",
     "POWER",
+    "detectable",
     "mcnemar_critical",
     "mcnemar_mde",
     "mcnemar_power",
@@ -313,6 +315,25 @@ def paired_sample_size(delta: float, sd: float, *, power: float = POWER, alpha: 
     if sd == 0:
         return 1
     return max(1, math.ceil((_solve_x(power, alpha) * sd / abs(delta)) ** 2 - 1e-9))
+
+
+def detectable(diff: Float[np.ndarray, " question"], *, binary: bool = True, power: float = POWER, alpha: float = ALPHA) -> float:
+    """The minimum detectable effect of a paired test of per-question differences ``diff`` (NaN: undefined
+    on either side, left out), at ``power`` and two-sided ``alpha`` (this module).
+
+    ``binary``: differences of 0/1 outcomes, tested by the exact McNemar test: its MDE at this n and the
+    measured discordance (the share of non-zero differences). Else a mean of continuous differences (pass@k, a
+    majority with fractional ties) tested by the sign-flip test: the z test's MDE from the standard deviation
+    of the differences. NaN when nothing can be detected (no question changes, or too few for the exact test).
+
+    >>> round(detectable(np.array([1.0] * 30 + [-1.0] * 36 + [0.0] * 234)), 3)  # 66 of 300 changed
+    0.078
+    """
+    d = np.asarray(diff, dtype=float)
+    d = d[~np.isnan(d)]
+    if binary:
+        return mcnemar_mde(len(d), float(np.mean(d != 0)) if len(d) else 0.0, power=power, alpha=alpha)
+    return paired_mde(len(d), float(np.std(d, ddof=1)) if len(d) > 1 else 0.0, power=power, alpha=alpha)
 
 
 def mde_verdict(ci: Sequence[float | None], mde: float | None) -> str:
