@@ -96,7 +96,7 @@ def _check_binary(n: int, psi: float, method: str) -> None:
 
 
 def _exact(n: int, psi: float, method: str) -> bool:
-    return method == "exact" or (method == "auto" and n * psi < EXACT_BELOW)
+    return bool(method == "exact" or (method == "auto" and n * psi < EXACT_BELOW))
 
 
 @functools.lru_cache(maxsize=64)
@@ -340,17 +340,18 @@ def mde_verdict(ci: Sequence[float | None], mde: float | None) -> str:
     """How a delta reads beside the effect its comparison could detect.
 
     An interval that holds 0 is a null: ``"not detected; detectable at this n: >= X"`` (X the MDE), or
-    ``"... none"`` when nothing was detectable. An interval that excludes 0: ``"detected"``, with the MDE.
+    ``"...: none (too few questions change)"`` when nothing was detectable. An interval that excludes 0:
+    ``"detected (MDE at this n: X)"``; a delta below the MDE can be detected too, by less than the stated power.
 
     >>> mde_verdict([-0.02, 0.05], 0.081)
     'not detected; detectable at this n: >= 0.081'
     >>> mde_verdict([0.01, 0.05], 0.03)
-    'detected (detectable at this n: >= 0.030)'
+    'detected (MDE at this n: 0.030)'
     """
     lo, hi = (float(x) if x is not None else math.nan for x in ci)
-    shown = "none (too few questions change)" if mde is None or math.isnan(mde) else f">= {mde:.3f}"
+    none = mde is None or math.isnan(mde)
     if math.isnan(lo) or math.isnan(hi):
         return "undefined"
     if lo > 0 or hi < 0:
-        return f"detected (detectable at this n: {shown})"
-    return f"not detected; detectable at this n: {shown}"
+        return f"detected (MDE at this n: {'undefined' if none else f'{mde:.3f}'})"
+    return f"not detected; detectable at this n: {'none (too few questions change)' if none else f'>= {mde:.3f}'}"

@@ -162,6 +162,6 @@ def test_paired_edges():
 def test_verdict_wording():
     assert mde_verdict([-0.02, 0.05], 0.081) == "not detected; detectable at this n: >= 0.081"
     assert mde_verdict((0.0, 0.0), math.nan) == "not detected; detectable at this n: none (too few questions change)"
-    assert mde_verdict([0.01, 0.05], 0.03) == "detected (detectable at this n: >= 0.030)"
+    assert mde_verdict([0.01, 0.05], 0.03) == "detected (MDE at this n: 0.030)"
     assert mde_verdict([-0.09, -0.01], 0.05).startswith("detected")
     assert mde_verdict([None, None], 0.05) == "undefined"

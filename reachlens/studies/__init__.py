@@ -1,5 +1,6 @@
 """Studies: each a run (:class:`reachlens.store.Run`) built from the runner: the audit (realized vs reachable),
-re-scoring, the comparison of two audits, the controls, the training study, recognition and the causal sweeps."""
+re-scoring, the comparison of two audits, the controls, the training study, recognition and the causal sweeps;
+and the plan of a comparison from a pilot (:func:`plan`: its power, not a run)."""
 
 from reachlens.runner import grade_questions
 from reachlens.studies.auditing import AuditResult, audit
@@ -7,6 +8,7 @@ from reachlens.studies.causal import CausalResult
 from reachlens.studies.compare import Comparison, compare, propensity_bins
 from reachlens.studies.controls import LengthControl, TemperatureControl, length_control, temperature_control
 from reachlens.studies.metrics import budget_grid, pass_at_k, pass_at_k_curve
+from reachlens.studies.planning import PowerPlan, plan
 from reachlens.studies.recognition import RecognitionResult
 from reachlens.studies.rescore import rescore
 from reachlens.studies.study_plan import StudyPlan
@@ -18,6 +20,7 @@ __all__ = [
     "CausalResult",
     "Comparison",
     "LengthControl",
+    "PowerPlan",
     "RecognitionResult",
     "StudyPlan",
     "StudyView",
@@ -30,6 +33,7 @@ __all__ = [
     "length_control",
     "pass_at_k",
     "pass_at_k_curve",
+    "plan",
     "propensity_bins",
     "rescore",
     "run_training_audit",
