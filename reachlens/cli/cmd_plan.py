@@ -15,32 +15,19 @@ import argparse
 import json
 import math
 
-from reachlens.cli._common import comma_list, echo, positive_int
+from reachlens.cli._common import comma_list, echo, nonneg_float, positive_int
 
 NAME = "plan"
 HELP = "questions needed and effects detectable, from a pilot audit or comparison"
 
 
-def _rate(name: str):
-    def parse(s: str) -> float:
-        try:
-            v = float(s)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"{name} must be a number, got {s!r}") from None
-        if not 0 < v < 1:
-            raise argparse.ArgumentTypeError(f"{name} must lie in (0, 1), got {v}")
-        return v
-
-    return parse
-
-
 def register(sub) -> argparse.ArgumentParser:
     p = sub.add_parser(NAME, help=HELP, description=__doc__.split("\n\n")[1])
     p.add_argument("--pilot", required=True, help="a pilot audit or comparison directory")
-    p.add_argument("--effect", type=_rate("--effect"), default=0.03,
+    p.add_argument("--effect", type=nonneg_float("--effect"), default=0.03,
                    help="the change to detect in D, O_K and pass@1 (default 0.03: 3 points)")
-    p.add_argument("--power", type=_rate("--power"), default=0.8, help="the power (default 0.8)")
-    p.add_argument("--alpha", type=_rate("--alpha"), default=0.05, help="the two-sided level (default 0.05)")
+    p.add_argument("--power", type=nonneg_float("--power"), default=0.8, help="the power (default 0.8)")
+    p.add_argument("--alpha", type=nonneg_float("--alpha"), default=0.05, help="the two-sided level (default 0.05)")
     p.add_argument("--k", type=positive_int("--k"), default=None,
                    help="the budget of the O_K row, at most the pilot's K (default the pilot's K)")
     p.add_argument("--at", type=comma_list("--at", int), default=[100, 300, 1000],

@@ -115,12 +115,14 @@ def plan(pilot: AuditResult | Comparison | str | os.PathLike, *, effect: float =
     >>> p = plan("runs/cmp", effect=0.05)  # doctest: +SKIP
     >>> p.quantities.set_index("quantity").loc["D", "questions"]  # doctest: +SKIP
     """
+    for name, value, example in (("effect", effect, "0.03 for 3 points"), ("power", power, "0.8"),
+                                 ("alpha", alpha, "0.05")):
+        if not 0 < value < 1:
+            raise ReachlensError(f"{name}={value!r} must lie in (0, 1), e.g. {example}")
     run = read_run(pilot) if isinstance(pilot, (str, os.PathLike)) else pilot
     if not isinstance(run, (AuditResult, Comparison)):
         raise ReachlensError(f"the pilot {str(pilot)!r} is a {getattr(run, 'kind', type(run).__name__)} run; give an "
                              "audit or a comparison directory (reachlens audit / reachlens compare --out)")
-    if not 0 < effect < 1:
-        raise ReachlensError(f"effect={effect!r} must lie in (0, 1): a change of a rate, e.g. 0.03 for 3 points")
     first = run if isinstance(run, AuditResult) else run.base
     k = first.k if k is None else k
     if not 1 <= k <= first.k:

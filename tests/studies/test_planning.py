@@ -94,7 +94,7 @@ def test_one_audit_assumes_uncorrelated_checkpoints():
 def test_refusals_name_the_value_and_the_fix(tmp_path):
     with pytest.raises(ReachlensError, match=r"k=32: the pilot has K=16 samples per question; plan at k from 1 to 16"):
         plan(BASE, k=32)
-    with pytest.raises(ReachlensError, match=r"effect=1.5 must lie in \(0, 1\)"):
+    with pytest.raises(ReachlensError, match=r"effect=1.5 must lie in \(0, 1\), e.g. 0.03 for 3 points"):
         plan(BASE, effect=1.5)
     assert plan(BASE).full_n is None  # a hand-made task: its full split cannot be read (full_n= gives it)
 
@@ -114,6 +114,7 @@ def test_the_command_prints_the_table_and_the_json(tmp_path, capsys):
     printed = json.loads(capsys.readouterr().out)
     assert printed == json.loads(json.dumps(p.to_dict()))
     assert printed["quantities"][0]["quantity"] == "D" and printed["sizes"] == [100, 300, 1000, 1319]
-    with pytest.raises(SystemExit) as exit_:
-        main(["plan", "--pilot", str(tmp_path / "cmp"), "--effect", "3"])
-    assert exit_.value.code == 2 and "--effect must lie in (0, 1), got 3.0" in capsys.readouterr().err
+    assert main(["plan", "--pilot", str(tmp_path / "cmp"), "--effect", "3"]) == 2
+    assert "effect=3.0 must lie in (0, 1)" in capsys.readouterr().err
+    assert main(["plan", "--pilot", str(tmp_path / "cmp"), "--power", "1"]) == 2
+    assert "power=1.0 must lie in (0, 1), e.g. 0.8" in capsys.readouterr().err
