@@ -22,13 +22,15 @@ probability ``p01`` and 1 -> 0 with ``p10``; the effect is ``delta = p01 - p10``
   Binomial(m, p01 / psi)``; the exact test rejects when ``min(b, m - b) <= c_m``, ``c_m`` the largest c with
   ``2 P(X <= c) <= alpha`` for ``X ~ Binomial(m, 1/2)``. The power is that rejection probability summed over m
   (the m within 10 standard deviations of ``n psi``; what lies outside weighs under 1e-20). It is the power
-  of the test reachlens runs, at any count: below 6 discordant questions the test cannot reject at 5 %, and
-  a comparison whose discordance promises so few has no MDE (NaN).
+  of the test reachlens runs, at any count: below 6 discordant questions the test cannot reject at 5 %.
   ``method="auto"`` computes it exactly when ``n psi`` is below :data:`EXACT_BELOW`, else by Connor.
 
 Assumptions: questions are independent draws from the population the test split samples; the discordance is
-held at the value given whatever delta is (a planning value: a comparison's measured one, or an assumed one),
-so ``|delta| <= psi``; a change larger than psi needs more questions to change.
+held at the value given whatever delta is (a planning value: a comparison's measured one, or an assumed one).
+A change larger than psi cannot happen at that discordance: it moves at least ``|delta|`` of the questions, so
+it is computed at discordance ``|delta|`` (every changed question moving one way: the fewest changes that make
+it, the most favourable case). So a comparison in which few questions changed still has an MDE, the smallest
+one-way change its n detects (about 8 questions' worth at 80 %: ``P(m >= 6) = 0.8`` for ``m ~ Poisson(7.9)``).
 
 **Paired continuous outcomes** (per-question pass@k, a majority vote with fractional ties): the mean of n
 per-question differences whose standard deviation is ``sd``, tested two-sided by a z test: ``power =
@@ -154,13 +156,27 @@ def _exact_power(n: int, psi: float, delta: float, alpha: float) -> float:
     return min(1.0, total)
 
 
+def _binary_power(n: int, psi: float, delta: float, alpha: float, method: str) -> float:
+    """The power at ``delta``, at discordance ``max(psi, |delta|)`` (module docstring)."""
+    psi = max(psi, abs(delta))
+    if n == 0 or psi == 0:
+        return 0.0
+    if _exact(n, psi, method):
+        return _exact_power(n, psi, delta, alpha)
+    z = _N.inv_cdf(1 - alpha / 2)
+    var = psi - delta**2
+    num = abs(delta) * math.sqrt(n) - z * math.sqrt(psi)
+    return float(_N.cdf(num / math.sqrt(var))) if var > 0 else float(num > 0)
+
+
 def mcnemar_power(n: int, discordance: float, delta: float, *, alpha: float = ALPHA, method: str = "auto") -> float:
     """The power of the two-sided exact McNemar test of n paired binary outcomes at an effect ``delta``.
 
-    ``discordance`` is psi (the share of questions whose outcome changes), ``delta`` the change in the rate,
-    ``|delta| <= psi``. ``method``: ``"exact"``, ``"normal"`` (Connor 1987) or ``"auto"`` (exact below
-    :data:`EXACT_BELOW` expected discordant questions); the module docstring gives both formulas and their
-    assumptions. No discordance (psi = 0): the test never rejects, power 0.
+    ``discordance`` is psi (the share of questions whose outcome changes), ``delta`` the change in the rate; a
+    ``|delta|`` above psi is computed at discordance ``|delta|`` (every change one way). ``method``:
+    ``"exact"``, ``"normal"`` (Connor 1987) or ``"auto"`` (exact below :data:`EXACT_BELOW` expected discordant
+    questions); the module docstring gives both formulas and their assumptions. No change at all (psi and
+    delta 0): the test never rejects, power 0.
 
     >>> round(mcnemar_power(300, 0.2, 0.08, method="normal"), 3)
     0.876
@@ -169,17 +185,17 @@ def mcnemar_power(n: int, discordance: float, delta: float, *, alpha: float = AL
     """
     _check(alpha)
     _check_binary(n, discordance, method)
-    if abs(delta) > discordance:
-        raise ReachlensError(f"delta={delta!r} cannot exceed the discordance {discordance!r} in size (a rate moves "
-                             "only by the questions that change)")
-    if n == 0 or discordance == 0:
-        return 0.0
-    if _exact(n, discordance, method):
-        return _exact_power(n, discordance, delta, alpha)
-    z = _N.inv_cdf(1 - alpha / 2)
-    var = discordance - delta**2
-    num = abs(delta) * math.sqrt(n) - z * math.sqrt(discordance)
-    return float(_N.cdf(num / math.sqrt(var))) if var > 0 else float(num > 0)
+    if not abs(delta) <= 1:
+        raise ReachlensError(f"delta={delta!r} must lie in [-1, 1] (a change of a rate)")
+    return _binary_power(n, discordance, delta, alpha, method)
+
+
+def _bisect(ok, lo: float, hi: float) -> float:
+    """The smallest x in (lo, hi] with ``ok(x)``, for ``ok`` false up to a point and true after (to 1e-7)."""
+    while hi - lo > 1e-7 * max(hi, 1e-3):
+        mid = (lo + hi) / 2
+        lo, hi = (lo, mid) if ok(mid) else (mid, hi)
+    return hi
 
 
 def mcnemar_mde(n: int, discordance: float, *, power: float = POWER, alpha: float = ALPHA,
@@ -187,37 +203,40 @@ def mcnemar_mde(n: int, discordance: float, *, power: float = POWER, alpha: floa
     """The smallest change in a paired binary rate the exact McNemar test detects with ``power`` at n questions
     of this ``discordance`` (its size: either direction).
 
-    Normal: Connor's closed form (module docstring); exact: bisection on delta in (0, psi] of the exact power,
-    which rises with delta. NaN when no delta up to psi reaches the power (too few discordant questions
-    expected) or psi is 0 (no question changes: no effect is measurable at this discordance).
+    Up to psi: Connor's closed form (normal; module docstring) or bisection on the exact power, which rises with
+    delta. When even a change of psi falls short (few questions change), the smallest one-way change beyond psi
+    that reaches the power (bisection at discordance delta). NaN when no change reaches it (n below 6).
 
     >>> round(mcnemar_mde(300, 0.2, method="normal"), 4)
     0.0721
-    >>> mcnemar_mde(100, 0.02)  # two discordant questions expected: nothing is detectable
+    >>> round(mcnemar_mde(300, 0.01), 3)  # 3 questions changed: beyond them, a one-way change of ~8 questions
+    0.026
+    >>> mcnemar_mde(5, 0.4)
     nan
     """
     _check(alpha, power)
     _check_binary(n, discordance, method)
-    if n == 0 or discordance == 0:
+
+    def enough(delta: float) -> bool:
+        return _binary_power(n, discordance, delta, alpha, method) >= power
+
+    if n == 0 or not enough(1.0):
         return math.nan
-    if not _exact(n, discordance, method):
+    if discordance > 0 and not _exact(n, discordance, method):
         za, zb = _N.inv_cdf(1 - alpha / 2), _N.inv_cdf(power)
-        if n - za**2 + zb**2 < 0:
-            return math.nan
-        d = math.sqrt(discordance) * (math.sqrt(n) * za + zb * math.sqrt(n - za**2 + zb**2)) / (n + zb**2)
-        return d if d <= discordance else math.nan
-    if _exact_power(n, discordance, discordance, alpha) < power:
-        return math.nan
-    lo, hi = 0.0, discordance
-    while hi - lo > 1e-7 * max(discordance, 1e-3):
-        mid = (lo + hi) / 2
-        lo, hi = (lo, mid) if _exact_power(n, discordance, mid, alpha) >= power else (mid, hi)
-    return hi
+        if n - za**2 + zb**2 >= 0:
+            d = math.sqrt(discordance) * (math.sqrt(n) * za + zb * math.sqrt(n - za**2 + zb**2)) / (n + zb**2)
+            if d <= discordance:
+                return d
+    if discordance > 0 and enough(discordance):
+        return _bisect(enough, 0.0, discordance)
+    return _bisect(enough, discordance, 1.0)
 
 
 def mcnemar_sample_size(delta: float, discordance: float, *, power: float = POWER, alpha: float = ALPHA,
                         method: str = "auto") -> int:
-    """The questions the exact McNemar test needs to detect a change ``delta`` with ``power`` at this discordance.
+    """The questions the exact McNemar test needs to detect a change ``delta`` with ``power`` at this discordance
+    (at discordance ``|delta|`` when that is larger: every change one way).
 
     Normal: Connor's n, rounded up. Exact (``"auto"``: when Connor's n promises fewer than :data:`EXACT_BELOW`
     discordant questions): the exact power rises with n in a saw-tooth, so the answer is the first n at which it
@@ -229,16 +248,17 @@ def mcnemar_sample_size(delta: float, discordance: float, *, power: float = POWE
     """
     _check(alpha, power)
     _check_binary(1, discordance, method)
-    if not 0 < abs(delta) <= discordance:
-        raise ReachlensError(f"delta={delta!r} must be non-zero and at most the discordance {discordance!r} in size")
+    if not 0 < abs(delta) <= 1:
+        raise ReachlensError(f"delta={delta!r} must be non-zero and in [-1, 1] (a change of a rate)")
+    psi = max(discordance, abs(delta))
     za, zb = _N.inv_cdf(1 - alpha / 2), _N.inv_cdf(power)
-    normal = (za * math.sqrt(discordance) + zb * math.sqrt(discordance - delta**2)) ** 2 / delta**2
+    normal = (za * math.sqrt(psi) + zb * math.sqrt(psi - delta**2)) ** 2 / delta**2
     n = max(1, math.ceil(normal - 1e-9))
-    if not _exact(n, discordance, method):
+    if not _exact(n, psi, method):
         return n
 
     def enough(k: int) -> bool:
-        return _exact_power(k, discordance, delta, alpha) >= power
+        return _exact_power(k, psi, delta, alpha) >= power
 
     lo, hi = max(1, n // 2), n
     while not enough(hi):
@@ -322,9 +342,9 @@ def detectable(diff: Float[np.ndarray, " question"], *, binary: bool = True, pow
     on either side, left out), at ``power`` and two-sided ``alpha`` (this module).
 
     ``binary``: differences of 0/1 outcomes, tested by the exact McNemar test: its MDE at this n and the
-    measured discordance (the share of non-zero differences). Else a mean of continuous differences (pass@k, a
-    majority with fractional ties) tested by the sign-flip test: the z test's MDE from the standard deviation
-    of the differences. NaN when nothing can be detected (no question changes, or too few for the exact test).
+    measured discordance (the share of non-zero differences; when few changed, the smallest one-way change its n
+    detects). Else a mean of continuous differences (pass@k, a majority with fractional ties) tested by the
+    sign-flip test: the z test's MDE from the standard deviation of the differences (NaN when they do not vary).
 
     >>> round(detectable(np.array([1.0] * 30 + [-1.0] * 36 + [0.0] * 234)), 3)  # 66 of 300 changed
     0.078
@@ -340,7 +360,7 @@ def mde_verdict(ci: Sequence[float | None], mde: float | None) -> str:
     """How a delta reads beside the effect its comparison could detect.
 
     An interval that holds 0 is a null: ``"not detected; detectable at this n: >= X"`` (X the MDE), or
-    ``"...: none (too few questions change)"`` when nothing was detectable. An interval that excludes 0:
+    ``"...: undefined"`` when the MDE is (a spread of 0, too few questions). An interval that excludes 0:
     ``"detected (MDE at this n: X)"``; a delta below the MDE can be detected too, by less than the stated power.
 
     >>> mde_verdict([-0.02, 0.05], 0.081)
@@ -354,4 +374,4 @@ def mde_verdict(ci: Sequence[float | None], mde: float | None) -> str:
         return "undefined"
     if lo > 0 or hi < 0:
         return f"detected (MDE at this n: {'undefined' if none else f'{mde:.3f}'})"
-    return f"not detected; detectable at this n: {'none (too few questions change)' if none else f'>= {mde:.3f}'}"
+    return f"not detected; detectable at this n: {'undefined' if none else f'>= {mde:.3f}'}"

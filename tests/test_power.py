@@ -46,13 +46,15 @@ def simulated_mcnemar_power(n: int, psi: float, delta: float, *, alpha: float = 
 
 
 @pytest.mark.parametrize("n,psi", [(60, 0.3), (100, 0.1), (300, 0.05), (300, 0.22), (150, 0.06), (1319, 0.1),
-                                   (2000, 0.25)])
+                                   (2000, 0.25), (300, 0.01), (120, 0.04), (300, 0.0)])
 def test_mcnemar_mde_has_its_power_in_simulation(n, psi):
-    # the reported MDE (auto: exact below EXACT_BELOW expected discordant questions, Connor above)
+    # the reported MDE (auto: exact below EXACT_BELOW expected discordant questions, Connor above); past the
+    # discordance (few questions changed) a change of every changed question one way: simulated at psi = MDE
     mde = mcnemar_mde(n, psi)
-    assert 0 < mde <= psi
-    assert simulated_mcnemar_power(n, psi, mde) == pytest.approx(0.8, abs=0.05)
-    assert simulated_mcnemar_power(n, psi, -mde, seed=1) == pytest.approx(0.8, abs=0.05)  # two-sided
+    assert 0 < mde <= 1
+    at = max(psi, mde)
+    assert simulated_mcnemar_power(n, at, mde) == pytest.approx(0.8, abs=0.05)
+    assert simulated_mcnemar_power(n, at, -mde, seed=1) == pytest.approx(0.8, abs=0.05)  # two-sided
 
 
 @pytest.mark.parametrize("n,psi", [(300, 0.22), (60, 0.3), (1000, 0.3)])
@@ -111,13 +113,17 @@ def test_exact_sample_size_reaches_its_power():
 
 
 def test_mcnemar_edges():
-    assert math.isnan(mcnemar_mde(300, 0.0))  # no question changes
-    assert math.isnan(mcnemar_mde(100, 0.02))  # two discordant questions expected: the test cannot reach 80 %
-    assert math.isnan(mcnemar_mde(0, 0.2))
+    # few or no questions changed: the smallest one-way change, which P(m >= 6) = 0.8 sets (m ~ Binomial(n, MDE))
+    for n, psi in ((300, 0.0), (300, 0.01), (100, 0.02)):
+        mde = mcnemar_mde(n, psi)
+        assert mde > psi and scipy_stats.binom.sf(5, n, mde) == pytest.approx(0.8, abs=1e-6)
+    assert math.isnan(mcnemar_mde(0, 0.2)) and math.isnan(mcnemar_mde(5, 0.4))  # under 6 questions: never
     assert mcnemar_power(300, 0.0, 0.0) == 0.0
     assert mcnemar_power(300, 0.2, 0.0) <= 0.05  # at no effect the power is the level (the exact test: below it)
-    with pytest.raises(ReachlensError, match="cannot exceed the discordance"):
-        mcnemar_power(100, 0.1, 0.2)
+    assert mcnemar_power(100, 0.1, 0.2) == mcnemar_power(100, 0.2, 0.2)  # a change beyond psi: at psi = |delta|
+    assert mcnemar_sample_size(0.1, 0.02) == mcnemar_sample_size(0.1, 0.1)
+    with pytest.raises(ReachlensError, match="delta"):
+        mcnemar_power(100, 0.1, 1.2)
     with pytest.raises(ReachlensError, match="discordance"):
         mcnemar_mde(100, 1.5)
     with pytest.raises(ReachlensError, match="power"):
@@ -161,7 +167,7 @@ def test_paired_edges():
 
 def test_verdict_wording():
     assert mde_verdict([-0.02, 0.05], 0.081) == "not detected; detectable at this n: >= 0.081"
-    assert mde_verdict((0.0, 0.0), math.nan) == "not detected; detectable at this n: none (too few questions change)"
+    assert mde_verdict((0.0, 0.0), math.nan) == "not detected; detectable at this n: undefined"
     assert mde_verdict([0.01, 0.05], 0.03) == "detected (MDE at this n: 0.030)"
     assert mde_verdict([-0.09, -0.01], 0.05).startswith("detected")
     assert mde_verdict([None, None], 0.05) == "undefined"

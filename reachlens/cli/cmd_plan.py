@@ -90,6 +90,6 @@ def plan_text(p) -> str:
               f"n) ('-' past K/2); the change in O_k detectable at n={p.n} and the questions a change of "
               f"{p.effect:g} needs, at each k",
               "", b.to_string(index=False), "",
-              "questions '-': the spread cannot carry a change that large (fewer questions change than the effect "
-              "asks) or nothing varies; detectable '-': too few questions change for any effect to be detected"]
+              "a change larger than the discordance is planned as questions all moving one way (the fewest changes "
+              "that make it); '-': undefined (nothing varies)"]
     return "\n".join(lines)

@@ -75,8 +75,9 @@ class PowerPlan:
     """The task's full split (None: unknown; give it as ``full_n=``)."""
     quantities: pd.DataFrame = field(repr=False)
     """One row per quantity (``D``, ``O_K``, ``pass@1``): ``quantity, test, spread`` (``discordance`` or ``sd``),
-    ``value``, ``measured`` (False: assumed uncorrelated), ``questions`` (to detect ``effect``; NaN: the spread
-    cannot produce a change that large, or nothing varies), then ``n=N`` columns: the detectable effect at N."""
+    ``value``, ``measured`` (False: assumed uncorrelated), ``questions`` (to detect ``effect``; a change larger
+    than the discordance planned as questions all moving one way; NaN: nothing varies), then ``n=N`` columns:
+    the detectable effect at N."""
     budget: pd.DataFrame = field(repr=False)
     """One row per k of the pilot's pass@k curve: ``k, O_k, se, se_draws`` (NaN past K/2), ``discordance``,
     ``mde`` (the change in O_k detectable at the pilot's n) and ``questions`` (to detect ``effect`` in O_k)."""
@@ -157,8 +158,8 @@ def _models(run: AuditResult | Comparison) -> list[str]:
 
 
 def _needed(effect: float, value: float, binary: bool, power: float, alpha: float) -> float:
-    """Questions to detect ``effect`` (NaN: the spread cannot carry a change that large, or is 0)."""
-    if math.isnan(value) or value == 0 or (binary and effect > value):
+    """Questions to detect ``effect`` (NaN: the spread is undefined, or, for a mean, 0)."""
+    if math.isnan(value) or (not binary and value == 0):
         return math.nan
     if binary:
         return float(mcnemar_sample_size(effect, value, power=power, alpha=alpha))
