@@ -107,11 +107,13 @@ def plan(pilot: AuditResult | Comparison | str | os.PathLike, *, effect: float =
     Args:
         pilot: an audit or a comparison (or its directory).
         effect: the change to detect (a difference of rates, e.g. 0.03).
-        power, alpha: the power and two-sided level of the tests.
+        power: the power of the tests.
+        alpha: their two-sided level.
         k: the budget of the O_K row, at most the pilot's K (default: the pilot's K).
         sizes: the n at which to give the detectable effect; the task's full split is added.
         full_n: the task's full split; by default read from the task (a generated task, or a hub task in the
-            local cache; ``data=PATH`` for a task read from a file).
+            local cache).
+        data: the pilot's data file, for a task read from a file (its full split is counted from it).
 
     >>> p = plan("runs/cmp", effect=0.05)  # doctest: +SKIP
     >>> p.quantities.set_index("quantity").loc["D", "questions"]  # doctest: +SKIP
