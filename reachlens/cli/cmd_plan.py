@@ -22,7 +22,7 @@ HELP = "questions needed and effects detectable, from a pilot audit or compariso
 
 
 def register(sub) -> argparse.ArgumentParser:
-    p = sub.add_parser(NAME, help=HELP, description=__doc__.split("\n\n")[1])
+    p = sub.add_parser(NAME, help=HELP)
     p.add_argument("--pilot", required=True, help="a pilot audit or comparison directory")
     p.add_argument("--effect", type=nonneg_float("--effect"), default=0.03,
                    help="the change to detect in D, O_K and pass@1 (default 0.03: 3 points)")
