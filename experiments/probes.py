@@ -138,6 +138,8 @@ def _name(label: str) -> str:
 
 def cell_tables(cell: Cell, run, seconds: float, layer: int) -> dict[str, pd.DataFrame]:
     """The cell's rows of every table of table.md."""
+    from reachlens.power import mde_verdict
+
     head = {"model": cell.model, "task": cell.task, "format": run.protocol.prompt_format}
     t = run.analysis
     reach = t["reach"].set_index("source")
@@ -148,7 +150,11 @@ def cell_tables(cell: Cell, run, seconds: float, layer: int) -> dict[str, pd.Dat
     rows["placebo"] = [{**head, "O grafts": f"{r.O_graft:.3f}", "O placebo": f"{r.O_placebo:.3f}",
                         "fix-set grafts": r.fix_graft, "fix-set placebo": r.fix_placebo,
                         "grafts - placebo": _ci(r.dO, r.dO_lo, r.dO_hi, True), "McNemar p": f"{r.mcnemar_p:.2g}",
-                        "recovery grafts": f"{r.recovery_graft:.3f}", "recovery placebo": f"{r.recovery_placebo:.3f}"}
+                        "detectable (80 % power)": mde_verdict((r.dO_lo, r.dO_hi), r.dO_mde),
+                        "recovery grafts": f"{r.recovery_graft:.3f}", "recovery placebo": f"{r.recovery_placebo:.3f}",
+                        "recovery: grafts - placebo": _ci(r.drecovery, r.drecovery_lo, r.drecovery_hi, True),
+                        "recovery: detectable (80 % power)": mde_verdict((r.drecovery_lo, r.drecovery_hi),
+                                                                         r.drecovery_mde)}
                        for r in t["placebo"].itertuples()]
     rows["selectors"] = [{**head, "probe": _name(r.probe), "O": f"{r.O:.3f}", "majority": f"{r.majority:.3f}",
                           "logprob": f"{r.logprob:.3f}", "best": r.best, "selection gap": _ci(r.gap, r.gap_lo, r.gap_hi, True)}
@@ -207,7 +213,8 @@ def _kind_overlap(bank: pd.DataFrame, layer: int) -> dict[str, str]:
 
 SECTIONS = {"reach": "Reach: O of each probe's candidates alone ([int]: an intervention)",
             "with_greedy": "With the deployment: O[greedy + probe], and recovery on the stratum K samples never solve (pass@K = 0)",
-            "placebo": "Grafts against their placebo (paired over questions)",
+            "placebo": "Grafts against their placebo (paired over questions; detectable: the smallest difference the "
+                        "exact McNemar test detects with 80 % power at two-sided 5 % at this n)",
             "selectors": "Selection gap: O minus the best answer-blind selector (majority with ties averaged, logprob)",
             "matched": "Budget-matched: K candidates each, every subset averaged (d: minus K samples, paired)",
             "overlap": "Overlap: Jaccard of the probes' fix-sets (questions reached that greedy misses)",

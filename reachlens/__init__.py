@@ -8,6 +8,7 @@
 >>> result = reachlens.audit(model, reachlens.load_task("arith", n=50), reachlens.Protocol("arith", k=16))  # doctest: +SKIP
 >>> result.D, result.O_K  # doctest: +SKIP
 >>> reachlens.compare("runs/base", "runs/grpo").summary()["delta_O_K"]  # doctest: +SKIP
+>>> reachlens.plan("runs/base", effect=0.03).quantities  # doctest: +SKIP
 
 Every study's result is a run (:class:`reachlens.store.Run`), saved with ``run.save(DIR)`` and read back with
 :func:`read_run`. Importing reachlens imports every module that defines a kind of run (the studies, routing, probes),
@@ -21,7 +22,11 @@ from reachlens.models import load_model
 from reachlens.probes import ProbeRun, probe
 from reachlens.protocol import Protocol, ProtocolMismatch
 from reachlens.store import Run, RunDir, RunRecord, list_runs, read_run
+<<<<<<< HEAD
 from reachlens.studies import AuditResult, Comparison, audit, compare, pass_at_k, rerun, rescore
+=======
+from reachlens.studies import AuditResult, Comparison, audit, compare, pass_at_k, plan, rescore
+>>>>>>> issue-39
 from reachlens.tasks import Question, Task, load_task
 from reachlens.version import __version__
 
@@ -45,6 +50,7 @@ __all__ = [
     "load_model",
     "load_task",
     "pass_at_k",
+    "plan",
     "probe",
     "read_run",
     "rerun",

@@ -20,7 +20,7 @@ PACKAGE = Path(__file__).resolve().parents[1] / "reachlens"
 
 LAYERS = (
     ("reachlens.errors", "reachlens.version", "reachlens._registry", "reachlens._verbosity", "reachlens.escape",
-     "reachlens.stats"),
+     "reachlens.stats", "reachlens.power"),
     ("reachlens.protocol", "reachlens.execution"),
     ("reachlens.engine",),
     ("reachlens.models",),

@@ -1,7 +1,9 @@
 """``reachlens compare BASE_DIR TRAINED_DIR``: the question-by-question join of two audits.
 
 It prints each rate with its 95 % Wilson interval, each delta with its paired bootstrap interval over
-questions, and the exact McNemar p of the discordant counts behind it (gained vs lost, entered vs left).
+questions, and the exact McNemar p of the discordant counts behind it (gained vs lost, entered vs left), and
+beside each delta the minimum detectable effect of its test at this n (80 % power, two-sided 5 %): a delta
+whose interval holds 0 reads "not detected; detectable at this n: >= X".
 With ``--out DIR`` it saves the comparison, a run of kind ``comparison``: its record (the protocol, both
 models, the two audit directories and the options used), ``questions.parquet`` (one row per question)
 and its summary (the one printed here, intervals and p-values included), which ``reachlens show DIR``
@@ -13,6 +15,7 @@ from __future__ import annotations
 import argparse
 
 from reachlens.cli._common import echo
+from reachlens.power import mde_verdict
 
 NAME = "compare"
 HELP = "join two audits question by question (refuses unmatched protocols)"
@@ -55,16 +58,20 @@ def summary_text(s: dict) -> str:
         lo, hi = s[f"{key}_ci"]
         return f"{s[key]:.3f} [{lo:.3f}, {hi:.3f}]"
 
+    def seen(key: str) -> str:
+        return mde_verdict(s[f"{key}_ci"], s[f"{key}_mde"])
+
     t = s["truncation"]
     lb = s["left_bound"]
     lines = [
         f"{s['base']} -> {s['trained']}: n={s['n']} questions, K={s['k']}",
-        f"  D (realized):   {rate('D_base')} -> {rate('D_trained')}   delta {s['delta_D']:+.3f} {ci(s['delta_D_ci'])}",
+        f"  D (realized):   {rate('D_base')} -> {rate('D_trained')}   delta {s['delta_D']:+.3f} {ci(s['delta_D_ci'])}: "
+        f"{seen('delta_D')}",
         f"    gained {s['gained']}, lost {s['lost']} (net {s['net']:+d}): exact McNemar p = {s['mcnemar_realized_p']:.3g}",
         f"    gained from base-reachable {s['gained_from_base_reachable']}, outside it "
         f"{s['gained_outside_base_reachable']}",
         f"  O_K (reachable): {rate('O_K_base')} -> {rate('O_K_trained')}   delta {s['delta_O_K']:+.3f} "
-        f"{ci(s['delta_O_K_ci'])}",
+        f"{ci(s['delta_O_K_ci'])}: {seen('delta_O_K')}",
         f"    entered {s['entered']}, left {s['left']}: exact McNemar p = {s['mcnemar_reachable_p']:.3g}",
     ]
     if lb["n"]:
@@ -72,15 +79,18 @@ def summary_text(s: dict) -> str:
                      f"0 of {s['k']}; median {lb['median']:.4f})")
     lines += [
         f"  maj_K (majority of the K samples, ties averaged): {rate('maj_K_base')} -> {rate('maj_K_trained')}   "
-        f"delta {s['delta_maj_K']:+.3f} {ci(s['delta_maj_K_ci'])}",
+        f"delta {s['delta_maj_K']:+.3f} {ci(s['delta_maj_K_ci'])}: {seen('delta_maj_K')}",
         f"    {'exact McNemar' if s['majority_test'] == 'mcnemar' else 'sign-flip (fractional ties)'} "
         f"p = {s['majority_p']:.3g}",
     ]
     lines.append("  pass@k delta [95 % CI], sign-flip p (Holm over the ks):")
     for k, d in s["delta_pass_at_k"].items():
-        lines.append(f"    k={k:<4d} {d['delta']:+.3f} {ci(d['ci'])}  p = {d['p']:.3g} (Holm {d['p_holm']:.3g})")
+        lines.append(f"    k={k:<4d} {d['delta']:+.3f} {ci(d['ci'])}  p = {d['p']:.3g} (Holm {d['p_holm']:.3g}): "
+                     f"{mde_verdict(d['ci'], d['mde'])}")
     lines.append(f"  intervals: {s['bootstrap_resamples']} paired bootstrap resamples over questions (seed "
-                 f"{s['bootstrap_seed']}); rates: Wilson")
+                 f"{s['bootstrap_seed']}); rates: Wilson; detectable: the minimum detectable effect of the delta's "
+                 f"test at this n ({s['mde_power']:.0%} power, two-sided {s['mde_alpha']:g}; exact McNemar, or "
+                 "Connor's approximation past 200 changed questions; pass@k: z test of the mean difference)")
     flag = (f"FLAGGED: the gap exceeds {t['margin']:.0%}; rerun both at a longer decode with `reachlens control "
             "length`") if t["flagged"] else f"within the {t['margin']:.0%} margin"
     lines.append(f"  cut at max_new_tokens={t['max_new_tokens']}: samples {t['samples_base']:.1%} -> "

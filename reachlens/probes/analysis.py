@@ -6,13 +6,17 @@
   greedy deployment gets wrong; two fix-sets' Jaccard index |A & B| / |A | B| with a bootstrap interval
   (questions resampled, :data:`~reachlens.stats.N_BOOT` times; undefined when both are empty).
 * :func:`recovery_table`: on the *stratum* a source never solves (K samples: 0 of K correct), the share
-  each other source reaches, with its Wilson interval.
+  each other source reaches, with its Wilson interval, and its paired difference from the first source's.
 * :func:`budget_matched`: mixtures of equal budget (6 samples; greedy + 5 grafts; 3 samples + 3 grafts),
   each averaged over *every* subset of its pools (or a seeded sample of them past ``max_subsets``): reach
   (any candidate correct) and the majority vote (:mod:`reachlens.selectors`, ties averaged), with bootstrap
   intervals and each mixture's paired difference from the first.
 * :func:`placebo_table`: each placebo graft probe beside its real graft: reach, fix-set, the paired
-  difference with its bootstrap interval and the exact McNemar p.
+  difference with its bootstrap interval and the exact McNemar p; recovery on the stratum likewise.
+
+Every paired difference carries its minimum detectable effect (``*_mde``, :func:`reachlens.power.detectable`:
+80 % power, two-sided 5 %, the exact McNemar test at the measured share of questions that differ): a difference
+whose interval holds 0 rules out effects of that size, not smaller ones.
 
 Bootstrap intervals resample questions with a fixed seed, so a table can be recomputed bit for bit; with a
 few dozen questions they are wide, and the tables carry the counts beside the rates.
@@ -30,6 +34,7 @@ import pandas as pd
 
 from reachlens.errors import ReachlensError
 from reachlens.probes.bank import GREEDY, question_ids, reach, realized, source_is_intervention, source_mask
+from reachlens.power import detectable
 from reachlens.stats import N_BOOT, mcnemar_exact_p, paired_bootstrap_ci, wilson_interval
 
 __all__ = [
@@ -99,18 +104,34 @@ def jaccard_table(bank: pd.DataFrame, sources: Sequence[str], *, n_boot: int = N
     return pd.DataFrame(rows, columns=["a", "b", "kind", "fix_a", "fix_b", "both", "jaccard", "jaccard_lo", "jaccard_hi"])
 
 
-def recovery_table(bank: pd.DataFrame, stratum_of: str, sources: Sequence[str]) -> pd.DataFrame:
+def recovery_table(bank: pd.DataFrame, stratum_of: str, sources: Sequence[str], *, n_boot: int = N_BOOT,
+                   seed: int = 0) -> pd.DataFrame:
     """On the questions ``stratum_of`` never solves (graded, none correct), the share each source reaches:
-    ``source``, ``kind``, ``stratum`` (its size), ``recovered``, ``rate`` and its Wilson interval."""
+    ``source``, ``kind``, ``stratum`` (its size), ``recovered``, ``rate`` and its Wilson interval; ``drate``, the
+    paired difference from the first source's rate on the same questions, with its bootstrap interval and its
+    minimum detectable effect ``drate_mde`` (NaN on the first row, the reference)."""
     base = reach(bank, stratum_of)
     stratum = base.index[base == 0.0]
+    first = reach(bank, sources[0]).loc[stratum] if len(sources) else None
     rows = []
-    for source in sources:
-        x, n, rate, lo, hi = _rate(reach(bank, source).loc[stratum])
+    for i, source in enumerate(sources):
+        got = reach(bank, source).loc[stratum]
+        x, n, rate, lo, hi = _rate(got)
         rows.append({"source": source, "kind": kind_of(bank, source), "stratum_of": stratum_of, "stratum": len(stratum),
-                     "n": n, "recovered": x, "rate": rate, "rate_lo": lo, "rate_hi": hi})
+                     "n": n, "recovered": x, "rate": rate, "rate_lo": lo, "rate_hi": hi,
+                     **_paired("drate", (got - first).to_numpy(float) if i else None, n_boot, seed)})
     return pd.DataFrame(rows, columns=["source", "kind", "stratum_of", "stratum", "n", "recovered", "rate", "rate_lo",
-                                       "rate_hi"])
+                                       "rate_hi", "drate", "drate_lo", "drate_hi", "drate_mde"])
+
+
+def _paired(name: str, diff: np.ndarray | None, n_boot: int, seed: int) -> dict[str, float]:
+    """``name`` (the mean of the paired 0/1 differences ``diff``, NaN left out), its bootstrap interval and its
+    minimum detectable effect; all NaN when ``diff`` is None (a reference row)."""
+    if diff is None:
+        return {name: math.nan, f"{name}_lo": math.nan, f"{name}_hi": math.nan, f"{name}_mde": math.nan}
+    lo, hi = paired_bootstrap_ci(diff, n_boot=n_boot, seed=seed)
+    return {name: float(np.nanmean(diff)) if np.isfinite(diff).any() else math.nan, f"{name}_lo": lo, f"{name}_hi": hi,
+            f"{name}_mde": detectable(diff)}
 
 
 # --- budget-matched mixtures ----------------------------------------------------------------------------
@@ -220,19 +241,19 @@ def placebo_pairs(probes: Sequence[str]) -> list[tuple[str, str]]:
 def placebo_table(bank: pd.DataFrame, pairs: Sequence[tuple[str, str]], *, stratum_of: str | None = None,
                   n_boot: int = N_BOOT, seed: int = 0) -> pd.DataFrame:
     """Each graft beside its placebo: ``O`` of both, fix-set sizes, ``dO`` (graft - placebo) with its paired
-    bootstrap interval and exact McNemar p; with ``stratum_of``, the recovery of both on its stratum."""
+    bootstrap interval, minimum detectable effect ``dO_mde`` and exact McNemar p; with ``stratum_of``, the
+    recovery of both on its stratum and ``drecovery`` (graft - placebo there) with its interval and MDE."""
     rows = []
     fixes = fix_sets(bank, [s for pair in pairs for s in pair])
     for real, placebo in pairs:
         a, b = reach(bank, real), reach(bank, placebo)
-        diff = (a - b).to_numpy(float)
-        lo, hi = paired_bootstrap_ci(diff, n_boot=n_boot, seed=seed)
         row = {"graft": real, "placebo": placebo, "kind": "intervention", "O_graft": float(a.mean()),
                "O_placebo": float(b.mean()), "fix_graft": len(fixes[real]), "fix_placebo": len(fixes[placebo]),
-               "dO": float(np.nanmean(diff)) if np.isfinite(diff).any() else math.nan, "dO_lo": lo, "dO_hi": hi,
+               **_paired("dO", (a - b).to_numpy(float), n_boot, seed),
                "mcnemar_p": mcnemar_exact_p(int(((a == 1) & (b == 0)).sum()), int(((a == 0) & (b == 1)).sum()))}
         if stratum_of is not None:
-            rec = recovery_table(bank, stratum_of, [real, placebo]).set_index("source")["rate"]
-            row.update(recovery_graft=float(rec[real]), recovery_placebo=float(rec[placebo]))
+            rec = recovery_table(bank, stratum_of, [placebo, real], n_boot=n_boot, seed=seed).set_index("source")
+            row.update(recovery_graft=float(rec.loc[real, "rate"]), recovery_placebo=float(rec.loc[placebo, "rate"]),
+                       **{f"drecovery{end}": rec.loc[real, f"drate{end}"] for end in ("", "_lo", "_hi", "_mde")})
         rows.append(row)
     return pd.DataFrame(rows)

@@ -17,7 +17,8 @@ import pandas as pd
 from reachlens.escape import html_text as esc
 from reachlens.escape import md_text
 from reachlens.report.page import html_table, write_markdown, write_page
-from reachlens.report.tables import md_table
+from reachlens.power import mde_verdict
+from reachlens.report.tables import DETECTABLE, md_table
 
 __all__ = ["CAPTIONS", "matched_figure", "overlap_figure", "reach_figure", "selection_figure", "write_probe_report"]
 
@@ -165,11 +166,17 @@ def _display(name: str, df: pd.DataFrame, *, wrap: bool) -> pd.DataFrame:
         return df
     reference = (df.groupby("probe")["mixture"].transform("first") == df["mixture"]) if name == "budget_matched" else None
     d = df.drop(columns=[c for c in _DROP.get(name, ()) if c in df.columns])
+    for col in [c for c in d.columns if f"{c}_mde" in d.columns]:  # a paired difference: detected, or what could be
+        d.insert(d.columns.get_loc(col) + 1, f"{col}: {DETECTABLE}",
+                 [mde_verdict((lo, hi), m) for lo, hi, m in zip(d[f"{col}_lo"], d[f"{col}_hi"], d[f"{col}_mde"])])
+        d = d.drop(columns=[f"{col}_mde"])
     for col in [c for c in d.columns if f"{c}_lo" in d.columns]:
         d[col] = [_ci(v, lo, hi) for v, lo, hi in zip(d[col], d[f"{col}_lo"], d[f"{col}_hi"])]
         d = d.drop(columns=[f"{col}_lo", f"{col}_hi"])
     if reference is not None:  # the differences are from this row: it has none of its own
         d.loc[reference.to_numpy(), ["dO", "dmajority"]] = "(reference)"
+    if name == "recovery":  # the differences are from the first source
+        d.loc[d.index[0], ["drate", f"drate: {DETECTABLE}"]] = "(reference)"
     for col in (c for c in _LABELS if c in d.columns):
         if "kind" in d.columns and name != "overlap":
             d[col] = [_name(s, k) for s, k in zip(d[col], d["kind"])]
@@ -186,13 +193,18 @@ _NOTES = {
     "overlap": "Fix-set: the questions a probe reaches that greedy gets wrong. Jaccard = shared / either, with a "
                "bootstrap interval over questions; undefined when both fix-sets are empty.",
     "recovery": "On the stratum the sampling probe never solves (0 of K samples correct), the share each source "
-                "reaches, with its Wilson interval.",
+                "reaches, with its Wilson interval; drate: its paired difference from the first source's (greedy) on "
+                "the same questions, with its bootstrap interval and the smallest difference detectable there "
+                "(80 % power, exact McNemar, two-sided 5 %).",
     "budget_matched": "Mixtures at a matched budget, averaged over every subset of their pools: O (any correct) "
                       "and majority vote (ties averaged), with bootstrap intervals; dO and dmajority are the paired "
                       "differences from the first mixture of each probe.",
     "placebo": "Each graft probe beside its placebo (the same spec with placebo=true: the same grafts at a seeded "
                "random prompt position): dO = graft - placebo with its paired bootstrap interval, and the exact "
-               "McNemar p of the paired reach.",
+               "McNemar p of the paired reach; drecovery: the same difference of recovery on the sampling probe's "
+               "stratum. Each difference whose interval holds 0 reads 'not detected; detectable at this n: >= X': "
+               "X is the smallest difference the exact McNemar test detects with 80 % power (two-sided 5 %) at "
+               "this n and the measured share of questions where the two differ.",
 }
 
 

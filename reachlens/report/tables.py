@@ -12,6 +12,7 @@ import math
 import pandas as pd
 
 from reachlens.escape import md_text
+from reachlens.power import ALPHA, POWER, mde_verdict
 from reachlens.records import markdown_table
 from reachlens.stats import N_BOOT, N_PERM
 from reachlens.studies.study_view import StudyView
@@ -38,6 +39,23 @@ def _ci(v: float, lo: float, hi: float, signed: bool = True) -> str:
 def _cis(df: pd.DataFrame, col: str, signed: bool = True) -> list[str]:
     """Column ``col`` of ``df`` with its interval (``col_lo``, ``col_hi``) as text, row by row."""
     return [_ci(*r, signed=signed) for r in df[[col, f"{col}_lo", f"{col}_hi"]].itertuples(index=False)]
+
+
+def _seen(df: pd.DataFrame, col: str, mde: str | None = None) -> list[str]:
+    """Each delta of column ``col`` beside the effect its test could detect (column ``mde``, by default
+    ``col_mde``): "not detected; detectable at this n: >= X" when its interval (``col_lo``, ``col_hi``) holds 0."""
+    cols = [f"{col}_lo", f"{col}_hi", mde or f"{col}_mde"]
+    return [mde_verdict((lo, hi), m) for lo, hi, m in df[cols].itertuples(index=False)]
+
+
+DETECTABLE = f"detectable at this n ({POWER:.0%} power)"
+"""The heading of the column that gives each delta's minimum detectable effect."""
+MDE_NOTE = (f"{DETECTABLE}: the smallest change the delta's test detects with {POWER:.0%} power at two-sided "
+            f"{ALPHA:g} at this n and the measured share of questions that changed (exact McNemar; Connor's normal "
+            "approximation past 200 changed questions; a mean of per-question differences: the z test from their "
+            "standard deviation), in either direction; when fewer questions changed than that, the smallest "
+            "change made of questions all moving one way. A delta whose interval holds 0 is not detected: it rules "
+            "out effects of that size, not smaller ones.")
 
 
 def _p(p: float) -> str:
@@ -80,7 +98,9 @@ TRAJECTORY_NOTE = (
     "O_K - maj_K: paired bootstrap 95% interval over questions; pass@k: unbiased estimator, mean over "
     "questions, 95% question-bootstrap interval. Each later step against step 0: paired 95% bootstrap interval over questions, exact McNemar p "
     "(D: gained vs lost; O_K: entered vs left), sign-flip p for pass@1; Holm: adjusted over the run's later "
-    "steps, one family per quantity."
+    f"steps, one family per quantity; then whether it was detected and the smallest change detectable at this n "
+    f"({POWER:.0%} power, two-sided {ALPHA:g}: exact McNemar for D and O_K, the z test of the mean difference for "
+    "pass@1)."
 )
 
 
@@ -90,21 +110,22 @@ def _headline(study: StudyView) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFram
         return h, h, h
     realized = pd.DataFrame({
         "pair": h["pair"], "D_base": h["D_base"], "D_trained": h["D_trained"],
-        "delta_D [95% CI]": _cis(h, "delta_D"),
+        "delta_D [95% CI]": _cis(h, "delta_D"), DETECTABLE: _seen(h, "delta_D"),
         "gained": h["gained"], "lost": h["lost"], "McNemar p": h["p_realized"].map(_p),
         "Holm p": h["p_realized_holm"].map(_p), "gained from base-reachable": h["gained_from_base_reachable"],
     })
     bounds = study.unreachability().set_index("pair")["bound_max"]
     reachable = pd.DataFrame({
         "pair": h["pair"], "O_K_base": h["O_K_base"], "O_K_trained": h["O_K_trained"],
-        "delta_O_K [95% CI]": _cis(h, "delta_O_K"),
+        "delta_O_K [95% CI]": _cis(h, "delta_O_K"), DETECTABLE: _seen(h, "delta_O_K"),
         "entered": h["entered"], "left": h["left"], "McNemar p": h["p_reachable"].map(_p),
         "Holm p": h["p_reachable_holm"].map(_p),
         "left: per-sample rate below": [("-" if math.isnan(b) else f"{b:.4f}") for b in bounds.reindex(h["pair"])],
     })
     majority = pd.DataFrame({
         "pair": h["pair"], "maj_K_base": h["maj_K_base"], "maj_K_trained": h["maj_K_trained"],
-        "delta_maj_K [95% CI]": _cis(h, "delta_maj_K"), "test": h["majority_test"],
+        "delta_maj_K [95% CI]": _cis(h, "delta_maj_K"), DETECTABLE: _seen(h, "delta_maj_K"),
+        "test": h["majority_test"],
         "p": h["p_majority"].map(_p), "Holm p": h["p_majority_holm"].map(_p),
     })
     return realized, reachable, majority
@@ -131,7 +152,7 @@ def _pass_at_k_deltas(study: StudyView) -> pd.DataFrame:
         return d
     return pd.DataFrame({
         "pair": d["pair"], "k": d["k"], "base": d["base"], "trained": d["trained"],
-        "delta [95% CI]": _cis(d, "delta"),
+        "delta [95% CI]": _cis(d, "delta"), DETECTABLE: _seen(d, "delta", "mde"),
         "sign-flip p": d["p"].map(_p), "Holm p (over the pair's ks)": d["p_holm"].map(_p),
     })
 
@@ -144,7 +165,8 @@ def _trajectory(study: StudyView) -> pd.DataFrame:
 
     def delta(key: str) -> list[str]:
         return [("-" if math.isnan(r[f"{key}_p"]) else
-                 f"{_ci(r[key], r[f'{key}_lo'], r[f'{key}_hi'])}, p {_p(r[f'{key}_p'])} (Holm {_p(r[f'{key}_p_holm'])})")
+                 f"{_ci(r[key], r[f'{key}_lo'], r[f'{key}_hi'])}, p {_p(r[f'{key}_p'])} (Holm {_p(r[f'{key}_p_holm'])}); "
+                 f"{mde_verdict((r[f'{key}_lo'], r[f'{key}_hi']), r[f'{key}_mde'])}")
                 for _, r in t.iterrows()]
 
     out = {"step": t["step"], "model": t["model"],
@@ -234,7 +256,7 @@ def _tables(study: StudyView) -> list[tuple[str, pd.DataFrame, str]]:
     return [
         ("headline: realized (D, greedy deployment)", realized,
          f"delta_D: paired bootstrap 95% interval over questions ({N_BOOT} resamples, seed 0). McNemar p: exact "
-         f"two-sided test of gained vs lost. Holm p: adjusted over {study.holm_family}." if n_pairs else ""),
+         f"two-sided test of gained vs lost. Holm p: adjusted over {study.holm_family}. {MDE_NOTE}" if n_pairs else ""),
         (f"headline: reachable (O_K, K={study.protocol.k} samples)", reachable,
          "delta_O_K: paired bootstrap 95% interval. McNemar p: exact test of entered vs left, Holm-adjusted as above. "
          "left: the questions that left the reachable set have 0 correct of K samples after training; each one's "
@@ -256,7 +278,9 @@ def _tables(study: StudyView) -> list[tuple[str, pd.DataFrame, str]]:
          f"delta: mean over questions of the per-question difference of unbiased pass@k, with its paired bootstrap "
          f"95% interval ({N_BOOT} resamples); sign-flip p: two-sided permutation test of that mean "
          f"(exact up to {N_PERM.bit_length() - 1} non-zero differences, else {N_PERM} random sign flips, so the smallest "
-         f"p it reports is {1 / (N_PERM + 1):.1g}); Holm p: adjusted over the ks of the pair."),
+         f"p it reports is {1 / (N_PERM + 1):.1g}); Holm p: adjusted over the ks of the pair. {DETECTABLE}: the "
+         f"smallest mean difference the z test detects with {POWER:.0%} power at two-sided {ALPHA:g}, from the "
+         "standard deviation of the per-question differences at that k."),
         ("budget control", study.budget_control(), "O_K and O_2K from the same seed stream."),
         ("prompt-format control", study.format_control(), FORMAT_CONTROL_NOTE),
         ("temperature control", _temperature(study),

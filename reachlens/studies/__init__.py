@@ -1,6 +1,7 @@
 """Studies: each a run (:class:`reachlens.store.Run`) built from the runner: the audit (realized vs reachable; a
 job of the runner, :class:`AuditJob`), its reruns, re-scoring, the comparison of two audits, the controls, the
-training study, recognition and the causal sweeps."""
+training study, recognition and the causal sweeps; and the plan of a comparison from a pilot (:func:`plan`: its
+power, not a run)."""
 
 from reachlens.runner import grade_questions
 from reachlens.store import rerun_name
@@ -10,6 +11,7 @@ from reachlens.studies.causal import CausalResult
 from reachlens.studies.compare import Comparison, compare, propensity_bins
 from reachlens.studies.controls import LengthControl, TemperatureControl, length_control, temperature_control
 from reachlens.studies.metrics import budget_grid, pass_at_k, pass_at_k_curve
+from reachlens.studies.planning import PowerPlan, plan
 from reachlens.studies.recognition import RecognitionResult
 from reachlens.studies.reruns import CHANGES, PlannedRerun, plan_rerun, require_audited_with, rerun, run_reruns
 from reachlens.studies.rescore import rescore
@@ -26,6 +28,7 @@ __all__ = [
     "Comparison",
     "LengthControl",
     "PlannedRerun",
+    "PowerPlan",
     "RecognitionResult",
     "StudyPlan",
     "StudyView",
@@ -38,6 +41,7 @@ __all__ = [
     "length_control",
     "pass_at_k",
     "pass_at_k_curve",
+    "plan",
     "plan_rerun",
     "propensity_bins",
     "require_audited_with",

@@ -34,6 +34,7 @@ import numpy as np
 import pandas as pd
 
 from reachlens.errors import ReachlensError, ReachlensWarning
+from reachlens.power import ALPHA, POWER, detectable
 from reachlens.protocol import Protocol, ProtocolMismatch
 from reachlens.store import Run, RunDir, RunRecord, register_kind, run_differences
 from reachlens.studies.auditing import AuditResult
@@ -132,7 +133,10 @@ class Comparison(Run):
         of outputs cut at ``max_new_tokens`` (flagged beyond ``TRUNCATION_MARGIN``); ``left_bound`` is
         the distribution of the trained model's unreachability bounds over the questions that left
         the reachable set. ``maj_K_*`` and ``delta_maj_K`` are majority over the K samples (ties averaged),
-        tested as :func:`majority_delta` says.
+        tested as :func:`majority_delta` says. ``delta_D_mde``, ``delta_O_K_mde``, ``delta_maj_K_mde`` and each
+        k's ``mde`` are the minimum detectable effects of those tests at this n
+        (:func:`~reachlens.power.detectable`: power ``mde_power``, two-sided level ``mde_alpha``): a delta whose
+        interval holds 0 rules out effects of that size, not smaller ones.
         """
         return dict(self._summary)
 
@@ -157,21 +161,24 @@ class Comparison(Run):
             "D_trained": rate["trained_realized"], "D_trained_ci": ci["trained_realized"],
             "delta_D": rate["trained_realized"] - rate["base_realized"],
             "delta_D_ci": list(paired_bootstrap_ci(d_real, n_boot=self.n_boot, seed=self.seed)),
+            "delta_D_mde": detectable(d_real),
             "gained": n_gained, "lost": n_lost, "mcnemar_realized_p": mcnemar_exact_p(n_gained, n_lost),
             "net": n_gained - n_lost,
             "O_K_base": rate["base_reachable"], "O_K_base_ci": ci["base_reachable"],
             "O_K_trained": rate["trained_reachable"], "O_K_trained_ci": ci["trained_reachable"],
             "delta_O_K": rate["trained_reachable"] - rate["base_reachable"],
             "delta_O_K_ci": list(paired_bootstrap_ci(d_reach, n_boot=self.n_boot, seed=self.seed)),
+            "delta_O_K_mde": detectable(d_reach),
             "entered": n_entered, "left": n_left, "mcnemar_reachable_p": mcnemar_exact_p(n_entered, n_left),
             **majority_delta(q, n_boot=self.n_boot, seed=self.seed),
             "gained_from_base_reachable": int((gained & q["base_reachable"]).sum()),
             "gained_outside_base_reachable": int((gained & ~q["base_reachable"]).sum()),
             "all_gains_base_reachable": bool((q.loc[gained, "base_reachable"]).all()),
-            "delta_pass_at_k": {int(r.k): {"delta": r.delta, "ci": [r.delta_lo, r.delta_hi], "p": r.p,
+            "delta_pass_at_k": {int(r.k): {"delta": r.delta, "ci": [r.delta_lo, r.delta_hi], "mde": r.mde, "p": r.p,
                                            "p_holm": r.p_holm} for r in curve.itertuples()},
             "holm_family": f"the {len(curve)} ks of this pair's pass@k curve",
             "bootstrap_resamples": self.n_boot, "bootstrap_seed": self.seed, "ci_level": 0.95,
+            "mde_power": POWER, "mde_alpha": ALPHA,
             "left_bound": self.left_bounds(),
             "truncation": truncation_parity(self.base, self.trained),
             "protocol_hash": self.base.protocol.hash,
@@ -199,7 +206,8 @@ class Comparison(Run):
         Columns ``k, base, trained, delta`` (trained - base, each the mean over the questions defined at
         that k, as :meth:`AuditResult.pass_at_k_curve`), ``delta_lo, delta_hi`` (the ``level`` percentile
         interval of the mean per-question difference, resampling questions: ``n_boot`` draws, ``seed``;
-        the comparison's own by default), ``p`` (two-sided sign-flip test of the mean per-question
+        the comparison's own by default), ``mde`` (the smallest mean difference that test detects at 80 %
+        power, :func:`~reachlens.power.detectable`), ``p`` (two-sided sign-flip test of the mean per-question
         difference) and ``p_holm`` (``p`` Holm-adjusted over the ks of this table).
         """
         if n_boot is None and seed is None and level == 0.95:
@@ -223,8 +231,9 @@ class Comparison(Run):
             lo, hi = paired_bootstrap_ci(d, n_boot=n_boot, level=level, seed=seed)
             base, trained = float(np.nanmean(b[:, j])), float(np.nanmean(t[:, j]))
             rows.append({"k": k, "base": base, "trained": trained, "delta": trained - base,
-                         "delta_lo": lo, "delta_hi": hi, "p": paired_permutation_p(d, seed=seed)})
-        out = pd.DataFrame(rows, columns=["k", "base", "trained", "delta", "delta_lo", "delta_hi", "p"])
+                         "delta_lo": lo, "delta_hi": hi, "mde": detectable(d, binary=False),
+                         "p": paired_permutation_p(d, seed=seed)})
+        out = pd.DataFrame(rows, columns=["k", "base", "trained", "delta", "delta_lo", "delta_hi", "mde", "p"])
         out["p_holm"] = holm(out["p"].tolist())
         return out
 
@@ -263,7 +272,8 @@ def majority_delta(q: pd.DataFrame, *, n_boot: int = N_BOOT, seed: int = 0) -> d
 
     ``maj_K_base``/``maj_K_trained`` are each side's mean over its defined questions with a Wilson interval;
     ``delta_maj_K`` the mean per-question difference over the questions defined on both sides (the difference
-    of the two when every question is), with its paired bootstrap interval. ``majority_p`` is the exact
+    of the two when every question is), with its paired bootstrap interval and ``delta_maj_K_mde``, the minimum
+    detectable effect of its test (:func:`~reachlens.power.detectable`). ``majority_p`` is the exact
     McNemar p of the questions majority gained against those it lost when every majority is 0 or 1
     (``majority_test`` ``"mcnemar"``), else, with a tie's fractional correctness, the sign-flip test of the
     per-question differences (``"sign-flip"``).
@@ -278,7 +288,9 @@ def majority_delta(q: pd.DataFrame, *, n_boot: int = N_BOOT, seed: int = 0) -> d
     d = np.where(both, t - b, np.nan)
     out["delta_maj_K"] = float(d[both].mean()) if both.any() else math.nan
     out["delta_maj_K_ci"] = list(paired_bootstrap_ci(d, n_boot=n_boot, seed=seed))
-    if np.isin(b[both], (0.0, 1.0)).all() and np.isin(t[both], (0.0, 1.0)).all():
+    whole = bool(np.isin(b[both], (0.0, 1.0)).all() and np.isin(t[both], (0.0, 1.0)).all())
+    out["delta_maj_K_mde"] = detectable(d, binary=whole)
+    if whole:
         gained, lost = int(np.sum(d[both] > 0)), int(np.sum(d[both] < 0))
         out.update(majority_test="mcnemar", majority_p=mcnemar_exact_p(gained, lost))
     else:
@@ -288,15 +300,19 @@ def majority_delta(q: pd.DataFrame, *, n_boot: int = N_BOOT, seed: int = 0) -> d
 
 def delta_row(s: dict[str, Any]) -> dict[str, Any]:
     """A :meth:`Comparison.summary` as one flat row: both sides' D, O_K and maj_K, each delta with its paired
-    interval and test (McNemar p; for maj_K the test :func:`majority_delta` names), the fate counts. The one flattening every table of deltas uses (a study's headline, its
+    interval, minimum detectable effect (``*_mde``) and test (McNemar p; for maj_K the test :func:`majority_delta`
+    names), the fate counts. The one flattening every table of deltas uses (a study's headline, its
     trajectory, the length control)."""
     return {"D_base": s["D_base"], "D_trained": s["D_trained"], "delta_D": s["delta_D"],
-            "delta_D_lo": s["delta_D_ci"][0], "delta_D_hi": s["delta_D_ci"][1], "gained": s["gained"], "lost": s["lost"],
+            "delta_D_lo": s["delta_D_ci"][0], "delta_D_hi": s["delta_D_ci"][1], "delta_D_mde": s["delta_D_mde"],
+            "gained": s["gained"], "lost": s["lost"],
             "p_realized": s["mcnemar_realized_p"], "O_K_base": s["O_K_base"], "O_K_trained": s["O_K_trained"],
             "delta_O_K": s["delta_O_K"], "delta_O_K_lo": s["delta_O_K_ci"][0], "delta_O_K_hi": s["delta_O_K_ci"][1],
+            "delta_O_K_mde": s["delta_O_K_mde"],
             "entered": s["entered"], "left": s["left"], "p_reachable": s["mcnemar_reachable_p"],
             "maj_K_base": s["maj_K_base"], "maj_K_trained": s["maj_K_trained"], "delta_maj_K": s["delta_maj_K"],
             "delta_maj_K_lo": s["delta_maj_K_ci"][0], "delta_maj_K_hi": s["delta_maj_K_ci"][1],
+            "delta_maj_K_mde": s["delta_maj_K_mde"],
             "p_majority": s["majority_p"], "majority_test": s["majority_test"],
             "gained_from_base_reachable": s["gained_from_base_reachable"]}
 

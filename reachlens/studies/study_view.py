@@ -98,9 +98,11 @@ class StudyView:
         """Per pair: D and O_K on both sides, each delta with its paired interval and tests.
 
         ``delta_D_lo, delta_D_hi`` (and ``delta_O_K_*``, ``delta_maj_K_*``) are paired bootstrap 95 % intervals
-        over questions; ``p_realized`` is the exact McNemar p of gained vs lost, ``p_reachable`` that of
-        entered vs left, ``p_majority`` that of majority's test (``majority_test``); ``*_holm`` is that p
-        Holm-adjusted over the pairs of this study (one family per column: see :attr:`holm_family`).
+        over questions, ``delta_D_mde`` (and ``delta_O_K_mde``, ``delta_maj_K_mde``) the minimum detectable effect
+        of its test at 80 % power (:func:`~reachlens.power.detectable`); ``p_realized`` is the exact
+        McNemar p of gained vs lost, ``p_reachable`` that of entered vs left, ``p_majority`` that of majority's
+        test (``majority_test``); ``*_holm`` is that p Holm-adjusted over the pairs of this study (one family per
+        column: see :attr:`holm_family`).
         """
         df = pd.DataFrame([{"pair": f"{a} -> {b}", **delta_row(c.summary())} for (a, b), c in self.comparisons().items()])
         if len(df):
@@ -234,8 +236,9 @@ class StudyView:
         ``pass@1``, ``pass@8`` (unbiased, mean over questions; ``pass@8`` when K >= 8) with ``_lo, _hi``
         (95 % question-bootstrap intervals); and against the first checkpoint (the run's parent):
         ``delta_D``, ``delta_O_K``, ``delta_pass@1`` with paired 95 % bootstrap intervals (``_lo, _hi``),
-        ``p`` (exact McNemar for D and O_K, sign-flip for pass@1) and ``p_holm`` (Holm-adjusted over the
-        run's later steps, one family per quantity). The first row's deltas are 0 with no test (NaN).
+        ``p`` (exact McNemar for D and O_K, sign-flip for pass@1), ``p_holm`` (Holm-adjusted over the
+        run's later steps, one family per quantity) and ``mde`` (the minimum detectable effect of that test at
+        80 % power, :func:`~reachlens.power.detectable`). The first row's deltas are 0 with no test (NaN).
         """
         return self._trajectory.copy()
 
@@ -258,14 +261,17 @@ class StudyView:
                 row[f"pass@{k}_lo"], row[f"pass@{k}_hi"] = paired_bootstrap_ci(per_q[:, j])
             if r is ref:
                 for key in ("delta_D", "delta_O_K", "delta_pass@1"):
-                    row.update({key: 0.0, f"{key}_lo": math.nan, f"{key}_hi": math.nan, f"{key}_p": math.nan})
+                    row.update({key: 0.0, f"{key}_lo": math.nan, f"{key}_hi": math.nan, f"{key}_p": math.nan,
+                                f"{key}_mde": math.nan})
             else:
                 c = compare(ref, r)
                 d, first = delta_row(c.summary()), c.pass_at_k_curve().iloc[0]
                 for key, p in (("delta_D", "p_realized"), ("delta_O_K", "p_reachable")):
-                    row.update({key: d[key], f"{key}_lo": d[f"{key}_lo"], f"{key}_hi": d[f"{key}_hi"], f"{key}_p": d[p]})
+                    row.update({key: d[key], f"{key}_lo": d[f"{key}_lo"], f"{key}_hi": d[f"{key}_hi"], f"{key}_p": d[p],
+                                f"{key}_mde": d[f"{key}_mde"]})
                 row.update({"delta_pass@1": float(first["delta"]), "delta_pass@1_lo": float(first["delta_lo"]),
-                            "delta_pass@1_hi": float(first["delta_hi"]), "delta_pass@1_p": float(first["p"])})
+                            "delta_pass@1_hi": float(first["delta_hi"]), "delta_pass@1_p": float(first["p"]),
+                            "delta_pass@1_mde": float(first["mde"])})
             rows.append(row)
         df = pd.DataFrame(rows)
         for key in ("delta_D", "delta_O_K", "delta_pass@1"):
