@@ -19,7 +19,10 @@ What a researcher who wants interpretability with generation would write with th
 * **(b) capture while sampling**: K=``--k`` samples of one prompt at T=0.8 (EOS off, ``--capture-tokens`` tokens)
   with a hook on every layer's ``resid_post`` (the decoder layer's output) that keeps each step's activations
   (a clone, kept to the end). reachlens: the hooks on ``blocks.L.hook_resid_post`` around ``generate`` of K seeded
-  rows (with a user hook attached every row keeps its own batch entry); the bridge: the same hooks around
+  rows (with a user hook attached every row keeps its own batch entry, prefill included); **reachlens, shared
+  prefixes**: the same hooks with ``share_prefixes=True``, the documented opt-in (``reachlens.engine.hooks``): the
+  prompt is prefilled once and samples that agree so far share an entry, and the hook keeps, beside each entry's
+  activation, which entry stands for which sample (``current_rows().row_of_entry``); the bridge: the same hooks around
   ``bridge.generate`` of the prompt repeated K times; HF: forward hooks on ``model.layers[L]`` around
   ``generate(num_return_sequences=K)``; nnsight: ``.output`` of every ``lm.model.layers[L]`` saved at each step.
 
@@ -38,7 +41,8 @@ Timing: one untimed run of each tool (the checked one), then ``--rounds`` rounds
 that alternates (``--rounds 0``: the checked run is the timed one, after a warm-up of two conditions or two samples
 of two tokens: for a GPU machine's short lease); on a CPU the figure is this process's CPU seconds (``--threads 1`` by default: steady on a shared
 host), on CUDA wall seconds between synchronisations. Prints each tool's median and, last, ``ratio: N.NNx``:
-the fastest peer's median over reachlens' on the sweep (the capture's ratio the line before). A tool that cannot
+the fastest peer's median over reachlens' on the sweep (the capture's ratio the line before, against reachlens'
+faster way). A tool that cannot
 run here (nnsight not installed) gets a row saying why.
 
 Shapes: ``--shape zoo`` is zoo:base itself (trained: 6 layers, d=128, 26-symbol vocabulary); ``--shape
@@ -231,10 +235,13 @@ class Capture:
 
     tokens: list[int]
     kept: dict[int, list[torch.Tensor]]
+    entry: list[int] | None = None
+    """Per forward, the batch entry that holds sample 0 (None: entry 0 in every forward)."""
 
     def sample0(self, layer: int) -> torch.Tensor:
         """Layer ``layer``'s activations of sample 0 over the prompt and every step, ``[positions, d_model]``."""
-        return torch.cat([x[0] for x in self.kept[layer]], dim=0).float()
+        entries = self.entry or [0] * len(self.kept[layer])
+        return torch.cat([x[e] for x, e in zip(self.kept[layer], entries)], dim=0).float()
 
 
 def _keeper(kept: dict[int, list[torch.Tensor]], layer: int):
@@ -255,6 +262,28 @@ def capture_reachlens(s: Setup, k: int, new: int) -> Capture:
         outs = generate(s.bridge, s.prompts[:1], [Row(0, seed=i) for i in range(k)], protocol, stop_at_eos=False,
                         max_batch_rows=k)
     return Capture(list(outs[0].token_ids), kept)
+
+
+def capture_reachlens_shared(s: Setup, k: int, new: int) -> Capture:
+    """The same hooks, opting in to prefix sharing (``share_prefixes=True``): the prompt is prefilled once and
+    samples that agree so far share an entry; the hooks keep each entry's activation, and which entry stands for
+    which sample in each forward (:func:`~reachlens.engine.current_rows`), as reachlens' hooks module documents."""
+    from reachlens.engine import Row, current_rows, generate
+    from reachlens.protocol import Protocol
+
+    kept, where = {layer: [] for layer in range(s.n_layers)}, []
+
+    def keep_where(x, *, hook=None):
+        where.append(current_rows().row_of_entry.clone())  # per sample, its entry in this forward
+        kept[0].append(x.detach().clone())
+
+    hooks = [(f"blocks.{layer}.hook_resid_post", keep_where if layer == 0 else _keeper(kept, layer))
+             for layer in range(s.n_layers)]
+    protocol = Protocol("arith", k=k, temperature=TEMP, max_new_tokens=new)
+    with s.bridge.hooks(fwd_hooks=hooks):
+        outs = generate(s.bridge, s.prompts[:1], [Row(0, seed=i) for i in range(k)], protocol, stop_at_eos=False,
+                        max_batch_rows=k, share_prefixes=True)
+    return Capture(list(outs[0].token_ids), kept, [int(w[0]) for w in where])
 
 
 def capture_bridge(s: Setup, k: int, new: int) -> Capture:
@@ -326,13 +355,15 @@ def capture_error(s: Setup, cap: Capture) -> float:
 
 
 # --- running and timing -------------------------------------------------------------------------------------------
-TOOLS = ("reachlens", "TransformerLens bridge", "HF hooks", "nnsight")
+TOOLS = ("reachlens", "reachlens, shared prefixes", "TransformerLens bridge", "HF hooks", "nnsight")
 
 
 def tools_for(s: Setup, experiment: str) -> dict[str, Callable | None]:
-    fns = {"sweep": (sweep_reachlens, sweep_bridge, sweep_hf, sweep_nnsight),
-           "capture": (capture_reachlens, capture_bridge, capture_hf, capture_nnsight)}[experiment]
-    return {name: (fn if name != "nnsight" or s.nnsight is not None else None) for name, fn in zip(TOOLS, fns)}
+    fns = {"sweep": (sweep_reachlens, None, sweep_bridge, sweep_hf, sweep_nnsight),
+           "capture": (capture_reachlens, capture_reachlens_shared, capture_bridge, capture_hf,
+                       capture_nnsight)}[experiment]
+    return {name: (fn if name != "nnsight" or s.nnsight is not None else None) for name, fn in zip(TOOLS, fns)
+            if fn is not None or name == "nnsight"}
 
 
 def timed(s: Setup, fn: Callable) -> tuple[object, float, float]:
@@ -350,7 +381,7 @@ def race(s: Setup, ways: dict[str, Callable], rounds: int) -> dict[str, list[tup
         for name in (list(ways) if r % 2 == 0 else list(ways)[::-1]):
             _, wall, cpu = timed(s, ways[name])
             times[name].append((wall, cpu))
-            print(f"    round {r + 1}: {name:24s} wall {wall:8.2f} s   CPU {cpu:8.2f} s", flush=True)
+            print(f"    round {r + 1}: {name:28s} wall {wall:8.2f} s   CPU {cpu:8.2f} s", flush=True)
     return times
 
 
@@ -360,7 +391,7 @@ def check_sweep(s: Setup, results: dict[str, Answers]) -> bool:
     ok = True
     for name, got in list(results.items())[1:]:
         differ = [key for key in ref if got.get(key) != ref[key]]
-        print(f"  {name:24s} greedy tokens equal to {ref_name}'s on {len(ref) - len(differ)} of {len(ref)} "
+        print(f"  {name:28s} greedy tokens equal to {ref_name}'s on {len(ref) - len(differ)} of {len(ref)} "
               f"(question, condition) pairs")
         if differ:
             ok = False
@@ -376,7 +407,7 @@ def check_capture(s: Setup, results: dict[str, Capture]) -> bool:
     tol, ok = TOLERANCE[s.dtype], True
     for name, cap in results.items():
         err = capture_error(s, cap)
-        print(f"  {name:24s} sample 0 vs a no-cache HF forward of its tokens: largest relative difference "
+        print(f"  {name:28s} sample 0 vs a no-cache HF forward of its tokens: largest relative difference "
               f"{err:.2e} over {s.n_layers} layers x {cap.sample0(0).shape[0]} positions ({len(cap.kept[0])} forwards)")
         ok = ok and err <= tol
     return ok
@@ -408,7 +439,7 @@ def experiment(s: Setup, which: str, args) -> dict:
     for name, fn in calls(s, which, args).items():
         first[name], wall, cpu = timed(s, fn)
         times[name] = [(wall, cpu)]
-        print(f"  checked run: {name:24s} wall {wall:8.2f} s   CPU {cpu:8.2f} s", flush=True)
+        print(f"  checked run: {name:28s} wall {wall:8.2f} s   CPU {cpu:8.2f} s", flush=True)
     equal = (check_sweep if which == "sweep" else check_capture)(s, first)
     del first
     res = {"clock": "wall" if s.device.type == "cuda" else "cpu", "equal": equal,
@@ -427,18 +458,21 @@ def experiment(s: Setup, which: str, args) -> dict:
 
 
 def report(which: str, res: dict) -> float | None:
+    """Each tool's median; returns the fastest peer's over reachlens' fastest way (None: no time quoted)."""
     med = res["medians"]
     if med is None:
         return None
-    peers = {name: t for name, t in med.items() if name != "reachlens"}
-    fastest = min(peers, key=peers.get)
-    print(f"{which} ({res['clock']} seconds, median):")
+    ours = {name: t for name, t in med.items() if name.startswith("reachlens")}
+    peers = {name: t for name, t in med.items() if name not in ours}
+    best, fastest = min(ours, key=ours.get), min(peers, key=peers.get)
+    print(f"{which} ({res['clock']} seconds, median; each over {best}'s):")
     for name in TOOLS:
         if name in med:
-            print(f"  {name:24s} {med[name]:9.2f} s   {med[name] / med['reachlens']:6.2f}x reachlens' time")
-        else:
-            print(f"  {name:24s} not run: {res['missing'].get(name, '')}")
-    return peers[fastest] / med["reachlens"]
+            print(f"  {name:28s} {med[name]:9.2f} s   {med[name] / med[best]:6.2f}x")
+        elif name in res["missing"]:
+            print(f"  {name:28s} not run: {res['missing'][name]}")
+    print(f"  {which}: {fastest} (the fastest peer) over {best}: {peers[fastest] / ours[best]:.2f}x")
+    return peers[fastest] / ours[best]
 
 
 def main() -> None:

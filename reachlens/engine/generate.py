@@ -38,6 +38,10 @@ runs it there (:class:`~reachlens.engine.stack.RowRoutes`), so a route search's 
 question or two each decode as one batch. A family with sliding-window layers decodes one route per
 call instead (a cache slot holds one window).
 
+Memory: the first call makes glibc keep freed blocks for reuse, and the cyclic garbage collector pauses over each
+chunk's loop (:mod:`reachlens.engine.memory`: the loop allocates and frees the same tensors every step; the
+tokens are unchanged).
+
 Text: decoded without special tokens (HF's ``skip_special_tokens=True``, as vLLM and lm-eval
 report it); the token ids keep everything.
 
