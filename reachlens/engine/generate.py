@@ -41,6 +41,10 @@ runs it there (:class:`~reachlens.engine.stack.RowRoutes`), so a route search's 
 question or two each decode as one batch. A family with sliding-window layers decodes one route per
 call instead (a cache slot holds one window).
 
+Memory: the first call makes glibc keep freed blocks for reuse, and the cyclic garbage collector pauses over each
+chunk's loop (:mod:`reachlens.engine.memory`: the loop allocates and frees the same tensors every step; the
+tokens are unchanged).
+
 Text: decoded without special tokens (HF's ``skip_special_tokens=True``, as vLLM and lm-eval
 report it); the token ids keep everything.
 
@@ -61,6 +65,7 @@ from jaxtyping import Bool, Float, Int
 from torch import Tensor
 
 from reachlens.engine.hooks import BatchRows, _rows, arms_served, user_hooks
+from reachlens.engine.memory import keep_freed_memory, no_gc
 from reachlens.engine.rng import Workspace, sample_inverse_cdf
 from reachlens.engine.sample_tree import FinishReason, SampleTree
 from reachlens.engine.stack import LayerStack, RowRoutes
@@ -213,6 +218,7 @@ def generate(
     >>> outs = generate(model, ["Q: 1+2=?\\nA:"], [Row(0), Row(0, seed=7)], Protocol("arith", k=1, temperature=0.8, max_new_tokens=16))  # doctest: +SKIP
     """
     _check_rows(prompts, rows, protocol)
+    keep_freed_memory()
     stack = LayerStack(model, fused=fused)
     routes, route_ids = _route_ids(stack, rows, route)
     if len(routes) > 1 and any(w is not None for w in stack.windows):  # a cache slot holds one window
@@ -229,8 +235,9 @@ def generate(
     for chunk in _chunks(rows, [len(p) for p in ids], max_batch_rows):
         runs = _ChunkRuns(routes, torch.tensor([route_ids[i] for i in chunk]), arms,
                           torch.tensor([arm_ids[i] for i in chunk]), luts)
-        outs = _generate_chunk(stack, ids, [rows[i] for i in chunk], protocol, stopper, share_prefixes,
-                               row_ids=tuple(chunk), tags=tags, runs=runs)
+        with no_gc():
+            outs = _generate_chunk(stack, ids, [rows[i] for i in chunk], protocol, stopper, share_prefixes,
+                                   row_ids=tuple(chunk), tags=tags, runs=runs)
         for i, c in zip(chunk, outs):
             results[i] = c
     return [c for c in results if c is not None]
