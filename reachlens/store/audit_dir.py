@@ -22,6 +22,7 @@ file is one line naming it and the fix, never a traceback.
 from __future__ import annotations
 
 import contextlib
+import os
 import re
 from collections.abc import Mapping
 from pathlib import Path
@@ -57,16 +58,27 @@ class AuditDir(RunDir):
             p.unlink(missing_ok=True)
 
     # --- tables ----------------------------------------------------------------------------------
-    def _parts(self, kind: str) -> list[Path]:
+    def _parts_folder(self) -> Path | None:
+        """``parts/`` (None when there is none yet); anything there but a folder (a link: its parts would be read,
+        written and deleted elsewhere) is refused in one line."""
         parts = self.path / "parts"
-        if not parts.is_dir():
+        if not os.path.lexists(parts):
+            return None
+        if parts.is_symlink() or not parts.is_dir():
+            raise ReachlensError(f"{str(parts)!r} is not a folder (a link or a file), and reachlens writes a folder "
+                                 "there: it was made by hand; remove it")
+        return parts
+
+    def _parts(self, kind: str) -> list[Path]:
+        parts = self._parts_folder()
+        if parts is None:
             return []
         return sorted(p for p in parts.glob(f"*.{kind}.parquet") if _PART_RE.fullmatch(p.name))
 
     def append(self, questions: pd.DataFrame, samples: pd.DataFrame) -> None:
         """Record a finished batch of questions (samples first, so questions imply their samples)."""
         self._require_lock()
-        parts = self.path / "parts"
+        parts = self._parts_folder() or self.path / "parts"
         parts.mkdir(exist_ok=True)
         idx = len(self._parts("questions"))
         while (parts / f"{idx:05d}.questions.parquet").exists() or (parts / f"{idx:05d}.samples.parquet").exists():
@@ -77,7 +89,7 @@ class AuditDir(RunDir):
     def _read(self, kind: str) -> pd.DataFrame:
         whole = self.path / f"{kind}.parquet"
         resume = "re-run the same audit command into this directory to redo its questions"
-        frames = [read_parquet(whole, f"delete it and {resume}")] if whole.is_file() else []
+        frames = [read_parquet(whole, f"delete it and {resume}")] if os.path.lexists(whole) else []
         frames += [read_parquet(p, f"delete it (and the other {p.name[:5]}.* part) and {resume}")
                    for p in self._parts(kind)]
         frames = [f for f in frames if len(f)]
