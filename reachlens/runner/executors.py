@@ -127,7 +127,13 @@ class ProcessPool:
         futures = {pool.submit(_pool_slice, f"{self._runs}.{i}", shards[i][0], *s): (i, s) for i, s in todo}
         for fut in concurrent.futures.as_completed(futures):
             i, s = futures[fut]
-            q_df, s_df, seconds = fut.result()
+            try:
+                q_df, s_df, seconds = fut.result()
+            except concurrent.futures.BrokenExecutor:  # BrokenProcessPool: a worker died
+                self.close()  # a broken pool takes no more work: the next run starts a fresh one
+                raise ReachlensError(
+                    f"a worker process died while decoding questions {s[0]}-{s[1] - 1} (killed, or out of memory); "
+                    "the slices finished before it are saved: run the same command again to resume") from None
             yield SliceResult(i, s, q_df, s_df, seconds)
 
     def close(self) -> None:
