@@ -15,8 +15,9 @@ writer puts a stored string out as it is; each goes through the function here fo
   :func:`visible` writes them).
 * :func:`md_text`: for Markdown, a table cell or inline text: ``&`` and ``<`` as entities (no tag, no
   entity can start; a lone ``>`` cannot, and stays readable in ``base -> grpo``), a backslash before
-  punctuation doubled, ``|`` as ``\\|``, ``[``, ``]`` and the backtick escaped (no link, no image, no code
-  span: model text cannot load a tracking pixel or close the code span around it), a line break as ``<br>``,
+  punctuation doubled, ``|`` as ``\\|``, the backtick and a ``]`` that could close a link escaped (no link, no
+  image, no code span: model text cannot load a tracking pixel or close the code span around it), a line
+  break as ``<br>``,
   control characters as :func:`visible` writes them. A cell never shifts the columns and never carries live
   HTML.
 * :func:`csv_cell` / :func:`csv_safe`: for a spreadsheet. A text cell starting with ``=``, ``+``, ``-``, ``@``,
@@ -45,7 +46,10 @@ _CONTROL = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u061c\u180e\u200b-\u200f\u20
                       "\u2066-\u206f\ufeff\U000e0000-\U000e007f]")
 """Characters a terminal acts on, that reorder what it shows, or that show nothing (zero-width, TAG); tab and
 newline are handled apart."""
-_MD_LINK = re.compile(r"[\[\]`]")
+_MD_LINK = re.compile(r"`|\](?=[(\[:])")
+"""A backtick (a code span) and a ``]`` that could close a link or an image (``](``, ``][``, or ``]:`` of a
+definition): escaped, so no link can form, and a plain ``[95% CI]`` reads as it is (no writer puts ``(``,
+``[`` or ``:`` right after an escaped text)."""
 _NEWLINE = re.compile(r"\r\n|\n|\r")
 _PUNCT_AFTER_BACKSLASH = re.compile(r"\\(?=[!-/:-@\[-`{-~])")
 _FORMULA_START = ("=", "+", "-", "@", "\t", "\r")

@@ -83,10 +83,10 @@ def test_both_pages_are_checked_before_either_is_written(finished_audit, tmp_pat
     assert not (run / other).exists() and (run / foreign).read_text() == "my own notes\n"
 
 
-def _unfinished(finished_audit, tmp_path):
+def _unfinished(finished_audit, dest):
     """A copy of the finished audit as a killed one leaves it: status running (nobody holds it: interrupted),
     no summary, one question's batch in parts/ and nothing else."""
-    run = copy_of(finished_audit, tmp_path / "a")
+    run = copy_of(finished_audit, dest)
     q, s = pd.read_parquet(run / "questions.parquet"), pd.read_parquet(run / "samples.parquet")
     for p in ("questions.parquet", "samples.parquet", "summary.json"):
         (run / p).unlink()
@@ -101,7 +101,7 @@ def _unfinished(finished_audit, tmp_path):
 
 
 def test_the_report_of_an_interrupted_audit_says_it_is_unfinished(finished_audit, tmp_path, capsys) -> None:
-    run = _unfinished(finished_audit, tmp_path)
+    run = _unfinished(finished_audit, tmp_path / "base")
     code, _, err = cli(capsys, "report", run)
     assert code == 0, err
     page, md = (run / "report.html").read_text(), (run / "report.md").read_text()
@@ -109,3 +109,7 @@ def test_the_report_of_an_interrupted_audit_says_it_is_unfinished(finished_audit
     assert md.splitlines()[3].startswith("**Unfinished: this run's status is 'interrupted', not complete.")
     done = cli(capsys, "report", finished_audit, "--out", tmp_path / "done")
     assert done[0] == 0 and "Unfinished" not in (tmp_path / "done" / "report.html").read_text()
+    other = _unfinished(finished_audit, tmp_path / "tuned")  # a pair of audits' report says it too
+    code, _, err = cli(capsys, "report", run, other, "--out", tmp_path / "pair")
+    assert code == 0, err
+    assert "Unfinished: this run" in (tmp_path / "pair" / "report.md").read_text()
