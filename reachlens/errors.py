@@ -20,9 +20,11 @@ from __future__ import annotations
 import errno
 import os
 import shutil
+import stat
 from pathlib import Path
 
-__all__ = ["DiskFullError", "MissingFileError", "ReachlensError", "ReachlensWarning", "UnknownNameError", "disk_full"]
+__all__ = ["DiskFullError", "MissingFileError", "ReachlensError", "ReachlensWarning", "UnknownNameError", "disk_full",
+           "regular_file"]
 
 DISK_FULL = (errno.ENOSPC, errno.EDQUOT)
 """The ``errno`` of a write refused for want of space (the device is full, or the user's quota is)."""
@@ -73,3 +75,25 @@ def disk_full(path: str | os.PathLike | None, err: OSError | None = None) -> Dis
 
 class ReachlensWarning(UserWarning):
     """A note for the user about a run that went ahead (the CLI prints it as one line)."""
+
+
+def regular_file(path: str | os.PathLike, what: str, *, follow_links: bool = False,
+                 fix: str = "reachlens writes none there: it was made by hand; remove it") -> Path:
+    """``path`` if it is a regular file; a missing one is a :class:`MissingFileError`, anything else there (a
+    link unless ``follow_links``, a FIFO, a device, a folder) a one-line error naming it and ``fix``: a run's files
+    are regular files, so reading one never follows a link out of the run, blocks on a FIFO or reads
+    ``/dev/zero`` forever.
+
+    >>> regular_file("/dev/zero", "direction file", follow_links=True)  # doctest: +SKIP
+    ReachlensError: direction file '/dev/zero' is not a regular file (a link, a FIFO, a device or a folder); ...
+    """
+    p = Path(path)
+    try:
+        mode = (os.stat if follow_links else os.lstat)(p).st_mode
+    except FileNotFoundError:
+        raise MissingFileError(f"{what} {str(p)!r} does not exist") from None
+    except OSError as err:
+        raise ReachlensError(f"{what} {str(p)!r} cannot be read ({err.strerror})") from None
+    if not stat.S_ISREG(mode):
+        raise ReachlensError(f"{what} {str(p)!r} is not a regular file (a link, a FIFO, a device or a folder); {fix}")
+    return p

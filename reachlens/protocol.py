@@ -67,6 +67,25 @@ def chat_inner(prompt_format: str) -> str | None:
         return prompt_format[len(CHAT) + 1:]
     return None
 
+MAX_STOP_CHARS = 1000
+"""The longest stop string (a stop string is a marker such as ``"\\n\\nQuestion:"``; its table is built per
+token of the vocabulary, so its length is bounded)."""
+MAX_STOPS = 100
+"""The most stop strings a protocol holds."""
+
+
+def _check_stop(stop: tuple[str, ...]) -> None:
+    """Refuse an empty stop string, a longer one than :data:`MAX_STOP_CHARS`, or more than :data:`MAX_STOPS`."""
+    if any(not s for s in stop):
+        raise ReachlensError(f"stop={stop!r} contains an empty string")
+    longest = max(stop, key=len, default="")
+    if len(longest) > MAX_STOP_CHARS:
+        raise ReachlensError(f"a stop string of {len(longest):,} characters ({longest[:20]!r}...) is longer than "
+                             f"{MAX_STOP_CHARS:,}; stop at a shorter marker")
+    if len(stop) > MAX_STOPS:
+        raise ReachlensError(f"{len(stop):,} stop strings are more than {MAX_STOPS}; give fewer")
+
+
 @dataclass(frozen=True)
 class Protocol:
     """How a question is probed: the deployment (greedy) and the K-sample reachability probe."""
@@ -129,8 +148,8 @@ class Protocol:
             raise ReachlensError(f"top_p={self.top_p!r} must lie in (0, 1]")
         if self.max_new_tokens < 1:
             raise ReachlensError(f"max_new_tokens={self.max_new_tokens!r} must be an integer >= 1")
-        if self.stop is not None and any(not s for s in self.stop):
-            raise ReachlensError(f"stop={self.stop!r} contains an empty string")
+        if self.stop is not None:
+            _check_stop(self.stop)
         if self.backend not in BACKENDS:
             raise ReachlensError(f"backend={self.backend!r} is not a backend; use one of {', '.join(BACKENDS)}")
         if (self.system is not None or self.chat_template is not None) and chat_inner(self.prompt_format) is None:

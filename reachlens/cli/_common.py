@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from reachlens.errors import MissingFileError, ReachlensError
+from reachlens.errors import ReachlensError
 from reachlens.escape import visible
 from reachlens.execution import DTYPES
 
@@ -86,11 +86,20 @@ def add_stop_arg(p: argparse.ArgumentParser) -> None:
                         "are decoded)")
 
 
+def _unescaped(s: str) -> str:
+    """``s`` with its escapes (``\\n``, ``\\t``, ``\\x41``) decoded; a broken one is a one-line error."""
+    try:
+        return s.encode("latin-1", "backslashreplace").decode("unicode_escape")
+    except UnicodeDecodeError as err:
+        raise CLIError(f"--stop {s!r} holds a broken escape ({err.reason}); write a backslash as \\\\ or complete "
+                       "the escape (\\n, \\t, \\x41)") from None
+
+
 def stops_from_args(args: argparse.Namespace, task) -> tuple[str, ...] | None:
     """The task's stop strings followed by ``--stop``'s (None when no ``--stop`` was given: the task's)."""
     if not args.stop:
         return None
-    extra = [s.encode("latin-1", "backslashreplace").decode("unicode_escape") if "\\" in s else s for s in args.stop]
+    extra = [_unescaped(s) if "\\" in s else s for s in args.stop]
     if any(not s for s in extra):
         raise CLIError("--stop '' is empty; give the text to stop at")
     return tuple(dict.fromkeys((*task.stop, *extra)))
@@ -174,22 +183,10 @@ def open_study(args: argparse.Namespace):
 
 
 def read_vector(path: str):
-    """A 1-D float vector from ``.npy`` (no pickles) or ``.json`` (a list of numbers)."""
-    import json
-    from pathlib import Path
-
-    import numpy as np
+    """A 1-D float vector from ``.npy`` (no pickles) or ``.json`` (a list of numbers), checked by
+    :func:`~reachlens.interventions.direction_file.read_direction`."""
     import torch
 
-    from reachlens.cli._common import CLIError
+    from reachlens.interventions.direction_file import read_direction
 
-    p = Path(path)
-    if not p.is_file():
-        raise MissingFileError(f"direction file {path!r} does not exist")
-    if p.suffix == ".npy":
-        arr = np.load(p, allow_pickle=False)
-    elif p.suffix == ".json":
-        arr = np.asarray(json.loads(p.read_text()), dtype=np.float32)
-    else:
-        raise CLIError(f"direction file {path!r}: use .npy or .json (a list of numbers)")
-    return torch.as_tensor(np.asarray(arr, dtype=np.float32)).flatten()
+    return torch.as_tensor(read_direction(path).astype("float32")).flatten()

@@ -31,14 +31,17 @@ def register(sub) -> argparse.ArgumentParser:
 def run(args: argparse.Namespace) -> int:
     from reachlens.cli._common import CLIError
     from reachlens.report import report_run, write_report
+    from reachlens.store import read_record
     from reachlens.studies import StudyView
 
     for d in args.dirs:
         if not Path(d).is_dir():
             raise CLIError(f"{d!r} is not a directory")
     if len(args.dirs) > 1:
-        html_path, md_path = write_report(StudyView.of_audits(args.dirs), args.out or Path(args.dirs[0]).parent / "report",
-                                          force=args.force)
+        study = StudyView.of_audits(args.dirs)
+        unfinished = [s for s in (read_record(d).status for d in args.dirs) if s != "complete"]
+        html_path, md_path = write_report(study, args.out or Path(args.dirs[0]).parent / "report", force=args.force,
+                                          status=unfinished[0] if unfinished else "complete")
     else:
         html_path, md_path = report_run(args.dirs[0], args.out, force=args.force)
     echo(f"report: {html_path}\nsummary: {md_path}")

@@ -7,7 +7,8 @@ uses this, so numbers are comparable with lm-eval's ``acc`` / ``acc_norm``:
 * continuation tokens = ``encode(context + continuation)[len(encode(context)):]``, with the
   default special tokens of the model's own tokenizer as it ships (:func:`reachlens.engine.tokenizer_of`,
   not the BOS-prepending copy TransformerLens' bridge installs): a BOS where the tokenizer adds one
-  (one: none is added to a context that starts with the BOS text, such as a rendered chat template),
+  (one: a rendered chat template that starts with it gets no second one), the text of a special token
+  in a context or continuation encoded as text (:mod:`reachlens.engine.tokens`),
   none for the zoo's character tokenizer; an empty context is replaced by one prefix token, the
   tokenizer's BOS or, for a BOS-less tokenizer, its EOS (lm-eval's ``prefix_token_id``);
 * the model reads ``(context + continuation)[-(max_length + 1):][:-1]`` (cut from the left;
@@ -31,7 +32,7 @@ from jaxtyping import Float, Int
 from torch import Tensor
 
 from reachlens.engine.stack import LayerStack
-from reachlens.engine.tokens import special_tokens_added, tokenizer_of
+from reachlens.engine.tokens import ChatPrompt, encode_prompts, text_ids, tokenizer_of
 from reachlens.errors import ReachlensError
 
 __all__ = ["LoglikResult", "encode_pair", "loglikelihoods", "right_padded", "scoring_window"]
@@ -57,18 +58,25 @@ def encode_pair(tokenizer, context: str, continuation: str) -> tuple[list[int], 
     """
     n_spaces = len(context) - len(context.rstrip())
     if n_spaces:
-        continuation, context = context[-n_spaces:] + continuation, context[:-n_spaces]
+        continuation, context = context[-n_spaces:] + continuation, _cut(context, len(context) - n_spaces)
     if context == "":
         prefix = tokenizer.bos_token_id if tokenizer.bos_token_id is not None else tokenizer.eos_token_id
         if prefix is None:
             raise ReachlensError("an empty context needs a prefix token, and the tokenizer has neither BOS nor EOS")
-        return [int(prefix)], list(tokenizer(continuation, add_special_tokens=False)["input_ids"])
-    # one BOS: a context that starts with the BOS text (a rendered chat template) gets no second one
-    bos = tokenizer.bos_token
-    add = not (bos and context.startswith(bos) and special_tokens_added(tokenizer)[0])
-    whole = list(tokenizer(context + continuation, add_special_tokens=add)["input_ids"])
-    ctx = list(tokenizer(context, add_special_tokens=add)["input_ids"])
+        return [int(prefix)], text_ids(tokenizer, continuation)
+    if isinstance(context, ChatPrompt):  # one BOS: the template's own, where it starts with it
+        ctx, whole = encode_prompts(tokenizer, [context, ChatPrompt(context + continuation, context.template)])
+        return ctx, whole[len(ctx):]
+    whole = list(tokenizer(context + continuation, split_special_tokens=True)["input_ids"])
+    ctx = list(tokenizer(context, split_special_tokens=True)["input_ids"])
     return ctx, whole[len(ctx):]
+
+
+def _cut(context: str, n: int) -> str:
+    """The first ``n`` characters of ``context`` (a :class:`ChatPrompt` keeps its template's spans there)."""
+    if not isinstance(context, ChatPrompt):
+        return context[:n]
+    return ChatPrompt(context[:n], [(a, min(b, n)) for a, b in context.template if a < n])
 
 
 def scoring_window(model) -> int:

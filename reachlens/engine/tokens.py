@@ -8,9 +8,13 @@ scores with). :func:`reachlens.load_model` puts the tokenizer back as it shipped
 itself, so ``model.to_tokens(prompt)`` gives the ids the engine decodes and
 ``model.run_with_cache(model.to_tokens(prompt))`` caches the prompt an audit saw.
 
-Prompts keep the tokenizer's default special tokens (a BOS where it adds one), with one BOS: a
-prompt whose text already starts with the BOS text (a rendered chat template: Llama 3's
-``<|begin_of_text|>``, Gemma's ``<bos>``) is encoded without adding another, as
+A prompt's text is data: the text of a special token in it (``<|im_end|>``, ``<|endoftext|>``) is
+encoded as text, never as that control token (``split_special_tokens``), so a question or a system turn
+cannot forge a chat turn or end the document. The one exception is a :class:`ChatPrompt`, the text a chat
+template rendered (:mod:`reachlens.tasks.chat`): there the special tokens the template wrote are those
+tokens, and the turns' contents it carries are still text. Prompts keep the tokenizer's default special
+tokens (a BOS where it adds one), with one BOS: a chat prompt whose template starts with the BOS token
+(Llama 3's ``<|begin_of_text|>``, Gemma's ``<bos>``) gets no second one, as
 ``apply_chat_template(tokenize=True)`` and lm-evaluation-harness encode it. An EOS that a tokenizer
 appends to every text (some OLMo tokenizers do) is dropped from a *prompt*, as TransformerLens'
 ``to_tokens`` drops it: a prompt that ends the document asks for nothing.
@@ -21,6 +25,7 @@ own would add a second BOS to a chat prompt and needs a PAD token the shipped to
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 
 import torch
@@ -29,7 +34,10 @@ from torch import Tensor
 
 from reachlens.errors import ReachlensError
 
-__all__ = ["bridge_to_tokens", "encode", "encode_prompts", "special_tokens_added", "tokenizer_of"]
+__all__ = [
+    "ChatPrompt", "bridge_to_tokens", "chat_ids", "encode", "encode_prompts", "special_tokens_added", "text_ids",
+    "tokenizer_of",
+]
 
 
 def tokenizer_of(model):
@@ -54,22 +62,80 @@ def special_tokens_added(tokenizer) -> tuple[bool, bool]:
     return prepends, appends
 
 
-def encode_prompts(tokenizer, prompts: Sequence[str]) -> list[list[int]]:
-    """Token ids of each prompt with the tokenizer's default special tokens, one BOS (none added to a
-    text that starts with the BOS text), less an appended EOS.
+class ChatPrompt(str):
+    """The text a chat template rendered, with the spans ``template`` (``(start, stop)`` pairs) that are the
+    template's own: a special token's text there is that token; every other character (a turn's content) is
+    data, encoded as text. Built by :func:`reachlens.tasks.render_prompts`; equal to its text as a ``str``.
 
-    >>> encode_prompts(llama3_tokenizer, ["<|begin_of_text|>Hi"])  # doctest: +SKIP
-    [[128000, 13347]]
+    >>> p = ChatPrompt("<|im_start|>user\\nhi<|im_end|>", ((0, 17), (19, 29)))  # doctest: +SKIP
+    """
+
+    __slots__ = ("template",)
+
+    def __new__(cls, text: str, template: Sequence[tuple[int, int]]) -> "ChatPrompt":
+        self = super().__new__(cls, text)
+        self.template = tuple((int(a), int(b)) for a, b in template)
+        return self
+
+    def __reduce__(self):
+        return ChatPrompt, (str(self), self.template)
+
+
+def _special_ids(tokenizer) -> dict[str, int]:
+    """The text of each of the tokenizer's special tokens (its added tokens marked special) and its id."""
+    added = getattr(tokenizer, "added_tokens_decoder", None) or {}
+    return {t.content: int(i) for i, t in added.items() if getattr(t, "special", False) and t.content}
+
+
+def _chat_pieces(prompt: ChatPrompt, specials: dict[str, int]) -> list[str | int]:
+    """``prompt`` as its text pieces and, between them, the ids of the special tokens its template wrote."""
+    pattern = re.compile("|".join(map(re.escape, sorted(specials, key=len, reverse=True))) or "(?!)")
+    pieces: list[str | int] = []
+    at = 0
+    for start, stop in prompt.template:
+        for m in pattern.finditer(prompt, start, stop):
+            pieces += [prompt[at:m.start()]] if m.start() > at else []
+            pieces.append(specials[m.group()])
+            at = m.end()
+    return pieces + ([prompt[at:]] if at < len(prompt) else [])
+
+
+def encode_prompts(tokenizer, prompts: Sequence[str]) -> list[list[int]]:
+    """Token ids of each prompt, its text encoded as text (a special token's text stays text), with the
+    tokenizer's default special tokens, one BOS, less an appended EOS; a :class:`ChatPrompt`'s template
+    writes its own special tokens (and its BOS, when it starts with it).
+
+    >>> encode_prompts(qwen_tokenizer, ["a<|endoftext|>"])  # doctest: +SKIP
+    [[64, 27, 91, 8691, 723, 91, 29]]
     """
     prepends_bos, appends_eos = special_tokens_added(tokenizer)
-    bos = tokenizer.bos_token if prepends_bos else None
     out = []
     for p in prompts:
-        ids = list(tokenizer(p, add_special_tokens=not (bos and p.startswith(bos)))["input_ids"])
-        if appends_eos and len(ids) > 1 and ids[-1] == tokenizer.eos_token_id:
-            ids = ids[:-1]
+        if isinstance(p, ChatPrompt):
+            ids = chat_ids(tokenizer, p)
+            ids = [tokenizer.bos_token_id, *ids] if prepends_bos and ids[:1] != [tokenizer.bos_token_id] else ids
+        else:
+            ids = list(tokenizer(p, split_special_tokens=True)["input_ids"])
+            if appends_eos and len(ids) > 1 and ids[-1] == tokenizer.eos_token_id:
+                ids = ids[:-1]
         out.append(ids)
     return out
+
+
+def chat_ids(tokenizer, prompt: ChatPrompt) -> list[int]:
+    """The ids of ``prompt`` with no special token added: the template's special tokens, its contents as text."""
+    ids: list[int] = []
+    for piece in _chat_pieces(prompt, _special_ids(tokenizer)):
+        ids += [piece] if isinstance(piece, int) else text_ids(tokenizer, piece)
+    return ids
+
+
+def text_ids(tokenizer, text: str) -> list[int]:
+    """The ids of ``text`` as text: no special token added, none read from it (a :class:`ChatPrompt`: its
+    template's own, :func:`chat_ids`)."""
+    if isinstance(text, ChatPrompt):
+        return chat_ids(tokenizer, text)
+    return list(tokenizer(text, add_special_tokens=False, split_special_tokens=True)["input_ids"])
 
 
 def bridge_to_tokens(
@@ -80,14 +146,14 @@ def bridge_to_tokens(
 
     ``prepend_bos`` None: :func:`encode_prompts` (the shipped tokenizer's defaults, one BOS). True: the
     same with the BOS (a BOS-less tokenizer: its EOS, TransformerLens' stand-in) first if it is not
-    already; False: no special token added (the text's own kept). Several texts are padded on
+    already; False: no special token added. Several texts are padded on
     ``padding_side`` (default: the tokenizer's) with its PAD, else its EOS, else 0. ``truncate`` keeps
     the first ``cfg.n_ctx`` tokens.
     """
     tok = tokenizer_of(self)
     texts = [input] if isinstance(input, str) else list(input)
     if prepend_bos is False:
-        rows = [list(tok(t, add_special_tokens=False)["input_ids"]) for t in texts]
+        rows = [text_ids(tok, t) for t in texts]
     else:
         rows = encode_prompts(tok, texts)
     if prepend_bos:

@@ -19,7 +19,8 @@ side by side in one batch (:mod:`reachlens.engine.hooks`, "Arms").
 * :mod:`~reachlens.interventions.units`: zero chosen MLP hidden units, rank units along a direction;
 * :mod:`~reachlens.interventions.graft`: replace one prompt position's activation at one layer, in
   the prefill (zero, noise, direction, permute, bos, mean, prev_layer);
-* :mod:`~reachlens.interventions.embedding_noise`: Gaussian noise on the prompt's embeddings.
+* :mod:`~reachlens.interventions.embedding_noise`: Gaussian noise on the prompt's embeddings;
+* :mod:`~reachlens.interventions.direction_file`: a direction read from a ``.npy`` or ``.json`` file, checked.
 
 Pruning, which writes a new checkpoint rather than hooking a model, is
 :mod:`reachlens.models.pruning`.
@@ -32,6 +33,7 @@ from reachlens.engine.hooks import FwdHook, HookFn
 from reachlens.engine.rng import intervention_seed
 from reachlens.engine.sites import COMPONENTS, SITES, check_layer, hook_name, site_shape, sites_of
 from reachlens.interventions.ablation import ablated, mean_ablation, replace_hook, site_means, zero_ablation, zero_hook
+from reachlens.interventions.direction_file import read_direction
 from reachlens.interventions.embedding_noise import (
     EMBED_SITE,
     EmbeddingNoise,
@@ -85,6 +87,7 @@ __all__ = [
     "mean_ablation",
     "mlp_out_weight",
     "prompt_columns",
+    "read_direction",
     "replace_hook",
     "site_means",
     "site_shape",

@@ -42,6 +42,7 @@ from reachlens.interventions import (
     Graft,
     embedding_noise_arms,
     graft_arms,
+    read_direction,
     steering_grid,
     steering_site,
 )
@@ -248,13 +249,8 @@ class SteerProbe(ArmProbe):
 
 
 def _read_vector(path: Path) -> np.ndarray:
-    if not path.is_file():
-        raise ReachlensError(f"steer direction file {str(path)!r} does not exist")
-    try:
-        v = np.load(path, allow_pickle=False)
-    except (ValueError, OSError) as err:
-        raise ReachlensError(f"steer direction file {str(path)!r} is not a .npy array ({err})") from None
-    return np.asarray(v, dtype=np.float64).reshape(-1) if v.ndim <= 1 else v
+    v = read_direction(path, "steer direction file")
+    return v.reshape(-1) if v.ndim <= 1 else v
 
 
 def arm_hooks(model, probes: Sequence[tuple[ArmProbe, Mapping[Hashable, Any]]], protocol: Protocol) -> list[FwdHook]:

@@ -12,6 +12,8 @@ A file of that name without the mark was not written by reachlens and is never r
 
 from __future__ import annotations
 
+import os
+import stat
 from collections.abc import Sequence
 from itertools import chain, repeat
 from pathlib import Path
@@ -19,11 +21,14 @@ from pathlib import Path
 import pandas as pd
 
 from reachlens.errors import ReachlensError
-from reachlens.escape import html_text
+from reachlens.escape import html_text, md_text
 from reachlens.report.tables import fmt
 from reachlens.store.files import write_durably
 
-__all__ = ["GENERATOR", "MARKDOWN_MARK", "html_table", "kv_table", "write_markdown", "write_page"]
+__all__ = [
+    "GENERATOR", "MARKDOWN_MARK", "html_table", "kv_table", "unfinished_note", "write_markdown", "write_page",
+    "write_report_files",
+]
 
 GENERATOR = '<meta name="generator" content="reachlens report">'
 """The mark of a page reachlens wrote (in its head)."""
@@ -36,7 +41,8 @@ _CSS = """body{font-family:sans-serif;max-width:1200px;margin:2em auto;padding:0
 .tbl th{background:#f4f4f4} .note{font-size:13px;color:#444;max-width:1100px}
 .kv td{padding:2px 10px;text-align:left;vertical-align:top} .kv td:first-child{font-weight:bold}
 .kv td{white-space:pre-wrap;word-break:break-word} .kv td:first-child{white-space:nowrap}
-.scroll{overflow-x:auto}"""
+.scroll{overflow-x:auto}
+.unfinished{background:#fff3cd;border:1px solid #e0b000;padding:0.6em 1em;font-weight:bold}"""
 
 CELL_CHARS = 32
 """A model's answer longer than this is shown cut, with an ellipsis, its whole text the cell's tooltip: model
@@ -72,35 +78,72 @@ def kv_table(df: pd.DataFrame) -> str:
     return f'<table class="kv">\n<tbody>\n{_rows([[str(v) for v in row] for row in df.itertuples(index=False)])}</tbody>\n</table>'
 
 
-def _write_owned(path: Path, text: str, mark: str, force: bool) -> Path:
-    """Write ``text`` to ``path`` atomically, refusing to replace a file that lacks ``mark`` unless ``force``."""
-    if path.exists() and not force:
-        try:
-            with open(path, "rb") as f:
-                head = f.read(4096).decode("utf-8", errors="replace")
-        except OSError as err:
-            raise ReachlensError(f"{str(path)!r} cannot be read ({err.strerror}); write the report elsewhere (out=)") from None
-        if mark not in head:
-            raise ReachlensError(f"{str(path)!r} exists and was not written by reachlens report; pass force=True to "
-                                 "replace it, or write the report to another directory (out=)")
-    write_durably(path, lambda tmp: tmp.write_text(text, encoding="utf-8"))
-    return path
+def _check_owned(path: Path, mark: str, force: bool) -> None:
+    """Refuse, unless ``force``, a file at ``path`` that lacks ``mark`` (reachlens did not write it), and anything
+    there that is not a regular file (a FIFO is never opened: it would block)."""
+    if force or not os.path.lexists(path):
+        return
+    if not stat.S_ISREG(os.lstat(path).st_mode):
+        raise ReachlensError(f"{str(path)!r} exists and is not a regular file (a link, a FIFO, a device), so "
+                             "reachlens did not write it; remove it, or write the report to another directory (out=)")
+    try:
+        with open(path, "rb") as f:
+            head = f.read(4096).decode("utf-8", errors="replace")
+    except OSError as err:
+        raise ReachlensError(f"{str(path)!r} cannot be read ({err.strerror}); write the report elsewhere (out=)") from None
+    if mark not in head:
+        raise ReachlensError(f"{str(path)!r} exists and was not written by reachlens report; pass force=True to "
+                             "replace it, or write the report to another directory (out=)")
 
 
-def write_page(path: str | Path, title: str, body: str, *, figures: bool = False, force: bool = False) -> Path:
-    """Write a self-contained page: ``title`` (escaped here), the HTML ``body`` (escaped by its maker), plotly.js
-    inlined when it shows ``figures``. A file at ``path`` that reachlens did not write is refused unless ``force``."""
+def _page(title: str, body: str, figures: bool) -> str:
     script = ""
     if figures:
         from plotly.offline import get_plotlyjs
 
         script = f'<script type="text/javascript">{get_plotlyjs()}</script>\n'
-    page = (f'<!DOCTYPE html>\n<html><head><meta charset="utf-8">{GENERATOR}<title>{html_text(title)}</title>\n'
+    return (f'<!DOCTYPE html>\n<html><head><meta charset="utf-8">{GENERATOR}<title>{html_text(title)}</title>\n'
             f"{script}<style>{_CSS}</style>\n</head><body>\n{body}\n</body></html>\n")
-    return _write_owned(Path(path), page, GENERATOR, force)
+
+
+def write_page(path: str | Path, title: str, body: str, *, figures: bool = False, force: bool = False) -> Path:
+    """Write a self-contained page: ``title`` (escaped here), the HTML ``body`` (escaped by its maker), plotly.js
+    inlined when it shows ``figures``. A file at ``path`` that reachlens did not write is refused unless ``force``."""
+    path = Path(path)
+    _check_owned(path, GENERATOR, force)
+    write_durably(path, lambda tmp: tmp.write_text(_page(title, body, figures), encoding="utf-8"))
+    return path
 
 
 def write_markdown(path: str | Path, text: str, *, force: bool = False) -> Path:
     """Write a Markdown page (``text``, escaped by its maker) with reachlens' mark as its first line; a file at
     ``path`` that reachlens did not write is refused unless ``force``."""
-    return _write_owned(Path(path), f"{MARKDOWN_MARK}\n{text}", MARKDOWN_MARK, force)
+    path = Path(path)
+    _check_owned(path, MARKDOWN_MARK, force)
+    write_durably(path, lambda tmp: tmp.write_text(f"{MARKDOWN_MARK}\n{text}", encoding="utf-8"))
+    return path
+
+
+def unfinished_note(status: str) -> str | None:
+    """What a report of a run whose status is ``status`` says first, when the run is not complete (None when it
+    is): its tables hold only what was finished."""
+    if status == "complete":
+        return None
+    return (f"Unfinished: this run's status is {status!r}, not complete. Its tables hold only what was finished "
+            "before it stopped; run its command again to resume it.")
+
+
+def write_report_files(out: Path, title: str, body: str, markdown: str, *, figures: bool, force: bool,
+                       status: str = "complete") -> tuple[Path, Path]:
+    """Write ``out/report.html`` (``body``, :func:`write_page`) and ``out/report.md`` (``markdown``), both checked
+    to be reachlens' own (or absent) before either is written, each opening with the :func:`unfinished_note` of a
+    run whose ``status`` is not complete."""
+    html_path, md_path = out / "report.html", out / "report.md"
+    _check_owned(html_path, GENERATOR, force)
+    _check_owned(md_path, MARKDOWN_MARK, force)
+    note = unfinished_note(status)
+    if note is not None:
+        body = f'<p class="unfinished">{html_text(note)}</p>\n{body}'
+        first, _, rest = markdown.partition("\n")
+        markdown = f"{first}\n\n**{md_text(note)}**\n{rest}"
+    return write_page(html_path, title, body, figures=figures, force=True), write_markdown(md_path, markdown, force=True)

@@ -16,8 +16,8 @@ import pandas as pd
 
 from reachlens.escape import html_text as esc
 from reachlens.escape import md_text
-from reachlens.report.page import html_table, write_markdown, write_page
 from reachlens.power import mde_verdict
+from reachlens.report.page import html_table, write_report_files
 from reachlens.report.tables import DETECTABLE, md_table
 
 __all__ = ["CAPTIONS", "matched_figure", "overlap_figure", "reach_figure", "selection_figure", "write_probe_report"]
@@ -245,11 +245,10 @@ def write_probe_report(run: Any, out: str | Path | None = None, *, force: bool =
     page = "\n".join(["<h1>Probe run: reachable under which probe?</h1>", f"<p>{head}</p>",
                       f"<p class=note>{warn}</p>", charts[0], body[0], charts[1], body[1], charts[2], body[2],
                       body[3], charts[3], *body[4:]])
-    html_path = write_page(out / "report.html", "reachlens probe run", page, figures=True, force=force)
-    md_head = (f"Model `{md_text(str(run.record.model.get('spec')))}`, task `{md_text(p.task)}` ({s['n']} questions), "
-               f"greedy deployment with {p.max_new_tokens} new tokens, prompt format `{md_text(str(p.prompt_format))}`, "
-               f"seed {md_text(str(p.seed))}, protocol `{p.hash}`. D = {_ci(s['D'], *s['D_ci'])}.")
-    md_path = write_markdown(out / "report.md", "\n".join(["# Probe run: reachable under which probe?", "", md_head, "",
-                                                           warn.replace("<b>", "**").replace("</b>", "**"), "", *md]),
-                             force=force)
-    return html_path, md_path
+    md_head = (f"Model {md_text(str(run.record.model.get('spec')))}, task {md_text(p.task)} ({s['n']} questions), "
+               f"greedy deployment with {p.max_new_tokens} new tokens, prompt format {md_text(str(p.prompt_format))}, "
+               f"seed {md_text(str(p.seed))}, protocol {p.hash}. D = {_ci(s['D'], *s['D_ci'])}.")
+    md = ["# Probe run: reachable under which probe?", "", md_head, "", warn.replace("<b>", "**").replace("</b>", "**"),
+          "", *md]
+    return write_report_files(out, "reachlens probe run", page, "\n".join(md), figures=True, force=force,
+                              status=run.record.status)

@@ -32,7 +32,7 @@ from reachlens.report.figures import (
 )
 from reachlens.escape import html_text as esc
 from reachlens.escape import md_text
-from reachlens.report.page import html_table, kv_table, write_markdown, write_page
+from reachlens.report.page import html_table, kv_table, write_report_files
 from reachlens.report.probe_report import write_probe_report
 from reachlens.report.tables import bins_table, display_tables, heading, markdown_summary, md_table, report_title
 from reachlens.store import read_run
@@ -65,7 +65,7 @@ def report_run(run: Any, out: str | Path | None = None, *, force: bool = False) 
     run = read_run(run) if isinstance(run, (str, Path)) else run
     out = out if out is not None else run.location
     if run.kind in VIEWS:
-        return write_report(VIEWS[run.kind](run), out, force=force)
+        return write_report(VIEWS[run.kind](run), out, force=force, status=run.record.status)
     if run.kind in PAGES:
         return PAGES[run.kind](run, out, force=force)
     return write_run_report(run, out, force=force)
@@ -104,9 +104,11 @@ def _chart(title: str, fig: Any, caption: str) -> list[str]:
             f"<p class=note>{esc(caption)}</p>"]
 
 
-def write_report(study: StudyView, out: str | Path, *, force: bool = False) -> tuple[Path, Path]:
+def write_report(study: StudyView, out: str | Path, *, force: bool = False,
+                 status: str = "complete") -> tuple[Path, Path]:
     """Write the study report (``report.html`` and ``report.md``) of ``study`` into ``out``; return their paths
-    (files there that reachlens did not write are refused unless ``force``)."""
+    (files there that reachlens did not write are refused unless ``force``; a run whose ``status`` is not
+    complete is said to be unfinished at the top of both)."""
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     charts = [html for title, fig, caption in _figures(study) for html in _chart(title, fig, caption)]
@@ -132,9 +134,8 @@ grader <code>{esc(p.grader)}</code>, seed {esc(p.seed)}, protocol <code>{esc(p.h
 {''.join(charts)}
 {rest}
 {bins}"""
-    html_path = write_page(out / "report.html", f"reachlens: {title}", body, figures=True, force=force)
-    md_path = write_markdown(out / "report.md", markdown_summary(study), force=force)
-    return html_path, md_path
+    return write_report_files(out, f"reachlens: {title}", body, markdown_summary(study), figures=True, force=force,
+                              status=status)
 
 
 # --- any other run -------------------------------------------------------------------------------------
@@ -183,6 +184,5 @@ def write_run_report(run: Any, out: str | Path | None = None, *, force: bool = F
         df = df.drop(columns=[c for c in _TEXT_COLUMNS if c in df.columns])
         md += [f"## {md_text(name)}", "", md_table(df)]
         body += [f"<h2>{esc(name)}</h2>", f'<div class="scroll">{html_table(df)}</div>']
-    html_path = write_page(out / "report.html", title, "\n".join(body), figures=bool(figures), force=force)
-    md_path = write_markdown(out / "report.md", "\n".join(md), force=force)
-    return html_path, md_path
+    return write_report_files(out, title, "\n".join(body), "\n".join(md), figures=bool(figures), force=force,
+                              status=run.record.status)

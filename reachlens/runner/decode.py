@@ -227,15 +227,57 @@ def sample_slice(
     return grade_samples(protocol, batch, samples, sample_offset)
 
 
-def machine_memory() -> int:
-    """Bytes of memory this process may use: the machine's physical memory, or its container's
-    limit (cgroup v2 ``memory.max``) when that is smaller."""
+def machine_memory(*, proc: Path = Path("/proc/self"), cgroups: Path = Path("/sys/fs/cgroup")) -> int:
+    """Bytes of memory this process may use: the smallest of the machine's physical memory, the limit of its
+    own cgroup and of every cgroup above it (v2 ``memory.max``; v1 ``memory.limit_in_bytes``, nested ones
+    included) and the address space its ``RLIMIT_AS`` (``ulimit -v``) leaves it beyond what it maps already.
+
+    >>> machine_memory() > 0
+    True
+    """
     total = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    return min([total, *_cgroup_limits(proc, cgroups), *_address_space_left(proc)])
+
+
+def _cgroup_limits(proc: Path, cgroups: Path) -> list[int]:
+    """The memory limits of this process's cgroup and its ancestors, v2 and v1 (``/proc/self/cgroup``'s paths
+    under ``cgroups``); none where there is no limit or nothing can be read."""
     try:
-        limit = Path("/sys/fs/cgroup/memory.max").read_text().strip()
+        lines = (proc / "cgroup").read_text().splitlines()
     except OSError:
-        return total
-    return min(total, int(limit)) if limit.isdigit() else total
+        return []
+    limits = []
+    for line in lines:
+        _, controllers, path = (line.split(":", 2) + ["", ""])[:3]
+        if controllers == "":  # v2: one unified hierarchy
+            folder, name = cgroups, "memory.max"
+        elif "memory" in controllers.split(","):  # v1: the memory controller's own hierarchy
+            folder, name = cgroups / "memory", "memory.limit_in_bytes"
+        else:
+            continue
+        parts = [q for q in path.split("/") if q not in ("", ".", "..")]
+        for depth in range(len(parts) + 1):  # the root, then each cgroup down to this process's own
+            try:
+                value = (folder.joinpath(*parts[:depth]) / name).read_text().strip()
+            except OSError:
+                continue
+            if value.isdigit():
+                limits.append(int(value))
+    return limits
+
+
+def _address_space_left(proc: Path) -> list[int]:
+    """The address space ``RLIMIT_AS`` leaves beyond what this process maps now (none when unlimited)."""
+    import resource
+
+    soft, _ = resource.getrlimit(resource.RLIMIT_AS)
+    if soft == resource.RLIM_INFINITY:
+        return []
+    try:
+        mapped = int((proc / "statm").read_text().split()[0]) * resource.getpagesize()
+    except (OSError, ValueError, IndexError):
+        mapped = 0
+    return [max(soft - mapped, 0)]
 
 
 def _gib(n: int) -> str:
@@ -260,7 +302,8 @@ def check_budget(protocol: Protocol, max_batch_rows: int) -> None:
     def need(rows: int) -> str:
         return (f"{rows:,} completions need about {_gib(rows * per_row)} in memory until they are graded "
                 f"({ROW_BYTES} bytes + {ROW_BYTES_PER_TOKEN} per token of max_new_tokens={protocol.max_new_tokens} "
-                f"each), more than half of this machine's {_gib(memory)}")
+                f"each), more than half of the {_gib(memory)} this process may use (the least of the machine's "
+                "memory, its cgroup's limit and ulimit -v)")
 
     if protocol.k + 1 > fit:
         raise ReachlensError(f"k={protocol.k}: one question's {need(protocol.k + 1)}; use k <= {max(fit - 1, 0)}, "

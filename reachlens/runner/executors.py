@@ -105,7 +105,13 @@ class ProcessPool(Executor):
         futures = {pool.submit(_pool_slice, f"{self._runs}.{i}", shards[i][0], part): (i, part) for i, part in todo}
         for fut in concurrent.futures.as_completed(futures):
             i, part = futures[fut]
-            tables, seconds = fut.result()
+            try:
+                tables, seconds = fut.result()
+            except concurrent.futures.BrokenExecutor:  # BrokenProcessPool: a worker died
+                self.close()  # a broken pool takes no more work: the next run starts a fresh one
+                raise ReachlensError(
+                    f"a worker process died while decoding questions {part[0]}-{part[1] - 1} (killed, or out of "
+                    "memory); the slices finished before it are saved: run the same command again to resume") from None
             yield SliceResult(i, part, tables, seconds)
 
     def close(self) -> None:

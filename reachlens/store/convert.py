@@ -73,8 +73,9 @@ def convert(path: str | os.PathLike) -> list[tuple[Path, str]]:
         raise MissingFileError(f"{str(root)!r} does not exist; give a run directory to convert")
     if not root.is_dir():
         raise MissingFileError(f"{str(root)!r} is not a directory; give a run directory to convert")
-    found = {d: v for d in _walk(root) if (v := _version(d)) is not None}
-    if not found and not (root / RUN_FILE).is_file():
+    dirs = list(_walk(root))
+    found = {d: v for d in dirs if (v := _version(d)) is not None}
+    if not found and not any((d / RUN_FILE).is_file() for d in dirs):
         raise ReachlensError(f"{str(root)!r} holds no reachlens run directory (no {RUN_FILE}, {LEGACY_AUDIT} or "
                              f"{LEGACY_STUDY} in it or under it)")
     changed = []
@@ -128,6 +129,8 @@ def _new_keys(new: Any, old: Any, prefix: str = "") -> list[str]:
 
 
 def _walk(folder: Path):
+    """``folder`` and every folder under it, links not followed (a link never leads the walk out of the tree or
+    round a loop)."""
     yield folder
     for child in sorted(folder.iterdir()):
         if child.is_dir() and not child.is_symlink() and child.name != "parts" and not child.name.startswith("."):
@@ -140,6 +143,10 @@ def _version(d: Path) -> int | None:
         return 0 if (d / LEGACY_AUDIT).is_file() or (d / LEGACY_STUDY).is_file() else None
     header = read_json(d / RUN_FILE, "run record")
     version = header.get("format_version") if isinstance(header, dict) else None
+    if version is not None and (isinstance(version, bool) or not isinstance(version, int) or version < 1):
+        raise ReachlensError(f"{str(d / RUN_FILE)!r} has format_version {version!r}, which no reachlens wrote (an "
+                             f"integer from 1 to {FORMAT_VERSION}, or none at all in format 0); it was damaged or "
+                             "edited by hand: restore it (nothing was changed)")
     if newer_format(version):
         raise ReachlensError(f"{str(d)!r} is in run format {version}, written by a newer reachlens; this one "
                              f"converts up to {FORMAT_VERSION}: upgrade reachlens (nothing was changed)")

@@ -18,14 +18,16 @@ from typing import Any
 
 import pandas as pd
 
-from reachlens.errors import DISK_FULL, MissingFileError, ReachlensError, disk_full
+from reachlens.errors import DISK_FULL, MissingFileError, ReachlensError, disk_full, regular_file
 from reachlens.escape import csv_safe
 
 __all__ = [
-    "TEMP_RE", "fsync_dir", "json_text", "read_json", "read_parquet", "rerun_name", "single_name", "write_csv",
-    "write_durably",
-    "write_json", "write_parquet",
+    "JSON_BYTES", "TEMP_RE", "fsync_dir", "json_text", "present", "read_json", "read_parquet", "regular_file",
+    "rerun_name", "single_name", "write_csv", "write_durably", "write_json", "write_parquet",
 ]
+
+JSON_BYTES = 64 << 20
+"""The largest JSON file of a run reachlens reads (a record or a summary is a few KiB)."""
 
 TEMP_RE = re.compile(r"\..+\.\d+\.[0-9a-f]{8}\.tmp")
 """The names of temporary files (``.NAME.PID.RANDOM.tmp``): a dead writer's are removed by the next."""
@@ -144,12 +146,24 @@ def write_csv(path: str | os.PathLike, df: pd.DataFrame) -> None:
     write_durably(Path(path), lambda tmp: safe.to_csv(tmp, index=False, quoting=csv.QUOTE_NONNUMERIC))
 
 
+def present(path: str | os.PathLike, what: str) -> bool:
+    """Whether a run's file is at ``path``: True for a regular file, False for nothing there; anything else (a
+    link, a FIFO, a device, a folder) is the one-line error of :func:`regular_file`, never taken for no file."""
+    if not os.path.lexists(path):
+        return False
+    regular_file(path, what)
+    return True
+
+
 def read_parquet(path: str | os.PathLike, fix: str) -> pd.DataFrame:
-    """A parquet table; a missing, truncated or corrupt file is a :class:`ReachlensError` naming it and ``fix``
-    (what to do about it), never a traceback from the parquet reader."""
+    """A parquet table; a missing, truncated or corrupt file (or one that is not a regular file) is a
+    :class:`ReachlensError` naming it and ``fix`` (what to do about it), never a traceback from the parquet reader."""
     import pyarrow
 
-    p = Path(path)
+    try:
+        p = regular_file(path, "table")
+    except ReachlensError as err:
+        raise type(err)(f"{err}; {fix}") from None
     try:
         return pd.read_parquet(p)
     except FileNotFoundError:
@@ -162,18 +176,23 @@ def read_parquet(path: str | os.PathLike, fix: str) -> pd.DataFrame:
 
 
 def read_json(path: str | os.PathLike, what: str = "file") -> Any:
-    """Parse a JSON file; a missing or corrupt file is a :class:`ReachlensError` naming it."""
-    p = Path(path)
+    """Parse a JSON file; a missing, corrupt, too large or too deeply nested file, or one that is not a regular
+    file, is a :class:`ReachlensError` naming it."""
+    p = regular_file(path, what)
     try:
-        text = p.read_text(encoding="utf-8")
+        with open(p, "rb") as f:
+            data = f.read(JSON_BYTES + 1)
+        if len(data) > JSON_BYTES:
+            raise ReachlensError(f"{what} {str(p)!r} is larger than {JSON_BYTES >> 20} MiB, which no run file is; it "
+                                 "was damaged or made by hand: restore it, or start again in a new directory")
+        return json.loads(data.decode("utf-8"))
     except FileNotFoundError:
         raise MissingFileError(f"{what} {str(p)!r} does not exist") from None
     except (OSError, UnicodeDecodeError) as err:
         raise ReachlensError(f"{what} {str(p)!r} cannot be read ({err})") from None
-    try:
-        return json.loads(text)
-    except ValueError as err:
+    except (ValueError, RecursionError) as err:
+        reason = "it nests too deeply" if isinstance(err, RecursionError) else str(err)
         raise ReachlensError(
-            f"{what} {str(p)!r} is not valid JSON ({err}); it was damaged or edited by hand: "
+            f"{what} {str(p)!r} is not valid JSON ({reason}); it was damaged or edited by hand: "
             "restore it, or start again in a new directory"
         ) from None

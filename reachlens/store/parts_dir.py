@@ -21,6 +21,7 @@ it complete and removes the parts (only those: a file someone else put in ``part
 from __future__ import annotations
 
 import contextlib
+import os
 import re
 from collections.abc import Mapping
 from pathlib import Path
@@ -60,7 +61,13 @@ class PartsDir(RunDir):
 
     @property
     def parts_folder(self) -> Path:
-        return self.path / "parts"
+        """``parts/``; anything there but a folder (a link: its parts would be read, written and deleted
+        elsewhere) is refused in one line."""
+        parts = self.path / "parts"
+        if os.path.lexists(parts) and (parts.is_symlink() or not parts.is_dir()):
+            raise ReachlensError(f"{str(parts)!r} is not a folder (a link or a file), and reachlens writes a folder "
+                                 "there: it was made by hand; remove it")
+        return parts
 
     def _temp_folders(self) -> list[Path]:
         return [self.path, self.parts_folder]

@@ -238,11 +238,12 @@ def _is_run(folder: Path) -> bool:
 
 
 def _run_dirs(folder: Path) -> Iterator[Path]:
+    """The run directories at or under ``folder``, links not followed (none leads out of it or round a loop)."""
     if _is_run(folder):
         yield folder
     if folder.is_dir():
         for child in sorted(folder.iterdir()):
-            if child.is_dir() and child.name != "parts" and not child.name.startswith("."):
+            if child.is_dir() and not child.is_symlink() and child.name != "parts" and not child.name.startswith("."):
                 yield from _run_dirs(child)
 
 

@@ -54,12 +54,13 @@ from typing import Any
 
 import pandas as pd
 
-from reachlens.errors import MissingFileError, ReachlensError, ReachlensWarning
+from reachlens.errors import DiskFullError, MissingFileError, ReachlensError, ReachlensWarning
 from reachlens.protocol import Protocol, ProtocolMismatch
 from reachlens.store.files import (
     TEMP_RE,
     fsync_dir,
     json_text,
+    present,
     read_json,
     read_parquet,
     write_durably,
@@ -106,7 +107,8 @@ class RunDir:
         return self.path / RUN_FILE
 
     def exists(self) -> bool:
-        return self.header_path.is_file()
+        """Whether the directory holds a run record (a ``run.json`` that is not a regular file is refused)."""
+        return present(self.header_path, "run record")
 
     def record(self) -> RunRecord:
         """The run record (``run.json``), its status as it stands: a ``running`` run that no live writer holds
@@ -215,11 +217,18 @@ class RunDir:
                 yield self
             except BaseException as err:
                 if self._started_here and self._stored().status == "running":
-                    status = "failed" if isinstance(err, Exception) else "interrupted"
-                    write_json(self.header_path, self._stored().with_status(status).to_dict())
+                    self._record_end("failed" if isinstance(err, Exception) else "interrupted")
                 raise
             finally:
                 self._started_here = False
+
+    def _record_end(self, status: str) -> None:
+        """Write ``status`` for a run that stopped on an error. A disk too full to take it leaves ``running``, which
+        reads as ``interrupted`` once the lock is gone: the error that stopped the run is the one reported."""
+        try:
+            write_json(self.header_path, self._stored().with_status(status).to_dict())
+        except DiskFullError:
+            pass
 
     def _require_lock(self) -> None:
         if not self._lock.held:
@@ -271,7 +280,7 @@ class RunDir:
     def read_table(self, name: str) -> pd.DataFrame:
         """``DIR/{name}.parquet``; a missing table is a one-line error naming it."""
         path = self.path / f"{name}.parquet"
-        if not path.is_file():
+        if not present(path, "table"):
             raise MissingFileError(f"{self._what} {str(self.path)!r} has no {name} table ({path.name}); "
                                    "the run did not finish, or this is not that kind of run")
         return read_parquet(path, "restore it from a copy, or run it again into a new directory")

@@ -102,7 +102,7 @@ class Comparison(Run):
         """Both audits' models, their protocol and data, and the comparison's options."""
         return RunRecord.new("comparison", self.base.protocol, {"base": self.base.model, "trained": self.trained.model},
                              self.base.data or None, {"k_cut": self.k_cut, "allow": list(self.allow)},
-                             exec=self.base.record.exec)
+                             exec=_both_exec(self.base.record.exec, self.trained.record.exec))
 
     def children(self) -> dict[str, Run]:
         return {"base": self.base, "trained": self.trained}
@@ -347,7 +347,7 @@ def compare(
     b, t = _as_result(base), _as_result(trained)
     if k is not None:
         b, t = _cut(b, k), _cut(t, k)
-    b.protocol.require_match(t.protocol, ignore=allow)
+    _require_same_protocol(b, t, allow)
     _require_same_exec(b, t, allow)
     _require_same_data(b, t)
     ids_b, ids_t = set(b.questions["question_id"]), set(t.questions["question_id"])
@@ -398,6 +398,14 @@ def _require_same_golds(j: pd.DataFrame) -> None:
         )
 
 
+def _require_same_protocol(b: AuditResult, t: AuditResult, allow: tuple[str, ...]) -> None:
+    """Refuse audits under different protocols, unless ``allow`` names every field that differs."""
+    differ = b.protocol.diff(t.protocol, allow)
+    if differ:
+        raise ProtocolMismatch(differ, fix=f"audit both under one protocol, or compare them as a control "
+                                           f"({_allow_hint(differ)})")
+
+
 def _require_same_exec(b: AuditResult, t: AuditResult, allow: tuple[str, ...]) -> None:
     """Refuse audits run in another precision or on another kind of device, unless ``allow`` names it."""
     eb, et = b.record.exec or {}, t.record.exec or {}
@@ -405,7 +413,21 @@ def _require_same_exec(b: AuditResult, t: AuditResult, allow: tuple[str, ...]) -
              and "unknown" not in (eb[f], et[f]) and eb[f] != et[f]}
     if diffs:
         raise ProtocolMismatch(diffs, what="the audits ran in different execution settings",
-                               fix=f"audit both the same way, or compare them as a control (allow={tuple(diffs)!r})")
+                               fix=f"audit both the same way, or compare them as a control ({_allow_hint(diffs)})")
+
+
+def _allow_hint(names) -> str:
+    """How to allow ``names`` to differ, in Python and on the command line."""
+    flags = " ".join(f"--allow {n}" for n in names)
+    return f"allow={tuple(names)!r} in Python, {flags} on the command line"
+
+
+def _both_exec(base: dict | None, trained: dict | None) -> dict | None:
+    """The execution settings of a comparison: each side's value, both named where they differ (an allowed
+    difference: ``"float32 (base), bfloat16 (trained)"``)."""
+    if base is None or trained is None:
+        return base if trained is None else trained if base is None else None
+    return {k: v if trained.get(k, v) == v else f"{v} (base), {trained[k]} (trained)" for k, v in base.items()}
 
 
 def _require_same_data(b: AuditResult, t: AuditResult) -> None:

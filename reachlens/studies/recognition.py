@@ -292,8 +292,7 @@ class EvalSets:
     @classmethod
     def load(cls, path: str | Path) -> EvalSets:
         path = Path(path)
-        if path.is_dir():
-            path = path / "sets.json"
+        path = path / "sets.json" if path.is_dir() else path.resolve()  # a run's own sets.json is never a link
         if not path.is_file():
             raise MissingFileError(f"sets file {str(path)!r} does not exist (write one with `reachlens recognize`)")
         d = read_json(path, "sets file")

@@ -9,6 +9,16 @@ The rendered text carries the template's own BOS text where it has one; the engi
 one BOS (:func:`reachlens.engine.tokens.encode_prompts`), so the ids are exactly
 ``apply_chat_template(..., tokenize=True)``'s.
 
+The template and every turn's text are data. A template renders in a child process under a time and
+memory bound (:data:`RENDER_SECONDS`, :data:`RENDER_MEMORY`; any failure is one line), once per template,
+with a placeholder for each turn's content; each prompt is that rendering with the turns' contents put in
+as they are (or trimmed, where the template trims them), a :class:`~reachlens.engine.tokens.ChatPrompt` that
+knows which spans the template wrote. So a template never sees the data (it cannot branch on it), a
+special token's text inside a question or a system turn is encoded as text (no forged turn), and a template
+whose output lacks the question (every question the same prompt: D would measure nothing), drops the system
+turn, or changes a turn's text beyond trimming it is refused. The result equals
+``apply_chat_template(messages, add_generation_prompt=True)`` for every question free of special-token text.
+
 The template is part of the protocol: :func:`bind_chat` records the SHA-256 of its text
 (``Protocol.chat_template``) when the protocol meets the model, and every render checks it, so two
 audits under different templates (or a chat audit and a plain one) are refused as a comparison unless
@@ -21,10 +31,19 @@ the difference is allowed.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import hashlib
+import itertools
+import json
+import re
+import signal
+import subprocess
+import sys
 from collections.abc import Sequence
+from pathlib import Path
 from typing import TYPE_CHECKING
 
+from reachlens.engine.tokens import ChatPrompt
 from reachlens.errors import ReachlensError
 from reachlens.protocol import CHAT, chat_inner
 from reachlens.tasks.base import Question, Task
@@ -32,7 +51,10 @@ from reachlens.tasks.base import Question, Task
 if TYPE_CHECKING:
     from reachlens.protocol import Protocol
 
-__all__ = ["CHAT", "bind_chat", "chat_inner", "render_prompts", "template_hash", "template_text"]
+__all__ = [
+    "CHAT", "RENDER_MEMORY", "RENDER_SECONDS", "bind_chat", "chat_inner", "render_prompts", "template_hash",
+    "template_text",
+]
 
 def template_text(tokenizer) -> str | None:
     """The chat template ``tokenizer`` ships (its ``default`` one when it names several), or None."""
@@ -73,7 +95,8 @@ def bind_chat(protocol: Protocol, tokenizer, *, model: str = "the model") -> Pro
 
 def render_prompts(task: Task, protocol: Protocol, questions: Sequence[Question], tokenizer=None) -> list[str]:
     """The prompt of each question under ``protocol.prompt_format``: the task's template, or for a chat
-    format that text as the user turn of ``tokenizer``'s chat template (checked against the protocol's)."""
+    format that text as the user turn of ``tokenizer``'s chat template (checked against the protocol's), a
+    :class:`~reachlens.engine.tokens.ChatPrompt` whose turns' contents are data."""
     inner = chat_inner(protocol.prompt_format)
     if inner is None:
         fmt = task.format(protocol.prompt_format)
@@ -83,15 +106,105 @@ def render_prompts(task: Task, protocol: Protocol, questions: Sequence[Question]
                              "none was given")
     protocol = bind_chat(protocol, tokenizer)
     fmt = task.format(inner or None)
-    head = [] if protocol.system is None else [{"role": "system", "content": protocol.system}]
-    from jinja2.exceptions import TemplateError
+    pieces = _skeleton(template_text(tokenizer), _template_kwargs(tokenizer), protocol.system is not None)
+    turns = {} if protocol.system is None else {"system": protocol.system}
+    return [_fill(pieces, {**turns, "user": fmt.render(q)}) for q in questions]
 
-    out = []
-    for q in questions:
-        messages = [*head, {"role": "user", "content": fmt.render(q)}]
+
+_TURN = {role: f"\U000f0010reachlens-{role}-turn\U000f0011" for role in ("system", "user")}
+"""The placeholder each turn's content renders as (private-use characters: no template writes them)."""
+_PADDED = {role: f" \n{mark}\n " for role, mark in _TURN.items()}
+"""The same with whitespace around it: what a template that trims its turns drops."""
+
+
+def _template_kwargs(tokenizer) -> str:
+    """The variables ``apply_chat_template`` gives a template besides the messages (the special tokens' text), as
+    JSON."""
+    kwargs = {}
+    for key, value in dict(getattr(tokenizer, "special_tokens_map", None) or {}).items():
+        kwargs[key] = [str(v) for v in value] if isinstance(value, (list, tuple)) else str(value)
+    return json.dumps(kwargs, sort_keys=True)
+
+
+@functools.lru_cache(maxsize=64)
+def _skeleton(template: str, kwargs: str, system: bool) -> tuple[tuple[str, str], ...]:
+    """What ``template`` renders around the turns' contents: pieces ``("text", TEXT)`` the template wrote and
+    ``(ROLE, "as is" | "trimmed")`` where that turn's content goes, rendered once (bounded) with placeholders."""
+    roles = ("system", "user") if system else ("user",)
+    bare, padded = _render_bounded(template, kwargs, [[{"role": r, "content": _TURN[r]} for r in roles],
+                                                      [{"role": r, "content": _PADDED[r]} for r in roles]], system)
+    for role in roles:
+        if _TURN[role] not in bare:
+            what = "the question (every question would get the same prompt)" if role == "user" else "the system turn"
+            fix = "drop system=" if role == "system" else "use a plain prompt_format (prompt_format='default')"
+            raise ReachlensError(f"the model's chat template renders a prompt without {what}; {fix}, or a model "
+                                 "whose template renders it")
+    for how in itertools.product(("as is", "trimmed"), repeat=len(roles)):
+        expect = bare
+        for role, h in zip(roles, how):
+            expect = expect.replace(_TURN[role], _PADDED[role]) if h == "as is" else expect
+        if expect == padded:
+            ways = dict(zip(roles, how))
+            break
+    else:
+        raise ReachlensError("the model's chat template changes the text of a turn (more than trimming it), so "
+                             "the question cannot be put in as it is; use a plain prompt_format "
+                             "(prompt_format='default')")
+    marks = {mark: role for role, mark in _TURN.items()}
+    split = re.split("(" + "|".join(map(re.escape, marks)) + ")", bare)
+    return tuple((marks[p], ways[marks[p]]) if p in marks else ("text", p) for p in split if p)
+
+
+def _fill(pieces: tuple[tuple[str, str], ...], turns: dict[str, str]) -> ChatPrompt:
+    """The prompt of ``pieces`` with each turn's content put in (trimmed where the template trims it)."""
+    text, spans = [], []
+    at = 0
+    for kind, value in pieces:
+        piece = value if kind == "text" else turns[kind].strip() if value == "trimmed" else turns[kind]
+        if kind == "text":
+            spans.append((at, at + len(piece)))
+        text.append(piece)
+        at += len(piece)
+    return ChatPrompt("".join(text), spans)
+
+
+RENDER_SECONDS = 20.0
+"""Seconds a chat template may take to render (it renders once per template and process)."""
+RENDER_MEMORY = 1 << 30
+"""Bytes a chat template may allocate while it renders."""
+RENDER_CHARS = 1 << 20
+"""Characters a chat template's rendering may hold."""
+_CORE = str(Path(__file__).with_name("_template_core.py"))
+_START_SECONDS = 120.0
+"""Time the child process has to import transformers' chat-template module before rendering starts."""
+
+
+def _render_bounded(template: str, kwargs: str, conversations: list[list[dict]], system: bool) -> list[str]:
+    """``template`` rendered for each conversation in a child process (:mod:`reachlens.tasks._template_core`)
+    under :data:`RENDER_SECONDS` and :data:`RENDER_MEMORY`; any failure is one line."""
+    request = {"template": template, "kwargs": json.loads(kwargs), "conversations": conversations,
+               "seconds": RENDER_SECONDS, "memory": RENDER_MEMORY, "max_chars": RENDER_CHARS}
+    fix = "use a plain prompt_format (prompt_format='default')" + (" or drop system=" if system else "")
+    try:
+        done = subprocess.run([sys.executable, "-P", _CORE], input=json.dumps(request), capture_output=True,
+                              text=True, timeout=_START_SECONDS + RENDER_SECONDS)
+        reply = json.loads(done.stdout) if done.returncode == 0 else {
+            "error": f"its renderer was stopped ({_stopped(done.returncode)})"}
+    except subprocess.TimeoutExpired:
+        reply = {"error": f"it took longer than {RENDER_SECONDS:g} s to render"}
+    except ValueError:
+        reply = {"error": "its renderer sent no reply"}
+    error = reply.get("error") or next((item["error"] for item in reply["rendered"] if "error" in item), None)
+    if error is not None:  # e.g. the template's own raise_exception ("System role not supported")
+        raise ReachlensError(f"the model's chat template cannot render the prompt: {error}; {fix}")
+    return [item["text"] for item in reply["rendered"]]
+
+
+def _stopped(returncode: int) -> str:
+    """Why the renderer ended with ``returncode``: a signal's name, or the status."""
+    if returncode < 0:
         try:
-            out.append(tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True))
-        except TemplateError as err:  # the template's own raise_exception (e.g. "System role not supported")
-            fix = "drop system=" if protocol.system is not None else "use a plain prompt_format"
-            raise ReachlensError(f"the model's chat template refuses the prompt ({err}); {fix}") from None
-    return out
+            return f"{signal.Signals(-returncode).name}: past its time or memory bound"
+        except ValueError:
+            pass
+    return f"exit status {returncode}"

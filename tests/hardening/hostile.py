@@ -5,7 +5,9 @@ the CLI called in-process. (The tiny finished audit they share, ``finished_audit
 from __future__ import annotations
 
 import json
+import os
 import shutil
+import stat
 from pathlib import Path
 
 import pandas as pd
@@ -46,6 +48,24 @@ def edit_record(run_dir: Path, **fields) -> None:
         else:
             d[key] = value
     path.write_text(json.dumps(d))
+
+
+def snapshot(folder: Path, skip: Path | None = None) -> dict[str, tuple]:
+    """Every entry under ``folder`` (but under ``skip``), by relative path: its kind, its mode and its link target
+    or bytes. Links are not followed and FIFOs not opened, so two snapshots differ when anything there was
+    created, moved, removed or changed."""
+    out: dict[str, tuple] = {}
+    for root, dirs, files in os.walk(folder):
+        for name in dirs + files:
+            p = Path(root) / name
+            if skip is not None and (p == skip or skip in p.parents):
+                continue
+            mode = os.lstat(p).st_mode
+            kind = "link" if stat.S_ISLNK(mode) else "dir" if stat.S_ISDIR(mode) else \
+                "file" if stat.S_ISREG(mode) else "other"
+            body = os.readlink(p) if kind == "link" else p.read_bytes() if kind == "file" else None
+            out[str(p.relative_to(folder))] = (kind, stat.S_IMODE(mode), body)
+    return out
 
 
 def copy_of(run_dir: Path, dest: Path) -> Path:

@@ -114,3 +114,27 @@ def test_a_csv_cell_never_starts_a_formula(tmp_path) -> None:
         assert float(row[1]) == -1.5  # numbers stay numbers
     assert [csv_cell(v) for v in (1, math.nan, None)][0] == 1
     assert csv_safe(pd.DataFrame({"a": ["-x", "ok"]}))["a"].tolist() == ["'-x", "ok"]
+
+
+INVISIBLE = ["\u200b", "\u200c", "\u200d", "\u2060", "\ufeff", "\u2062", "\u180e",
+             *map(chr, (0xE0000, 0xE0001, 0xE0020, 0xE0041, 0xE007F))]
+"""Zero-width characters, the word joiner, an invisible operator, the BOM and TAG characters (issue 36): text that
+shows as nothing, so a string holding it looks like another (``adm\u200bin``) or carries hidden words."""
+
+
+def test_zero_width_and_tag_characters_are_escaped_by_every_rule(tmp_path, capsys) -> None:
+    import unicodedata
+
+    from hostile import cli, hostile_audit
+
+    assert {unicodedata.category(c) for c in INVISIBLE} <= {"Cf", "Cn"}  # format (invisible) or unassigned TAGs
+    hidden = "adm" + "".join(INVISIBLE) + "in"
+    for text in (visible(hidden), visible(hidden, newlines=True), html_text(hidden), md_text(hidden)):
+        assert not set(INVISIBLE) & set(text) and text.startswith("adm\\u200b"), text
+    assert visible(chr(0xE0041)) == "\\U000e0041"  # a TAG "A", named by its code point
+    run = hostile_audit(f"m{hidden}").save(tmp_path / "run")
+    code, out, _ = cli(capsys, "show", run)
+    assert code == 0 and "adm\\u200b" in out and not set(INVISIBLE) & set(out)
+    assert cli(capsys, "report", run)[0] == 0
+    for page in (run / "report.html", run / "report.md"):
+        assert not set(INVISIBLE) & set(page.read_text()), page

@@ -56,10 +56,25 @@ def hostile_pages(tmp_path_factory) -> dict[str, Path]:
     assert main(["report", str(base)]) == 0
     assert main(["report", str(base), str(trained), "--out", str(root / "pair")]) == 0
     generic, _ = write_run_report(read_run(base), root / "generic")
-    return {"audit": base / "report.html", "pair": root / "pair" / "report.html", "generic": generic}
+    unfinished = _unfinished(root / "unfinished")  # issue 36: invisible characters, Markdown payloads, a banner
+    assert main(["report", str(unfinished)]) == 0
+    return {"audit": base / "report.html", "pair": root / "pair" / "report.html", "generic": generic,
+            "unfinished": unfinished / "report.html"}
 
 
-@pytest.mark.parametrize("which", ["audit", "pair", "generic"])
+def _unfinished(path: Path) -> Path:
+    """A hostile audit whose model spec also holds zero-width and TAG characters and Markdown image and link
+    payloads, left as a killed run leaves it (status running, no summary)."""
+    hidden = "adm\u200b\u200d\ufeff" + "".join(map(chr, (0xE0041, 0xE0042))) + "in"
+    run = hostile_audit(f"poison {hidden} ![px](http://tracker.invalid/p.png) [x](javascript:alert(1))").save(path)
+    record = json.loads((run / "run.json").read_text())
+    record.update(status="running", finished=None)
+    (run / "run.json").write_text(json.dumps(record))
+    (run / "summary.json").unlink()
+    return run
+
+
+@pytest.mark.parametrize("which", ["audit", "pair", "generic", "unfinished"])
 def test_no_payload_runs_in_any_report(hostile_pages, which, chromium, tmp_path) -> None:
     page = hostile_pages[which]
     text = page.read_text()
@@ -71,6 +86,8 @@ def test_no_payload_runs_in_any_report(hostile_pages, which, chromium, tmp_path)
     assert seen["title"].startswith("reachlens")
     md = page.with_suffix(".md").read_text()
     assert "<img" not in md and "<script" not in md  # escaped for Markdown too
+    if which == "unfinished":
+        assert "Unfinished: this run" in text and "adm\\u200b\\u200d\\ufeff\\U000e0041" in text
 
 
 def test_the_probe_sees_a_payload_that_runs(chromium, tmp_path) -> None:

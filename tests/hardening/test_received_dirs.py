@@ -14,18 +14,9 @@ import os
 from pathlib import Path
 
 import pytest
-from hostile import cli, copy_of, error_line
+from hostile import cli, copy_of, error_line, snapshot
 
 from reachlens.store import read_record, read_run
-
-
-def _snapshot(folder: Path) -> dict[str, bytes]:
-    """Every file under ``folder`` (links as their target text), by relative path."""
-    out = {}
-    for p in sorted(folder.rglob("*")):
-        rel = str(p.relative_to(folder))
-        out[rel] = os.readlink(p).encode() if p.is_symlink() else p.read_bytes() if p.is_file() else b"<dir>"
-    return out
 
 
 def _poisoned(finished_audit: Path, tmp_path: Path) -> tuple[Path, Path]:
@@ -40,12 +31,12 @@ def _poisoned(finished_audit: Path, tmp_path: Path) -> tuple[Path, Path]:
 @pytest.mark.parametrize("command", ["show", "report", "rescore", "convert"])
 def test_a_journal_in_a_received_directory_moves_nothing(finished_audit, tmp_path, capsys, command) -> None:
     shared, victim = _poisoned(finished_audit, tmp_path)
-    before = _snapshot(tmp_path)
+    before = snapshot(tmp_path)
     code, _, err = cli(capsys, command, shared)
     assert code == 2, err
     assert ".rewrite.json" in error_line(err)
     assert not victim.exists()
-    after = _snapshot(tmp_path)
+    after = snapshot(tmp_path)
     assert {k: v for k, v in after.items() if not k.endswith(("report.html", "report.md"))} == before
 
 
@@ -53,11 +44,11 @@ def test_readers_in_python_refuse_the_journal_and_move_nothing(finished_audit, t
     from reachlens.errors import ReachlensError
 
     shared, victim = _poisoned(finished_audit, tmp_path)
-    before = _snapshot(tmp_path)
+    before = snapshot(tmp_path)
     for read in (read_run, read_record):
         with pytest.raises(ReachlensError, match=r"interrupted \(\.rewrite\.json\); finish it with `reachlens convert"):
             read(shared)
-    assert _snapshot(tmp_path) == before and not victim.exists()
+    assert snapshot(tmp_path) == before and not victim.exists()
 
 
 @pytest.mark.parametrize("moves", [
@@ -77,15 +68,15 @@ def test_a_writer_commits_only_moves_of_the_runs_own_files(finished_audit, tmp_p
     (shared / ".run.json.1.0123abcd.tmp").write_text("{}")
     (shared / ".x.parquet.1.0123abcd.tmp").write_text("{}")
     (shared / ".rewrite.json").write_text(json.dumps({"moves": moves}))
-    before = _snapshot(tmp_path)
+    before = snapshot(tmp_path)
     if moves == "not a list":  # a journal torn while written: the rewrite never began, it is dropped
         PartsDir(shared).recover()
         assert not (shared / ".rewrite.json").exists()
-        assert (shared / "run.json").read_bytes() == before["shared/run.json"]
+        assert (shared / "run.json").read_bytes() == before["shared/run.json"][2]
         return
     with pytest.raises(ReachlensError, match="not a rewrite of this run's own files"):
         PartsDir(shared).recover()  # what every resume, rescore and convert does first
-    assert _snapshot(tmp_path) == before
+    assert snapshot(tmp_path) == before
 
 
 def test_a_symlinked_staged_file_is_never_moved(finished_audit, tmp_path) -> None:
@@ -141,10 +132,10 @@ def test_convert_never_renames_a_folder_to_a_path_its_record_names(finished_audi
     v0.update(kind="length_control", options={"base_dir": "base", "trained_dir": "trained",
                                                "max_new_tokens": "x/../../../planted"})
     (control / "run.json").write_text(json.dumps(v0))
-    before = _snapshot(tmp_path)
+    before = snapshot(tmp_path)
     code, _, err = cli(capsys, "convert", control)
     assert code == 2 and "max_new_tokens=x/../../../planted" in error_line(err)
     assert (control / "base" / "run.json").is_file()
     assert not any(p.name.startswith("base--") for p in tmp_path.rglob("*"))
     assert not (tmp_path / "planted").exists() and not (root.parent / "planted").exists()
-    assert set(_snapshot(tmp_path)) == set(before)
+    assert set(snapshot(tmp_path)) == set(before)

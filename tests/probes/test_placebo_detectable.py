@@ -34,7 +34,7 @@ def make_bank():
                              ("placebo:" if probe == PLACEBO else "") + ("graft:zero@L1", "graft:bos@L1")[j],
                              "candidate_idx": j, "text": "A: 7" if ok else "A: 1", "answer": "7" if ok else "1",
                              "correct": ok, "scored": True, "mean_logprob": -1.0, "finish_reason": "stop",
-                             "decoded_tokens": 3, "intervention": probe not in ("greedy", SAMPLING), "detail": ""})
+                             "n_tokens": 3, "intervention": probe not in ("greedy", SAMPLING), "detail": ""})
     return candidate_frame(rows)
 
 
