@@ -11,7 +11,7 @@ import pytest
 
 from reachlens.power import mcnemar_mde, mde_verdict
 from reachlens.probes import placebo_table, probe_summary, recovery_table
-from reachlens.probes.bank import candidate_frame
+from reachlens.probes.bank import bank_frame
 from reachlens.report.probe_report import _display
 
 SAMPLING, GRAFT, PLACEBO = "sampling:k=3", "graft:kind=zero,bos:layer=1", "graft:kind=zero,bos:layer=1:placebo=true"
@@ -35,7 +35,7 @@ def make_bank():
                              "candidate_idx": j, "text": "A: 7" if ok else "A: 1", "answer": "7" if ok else "1",
                              "correct": ok, "scored": True, "mean_logprob": -1.0, "finish_reason": "stop",
                              "n_tokens": 3, "intervention": probe not in ("greedy", SAMPLING), "detail": ""})
-    return candidate_frame(rows)
+    return bank_frame(rows)
 
 
 BANK = make_bank()
