@@ -5,7 +5,7 @@ compared as JSON, one verdict line each.
 Used for issue 37's "outputs must not change": a run made by the code before a change, converted with
 ``reachlens convert``, against the same run made by the code after it::
 
-    python experiments/before_after.py runs/before/demo runs/after/demo
+    python experiments/before_after.py runs/before/demo runs/after/demo --ignore wall_seconds
 
 Exit status 0 when every run, table and summary is equal, 1 otherwise.
 """
@@ -41,7 +41,7 @@ def _plain(value):
     return value
 
 
-def _compare_run(name: str, a, b) -> list[tuple[str, str]]:
+def _compare_run(name: str, a, b, ignore: tuple[str, ...] = ()) -> list[tuple[str, str]]:
     """(what, verdict) for each table and the summary of two runs."""
     out: list[tuple[str, str]] = []
     ta, tb = a.tables(), b.tables()
@@ -54,14 +54,28 @@ def _compare_run(name: str, a, b) -> list[tuple[str, str]]:
             out.append((f"{name}:{table}", f"equal ({len(ta[table])} rows x {ta[table].shape[1]} columns)"))
         except AssertionError as err:
             out.append((f"{name}:{table}", "DIFFER: " + " ".join(str(err).split())[:300]))
-    sa = json.dumps(_plain(a.summary()), sort_keys=True, default=str)
-    sb = json.dumps(_plain(b.summary()), sort_keys=True, default=str)
-    out.append((f"{name}:summary", "equal" if sa == sb else "DIFFER"))
+    fa, fb = _flat(a.summary()), _flat(b.summary())
+    differ = sorted(k for k in set(fa) | set(fb) if fa.get(k, "<absent>") != fb.get(k, "<absent>")
+                    and not k.startswith(ignore))
+    shown = "; ".join(f"{k}: {fa.get(k, '<absent>')} vs {fb.get(k, '<absent>')}" for k in differ[:6])
+    out.append((f"{name}:summary", f"DIFFER at {len(differ)} keys: {shown}" if differ else "equal"))
     return out
 
 
-def compare_trees(root_a: Path, root_b: Path) -> list[tuple[str, str]]:
-    """(what, verdict) for every run, table and summary under two roots."""
+def _flat(summary: dict, prefix: str = "") -> dict[str, str]:
+    """A summary's leaves by dotted key, each as JSON (NaN as "NaN")."""
+    out: dict[str, str] = {}
+    for key, value in summary.items():
+        if isinstance(value, dict):
+            out.update(_flat(value, f"{prefix}{key}."))
+        else:
+            out[f"{prefix}{key}"] = json.dumps(_plain(value), sort_keys=True, default=str)
+    return out
+
+
+def compare_trees(root_a: Path, root_b: Path, ignore: tuple[str, ...] = ()) -> list[tuple[str, str]]:
+    """(what, verdict) for every run, table and summary under two roots; summary keys starting with one of
+    ``ignore`` (a measured time) are not compared."""
     runs_a, runs_b = _runs(root_a), _runs(root_b)
     out: list[tuple[str, str]] = []
     for name in sorted(set(runs_a) | set(runs_b)):
@@ -72,7 +86,7 @@ def compare_trees(root_a: Path, root_b: Path) -> list[tuple[str, str]]:
         if a.kind != b.kind:
             out.append((name, f"DIFFER: kind {a.kind} vs {b.kind}"))
             continue
-        out.extend(_compare_run(f"{name} ({a.kind})", a, b))
+        out.extend(_compare_run(f"{name} ({a.kind})", a, b, ignore))
     return out
 
 
@@ -80,9 +94,11 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("a", type=Path, help="a run directory (or a folder of runs)")
     parser.add_argument("b", type=Path, help="the run directory to compare it with")
+    parser.add_argument("--ignore", action="append", default=[], metavar="KEY",
+                        help="a summary key (dotted, a prefix) not compared, e.g. wall_seconds (repeatable)")
     args = parser.parse_args(argv)
     pd.set_option("display.width", 200)
-    verdicts = compare_trees(args.a, args.b)
+    verdicts = compare_trees(args.a, args.b, tuple(args.ignore))
     for what, verdict in verdicts:
         print(f"{what}: {verdict}")
     same = all(v.startswith("equal") for _, v in verdicts) and bool(verdicts)
