@@ -225,22 +225,20 @@ def generate(
         return _per_route(model, prompts, rows, protocol, routes, route_ids, stop_at_eos=stop_at_eos,
                           max_batch_rows=max_batch_rows, fused=fused, share_prefixes=share_prefixes)
     ids = _prompt_ids(tokenizer_of(model), prompts)
-    if share_prefixes is None:
-        share_prefixes = not user_hooks(model)
+    share_prefixes = not user_hooks(model) if share_prefixes is None else share_prefixes
     stopper = StopChecker(tokenizer_of(model), tuple(protocol.stop or ()), _eos_ids(model) if stop_at_eos else set())
     tags = [r.tag for r in rows]
     arms, arm_ids = _arm_ids(model, rows)
     luts: dict = {}
-    results: list[Completion | None] = [None] * len(rows)
+    results: dict[int, Completion] = {}
     for chunk in _chunks(rows, [len(p) for p in ids], max_batch_rows):
         runs = _ChunkRuns(routes, torch.tensor([route_ids[i] for i in chunk]), arms,
                           torch.tensor([arm_ids[i] for i in chunk]), luts)
         with no_gc():
             outs = _generate_chunk(stack, ids, [rows[i] for i in chunk], protocol, stopper, share_prefixes,
                                    row_ids=tuple(chunk), tags=tags, runs=runs)
-        for i, c in zip(chunk, outs):
-            results[i] = c
-    return [c for c in results if c is not None]
+        results.update(zip(chunk, outs))
+    return [results[i] for i in sorted(results)]
 
 
 def _prompt_ids(tok, prompts: Sequence[str]) -> list[list[int]]:
