@@ -16,7 +16,7 @@ deliberately differs in one field (the prompt format control) names it in ``allo
 before reachlens recorded data identity is compared with a warning, on its golds alone. Budgets may differ only when both are cut to a common ``k``,
 which is exact because sample j of a question depends on (seed, question, j) alone.
 
-One module (about 400 lines) because the join, its summary and the tests of its deltas are one concept:
+One module (about 460 lines) because the join, its summary and the tests of its deltas are one concept:
 every function here reads the joined question table.
 """
 
