@@ -9,9 +9,11 @@ fields are its keys, registered in :data:`PROBES` by name. A spec string builds 
 >>> parse_probe("graft:kind=zero,noise:layer=3").budget
 2
 
-Values: integers, numbers, names, ``true``/``false``, and comma-separated lists where a key takes
-several (``kind=zero,noise``, ``alphas=-4,4``). A bad key or value is one line naming it and the keys
-the family knows (:class:`~reachlens.errors.ReachlensError`).
+Values: integers, numbers (ASCII digits: ``k=١٢`` is refused, not read as 12), names, ``true``/``false``,
+and comma-separated lists where a key takes several (``kind=zero,noise``, ``alphas=-4,4``); a seed is one of
+64 bits, as the protocol's. A bad key or value is one line naming it and the keys the family knows
+(:class:`~reachlens.errors.ReachlensError`). A budget is arithmetic (:attr:`Probe.budget` builds no candidate), so
+a run bounds its rows before anything is made (:class:`~reachlens.probes.ProbeJob`).
 
 Every probe is answer-blind (nothing it does reads the gold answer) and deterministic given (seed,
 question, candidate index). A probe's ``label`` is its canonical spec (its family and every key that
