@@ -336,4 +336,7 @@ def fix_for(diffs: Mapping[str, Any]) -> str:
     if all(k.startswith("data.") for k in diffs):
         return ("it was made from other data: pass the same data file (data=) and loader options, "
                 "or write to a new directory (nothing in it was changed)")
+    if all(k.startswith("options.inputs") for k in diffs):
+        return ("a file the run reads (by the path named) holds other numbers than when the run started: restore "
+                "that file, or write to a new directory (nothing in it was changed)")
     return "write to a new directory (out=), or delete this one to redo it (nothing in it was changed)"

@@ -206,7 +206,7 @@ def test_a_direction_file_replaced_before_a_resume_is_refused_and_the_same_file_
         probe(tiny_model, task, specs, protocol=GREEDY, exec_config=EXEC, out=out)
     line = str(err.value)
     assert "\n" not in line and "options.inputs" in line and str(path) in line
-    assert sha256_of(first) in line and sha256_of(other) in line
+    assert sha256_of(first) in line and sha256_of(other) in line and "restore that file" in line
 
     path.write_bytes(original)
     reads = []
