@@ -29,7 +29,7 @@ from typing import Any
 
 from reachlens.errors import ReachlensError
 
-__all__ = ["BACKENDS", "CHAT", "MIN_TEMPERATURE", "Protocol", "ProtocolMismatch", "chat_inner"]
+__all__ = ["BACKENDS", "CHAT", "MIN_TEMPERATURE", "SEED_RANGE", "Protocol", "ProtocolMismatch", "chat_inner"]
 
 BACKENDS = ("engine", "vllm")
 """Who draws the completions: reachlens' own engine (TransformerLens hooks live) or vLLM (no hooks)."""
@@ -38,7 +38,7 @@ MIN_TEMPERATURE = 1e-200
 float64 (largest value ``1.8e308``), so every ``l / T`` is finite for T above ``3.4e38 / 1.8e308 =
 1.9e-270``; 1e-200 leaves room for the softmax's own subtraction of the largest logit. Below it ``l / T``
 overflows, the distribution is NaN and every sample is the last token of the vocabulary."""
-_SEED_RANGE = (-(2**63), 2**63)
+SEED_RANGE = (-(2**63), 2**63)
 """Seeds are 64-bit integers, as every random generator takes them."""
 
 
@@ -138,7 +138,7 @@ class Protocol:
                 f"{MIN_TEMPERATURE!r} (below it logits / temperature overflows); use temperature=0 with k=1 for "
                 "greedy decoding"
             )
-        if not _SEED_RANGE[0] <= self.seed < _SEED_RANGE[1]:
+        if not SEED_RANGE[0] <= self.seed < SEED_RANGE[1]:
             raise ReachlensError(f"seed={self.seed!r} must be an integer of 64 bits (-2**63 to 2**63 - 1)")
         if self.temperature == 0 and self.k > 1:
             raise ReachlensError(

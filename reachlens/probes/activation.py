@@ -12,8 +12,13 @@ greedy deployment (:func:`reachlens.runner.decode.decode_rows`), prefix sharing 
   prompt's input embeddings at norm ratio ``ratio``, in the prefill.
 * ``steer`` (:mod:`reachlens.interventions.steering`): add ``alpha * v`` at ``site`` of block ``layer`` at
   every position of every forward, one candidate per alpha. ``v`` is a unit vector: ``direction=random``
-  draws it from the seed (one direction for every question), ``direction=PATH.npy`` reads it (normalized).
-  Alphas are in the site's own units.
+  draws it from the seed (one direction for every question), ``direction=PATH.npy`` reads it (normalized):
+  once per run, in the driver, its SHA-256 recorded in the run's identity (:meth:`SteerProbe.read_inputs`), so a
+  resume with another file is refused. Alphas are in the site's own units.
+
+Bounds, checked when a probe is made: a noise ratio of at most :data:`MAX_NOISE_RATIO` and alphas of at most
+:data:`MAX_ALPHA` (beyond them the intervention drowns the prompt: every candidate is the same noise); ``k`` and
+``seed`` only where they draw something (a graft of random kinds or a placebo, a random steering direction).
 
 Seeds: candidate ``c`` of a question ``q`` draws with :func:`~reachlens.engine.rng.intervention_seed`
 ``(seed, q, c)`` (the run's seed unless the probe names one), so a candidate depends on (seed, question,
@@ -22,6 +27,8 @@ candidate index) alone, whatever else is decoded beside it.
 
 from __future__ import annotations
 
+import dataclasses
+import hashlib
 from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -53,7 +60,15 @@ from reachlens.runner.decode import decode_rows, grade_completion
 from reachlens.tasks.base import Question, Task
 from reachlens.tasks.chat import render_prompts
 
-__all__ = ["ArmCandidate", "ArmGroup", "ArmProbe", "EmbeddingNoiseProbe", "GraftProbe", "SteerProbe", "arm_hooks"]
+__all__ = ["MAX_ALPHA", "MAX_NOISE_RATIO", "ArmCandidate", "ArmGroup", "ArmProbe", "EmbeddingNoiseProbe", "GraftProbe",
+           "SteerProbe", "arm_hooks"]
+
+MAX_NOISE_RATIO = 10.0
+"""The largest ``embedding_noise`` ratio: at ten times each token embedding's norm the prompt is noise alone (every
+candidate the same noise's decode, whatever the question)."""
+MAX_ALPHA = 1e4
+"""The largest steering ``|alpha|`` (the site's own units, a unit direction): beyond the residual norms of the models
+reachlens runs, so the direction drowns every activation and every alpha decodes alike; float16 ends at 65504."""
 
 
 @dataclass(frozen=True)
@@ -87,6 +102,14 @@ class ArmProbe(Probe):
         """This probe's candidates on one question whose prompt has ``n_tokens`` tokens."""
         raise NotImplementedError
 
+    def check_prompt(self, question_id: str, n_tokens: int) -> None:
+        """Refuse a prompt of ``n_tokens`` tokens this probe cannot act on (called with the task's shortest prompt
+        before the model loads, and by :meth:`candidates`). Any length, by default."""
+
+    def arms(self) -> list[str]:
+        """The names of this probe's arms (its candidates' ``arm``, which depend on neither question nor seed)."""
+        return list(dict.fromkeys(c.arm for c in self.candidates("q", 1 << 20, 0)))
+
     def hooks(self, model, keyed: Mapping[Hashable, Any], protocol: Protocol) -> list[FwdHook]:
         """``fwd_hooks`` serving the arms ``keyed`` (key -> value) of candidates of this probe (and, for a
         family with :attr:`shared_hooks`, of every probe of the family)."""
@@ -103,10 +126,8 @@ def _seeded(seed: int | None) -> str:
 
 
 def _placebo_position(seed: int, question_id: str, candidate_idx: int, n_tokens: int) -> int:
-    """A seeded prompt position, neither the first token nor the last (needs a prompt of >= 3 tokens)."""
-    if n_tokens < 3:
-        raise ReachlensError(f"a placebo graft needs a prompt of at least 3 tokens (a position that is neither the "
-                             f"first nor the last); question {question_id!r} has {n_tokens}")
+    """A seeded prompt position, neither the first token nor the last (a prompt of >= 3 tokens:
+    :meth:`GraftProbe.check_prompt`)."""
     return 1 + intervention_seed(seed, f"placebo\x1f{question_id}", candidate_idx) % (n_tokens - 2)
 
 
@@ -126,6 +147,7 @@ class GraftProbe(ArmProbe):
     seed: int | None = field(default=None, metadata={"help": "seed of the draws (none: the run's)"})
 
     def __post_init__(self) -> None:
+        super().__post_init__()
         for kind in self.kind:
             Graft(kind, layer=0)  # an unknown kind is refused naming the known ones
         if len(set(self.kind)) < len(self.kind) or len(set(self.layer)) < len(self.layer):
@@ -134,6 +156,13 @@ class GraftProbe(ArmProbe):
             raise ReachlensError(f"graft k={self.k!r} must be >= 1")
         if self.placebo and self.position != -1:
             raise ReachlensError("a placebo graft draws its own position; drop position= (or placebo=true)")
+        random = sorted(RANDOM_KINDS)
+        if self.k != 1 and not RANDOM_KINDS & set(self.kind):
+            raise ReachlensError(f"graft k={self.k} draws nothing: kind={','.join(self.kind)} is not random; drop k= "
+                                 f"(k draws only {', '.join(random)})")
+        if self.seed is not None and not self.placebo and not RANDOM_KINDS & set(self.kind):
+            raise ReachlensError(f"graft seed={self.seed} draws nothing: kind={','.join(self.kind)} is not random and "
+                                 f"not a placebo; drop seed= (the same graft under another label)")
 
     def _plan(self) -> list[tuple[str, int, int]]:
         return [(kind, layer, j) for kind in self.kind for layer in self.layer
@@ -141,15 +170,23 @@ class GraftProbe(ArmProbe):
 
     @property
     def budget(self) -> int:
-        return len(self._plan())
+        """Counted, not enumerated: a budget is bounded before any candidate is made."""
+        return len(self.layer) * sum(self.k if kind in RANDOM_KINDS else 1 for kind in self.kind)
+
+    def check_prompt(self, question_id: str, n_tokens: int) -> None:
+        if self.placebo and n_tokens < 3:
+            raise ReachlensError(f"a placebo graft needs a prompt of at least 3 tokens (a position that is neither the "
+                                 f"first nor the last); question {question_id!r} has {n_tokens}")
+        if not self.placebo and not -n_tokens <= self.position < n_tokens:
+            raise ReachlensError(f"graft position={self.position} is outside question {question_id!r}'s prompt of "
+                                 f"{n_tokens} tokens; use -1 (the last token) or a position inside every prompt "
+                                 f"({-n_tokens} to {n_tokens - 1})")
 
     def check(self, model, protocol: Protocol) -> None:
         graft_arms(model, [Graft(kind, layer, self.site) for kind, layer, _ in self._plan()])
 
     def candidates(self, question_id: str, n_tokens: int, seed: int) -> list[ArmCandidate]:
-        if not self.placebo and not -n_tokens <= self.position < n_tokens:
-            raise ReachlensError(f"graft position {self.position} is outside question {question_id!r}'s prompt of "
-                                 f"{n_tokens} tokens; use -1 (the last token) or a position inside every prompt")
+        self.check_prompt(question_id, n_tokens)
         out = []
         for c, (kind, layer, _) in enumerate(self._plan()):
             draw = intervention_seed(seed, question_id, c) if kind in RANDOM_KINDS else 0
@@ -177,7 +214,12 @@ class EmbeddingNoiseProbe(ArmProbe):
     seed: int | None = field(default=None, metadata={"help": "seed of the draws (none: the run's)"})
 
     def __post_init__(self) -> None:
+        super().__post_init__()
         EmbeddingNoise(self.ratio)  # refuses a ratio that is not a finite number > 0
+        if self.ratio > MAX_NOISE_RATIO:
+            raise ReachlensError(f"embedding_noise ratio={self.ratio:g} drowns the prompt (noise {self.ratio:g} times "
+                                 f"each embedding's norm: every candidate decodes noise alone); use ratio <= "
+                                 f"{MAX_NOISE_RATIO:g}")
         if self.k < 1:
             raise ReachlensError(f"embedding_noise k={self.k!r} must be >= 1")
 
@@ -210,16 +252,36 @@ class SteerProbe(ArmProbe):
     site: str = field(default="resid_post", metadata={"help": "a site of one vector per position"})
     direction: str = field(default="random", metadata={"help": "random (drawn from the seed) or a .npy file"})
     seed: int | None = field(default=None, metadata={"help": "seed of a random direction (none: the run's)"})
+    loaded: np.ndarray | None = field(default=None, init=False, repr=False, compare=False)
+    """The direction file's vector, once read (:meth:`read_inputs`): what travels to the workers."""
 
     def __post_init__(self) -> None:
+        super().__post_init__()
         if len(set(self.alphas)) < len(self.alphas):
             raise ReachlensError(f"steer alphas={self.alphas!r} names an alpha twice; name each once")
+        big = [a for a in self.alphas if abs(a) > MAX_ALPHA]
+        if big:
+            raise ReachlensError(f"steer alpha={big[0]:g} drowns every activation (every alpha beyond the residual "
+                                 f"stream's norm decodes alike); use alphas of at most {MAX_ALPHA:g} in size")
         if self.direction != "random" and not self.direction.endswith(".npy"):
             raise ReachlensError(f"steer direction={self.direction!r} must be 'random' or a .npy file of one vector")
+        if self.direction != "random" and self.seed is not None:
+            raise ReachlensError(f"steer seed={self.seed} draws nothing: direction={self.direction!r} is read from its "
+                                 "file; drop seed= (the same steering under another label)")
 
     @property
     def budget(self) -> int:
         return len(self.alphas)
+
+    def read_inputs(self) -> tuple[SteerProbe, dict[str, str]]:
+        """A direction file's vector, read once (the probe holding it) and its SHA-256 (its float64 values and
+        shape), by the file's path as the spec names it."""
+        if self.direction == "random":
+            return self, {}
+        v = _read_vector(Path(self.direction))
+        read = dataclasses.replace(self)
+        object.__setattr__(read, "loaded", v)
+        return read, {self.direction: _sha256(v)}
 
     def vector(self, model, seed: int) -> torch.Tensor:
         """The unit direction (float32, the site's width)."""
@@ -227,7 +289,10 @@ class SteerProbe(ArmProbe):
         if self.direction == "random":
             v = counter_normals(torch.tensor([intervention_seed(seed, "steer-direction", 0)]), torch.arange(width)[None])[0]
         else:
-            v = torch.from_numpy(_read_vector(Path(self.direction))).double()
+            if self.loaded is None:
+                raise RuntimeError(f"steer probe {self.label!r}: its direction file is read once per run, by "
+                                   "read_inputs() in the driver; decode the probe it returns")
+            v = torch.from_numpy(self.loaded).double()
             if v.shape != (width,):
                 raise ReachlensError(f"steer direction {self.direction!r} has shape {tuple(v.shape)}; block "
                                      f"{self.layer}'s {self.site} needs ({width},)")
@@ -251,6 +316,13 @@ class SteerProbe(ArmProbe):
 def _read_vector(path: Path) -> np.ndarray:
     v = read_direction(path, "steer direction file")
     return v.reshape(-1) if v.ndim <= 1 else v
+
+
+def _sha256(v: np.ndarray) -> str:
+    """The SHA-256 of a vector's shape and float64 values (little-endian, C order)."""
+    h = hashlib.sha256(repr(tuple(v.shape)).encode())
+    h.update(np.ascontiguousarray(v, dtype="<f8").tobytes())
+    return h.hexdigest()
 
 
 def arm_hooks(model, probes: Sequence[tuple[ArmProbe, Mapping[Hashable, Any]]], protocol: Protocol) -> list[FwdHook]:

@@ -50,6 +50,7 @@ class Sampling(Probe):
     seed: int | None = field(default=None, metadata={"help": "seed of the sample stream (none: the run's)"})
 
     def __post_init__(self) -> None:
+        super().__post_init__()
         if self.k < 1:
             raise ReachlensError(f"sampling k={self.k!r} must be >= 1")
         if not self.temperature > 0:
@@ -100,6 +101,7 @@ class Routes(Probe):
     seed: int | None = field(default=None, metadata={"help": "seed of the search (none: the run's)"})
 
     def __post_init__(self) -> None:
+        super().__post_init__()
         if self.search not in STRATEGIES:
             raise ReachlensError(f"routes search={self.search!r} is not a strategy; known: {', '.join(STRATEGIES.names())}")
         if self.objective == "oracle" or self.objective not in OBJECTIVES:

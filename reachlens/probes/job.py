@@ -15,6 +15,7 @@ run is ``complete`` only with every question's every candidate.
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -23,13 +24,13 @@ from typing import Any
 
 import pandas as pd
 
+from reachlens.engine.tokens import encode_prompts
 from reachlens.errors import ReachlensError
 from reachlens.execution import ExecConfig
-from reachlens.models import ModelSource
+from reachlens.models import ModelSource, load_tokenizer
 from reachlens.probes.activation import ArmProbe
-from reachlens.probes.bank import BANK_COLUMNS, GREEDY, ORDER, bank_frame, union_terms
+from reachlens.probes.bank import BANK_COLUMNS, GREEDY, ORDER, bank_frame, family_of, union_terms
 from reachlens.probes.decode import Decoder, check_whole, expected_rows, plan_units
-from reachlens.probes.families import Sampling
 from reachlens.probes.run import ProbeRun, check_bank
 from reachlens.probes.spec import Probe, parse_probe
 from reachlens.probes.summary import default_unions
@@ -37,16 +38,19 @@ from reachlens.protocol import Protocol
 from reachlens.runner import (
     Executor,
     Opened,
+    ResolvedModel,
     Slice,
     check_budget,
     check_context,
     check_replica,
+    check_rows,
     resolve_model,
     run_jobs,
 )
 from reachlens.store import PartKey, PartsDir, RunRecord
 from reachlens.tasks import load_task
 from reachlens.tasks.base import Task
+from reachlens.tasks.chat import render_prompts
 
 __all__ = ["ProbeJob", "ProbeShard", "probe"]
 
@@ -90,23 +94,65 @@ def _probes(probes: Sequence[str | Probe]) -> tuple[Probe, ...]:
     twice = sorted({x for x in labels if labels.count(x) > 1})
     if twice:
         raise ReachlensError(f"probe {twice[0]!r} is given twice; give each probe once")
-    owner: dict[str, str] = {}
-    for p in made:
-        for arm in dict.fromkeys(c.arm for c in p.candidates("q", 1 << 20, 0)) if isinstance(p, ArmProbe) else ():
-            if owner.setdefault(arm, p.label) != p.label:  # the reach of an arm is read by its name: never pool two
-                raise ReachlensError(f"probes {owner[arm]!r} and {p.label!r} both make arm {arm!r}; merge them into "
-                                     f"one probe, or give one its own seed (seed=N)")
     return tuple(made)
 
 
-def _unions(unions: Sequence[str] | None, labels: Sequence[str]) -> list[str]:
+def _check_rows(probes: Sequence[Probe], task: Task, protocol: Protocol, max_batch_rows: int) -> None:
+    """Refuse, by arithmetic alone (no candidate is made), a run whose slices hold more completions than memory
+    takes (:func:`~reachlens.runner.check_rows`, the bound of the audit's ``k``): each unit's largest slice holds its
+    questions times their candidates (the greedy row and each of its probes' budget)."""
+    check_budget(dataclasses.replace(protocol, k=1), max_batch_rows)
+    for unit in plan_units(probes).values():
+        expected = unit.expected()
+        per_question = sum(expected.values())
+        questions = max((b - a for a, b in unit.slices(task, protocol, max_batch_rows)), default=0)
+        own = [label for label in expected if label != GREEDY]
+        fixed = per_question - sum(expected[label] for label in own)
+        check_rows(questions * per_question, protocol.max_new_tokens,
+                   f"probe {' and '.join(map(repr, own))}: {questions:,} question(s) decoded together, "
+                   f"{per_question:,} candidates each:",
+                   lambda fit: f"give it at most {max(fit // max(questions, 1) - fixed, 0):,} candidates per question "
+                               "(its budget), or a shorter max_new_tokens")
+
+
+def _check_distinct(probes: Sequence[Probe], protocol: Protocol) -> None:
+    """Refuse two probes that decode the same candidates under two labels (one names the run's seed), and two
+    probes that make an arm of one name (the reach of an arm is read by its name: never pool two)."""
+    same: dict[str, str] = {}
+    for p in probes:
+        seed = getattr(p, "seed", None)
+        key = dataclasses.replace(p, seed=None).label if seed is not None and seed == protocol.seed else p.label
+        if same.setdefault(key, p.label) != p.label:
+            raise ReachlensError(f"probes {same[key]!r} and {p.label!r} are the same probe (seed={seed} is the run's "
+                                 f"seed): each candidate would be decoded twice under two labels; give it once")
+    owner: dict[str, str] = {}
+    for p in probes:
+        for arm in p.arms() if isinstance(p, ArmProbe) else ():
+            if owner.setdefault(arm, p.label) != p.label:
+                raise ReachlensError(f"probes {owner[arm]!r} and {p.label!r} both make arm {arm!r}; merge them into "
+                                     f"one probe, or give one its own seed (seed=N)")
+
+
+def _unions(unions: Sequence[str] | None, probes: Sequence[Probe]) -> list[str]:
+    """The named unions of a run (``O[A+B]``), each term checked against the run's probes before anything loads: a
+    probe's label, a family of the run, ``greedy`` or ``arm:NAME`` of one of its arms."""
+    labels = [p.label for p in probes]
     if unions is None:
-        return default_unions(list(labels))
+        return default_unions(labels)
+    names = list(dict.fromkeys([GREEDY, *map(family_of, labels), *labels]))
+    arms = {arm for p in probes for arm in p.arms()}
     out = []
     for u in unions:
         out.append(u if u.startswith("O[") else f"O[{u}]")
-        if len(union_terms(out[-1])) < 2:
+        terms = union_terms(out[-1])
+        if len(terms) < 2:
             raise ReachlensError(f"union {u!r} names one source; name two or more joined by +, e.g. 'sampling+graft'")
+        for term in terms:
+            if term not in names and not (term.startswith("arm:") and term[4:] in arms):
+                near = difflib.get_close_matches(term, names, n=1)
+                raise ReachlensError(f"union {u!r}: {term!r} names no probe, family or arm of this run"
+                                     + (f" (did you mean {near[0]!r}?)" if near else "")
+                                     + f"; it could be {', '.join(map(repr, names))}, or arm:NAME for one arm")
     return out
 
 
@@ -125,22 +171,29 @@ class ProbeJob:
     unions: tuple[str, ...] | None = None
 
     def check(self) -> None:
+        """Everything that needs no model, in order: the greedy protocol, the rows each slice holds (counted), two
+        probes that are one, the unions' names."""
         if not self.protocol.is_greedy:
             p = self.protocol
             raise ReachlensError(f"a probe run's protocol is the deployment's, greedy (Protocol.greedy(...)); not "
                                  f"k={p.k}, temperature={p.temperature}: name samples as a probe "
                                  f"('sampling:k={p.k}:temperature={p.temperature:g}')")
-        _unions(self.unions, [p.label for p in self.probes])
-        for p in self.probes:
-            if isinstance(p, Sampling):
-                check_budget(p.protocol(self.protocol), self.exec_config.max_batch_rows)
+        _check_rows(self.probes, self.task, self.protocol, self.exec_config.max_batch_rows)
+        _check_distinct(self.probes, self.protocol)
+        _unions(self.unions, self.probes)
 
     def resolve(self, in_process: bool) -> tuple[ProbeShard, RunRecord]:
+        """The shard and record of the run: each probe's inputs read once (their SHA-256 in the record's options), the
+        shortest prompt checked against every activation probe (with the tokenizer alone), the unions beside the
+        identity (derived from the bank: a resume may name others)."""
+        read = [p.read_inputs() for p in self.probes]
+        probes = tuple(p for p, _ in read)
+        inputs = {path: sha for _, found in read for path, sha in found.items()}
         r = resolve_model(self.model, self.task, self.protocol, self.exec_config, in_process)
-        shard = ProbeShard(r.source, self.task, r.protocol, self.probes, r.model_id, self.exec_config, r.model)
-        labels = [p.label for p in self.probes]
-        options = {"probes": labels, "unions": _unions(self.unions, labels)}
-        extra = {"task_source": self.task.source, "n_questions": len(self.task)}
+        _check_prompts(probes, self.task, r)
+        shard = ProbeShard(r.source, self.task, r.protocol, probes, r.model_id, self.exec_config, r.model)
+        options = {"probes": [p.label for p in probes], **({"inputs": inputs} if inputs else {})}
+        extra = {"task_source": self.task.source, "n_questions": len(self.task), "unions": _unions(self.unions, probes)}
         return shard, RunRecord.new("probe", r.protocol, r.model_id, self.task.data_identity, options, extra, r.exec)
 
     def plan(self, shard: ProbeShard) -> list[Slice]:
@@ -189,6 +242,24 @@ class ProbeJob:
         done = dataclasses.replace(result, record=o.store.record(), location=o.store.path)
         done.__dict__["analysis"] = result.analysis  # the same bank: its tables, computed once
         return done
+
+
+def _check_prompts(probes: Sequence[Probe], task: Task, r: ResolvedModel) -> None:
+    """Refuse an activation probe that cannot act on the task's shortest prompt (a graft position outside it), with
+    the model's tokenizer alone: before the weights load."""
+    arm_probes = [p for p in probes if isinstance(p, ArmProbe)]
+    if not arm_probes or not len(task):
+        return
+    tokenizer = getattr(r.model, "tokenizer", None) if r.model is not None else None
+    if tokenizer is None:
+        spec = r.source.spec if r.source is not None else None
+        tokenizer = load_tokenizer(spec, trust_remote_code=r.source.trust_remote_code) if spec else None
+    if tokenizer is None:
+        return
+    lengths = [len(ids) for ids in encode_prompts(tokenizer, render_prompts(task, r.protocol, task.questions, tokenizer))]
+    shortest = min(range(len(lengths)), key=lengths.__getitem__)
+    for p in arm_probes:
+        p.check_prompt(task.questions[shortest].question_id, lengths[shortest])
 
 
 def _assemble(parts: dict[PartKey, pd.DataFrame], task: Task, labels: Sequence[str]) -> pd.DataFrame:

@@ -1,8 +1,10 @@
 """A probe run (kind ``probe``): one candidate bank of a model on a task under several probes.
 
     DIR/run.json            the run record: the greedy protocol of the deployment (decode length, prompt
-                            format, seed, grader, stops), options (the probes' labels, the named unions),
-                            model and data identity, exec (batch rows, dtype, device: checked on resume)
+                            format, seed, grader, stops), options (the probes' labels; ``inputs``, the SHA-256
+                            of each file a probe reads, by its path), model and data identity, exec (batch rows,
+                            dtype, device): all checked on resume; ``unions``, the named unions (derived from
+                            the bank, not its identity: a resume or a re-run of a complete run may name others)
     DIR/parts/U.S.candidates.parquet  one part per finished slice of each unit (:mod:`reachlens.probes.decode`)
     DIR/candidates.parquet  the bank (:data:`~reachlens.records.BANK_COLUMNS`), written when it completes
     DIR/(the summary)      D and O per probe, per arm and per named union (intervals), selectors and the
@@ -51,7 +53,7 @@ class ProbeRun(RecordedProtocol, Run):
     kind: ClassVar[str] = "probe"
     dir_class: ClassVar[type[RunDir]] = PartsDir
     record_fields: ClassVar[dict[str, tuple[type, ...]]] = {
-        "protocol": (dict,), "options.probes": (list,), "options.unions": (list,)}
+        "protocol": (dict,), "options.probes": (list,), "unions": (list,)}
 
     candidates: pd.DataFrame = field(repr=False)
 
@@ -62,8 +64,9 @@ class ProbeRun(RecordedProtocol, Run):
 
     @property
     def unions(self) -> list[str]:
-        """The named unions the summary reports."""
-        return list(self.record.options["unions"])
+        """The named unions the summary reports: derived from the bank, so beside the run's identity (the last
+        command that ran or resumed the run named them)."""
+        return list(self.record.extra["unions"])
 
     @functools.cached_property
     def analysis(self) -> dict[str, pd.DataFrame]:

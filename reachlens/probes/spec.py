@@ -9,9 +9,11 @@ fields are its keys, registered in :data:`PROBES` by name. A spec string builds 
 >>> parse_probe("graft:kind=zero,noise:layer=3").budget
 2
 
-Values: integers, numbers, names, ``true``/``false``, and comma-separated lists where a key takes
-several (``kind=zero,noise``, ``alphas=-4,4``). A bad key or value is one line naming it and the keys
-the family knows (:class:`~reachlens.errors.ReachlensError`).
+Values: integers, numbers (ASCII digits: ``k=١٢`` is refused, not read as 12), names, ``true``/``false``,
+and comma-separated lists where a key takes several (``kind=zero,noise``, ``alphas=-4,4``); a seed is one of
+64 bits, as the protocol's. A bad key or value is one line naming it and the keys the family knows
+(:class:`~reachlens.errors.ReachlensError`). A budget is arithmetic (:attr:`Probe.budget` builds no candidate), so
+a run bounds its rows before anything is made (:class:`~reachlens.probes.ProbeJob`).
 
 Every probe is answer-blind (nothing it does reads the gold answer) and deterministic given (seed,
 question, candidate index). A probe's ``label`` is its canonical spec (its family and every key that
@@ -25,13 +27,15 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import re
 from collections.abc import Callable
 from typing import Any, ClassVar
 
 from reachlens._registry import Registry
 from reachlens.errors import ReachlensError
+from reachlens.protocol import SEED_RANGE
 
-__all__ = ["PROBES", "Probe", "parse_probe", "register_probe"]
+__all__ = ["PROBES", "Probe", "keys_of", "parse_probe", "register_probe"]
 
 
 class Probe:
@@ -56,11 +60,29 @@ class Probe:
     def label(self) -> str:
         """The canonical spec: the family and every key that differs from its default, in field order."""
         parts = [self.family]
-        for f in dataclasses.fields(self):
+        for f in keys_of(type(self)):
             value = getattr(self, f.name)
             if f.default is dataclasses.MISSING or value != f.default:
                 parts.append(f"{f.name}={_format(value)}")
         return ":".join(parts)
+
+    def __post_init__(self) -> None:
+        """What every family checks (each family's ``__post_init__`` calls it first): a seed of 64 bits, as the
+        protocol's (:data:`~reachlens.protocol.SEED_RANGE`)."""
+        seed = getattr(self, "seed", None)
+        if seed is not None and not SEED_RANGE[0] <= seed < SEED_RANGE[1]:
+            raise ReachlensError(f"{self.family} seed={seed!r} is beyond 64 bits; use a seed from -2**63 to 2**63 - 1")
+
+    def arms(self) -> list[str]:
+        """The names of the arms this probe's candidates carry in the bank (what a union's ``arm:NAME`` names): a
+        decoding probe's candidates carry its label."""
+        return [self.label]
+
+    def read_inputs(self) -> tuple[Probe, dict[str, str]]:
+        """Read what this probe takes from outside its spec (a file), once per run, in the run's driver: the probe
+        holding what it read (what travels to the workers) and the identity of what it read, ``{path: SHA-256}``,
+        recorded in the run's identity (a resume with another file is refused). Nothing, by default."""
+        return self, {}
 
     def check(self, model, protocol) -> None:
         """Refuse, before anything runs, what this probe cannot do on ``model`` under ``protocol``."""
@@ -86,11 +108,24 @@ def _format(value: Any) -> str:
     return str(value)
 
 
+def keys_of(cls: type) -> list[dataclasses.Field]:
+    """The keys of a family's spec: its dataclass fields a spec sets (not what it holds once its inputs are read)."""
+    return [f for f in dataclasses.fields(cls) if f.init]
+
+
+_INTEGER = re.compile(r"[+-]?[0-9]+")
+_NUMBER = re.compile(r"[+-]?([0-9]+\.?[0-9]*|\.[0-9]+)([eE][+-]?[0-9]+)?")
+
+
 def _int(text: str) -> int:
+    if not _INTEGER.fullmatch(text):  # int() takes any script's digits, '_' and spaces: a spec is ASCII
+        raise ValueError(text)
     return int(text)
 
 
 def _float(text: str) -> float:
+    if not _NUMBER.fullmatch(text):
+        raise ValueError(text)
     value = float(text)
     if not math.isfinite(value):
         raise ValueError(text)
@@ -120,14 +155,14 @@ def _listed(parse: Callable[[str], Any]) -> Callable[[str], tuple]:
 
 
 _PARSERS: dict[str, tuple[Callable[[str], Any], str]] = {
-    "int": (_int, "an integer"),
-    "float": (_float, "a finite number"),
+    "int": (_int, "an integer (digits 0-9)"),
+    "float": (_float, "a finite number (digits 0-9, e.g. 0.5 or 1e-3)"),
     "str": (str, "a name"),
     "bool": (_bool, "true or false"),
-    "int | None": (_optional(_int), "an integer (or none)"),
-    "tuple[int, ...]": (_listed(_int), "a comma-separated list of integers"),
+    "int | None": (_optional(_int), "an integer (digits 0-9) or none"),
+    "tuple[int, ...]": (_listed(_int), "a comma-separated list of integers (digits 0-9)"),
     "tuple[str, ...]": (_listed(str), "a comma-separated list of names"),
-    "tuple[float, ...]": (_listed(_float), "a comma-separated list of numbers"),
+    "tuple[float, ...]": (_listed(_float), "a comma-separated list of numbers (digits 0-9)"),
 }
 
 
@@ -147,7 +182,7 @@ def parse_probe(spec: str) -> Probe:
     if name not in PROBES:
         raise ReachlensError(f"unknown probe family {name!r} in {spec!r}; known: {', '.join(PROBES.names())}")
     cls = PROBES[name]
-    fields = {f.name: f for f in dataclasses.fields(cls)}
+    fields = {f.name: f for f in keys_of(cls)}
     values: dict[str, Any] = {}
     for pair in pairs:
         key, eq, text = pair.partition("=")

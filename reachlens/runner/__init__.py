@@ -17,6 +17,7 @@ from reachlens.runner.decode import (
     batch_slices,
     check_budget,
     check_context,
+    check_rows,
     deploy_and_grade,
     deploy_arms_and_grade,
     grade_completion,
@@ -31,7 +32,7 @@ from reachlens.runner.ray_executor import RayExecutor
 
 __all__ = [
     "Executor", "InProcessExecutor", "Job", "Opened", "ProcessPool", "RayExecutor", "Replica", "ResolvedModel",
-    "Shard", "Slice", "SliceResult", "audit_slice", "batch_slices", "check_budget", "check_context", "check_replica",
+    "Shard", "Slice", "SliceResult", "audit_slice", "batch_slices", "check_budget", "check_context", "check_replica", "check_rows",
     "deploy_and_grade", "deploy_arms_and_grade", "executor_for", "grade_completion", "grade_questions",
     "grade_samples", "resolve_model", "run_jobs", "sample_slice",
 ]

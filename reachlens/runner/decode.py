@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import math
 import os
-from collections.abc import Hashable, Sequence, Set
+from collections.abc import Callable, Hashable, Sequence, Set
 from pathlib import Path
 from typing import Any
 
@@ -30,9 +30,9 @@ from reachlens.records import GENERATION_COLUMNS, QUESTION_COLUMNS, SAMPLE_COLUM
 from reachlens.tasks.base import Question, Task
 from reachlens.tasks.chat import render_prompts
 
-__all__ = ["audit_slice", "batch_slices", "check_budget", "check_context", "decode_rows", "deploy_and_grade",
-           "deploy_arms_and_grade", "grade_completion", "grade_questions", "grade_samples", "machine_memory",
-           "questions_by_id", "sample_slice"]
+__all__ = ["audit_slice", "batch_slices", "check_budget", "check_context", "check_rows", "decode_rows",
+           "deploy_and_grade", "deploy_arms_and_grade", "grade_completion", "grade_questions", "grade_samples",
+           "machine_memory", "questions_by_id", "sample_slice"]
 
 ROW_BYTES = 1024
 """Memory one completion holds while its batch is decoded and graded, before its tokens: its row, its
@@ -288,29 +288,34 @@ def check_budget(protocol: Protocol, max_batch_rows: int) -> None:
     """Refuse a budget whose completions cannot fit in memory, before any is built.
 
     A slice of the audit (:func:`batch_slices`) holds ``max(K + 1, max_batch_rows)`` completions at
-    most until it is graded, each about :data:`ROW_BYTES` + :data:`ROW_BYTES_PER_TOKEN` per token of
-    ``max_new_tokens``; that must stay under half of :func:`machine_memory` (the model, its cache and the
-    finished tables need the rest). The message names the largest ``k`` (or ``max_batch_rows``) that fits.
-    The decode itself runs ``max_batch_rows`` rows at a time, whatever K is.
+    most until it is graded (:func:`check_rows`). The message names the largest ``k`` (or ``max_batch_rows``) that
+    fits. The decode itself runs ``max_batch_rows`` rows at a time, whatever K is.
     """
     if isinstance(max_batch_rows, bool) or not isinstance(max_batch_rows, int) or max_batch_rows < 1:
         raise ReachlensError(f"max_batch_rows={max_batch_rows!r} must be an integer >= 1")
-    per_row = ROW_BYTES + ROW_BYTES_PER_TOKEN * protocol.max_new_tokens
+    check_rows(protocol.k + 1, protocol.max_new_tokens, f"k={protocol.k}: one question's",
+               lambda fit: f"use k <= {max(fit - 1, 0)}, or a shorter max_new_tokens")
+    check_rows(max_batch_rows, protocol.max_new_tokens, f"max_batch_rows={max_batch_rows}: a batch of",
+               lambda fit: f"use max_batch_rows <= {fit}")
+
+
+def check_rows(rows: int, max_new_tokens: int, what: str, fix: Callable[[int], str]) -> None:
+    """Refuse ``rows`` completions held together until they are graded when they cannot fit in memory, before any
+    is built: each holds about :data:`ROW_BYTES` + :data:`ROW_BYTES_PER_TOKEN` per token of ``max_new_tokens``, and
+    together they must stay under half of :func:`machine_memory` (the model, its cache and the finished tables need
+    the rest). ``what`` names the rows in the message, ``fix(fit)`` says how to fit (``fit``: the most that do).
+
+    >>> check_rows(10, 16, "ten rows:", lambda fit: f"use at most {fit}")
+    """
+    per_row = ROW_BYTES + ROW_BYTES_PER_TOKEN * max_new_tokens
     memory = machine_memory()
     fit = memory // 2 // per_row
-
-    def need(rows: int) -> str:
-        return (f"{rows:,} completions need about {_gib(rows * per_row)} in memory until they are graded "
-                f"({ROW_BYTES} bytes + {ROW_BYTES_PER_TOKEN} per token of max_new_tokens={protocol.max_new_tokens} "
-                f"each), more than half of the {_gib(memory)} this process may use (the least of the machine's "
-                "memory, its cgroup's limit and ulimit -v)")
-
-    if protocol.k + 1 > fit:
-        raise ReachlensError(f"k={protocol.k}: one question's {need(protocol.k + 1)}; use k <= {max(fit - 1, 0)}, "
-                             "or a shorter max_new_tokens")
-    if max_batch_rows > fit:
-        raise ReachlensError(f"max_batch_rows={max_batch_rows}: a batch of {need(max_batch_rows)}; "
-                             f"use max_batch_rows <= {fit}")
+    if rows > fit:
+        raise ReachlensError(
+            f"{what} {rows:,} completions need about {_gib(rows * per_row)} in memory until they are graded "
+            f"({ROW_BYTES} bytes + {ROW_BYTES_PER_TOKEN} per token of max_new_tokens={max_new_tokens} each), more "
+            f"than half of the {_gib(memory)} this process may use (the least of the machine's memory, its cgroup's "
+            f"limit and ulimit -v); {fix(fit)}")
 
 
 def check_context(model, task: Task, protocol: Protocol) -> None:

@@ -22,7 +22,10 @@ Older shapes read here:
   run's ``realized`` a boolean beside ``deployed_scored``, a comparison's and a control's audits named by relative
   ``children`` (for absolute paths in their options: found inside the run's tree, else copied into it), parts
   named ``U.S.TABLE.parquet``, a training study's ``budget_k`` named ``extended_k``, and every protocol field
-  written (its hash made again).
+  written (its hash made again);
+* format 3 -> 4: a probe run's named unions (derived from its bank) moved out of its identity, ``options.unions``
+  to ``unions`` beside it. A run of a steer probe that reads a direction file recorded no SHA-256 of it before: it
+  reads as it did, and a resume of it is refused (its file cannot be checked).
 
 Directories are converted deepest first, each under its writer lock: a run's children are in today's format when
 its own step runs, so a step reads and writes them as today's reachlens does. Last, a complete run whose
@@ -528,6 +531,13 @@ def _study_v2(d: Path, header: dict[str, Any]) -> dict[str, Any]:
     return {**header, "options": options}
 
 
+# --- format 3 -> 4 ---------------------------------------------------------------------------------------
+def _probe_v3(d: Path, header: dict[str, Any]) -> dict[str, Any]:
+    """A probe run's unions are not part of its identity: ``options.unions`` is ``unions``."""
+    options = dict(header.get("options") or {})
+    return {**header, "options": {k: v for k, v in options.items() if k != "unions"}, "unions": options.get("unions")}
+
+
 STEPS: dict[int, dict[str, Step]] = {
     0: {"temperature_control": _temperature_v0, "length_control": _length_v0, "training_audit": _study_v0,
         "recognition": _recognition_v0, "silence": _causal_v0, "steer": _causal_v0, "units": _causal_v0},
@@ -535,6 +545,7 @@ STEPS: dict[int, dict[str, Step]] = {
     2: {"audit": _audit_v2, "routing": _routing_v2, "probe": _probe_v2, "comparison": _comparison_v2,
         "temperature_control": _comparison_v2, "length_control": _length_v2, "training_audit": _study_v2,
         "recognition": _common_v2, "silence": _common_v2, "steer": _common_v2, "units": _common_v2},
+    3: {"probe": _probe_v3},
 }
 """Format version v -> kind -> the step that brings a directory of that kind from v to v + 1 (a kind a version
 left alone is not listed)."""

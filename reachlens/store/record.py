@@ -41,13 +41,15 @@ __all__ = [
 ]
 
 FORMAT = "reachlens-run"
-FORMAT_VERSION = 3
+FORMAT_VERSION = 4
 """The version of the run format. 1: ``format_version``, ``status``, ``started``/``finished`` and ``exec`` in
 ``run.json``, every table a parquet file, one directory rule for reruns. 2: a training study's prompt-format
 control is a rerun at ``k=1`` (``audits/NAME--k=1--prompt_format=FMT``, was the K-sample
 ``NAME--prompt_format=FMT``). 3: one candidate table (``candidate_idx`` and ``n_tokens`` in every study's
 candidates), a routing run's ``realized`` a boolean beside ``deployed_scored``, ``children`` (relative) in place of
-absolute audit paths, parts named ``U.S.TABLE.parquet``, every protocol field written, ``extended_k``.
+absolute audit paths, parts named ``U.S.TABLE.parquet``, every protocol field written, ``extended_k``. 4: a probe
+run's named unions beside its identity (``unions``, was ``options.unions``: derived from the bank, a resume may
+name others) and the SHA-256 of a file a probe reads in its ``options.inputs``.
 Directories written before are rewritten by ``reachlens convert`` (:mod:`reachlens.store.convert`)."""
 STATUSES = ("running", "complete", "failed", "interrupted")
 """A run's status: ``running`` while (or, after a ``kill -9``, as if) a writer writes it; ``complete`` once its
@@ -334,4 +336,7 @@ def fix_for(diffs: Mapping[str, Any]) -> str:
     if all(k.startswith("data.") for k in diffs):
         return ("it was made from other data: pass the same data file (data=) and loader options, "
                 "or write to a new directory (nothing in it was changed)")
+    if all(k.startswith("options.inputs") for k in diffs):
+        return ("a file the run reads (by the path named) holds other numbers than when the run started: restore "
+                "that file, or write to a new directory (nothing in it was changed)")
     return "write to a new directory (out=), or delete this one to redo it (nothing in it was changed)"

@@ -120,7 +120,7 @@ def test_the_hundredth_unit_s_part_is_read_back_on_resume(tiny_model, tmp_path, 
     """A run of 99 graft probes (unit 0) and a sampling probe at position 99 (unit 100): killed once every part is
     written, it resumes decoding nothing (before, ``100.00000.parquet`` was never read back)."""
     task = load_task("arith", n=2)
-    specs = [f"graft:kind=zero:layer=0:seed={i}" for i in range(99)] + ["sampling:k=1:temperature=1"]
+    specs = [f"graft:kind=noise:layer=0:seed={i}" for i in range(99)] + ["sampling:k=1:temperature=1"]
     out = tmp_path / "run"
 
     def progress(done: int, total: int) -> None:

@@ -81,7 +81,7 @@ def test_the_arms_of_two_probes_of_a_run_never_share_a_name(tiny_model):
 
     assert arms("steer:layer=1:alphas=2") == {"steer:resid_post@L1:alpha=2"}
     assert arms("steer:layer=1:alphas=2:direction=key.npy") == {"steer:resid_post@L1:direction=key.npy:alpha=2"}
-    assert arms("graft:kind=zero:layer=1:seed=3") == {"graft:zero@L1:seed=3"}
+    assert arms("graft:kind=noise:layer=1:seed=3") == {"graft:noise@L1:seed=3"}
     assert arms("embedding_noise:k=2:seed=3") == {"embedding_noise:0.1:seed=3"}
     with pytest.raises(ReachlensError) as err:
         probe(tiny_model, "arith", ["graft:kind=noise:layer=1", "graft:kind=noise:layer=1:k=2"], n=1)
