@@ -231,3 +231,28 @@ def test_fewshot_as_multiturn_is_refused_in_one_line(real_checkpoint, tmp_path, 
     err = capsys.readouterr().err
     assert code == 2 and len(err.strip().splitlines()) == 1 and "zero-shot" in err
     assert not (tmp_path / "o").exists()
+
+
+def test_format_control_with_a_system_turn_and_chat_vs_plain(loaded, tmp_path):
+    """``rerun(chat audit, system=...)`` and ``rerun(..., prompt_format="default")``: paired audits with the
+    template hash recorded, compared only with the changed fields allowed (each named when refused)."""
+    import reachlens
+    from reachlens import ProtocolMismatch
+    from reachlens.studies.compare import compare
+
+    folder, model, _, tok = loaded("qwen2.5-instruct")
+    task = load_task("arith", n=2)
+    chat = reachlens.audit(model, task, Protocol("arith", k=2, temperature=1.0, max_new_tokens=4, prompt_format="chat"),
+                           out=tmp_path / "chat")
+    with_system = reachlens.rerun(tmp_path / "chat", model=model, task=task, system=SYSTEM, into=tmp_path)
+    assert with_system.location.name.startswith("chat--system=")
+    assert with_system.protocol.system == SYSTEM
+    assert with_system.protocol.chat_template == chat.protocol.chat_template == template_hash(tok.chat_template)
+    with pytest.raises(ProtocolMismatch, match="system"):
+        compare(chat, with_system)
+    assert len(compare(chat, with_system, allow=("system",)).questions) == 2
+    plain = reachlens.rerun(with_system.location, model=model, task=task, prompt_format="default", into=tmp_path)
+    assert plain.protocol.chat_template is None and plain.protocol.system is None
+    with pytest.raises(ProtocolMismatch, match="chat_template"):
+        compare(plain, chat)
+    assert len(compare(plain, chat, allow=("prompt_format", "chat_template")).questions) == 2
