@@ -69,14 +69,19 @@ def add_protocol_args(p: argparse.ArgumentParser, *, k_default: int = 64) -> Non
     p.add_argument("--top-p", type=float, default=1.0, help="nucleus sampling of the K samples (default 1.0: off)")
     p.add_argument("--max-new-tokens", type=positive_int("--max-new-tokens"), default=None,
                    help="decode length of deployment and samples (default: the task's own, else 256)")
+    add_format_args(p)
+    p.add_argument("--seed", type=int, default=0,
+                   help="seed of the sample stream: sample j of question q depends on (seed, q, j) alone (default 0)")
+    add_stop_arg(p)
+
+
+def add_format_args(p: argparse.ArgumentParser) -> None:
+    """``--prompt-format`` (the task's, or ``chat[:NAME]``: the model's chat template) and ``--system``."""
     p.add_argument("--prompt-format", default="default",
                    help="the task's prompt format (default: its own); chat: its text as the user turn of the "
                         "model's chat template (chat:NAME: format NAME's text), as an instruct model is deployed")
     p.add_argument("--system", default=None,
                    help="system turn of --prompt-format chat (default: the chat template's own)")
-    p.add_argument("--seed", type=int, default=0,
-                   help="seed of the sample stream: sample j of question q depends on (seed, q, j) alone (default 0)")
-    add_stop_arg(p)
 
 
 def add_stop_arg(p: argparse.ArgumentParser) -> None:

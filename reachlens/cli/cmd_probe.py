@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from reachlens.cli._common import add_model_args, add_stop_arg, add_task_args, echo, positive_int, stops_from_args
+from reachlens.cli._common import add_format_args, add_model_args, add_stop_arg, add_task_args, echo, positive_int, stops_from_args
 from reachlens.cli._scale_args import add_scale_args, exec_from_args, source_from_args
 
 NAME = "probe"
@@ -32,8 +32,7 @@ def register(sub) -> argparse.ArgumentParser:
                         "family, and all families together)")
     p.add_argument("--max-new-tokens", type=positive_int("--max-new-tokens"), default=None,
                    help="decode length of every candidate (default: the task's own, else 256)")
-    p.add_argument("--prompt-format", default="default",
-                   help="the task's prompt format (chat: the model's chat template; not with a routes probe)")
+    add_format_args(p)
     p.add_argument("--seed", type=int, default=0, help="seed of every probe that names none")
     add_stop_arg(p)
     p.add_argument("--max-batch-rows", type=positive_int("--max-batch-rows"), default=1024,
@@ -53,7 +52,7 @@ def run(args: argparse.Namespace) -> int:
     task = load_task(args.task, args.data, split=args.split, n=args.n)
     probes = [parse_probe(s) for s in args.probe]  # a bad spec is refused before the model loads
     length = {} if args.max_new_tokens is None else {"max_new_tokens": args.max_new_tokens}
-    protocol = Protocol.deployment(task, split=args.split, prompt_format=args.prompt_format, seed=args.seed,
+    protocol = Protocol.deployment(task, split=args.split, prompt_format=args.prompt_format, system=args.system, seed=args.seed,
                                    stop=stops_from_args(args, task), **length)
     bars: list = []  # the bar starts with the first slice, after every check has passed
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 
-from reachlens.cli._common import add_model_args, add_task_args, echo, load_model_from_args, positive_int
+from reachlens.cli._common import add_format_args, add_model_args, add_task_args, echo, load_model_from_args, positive_int
 
 NAME = "recognize"
 HELP = "score options by likelihood (lm-eval acc/acc_norm) and generate greedily; pick the failure set"
@@ -17,7 +17,9 @@ def register(sub) -> argparse.ArgumentParser:
     add_task_args(p)
     p.add_argument("--seed", type=int, default=0, help="task seed (generated tasks such as arith_mc)")
     p.add_argument("--recognition-format", default=None, help="prompt format scored as context (default: the task's)")
-    p.add_argument("--prompt-format", default=None, help="prompt format for generation (default: the task's)")
+    add_format_args(p)
+    p.add_argument("--fewshot-as-multiturn", action="store_true",
+                   help="lm-eval's --fewshot_as_multiturn: refused, reachlens' tasks are zero-shot (nothing to turn)")
     p.add_argument("--max-new-tokens", type=positive_int("--max-new-tokens"), default=96,
                    help="decode length of the greedy generation (default 96)")
     p.add_argument("--batch-size", type=positive_int("--batch-size"), default=32, help="rows per scoring forward")
@@ -43,6 +45,7 @@ def run(args: argparse.Namespace) -> int:
     from reachlens.models import identity_of
     from reachlens.protocol import Protocol
     from reachlens.store import RunDir
+    from reachlens.tasks.chat import bind_chat
     from reachlens.studies.recognition import (
         FailureRule,
         FailureSetTooSmall,
@@ -54,16 +57,20 @@ def run(args: argparse.Namespace) -> int:
         select_sets,
     )
 
+    if args.fewshot_as_multiturn:
+        raise CLIError("--fewshot-as-multiturn turns few-shot examples into chat turns, and reachlens' recognition "
+                       "contexts are zero-shot (lm-eval renders 0 shots the same with or without it); drop it")
     spec = TaskSpec(args.task, args.data, args.split, args.n, args.seed)
     task = spec.load()
     protocol = generation_protocol(task, Protocol.greedy(args.task, split=args.split, max_new_tokens=args.max_new_tokens,
-                                                         prompt_format=args.prompt_format or "default"))
+                                                         prompt_format=args.prompt_format, system=args.system))
     config = RecognitionConfig(args.recognition_format, batch_size=args.batch_size,
                                max_length=args.max_length).resolved(task)
     rule = FailureRule(args.metric, args.min_failures, args.max_failures, args.max_healthy)
     out = RunDir(args.out)
     out.check_target()  # a file or a folder of other files: refused before the model loads
     model = load_model_from_args(args)
+    protocol = bind_chat(protocol, model.tokenizer, model=args.model)  # a chat format: the template's hash
     config = config.resolved(task, model)  # the window the run scores with, recorded
     empty = pd.DataFrame()
     out.check_run(RecognitionResult(protocol, config, identity_of(model), empty, empty, dict(task.data_identity), rule,

@@ -7,6 +7,7 @@ import sys
 
 from reachlens.cli._common import (
     CLIError,
+    add_format_args,
     add_model_args,
     add_task_args,
     echo,
@@ -34,7 +35,7 @@ def register(sub) -> argparse.ArgumentParser:
                    help="reorder: a layer moves at most WINDOW-1 places (default 2)")
     p.add_argument("--max-new-tokens", type=positive_int("--max-new-tokens"), default=96,
                    help="decode length of each route's greedy decode (default 96)")
-    p.add_argument("--prompt-format", default=None, help="the task's prompt format (default: its own)")
+    add_format_args(p)
     p.add_argument("--verification", default="rescore", help="self-verification prompt: rescore or yes_no")
     p.add_argument("--seed", type=int, default=0, help="seed of the route search (default 0)")
     p.add_argument("--out", required=True, help="result directory")
@@ -53,7 +54,7 @@ def run(args: argparse.Namespace) -> int:
         raise CLIError(f"unknown --search {args.search!r}; known: {', '.join(STRATEGIES.names())}")
     task = load_task(args.task, args.data, split=args.split, n=args.n)
     protocol = Protocol.greedy(args.task, split=args.split, max_new_tokens=args.max_new_tokens,
-                               prompt_format=args.prompt_format or "default").resolved(task)
+                               prompt_format=args.prompt_format, system=args.system).resolved(task)
     config = RoutingConfig(budget=args.budget, objective=args.objective, oracle=args.oracle, seed=args.seed,
                            verification=args.verification)
     RunDir(args.out).check_target()  # a file or a folder of other files: refused before the model loads

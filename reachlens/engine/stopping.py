@@ -23,7 +23,7 @@ from __future__ import annotations
 import json
 import re
 import weakref
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -222,6 +222,25 @@ class StopChecker:
                 if t.completes(before, tokens[b]):
                     stop[b] = True
         return eos, stop
+
+    def first_stop(self, tokens: Sequence[int]) -> tuple[int, str] | None:
+        """Where the engine stops a row that emitted ``tokens``: (index of the token it stops on, ``"eos"`` or
+        ``"stop"``), or None when none of them ends it. What a backend that decodes by itself (vLLM) cuts its
+        tokens at, so a stop fires on the same step as in the engine (a special token's text on its id, a
+        byte-split stop string on its last byte).
+
+        >>> checker.first_stop([40, 11, 2, 7])  # doctest: +SKIP
+        (2, 'eos')
+        """
+        eos = set(self.eos.tolist())
+        t = self.table
+        for i, token in enumerate(tokens):
+            if token in eos:
+                return i, "eos"
+            if t is not None and 0 <= token < t.contains.shape[0] and (
+                    bool(t.contains[token]) or (bool(t.may_end[token]) and t.completes(list(tokens[:i]), token))):
+                return i, "stop"
+        return None
 
     def cut(self, text: str) -> str:
         """``text`` up to (not including) the first stop string."""

@@ -35,7 +35,7 @@ from torch import Tensor
 from reachlens.errors import ReachlensError
 
 __all__ = [
-    "ChatPrompt", "bridge_to_tokens", "chat_ids", "encode", "encode_prompts", "special_tokens_added", "text_ids",
+    "ChatPrompt", "bridge_to_tokens", "chat_ids", "encode", "encode_prompts", "special_ids", "special_tokens_added", "text_ids",
     "tokenizer_of",
 ]
 
@@ -81,7 +81,7 @@ class ChatPrompt(str):
         return ChatPrompt, (str(self), self.template)
 
 
-def _special_ids(tokenizer) -> dict[str, int]:
+def special_ids(tokenizer) -> dict[str, int]:
     """The text of each of the tokenizer's special tokens (its added tokens marked special) and its id."""
     added = getattr(tokenizer, "added_tokens_decoder", None) or {}
     return {t.content: int(i) for i, t in added.items() if getattr(t, "special", False) and t.content}
@@ -125,7 +125,7 @@ def encode_prompts(tokenizer, prompts: Sequence[str]) -> list[list[int]]:
 def chat_ids(tokenizer, prompt: ChatPrompt) -> list[int]:
     """The ids of ``prompt`` with no special token added: the template's special tokens, its contents as text."""
     ids: list[int] = []
-    for piece in _chat_pieces(prompt, _special_ids(tokenizer)):
+    for piece in _chat_pieces(prompt, special_ids(tokenizer)):
         ids += [piece] if isinstance(piece, int) else text_ids(tokenizer, piece)
     return ids
 

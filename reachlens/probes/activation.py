@@ -8,6 +8,8 @@ greedy deployment (:func:`reachlens.runner.decode.decode_rows`), prefix sharing 
   activation at one prompt position (the last by default) in the prefill only; ``k`` draws of a random kind
   (noise, direction, permute), one of the others. ``placebo=true`` puts the same grafts at a seeded random
   prompt position instead (neither the first token nor the last): the control a recovery rate must beat.
+  Positions index the prompt's ids as the model reads them: under a chat format the rendered template's own
+  tokens count (the last is the generation prompt's end, the position whose output is the answer's first token).
 * ``embedding_noise`` (:mod:`reachlens.interventions.embedding_noise`): ``k`` draws of Gaussian noise on the
   prompt's input embeddings at norm ratio ``ratio``, in the prefill.
 * ``steer`` (:mod:`reachlens.interventions.steering`): add ``alpha * v`` at ``site`` of block ``layer`` at

@@ -23,7 +23,7 @@ from reachlens.errors import ReachlensError
 from reachlens.execution import ExecConfig
 from reachlens.probes.bank import bank_row
 from reachlens.probes.spec import Probe, register_probe
-from reachlens.protocol import Protocol, chat_inner
+from reachlens.protocol import Protocol
 from reachlens.routing import OBJECTIVES, STRATEGIES, RouteEvaluator, RoutingConfig, make_space, run_search
 from reachlens.routing.routes import RouteSpace
 from reachlens.runner.decode import batch_slices, sample_slice
@@ -135,7 +135,4 @@ class Routes(Probe):
                          int(c.n_tokens), float(c.mean_logprob), False, f"route={c.route}") for c in cands.itertuples()]
 
     def check(self, model, protocol: Protocol) -> None:
-        if chat_inner(protocol.prompt_format) is not None:
-            raise ReachlensError(f"the routes probe decodes the task's plain prompt format, not "
-                                 f"prompt_format={protocol.prompt_format!r}; drop the routes probe or use a plain format")
         self.route_space(len(model.blocks))

@@ -30,6 +30,7 @@ from reachlens.routing.routes import Route, identity_route
 from reachlens.runner.decode import grade_completion
 from reachlens.selectors import lowest_window_mean
 from reachlens.tasks.base import Task
+from reachlens.tasks.chat import bind_chat, render_prompts
 
 __all__ = ["Evaluation", "RouteEvaluator"]
 
@@ -60,7 +61,9 @@ class RouteEvaluator:
         task: the questions (all of them; use ``task.head(n)`` for fewer).
         protocol: how each route decodes: the greedy case of the one decode spec
             (:meth:`Protocol.greedy`: decode length, prompt format, stop strings, grader); resolved
-            against ``task``. None: :meth:`Protocol.deployment` of ``task``.
+            against ``task`` and bound to the model's chat template under a chat format, whose prompts are
+            rendered as the audit renders them (:func:`~reachlens.tasks.chat.render_prompts`: the same ids,
+            one BOS). None: :meth:`Protocol.deployment` of ``task``.
         window: tokens per window of ``lowest_window_logprob``.
         max_batch_rows: most rows decoded together.
 
@@ -81,12 +84,12 @@ class RouteEvaluator:
             raise ReachlensError(f"window={window!r} must be >= 1")
         self.model = model
         self.task = task
-        self.protocol = protocol.resolved(task)
-        self.format = task.format(self.protocol.prompt_format)
+        tokenizer = getattr(model, "tokenizer", None)
+        self.protocol = bind_chat(protocol.resolved(task), tokenizer)
         self.window = window
         self.max_batch_rows = max_batch_rows
         self.n_layers = len(model.blocks)
-        self.prompts = [self.format.render(q) for q in task.questions]
+        self.prompts = render_prompts(task, self.protocol, task.questions, tokenizer)
         self._graders = [question_grader(str(self.protocol.grader), q) for q in task.questions]
         self._memo: dict[tuple[int, Route], Evaluation] = {}
         self.n_decoded = 0

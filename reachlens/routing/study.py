@@ -38,6 +38,7 @@ from reachlens.selectors import verification_scores
 from reachlens.execution import model_exec
 from reachlens.store import RecordedProtocol, Run, RunDir, RunRecord, register_kind
 from reachlens.tasks.base import Task
+from reachlens.tasks.chat import bind_chat
 
 __all__ = ["RoutingConfig", "RoutingResult", "run_routing"]
 
@@ -166,7 +167,7 @@ def _evaluator(model, task: Task, protocol: Protocol | None, config: RoutingConf
     want = {"window": config.window}
     have = {"window": evaluator.window}
     if protocol is not None:
-        want["protocol"] = protocol.resolved(task).to_dict()
+        want["protocol"] = bind_chat(protocol.resolved(task), getattr(model, "tokenizer", None)).to_dict()
         have["protocol"] = evaluator.protocol.to_dict()
     if want != have:
         diff = {k: (have[k], want[k]) for k in want if want[k] != have[k]}

@@ -14,6 +14,9 @@ count. The ``self_verify`` selector chooses by it (a bank's ``verify_logprob`` c
 * ``yes_no``: context ``{prompt}{completion}`` plus "Is the answer {answer} correct? Answer yes or
   no:", target `` yes``: the usual self-verification question, for models with a word vocabulary.
 
+After a chat prompt (``prompt_format="chat"``) the context keeps the special tokens the chat template wrote
+as those tokens (the candidate's completion and the fixed text stay text).
+
 A prompt whose fixed text the tokenizer cannot encode (``<unk>``) is refused by name instead of
 being scored on unknown tokens.
 """
@@ -27,6 +30,7 @@ from dataclasses import dataclass
 from reachlens._registry import Registry
 from reachlens.engine import tokenizer_of
 from reachlens.engine.scoring import encode_pair, loglikelihoods
+from reachlens.engine.tokens import ChatPrompt
 from reachlens.errors import ReachlensError
 
 __all__ = ["VerificationPrompt", "VERIFICATION_PROMPTS", "verification_scores"]
@@ -59,6 +63,18 @@ def _check_vocabulary(tok, vp: VerificationPrompt) -> None:
                          f"<unk>); choose another, e.g. 'rescore'")
 
 
+def _context(vp: VerificationPrompt, prompt: str, fields: dict[str, str]) -> str:
+    """The verification context of one item; after a chat prompt (a :class:`ChatPrompt`) it is one too, so the
+    special tokens its template wrote stay those tokens (the context must then start with the prompt)."""
+    context = vp.context.format(**fields)
+    if not isinstance(prompt, ChatPrompt):
+        return context
+    if not vp.context.startswith("{prompt}"):
+        raise ReachlensError(f"verification prompt {vp.name!r} does not start with {{prompt}}, so a chat prompt's "
+                             "template tokens would be read as text; use 'rescore' or 'yes_no'")
+    return ChatPrompt(context, prompt.template)
+
+
 def verification_scores(
     model,
     items: Sequence[tuple[str, str, str | None]],
@@ -78,7 +94,7 @@ def verification_scores(
     texts = []
     for p, c, a in items:
         fields = {"prompt": p, "completion": c, "answer": "" if a is None else a}
-        texts.append((vp.context.format(**fields), vp.target.format(**fields)))
+        texts.append((_context(vp, p, fields), vp.target.format(**fields)))
     # a target with no tokens of its own has no score
     unique = sorted({t for t in texts if t[0] and t[1] and encode_pair(tok, *t)[1]})
     scores = {t: math.nan for t in texts}

@@ -75,6 +75,8 @@ def rerun_name(name: str, change: Mapping[str, Any]) -> str:
         if key == "questions":
             ids = sorted(value)
             value = f"{len(ids)}q-{hashlib.sha256(chr(10).join(ids).encode()).hexdigest()[:8]}"
+        elif key == "system":  # a system turn's text is no file name: its digest
+            value = "none" if value is None else hashlib.sha256(str(value).encode()).hexdigest()[:8]
         elif isinstance(value, float):
             value = f"{value:g}"
         parts.append(f"{key}={value}")

@@ -75,6 +75,7 @@ from reachlens.store import Run, RunDir, RunRecord, register_kind
 from reachlens.runner import deploy_arms_and_grade
 from reachlens.studies.recognition import EvalSets, generate_and_grade, generation_protocol
 from reachlens.tasks.base import Task
+from reachlens.tasks.chat import render_prompts
 
 __all__ = [
     "CausalResult", "Condition", "Direction", "SilenceSweep", "SteerSweep", "UnitsSweep", "answer_activations",
@@ -313,6 +314,8 @@ def answer_activations(
     model, prompts: Sequence[str], hook_name: str, *, batch_size: int = 32
 ) -> Float[Tensor, "n d"]:
     """The activation at ``hook_name`` at each prompt's last token (the answer position), unhooked otherwise.
+    A chat prompt's last token is its template's last one (the generation prompt's end, e.g. Qwen2.5's newline
+    after ``<|im_start|>assistant``): the position whose output is the answer's first token.
 
     Prompts are batched right-padded, so the last real token never sees padding.
     """
@@ -339,10 +342,11 @@ def answer_activations(
     return torch.cat(out).reshape(len(ids), -1)
 
 
-def _prompts(task: Task, sets: EvalSets, ids: Sequence[str]) -> list[str]:
+def _prompts(model, task: Task, sets: EvalSets, ids: Sequence[str]) -> list[str]:
+    """The deployment's prompts of questions ``ids``, rendered as the sets' generation rendered them (under a chat
+    format: by the model's chat template, checked against the sets' template hash)."""
     by_id = {q.question_id: q for q in task.questions}
-    fmt = task.format(sets.protocol.resolved(task).prompt_format)
-    return [fmt.render(by_id[i]) for i in ids]
+    return render_prompts(task, sets.protocol.resolved(task), [by_id[i] for i in ids], getattr(model, "tokenizer", None))
 
 
 def mean_difference_direction(model, task: Task, sets: EvalSets, layer: int, site: str = "mlp_out") -> Direction:
@@ -352,8 +356,8 @@ def mean_difference_direction(model, task: Task, sets: EvalSets, layer: int, sit
         raise ReachlensError("a mean-difference direction needs a non-empty failure set and healthy panel; "
                          "pass a direction vector instead")
     name = hook_name(model, layer, site)
-    fail = answer_activations(model, _prompts(task, sets, sets.failure), name)
-    healthy = answer_activations(model, _prompts(task, sets, sets.healthy), name)
+    fail = answer_activations(model, _prompts(model, task, sets, sets.failure), name)
+    healthy = answer_activations(model, _prompts(model, task, sets, sets.healthy), name)
     return Direction.from_vector(fail.mean(0) - healthy.mean(0), name, "mean_difference")
 
 
@@ -432,8 +436,8 @@ def unit_ranking(model, task: Task, sets: EvalSets, layer: int, direction: Direc
     elif isinstance(direction, Tensor):
         direction = Direction.from_vector(direction, mlp_name)
     post = hook_name(model, layer, UNIT_SITE)
-    delta = (answer_activations(model, _prompts(task, sets, sets.failure), post).mean(0)
-             - answer_activations(model, _prompts(task, sets, sets.healthy), post).mean(0))
+    delta = (answer_activations(model, _prompts(model, task, sets, sets.failure), post).mean(0)
+             - answer_activations(model, _prompts(model, task, sets, sets.healthy), post).mean(0))
     w = mlp_out_weight(model, layer).float().cpu()
     contrib = unit_contributions(delta, w, direction.vector)
     order = top_units(contrib, contrib.shape[0])

@@ -8,6 +8,14 @@ continuation = ``" " + option text`` (``target_delimiter=" "``), scored by
 sums; hooks the caller attached are live); ``acc`` = argmax of the sums is gold, ``acc_norm`` =
 argmax of the sums divided by ``len(option text)`` in characters; ties go to the first option.
 
+**Under a chat format** (``prompt_format="chat"``, lm-eval's ``--apply_chat_template [--system_instruction]``)
+the context is the recognition format's text as the user turn of the model's chat template, after the
+protocol's system turn, with the generation prompt (``add_generation_prompt=True``), and the delimiter is
+``""``: the continuation is the option text alone. lm-eval then moves the context's trailing whitespace (the
+newline the template ends its generation prompt with) into the continuation, so the template's newline is
+scored as each option's first token(s): reachlens matches that quirk, so its log-likelihoods are lm-eval's
+(they include the same newline term for every option; the pick is unchanged by it).
+
 **Generation** decodes each question greedily in the task's generation format and grades it with the task's
 grader: the deployment, by the one path every study decodes and grades it (:func:`reachlens.runner.deploy_and_grade`).
 
@@ -36,16 +44,17 @@ from reachlens.engine.scoring import LoglikResult, encode_pair, loglikelihoods, 
 from reachlens.errors import MissingFileError, ReachlensError
 from reachlens.execution import ExecConfig, model_exec
 from reachlens.models import identity_of
-from reachlens.protocol import Protocol
+from reachlens.protocol import CHAT, Protocol, chat_inner
 from reachlens.records import OPTION_COLUMNS, RECOGNITION_COLUMNS
 from reachlens.runner import deploy_and_grade
 from reachlens.store import Run, RunDir, RunRecord, read_json, register_kind, run_differences, write_json
 from reachlens.tasks.base import Question, Task
+from reachlens.tasks.chat import bind_chat, render_prompts
 
 __all__ = [
     "EvalSets", "FailureRule", "FailureSetTooSmall", "LoglikResult", "RecognitionConfig", "RecognitionResult",
     "TaskSpec", "compare_modes", "encode_pair", "generate_and_grade", "generation_protocol", "gold_index",
-    "loglikelihoods", "score_options", "select_sets",
+    "loglikelihoods", "recognition_contexts", "score_options", "select_sets",
 ]
 
 
@@ -140,18 +149,32 @@ def gold_index(question: Question) -> int:
 
 
 # --- recognition and generation ------------------------------------------------------------------
-def score_options(model, task: Task, config: RecognitionConfig | None = None) -> pd.DataFrame:
+def recognition_contexts(task: Task, config: RecognitionConfig, protocol: Protocol | None = None,
+                         tokenizer=None) -> tuple[list[str], str]:
+    """Each question's recognition context and the target delimiter before every option, as lm-eval 0.4 builds
+    a multiple-choice request: the recognition format's text and ``" "``; under a chat ``protocol``
+    (``--apply_chat_template``) that text as the user turn of the model's chat template after the protocol's
+    system turn, with the generation prompt, and ``""`` (lm-eval's delimiter under a chat template, so the
+    template's trailing newline is scored as each option's first token, as lm-eval scores it)."""
+    if protocol is None or chat_inner(protocol.prompt_format) is None:
+        return [task.format(config.recognition_format).render(q) for q in task.questions], " "
+    chat = dataclasses.replace(protocol, prompt_format=f"{CHAT}:{config.recognition_format}")
+    return render_prompts(task, chat, task.questions, tokenizer), ""
+
+
+def score_options(model, task: Task, config: RecognitionConfig | None = None,
+                  protocol: Protocol | None = None) -> pd.DataFrame:
     """One row per (question, option): summed and length-normalized log-likelihood (``OPTION_COLUMNS``), each
-    request cut to ``config.max_length`` tokens from the left as lm-eval cuts it (the model's window when None)."""
+    request cut to ``config.max_length`` tokens from the left as lm-eval cuts it (the model's window when None);
+    the contexts of :func:`recognition_contexts` (a chat ``protocol``: rendered by the model's chat template)."""
     config = (config or RecognitionConfig()).resolved(task, model)
-    fmt = task.format(config.recognition_format)
+    contexts, delimiter = recognition_contexts(task, config, protocol, getattr(model, "tokenizer", None))
     requests, rows = [], []
-    for q in task.questions:
+    for q, context in zip(task.questions, contexts):
         g = gold_index(q)
-        context = fmt.render(q)
         labels = q.labels or tuple(str(i) for i in range(len(q.choices)))
         for j, text in enumerate(q.choices):
-            requests.append((context, " " + text))
+            requests.append((context, delimiter + text))
             rows.append({"question_id": q.question_id, "option": j, "label": labels[j], "text": text, "gold": j == g})
     scores = loglikelihoods(model, requests, batch_size=config.batch_size, max_length=config.max_length)
     for row, s in zip(rows, scores):
@@ -200,9 +223,9 @@ def compare_modes(
     >>> result = compare_modes(load_model("zoo:base"), load_task("arith_mc", n=100))  # doctest: +SKIP
     >>> result.summary()["recognized_not_realized"]  # doctest: +SKIP
     """
-    protocol = generation_protocol(task, protocol)
+    protocol = bind_chat(generation_protocol(task, protocol), getattr(model, "tokenizer", None))
     config = (config or RecognitionConfig()).resolved(task, model)
-    options = score_options(model, task, config)
+    options = score_options(model, task, config, protocol)
     by_question = {qid: df for qid, df in options.groupby("question_id", sort=False)}
     rows = []
     for q in task.questions:

@@ -8,7 +8,11 @@ model, data and seed stream:
 * the **temperature** control: ``temperature=T`` with ``questions=`` the ones that left a parent's reachable set;
 * the **length** control: ``max_new_tokens=N``;
 * the **prompt-format** control: ``prompt_format=NAME`` (with ``k=1`` in a training study: its table reads
-  the deployment alone).
+  the deployment alone); ``prompt_format="chat"`` on a plain audit renders with the model's chat template (its
+  hash bound when the rerun runs), a plain format on a chat audit drops the chat template and the system turn;
+* the **system-turn** control: ``system=TEXT`` (or None: the template's own) on a chat audit. A rerun and its
+  source compare as paired audits only with the changed fields allowed (``compare(..., allow=("system",))``;
+  chat vs plain: ``allow=("prompt_format", "chat_template", "system")``), each named when refused.
 
 A change of ``k`` alone reuses the source's samples (a cut, or an extension drawing only the new ones); ``k``
 changed with anything else decodes every sample again under the new protocol.
@@ -16,7 +20,8 @@ changed with anything else decodes every sample again under the new protocol.
 The model must be the one the audit was made with, and the task its data: both identities are checked
 against the source's record first (:func:`require_audited_with`). A rerun written to a folder is named by one
 rule, :func:`rerun_name`: the source's name, then each change as ``field=value`` in field order, joined by
-``--`` (``grpo--k=400``, ``sft--prompt_format=verbose``, ``grpo--questions=12q-3fa2b1c4--temperature=0.6``).
+``--`` (``grpo--k=400``, ``sft--prompt_format=verbose``, ``grpo--questions=12q-3fa2b1c4--temperature=0.6``; a
+system turn as ``system=`` and 8 hex digits of its SHA-256, ``system=none`` for None).
 
 :func:`plan_rerun` prepares a rerun as an :class:`~reachlens.studies.AuditJob` and its finishing step, so a
 study can hand many reruns to one executor at once (:func:`run_reruns`); :func:`rerun` is one of them.
@@ -35,7 +40,7 @@ import pandas as pd
 from reachlens.errors import ReachlensError
 from reachlens.execution import ExecConfig
 from reachlens.models import ModelSource, identity_of, model_identity
-from reachlens.protocol import ProtocolMismatch
+from reachlens.protocol import Protocol, ProtocolMismatch, chat_inner
 from reachlens.records import in_task_order, update_question_table
 from reachlens.runner import Executor, run_jobs
 from reachlens.store import PartsDir, RunRecord, read_run, rerun_name, run_differences
@@ -45,7 +50,7 @@ from reachlens.tasks.base import Task
 
 __all__ = ["CHANGES", "PlannedRerun", "as_rerun", "plan_rerun", "require_audited_with", "rerun", "rerun_name", "run_reruns"]
 
-CHANGES = ("k", "temperature", "max_new_tokens", "prompt_format", "questions")
+CHANGES = ("k", "temperature", "max_new_tokens", "prompt_format", "system", "questions")
 """What a rerun may change (in the order :func:`rerun_name` writes them)."""
 
 
@@ -115,7 +120,7 @@ def plan_rerun(
     location = getattr(src, "location", None)
     out = None if into is None else Path(into) / rerun_name(name or (location.name if location else "audit"), change)
     extra = {"rerun_of": None if location is None else str(location), "change": change}
-    protocol = dataclasses.replace(src.protocol, **{k: v for k, v in change.items() if k != "questions"})
+    protocol = _changed(src.protocol, change)
     if "questions" in change:
         src = _only(src, change["questions"])
     sub = task.only(src.questions["question_id"])
@@ -127,6 +132,17 @@ def plan_rerun(
     if k_only and "k" in change and change["k"] > src.k:
         return _extension(src, model, sub, protocol, exec_config, out, extra)
     return PlannedRerun(AuditJob(model, sub, protocol, out, exec_config, extra=extra), lambda result: result, out)
+
+
+def _changed(protocol: Protocol, change: Mapping[str, Any]) -> Protocol:
+    """``protocol`` with ``change``; a new prompt format drops the old one's chat template (the runner binds the
+    model's to a chat format), and a plain one its system turn too (a system turn with a plain format is refused)."""
+    fields = {k: v for k, v in change.items() if k != "questions"}
+    if "prompt_format" in fields:
+        fields["chat_template"] = None
+        if chat_inner(fields["prompt_format"]) is None:
+            fields.setdefault("system", None)
+    return dataclasses.replace(protocol, **fields)
 
 
 def _only(src, ids: Sequence[str]):

@@ -15,8 +15,10 @@ request with ``n=1``; the deployed answer is greedy (``temperature=0``); sample 
 ``SamplingParams(temperature=T, top_p=p, max_tokens=L, stop=S, seed=row_seed(seed, q, j))``, so a
 sample is repeatable and an audit extends from K to 2K by drawing samples K..2K-1 only. Prompts
 go in as the token ids reachlens encodes (:func:`~reachlens.engine.tokens.encode_prompts`), and the
-text comes back decoded by reachlens from vLLM's token ids and cut at the first stop string, as the
-engine does; log-probabilities are vLLM's raw (untempered) ones, as the engine reports.
+text comes back decoded by reachlens from vLLM's token ids, cut where the engine stops (a stop string on
+the byte that completes it, one that is a special token's text on that token's id, also handed to vLLM as a
+stop token id: vLLM's own stop check reads text without special tokens) and at the first stop string, as
+the engine does; log-probabilities are vLLM's raw (untempered) ones, as the engine reports.
 
 What it does not do: hooks. vLLM runs no TransformerLens hooks, so :meth:`VLLMModel.hooks` refuses
 naming the hooks asked for, and an audit asking for ``backend="vllm"`` with a hooked TransformerBridge
@@ -43,7 +45,7 @@ from typing import Any
 
 from reachlens.engine.generate import Completion, Row
 from reachlens.engine.stopping import StopChecker
-from reachlens.engine.tokens import encode_prompts
+from reachlens.engine.tokens import special_ids, encode_prompts
 from reachlens.errors import ReachlensError
 from reachlens.protocol import Protocol
 
@@ -134,28 +136,36 @@ class VLLMModel:
         if armed:
             raise ReachlensError(f"the vLLM backend runs no interventions, but rows carry arm {armed[0]!r}; decode "
                                  "arms on the engine (reachlens.load_model, backend 'engine')")
-        ids = encode_prompts(self.tokenizer, prompts)
+        ids = encode_prompts(self.tokenizer, prompts)  # a ChatPrompt: the template's ids, one BOS, as the engine's
         stop = tuple(protocol.stop or ())
+        specials = special_ids(self.tokenizer)
         reply = self._ask({
             "prompts": ids, "requests": [{"prompt": r.prompt, "seed": r.seed} for r in rows],
             "max_tokens": protocol.max_new_tokens, "temperature": protocol.temperature, "top_p": protocol.top_p,
-            "stop": list(stop),
+            "stop": list(stop), "stop_token_ids": sorted({specials[s] for s in stop if s in specials}),
         })
         stopper = StopChecker(self.tokenizer, stop, self._eos)
-        completions = []
-        for out in reply["outputs"]:
-            tokens = [int(t) for t in out["token_ids"]]
-            stop_reason = out["stop_reason"]
-            if out["finish_reason"] == "length":
-                reason = "length"
-            elif stop_reason is None or (isinstance(stop_reason, int) and stop_reason in self._eos):
-                reason = "eos"  # vLLM's EOS, or an EOS id of the generation config it stopped on
-            else:
-                reason = "stop"
-            shown = tokens[:-1] if reason == "eos" and tokens and tokens[-1] in self._eos else tokens
-            text = stopper.cut(self.tokenizer.decode(shown, skip_special_tokens=True))
-            completions.append(Completion(text, tuple(tokens), reason, tuple(out["logprobs"])))
-        return completions
+        return [self._completion(stopper, out) for out in reply["outputs"]]
+
+    def _completion(self, stopper: StopChecker, out: dict[str, Any]) -> Completion:
+        """One vLLM output as the engine's :class:`Completion`: its tokens cut where the engine stops
+        (:meth:`~reachlens.engine.stopping.StopChecker.first_stop`: EOS, a special token's text on its id, a stop
+        string on the byte that completes it), so a stop vLLM's text check finds late, or not at all, is the
+        engine's; else vLLM's own reason."""
+        tokens, logprobs = [int(t) for t in out["token_ids"]], list(out["logprobs"])
+        first = stopper.first_stop(tokens)
+        if first is not None:
+            end, reason = first
+            tokens, logprobs = tokens[:end + 1], logprobs[:end + 1]
+        elif out["finish_reason"] == "length":
+            reason = "length"
+        elif out["stop_reason"] is None or (isinstance(out["stop_reason"], int) and out["stop_reason"] in self._eos):
+            reason = "eos"  # vLLM's EOS, or an EOS id of the generation config it stopped on
+        else:
+            reason = "stop"
+        shown = tokens[:-1] if reason == "eos" and tokens and tokens[-1] in self._eos else tokens
+        text = stopper.cut(self.tokenizer.decode(shown, skip_special_tokens=True))
+        return Completion(text, tuple(tokens), reason, tuple(logprobs))
 
     def hooks(self, fwd_hooks=(), bwd_hooks=(), **_):
         """Refused: vLLM runs no TransformerLens hooks."""

@@ -7,7 +7,7 @@ standard input and output; everything vLLM prints goes to standard error.
     -> {"model": PATH, "tokenizer": PATH, "dtype": "float32", "max_model_len": 256, "options": {...}}
     <- {"ok": true, "vllm": "0.32.0"}                       (or {"error": "..."} and exit)
     -> {"prompts": [[ids], ...], "requests": [{"prompt": 0, "seed": 123 | null}, ...],
-        "max_tokens": 96, "temperature": 0.8, "top_p": 1.0, "stop": ["\\n"]}
+        "max_tokens": 96, "temperature": 0.8, "top_p": 1.0, "stop": ["\\n"], "stop_token_ids": [151644]}
     <- {"outputs": [{"token_ids": [...], "logprobs": [...], "finish_reason": "stop" | "length",
                      "stop_reason": null | "..." | 123}, ...]}
 
@@ -29,7 +29,8 @@ def _send(stream, obj) -> None:
 
 
 def _sampling_params(SamplingParams, request: dict, job: dict):
-    common = dict(max_tokens=job["max_tokens"], stop=list(job["stop"]) or None, logprobs=0,
+    common = dict(max_tokens=job["max_tokens"], stop=list(job["stop"]) or None,
+                  stop_token_ids=list(job.get("stop_token_ids", [])) or None, logprobs=0,
                   skip_special_tokens=True, include_stop_str_in_output=False)
     if request["seed"] is None:
         return SamplingParams(n=1, temperature=0.0, **common)
