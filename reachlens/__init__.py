@@ -22,11 +22,7 @@ from reachlens.models import load_model
 from reachlens.probes import ProbeRun, probe
 from reachlens.protocol import Protocol, ProtocolMismatch
 from reachlens.store import Run, RunDir, RunRecord, list_runs, read_run
-<<<<<<< HEAD
-from reachlens.studies import AuditResult, Comparison, audit, compare, pass_at_k, rerun, rescore
-=======
-from reachlens.studies import AuditResult, Comparison, audit, compare, pass_at_k, plan, rescore
->>>>>>> issue-39
+from reachlens.studies import AuditResult, Comparison, audit, compare, pass_at_k, plan, rerun, rescore
 from reachlens.tasks import Question, Task, load_task
 from reachlens.version import __version__
 
