@@ -1,7 +1,7 @@
 """One hooked experiment written four ways: reachlens, TransformerLens' bridge, HuggingFace hooks and nnsight.
 
     python benchmarks/bench_peers.py --shape zoo [--n 32] [--rounds 3]
-    python benchmarks/bench_peers.py --shape qwen2.5-0.5b [--n 4] [--max-new-tokens 16]
+    python benchmarks/bench_peers.py --shape qwen2.5-0.5b [--n 4] [--max-new-tokens 4] [--rounds 0]
     python benchmarks/bench_peers.py --model DIR --device cuda --dtype bfloat16        # on a GPU machine
 
 What a researcher who wants interpretability with generation would write with the tools they already use:
@@ -57,6 +57,7 @@ from __future__ import annotations
 import argparse
 import functools
 import json
+import shutil
 import statistics
 import sys
 import time
@@ -130,11 +131,14 @@ def load(args) -> Setup:
     try:
         from nnsight import LanguageModel
     except ImportError as err:
-        s.nnsight_why = f"nnsight is not installed here ({err}; pip install 'reachlens[peers]')"
+        s.nnsight_why = (f"nnsight is not installed here ({err}): pip install 'reachlens[peers]' (on a GPU machine: "
+                         "benchmarks/gpu/kit.sh carries its wheels only where they fit the call's 64 MiB)")
     else:
         with warnings.catch_warnings():  # LanguageModel is deprecated in favour of TransformersModel: same thing
             warnings.simplefilter("ignore")
             s.nnsight = LanguageModel(hf_on_bridge_weights(bridge, folder).to(args.device), tokenizer=tok)
+    if args.model is None and args.shape != "zoo":  # the random model is loaded: its folder (2 GB at 0.5B) goes
+        shutil.rmtree(Path(folder).parent, ignore_errors=True)
     return s
 
 
@@ -480,12 +484,12 @@ def main() -> None:
     ap.add_argument("--shape", choices=("zoo", *sorted(SHAPES)), default="zoo")
     ap.add_argument("--model", default=None, help="an HF folder instead of --shape")
     ap.add_argument("--n", type=int, default=None, help="questions of the sweep (default 32 at zoo, 4 otherwise)")
-    ap.add_argument("--max-new-tokens", type=int, default=None, help="sweep (default 96 at zoo, 16 otherwise)")
+    ap.add_argument("--max-new-tokens", type=int, default=None, help="sweep (default 96 at zoo, 4 otherwise)")
     ap.add_argument("--k", type=int, default=64, help="samples of the capture")
-    ap.add_argument("--capture-tokens", type=int, default=None, help="capture (default 32 at zoo, 8 otherwise)")
+    ap.add_argument("--capture-tokens", type=int, default=None, help="capture (default 32 at zoo, 4 otherwise)")
     ap.add_argument("--experiment", choices=("both", "sweep", "capture"), default="both")
     ap.add_argument("--rounds", type=int, default=None,
-                    help="timed rounds after the checked run (default 3 at zoo, 1 otherwise; 0: time the checked run)")
+                    help="timed rounds after the checked run (default 3 at zoo, 0 otherwise: the checked run is timed)")
     ap.add_argument("--threads", type=int, default=1, help="torch threads on a CPU")
     ap.add_argument("--device", default="cpu")
     ap.add_argument("--dtype", default="float32", choices=("float32", "bfloat16", "float16"))
@@ -493,9 +497,9 @@ def main() -> None:
     args = ap.parse_args()
     small = args.shape == "zoo" and args.model is None
     args.n = args.n or (32 if small else 4)
-    args.max_new_tokens = args.max_new_tokens or (96 if small else 16)
-    args.capture_tokens = args.capture_tokens or (32 if small else 8)
-    args.rounds = (3 if small else 1) if args.rounds is None else args.rounds
+    args.max_new_tokens = args.max_new_tokens or (96 if small else 4)
+    args.capture_tokens = args.capture_tokens or (32 if small else 4)
+    args.rounds = (3 if small else 0) if args.rounds is None else args.rounds
     if args.device.startswith("cuda") and not torch.cuda.is_available():
         raise SystemExit("no CUDA device here: --device cuda runs on a GPU machine")
     if args.device == "cpu":
