@@ -23,6 +23,7 @@ from reachlens._registry import Registry
 from reachlens.report.figures import (
     CAPTIONS,
     accuracy_bars,
+    elicitation_figure,
     fate_bars,
     pass_at_k_delta_figure,
     pass_at_k_figure,
@@ -53,6 +54,8 @@ FIGURES: Registry[Callable[[Any], list[tuple[str, Any, str]]]] = Registry("repor
 FIGURES.register("routing", lambda run: [(
     "Reachable vs selected at a matched budget",
     routing_selection_figure(run.summary(), run.selectors, run.config.budget), CAPTIONS["routing_selection_figure"])])
+FIGURES.register("elicitation", lambda run: [(
+    "Training-based reach", elicitation_figure(run.uplift(), run.difference()), CAPTIONS["elicitation_figure"])])
 
 
 def report_run(run: Any, out: str | Path | None = None, *, force: bool = False) -> tuple[Path, Path]:

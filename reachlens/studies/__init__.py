@@ -1,11 +1,13 @@
 """Studies: each a run (:class:`reachlens.store.Run`) built from the runner: the audit (realized vs reachable),
-re-scoring, the comparison of two audits, the controls, the training study, recognition and the causal sweeps."""
+re-scoring, the comparison of two audits, the controls, the training study, training-based elicitation, recognition and the causal sweeps."""
 
 from reachlens.runner import grade_questions
 from reachlens.studies.auditing import AuditResult, audit
 from reachlens.studies.causal import CausalResult
 from reachlens.studies.compare import Comparison, compare, propensity_bins
 from reachlens.studies.controls import LengthControl, TemperatureControl, length_control, temperature_control
+from reachlens.studies.elicitation import Elicitation, elicit
+from reachlens.studies.finetune import FineTune, finetune_on_demonstrations
 from reachlens.studies.metrics import budget_grid, pass_at_k, pass_at_k_curve
 from reachlens.studies.recognition import RecognitionResult
 from reachlens.studies.rescore import rescore
@@ -17,6 +19,8 @@ __all__ = [
     "AuditResult",
     "CausalResult",
     "Comparison",
+    "Elicitation",
+    "FineTune",
     "LengthControl",
     "RecognitionResult",
     "StudyPlan",
@@ -26,6 +30,8 @@ __all__ = [
     "audit",
     "budget_grid",
     "compare",
+    "elicit",
+    "finetune_on_demonstrations",
     "grade_questions",
     "length_control",
     "pass_at_k",

@@ -71,9 +71,11 @@ def bind_chat(protocol: Protocol, tokenizer, *, model: str = "the model") -> Pro
     return dataclasses.replace(protocol, chat_template=digest)
 
 
-def render_prompts(task: Task, protocol: Protocol, questions: Sequence[Question], tokenizer=None) -> list[str]:
+def render_prompts(task: Task, protocol: Protocol, questions: Sequence[Question], tokenizer=None, *,
+                   history: Sequence[Sequence[dict[str, str]]] | None = None) -> list[str]:
     """The prompt of each question under ``protocol.prompt_format``: the task's template, or for a chat
-    format that text as the user turn of ``tokenizer``'s chat template (checked against the protocol's)."""
+    format that text as the user turn of ``tokenizer``'s chat template (checked against the protocol's),
+    after ``history[i]``'s turns where given (few-shot demonstrations: :mod:`reachlens.tasks.fewshot`)."""
     inner = chat_inner(protocol.prompt_format)
     if inner is None:
         fmt = task.format(protocol.prompt_format)
@@ -87,8 +89,8 @@ def render_prompts(task: Task, protocol: Protocol, questions: Sequence[Question]
     from jinja2.exceptions import TemplateError
 
     out = []
-    for q in questions:
-        messages = [*head, {"role": "user", "content": fmt.render(q)}]
+    for i, q in enumerate(questions):
+        messages = [*head, *(history[i] if history is not None else ()), {"role": "user", "content": fmt.render(q)}]
         try:
             out.append(tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True))
         except TemplateError as err:  # the template's own raise_exception (e.g. "System role not supported")
