@@ -46,7 +46,7 @@ import torch
 from jaxtyping import Float
 from torch import Tensor
 
-from reachlens.engine.hooks import FwdHook, current_rows, per_arm, row_agnostic
+from reachlens.engine.hooks import FwdHook, arm_index, current_rows, per_arm, row_agnostic
 from reachlens.engine.rng import counter_normals
 from reachlens.errors import ReachlensError
 from reachlens.interventions.linear_sites import LinearSite, checkpoint_tensor, linear_sites, resolve_targets
@@ -207,10 +207,10 @@ class _Plan:
         """``(unit, entries, sigmas)`` per ``N`` some entry of this forward runs (entries None: every entry)."""
         if self.keys is None:
             return [(0, None, self.sigma_of_arm[:1])]
+        idx = arm_index(self.keys, "cpu")  # outside a generate call: a one-line ReachlensError
         rows = current_rows()
         if self._last[0] is rows:
             return self._last[1]
-        idx = rows.arm_index(self.keys, "cpu")
         found = []
         if idx is not None:
             unit = self.unit_of_arm[idx]  # a free slot's and another arm's -1 reads the trailing -1

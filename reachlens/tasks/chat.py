@@ -77,6 +77,8 @@ def render_prompts(task: Task, protocol: Protocol, questions: Sequence[Question]
     format that text as the user turn of ``tokenizer``'s chat template (checked against the protocol's),
     after ``history[i]``'s turns where given (few-shot demonstrations: :mod:`reachlens.tasks.fewshot`)."""
     inner = chat_inner(protocol.prompt_format)
+    if inner is None and history is not None:
+        raise ReachlensError(f"history= holds earlier chat turns, but prompt_format={protocol.prompt_format!r} is plain")
     if inner is None:
         fmt = task.format(protocol.prompt_format)
         return [fmt.render(q) for q in questions]
