@@ -4,7 +4,7 @@
         --sigmas 0.01,0.02,0.05,0.1,0.2,0.3 --formats qa,password --out runs/wn-screen
 
 For each prompt format and each sigma (relative to each weight tensor's own std, :mod:`reachlens.interventions.
-weight_noise`), ``k`` draws of full-rank noise on every linear map of the blocks decode greedily beside the
+weight_noise`), ``k`` draws of noise (full rank, or ``--rank R``) on every linear map of the blocks decode greedily beside the
 clean model, as arms of one batch, on the first ``n`` test questions. Per (format, sigma): the clean model's
 accuracy, each draw's accuracy (mean, best), Tice et al.'s phi (best draw over clean; undefined at a clean
 accuracy of 0), and the union reach (a question any draw answers, with the clean deployment: what a
@@ -21,13 +21,13 @@ import pandas as pd
 import torch
 
 
-def screen(model, task, protocol, sigmas: list[float], k: int, seed: int) -> pd.DataFrame:
+def screen(model, task, protocol, sigmas: list[float], k: int, seed: int, rank: int | None = None) -> pd.DataFrame:
     """One row per sigma: clean, mean and best draw accuracy, phi and union reach (see the module docstring)."""
     from reachlens.execution import ExecConfig
     from reachlens.interventions import weight_noise_arms, weight_noise_draws
     from reachlens.runner.decode import deploy_arms_and_grade
 
-    draws = weight_noise_draws(sigmas, k, seed=seed)
+    draws = weight_noise_draws(sigmas, k, seed=seed, rank=rank)
     ids = [q.question_id for q in task.questions]
     with model.hooks(fwd_hooks=weight_noise_arms(model, draws)):
         tables = deploy_arms_and_grade(model, task, protocol, [(None, ids), *((d, ids) for d in draws)],
@@ -54,6 +54,7 @@ def main(argv: list[str] | None = None) -> pd.DataFrame:
     ap.add_argument("--formats", default="qa,password", help="prompt formats, comma-separated")
     ap.add_argument("--max-new-tokens", type=int, default=128)
     ap.add_argument("--seed", type=int, default=0, help="the noise draws' seed")
+    ap.add_argument("--rank", type=int, default=None, help="low-rank noise of this rank (Tice's LoRA form; default full)")
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--out", required=True, help="folder for screen.csv")
     args = ap.parse_args(argv)
@@ -65,7 +66,7 @@ def main(argv: list[str] | None = None) -> pd.DataFrame:
     parts = []
     for fmt in args.formats.split(","):
         protocol = Protocol.greedy(args.task, max_new_tokens=args.max_new_tokens, prompt_format=fmt).resolved(task)
-        part = screen(model, task, protocol, sigmas, args.k, args.seed)
+        part = screen(model, task, protocol, sigmas, args.k, args.seed, args.rank)
         parts.append(part.assign(format=fmt))
     table = pd.concat(parts, ignore_index=True)[["format", "sigma", "n", "clean", "draw_mean", "draw_best", "phi",
                                                   "union_reach", "draws"]]

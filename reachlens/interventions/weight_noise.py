@@ -201,12 +201,21 @@ class _Plan:
         self.units = list(dict.fromkeys(d.unit for d in draws))
         self.unit_of_arm = torch.tensor([self.units.index(d.unit) for d in draws] + [-1], dtype=torch.long)
         self.sigma_of_arm = torch.tensor([float(d.sigma) for d in draws] + [0.0], dtype=torch.float64)
+        self._every = [(0, None, self.sigma_of_arm[:1])]  # keys None: one draw on every entry
         self._last: tuple = (None, [])
+        self._on_device: dict = {}
+
+    def on(self, device: torch.device, t: Tensor) -> Tensor:
+        """``t`` (an entries or sigmas tensor of this forward's groups) on ``device``: one copy per forward."""
+        key = (id(t), device)
+        if key not in self._on_device:
+            self._on_device[key] = t.to(device)
+        return self._on_device[key]
 
     def groups(self) -> list[tuple[int, Tensor | None, Tensor]]:
         """``(unit, entries, sigmas)`` per ``N`` some entry of this forward runs (entries None: every entry)."""
         if self.keys is None:
-            return [(0, None, self.sigma_of_arm[:1])]
+            return self._every
         idx = arm_index(self.keys, "cpu")  # outside a generate call: a one-line ReachlensError
         rows = current_rows()
         if self._last[0] is rows:
@@ -217,7 +226,7 @@ class _Plan:
             for u in torch.unique(unit[unit >= 0]).tolist():
                 entries = (unit == u).nonzero().squeeze(1)
                 found.append((u, entries, self.sigma_of_arm[idx[entries]]))
-        self._last = (rows, found)
+        self._last, self._on_device = (rows, found), {}
         return found
 
 
@@ -242,11 +251,11 @@ def _site_hooks(site: LinearSite, plan: _Plan, units: list[_Unit], std: float) -
         b, pos = y.shape[:2]
         xf, out = x.reshape(b, pos, -1), y.reshape(b, pos, -1)
         for u, entries, sigmas in found:
-            scale = (sigmas * std).to(y.device, torch.float32)
+            scale = (plan.on(y.device, sigmas) * std).float()
             if entries is None:
                 out = out + (unit(u, y.device).apply(xf) * scale).to(out.dtype)
                 continue
-            ent = entries.to(y.device)
+            ent = plan.on(y.device, entries)
             delta = unit(u, y.device).apply(xf.index_select(0, ent)) * scale.view(-1, 1, 1)
             out = out.index_add(0, ent, delta.to(out.dtype))
         return out.view(y.shape)

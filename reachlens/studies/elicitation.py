@@ -34,6 +34,7 @@ import dataclasses
 import functools
 import hashlib
 import random
+import shutil
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -251,16 +252,20 @@ def elicit(
     pool = _train_pool(task, pool)
     chosen = select_demonstrations(task, pool, max(demos), seed=finetune.seed)
     out = Path(out)
-    record = _record(model, control, task, protocol, demos, finetune, pool)
-    RunDir(out).begin(record)
     say = progress or (lambda line: None)
     specs = {"model": model, "control": control}
-    for n in demos:
-        for side in SIDES:
-            say(f"fine-tune {side} on {n} demonstration(s)")
-            folder = finetune_on_demonstrations(specs[side], task, protocol, chosen[:n],
-                                                out / "checkpoints" / f"{side}-n{n}", finetune)
-            specs[f"{side}-n{n}"] = str(folder.resolve())
+    store = RunDir(out)
+    with store.writer():  # the fine-tunes under the run's lock: a failure or Ctrl-C is recorded as the run's
+        store.start(_record(model, control, task, protocol, demos, finetune, pool))
+        for stale in (out / "checkpoints").glob(".finetune-*"):  # a killed fine-tune's staging folder
+            shutil.rmtree(stale)
+        for n in demos:
+            for side in SIDES:
+                say(f"fine-tune {side} on {n} demonstration(s)")
+                folder = finetune_on_demonstrations(specs[side], task, protocol, chosen[:n],
+                                                    out / "checkpoints" / f"{side}-n{n}", finetune)
+                specs[f"{side}-n{n}"] = str(folder.resolve())
+        record = store.record()
     jobs = {name: AuditJob(spec, task, protocol, out / "audits" / name, exec_config or ExecConfig())
             for name, spec in specs.items() if not AuditDir(out / "audits" / name).is_complete()}
     say(f"audit {len(jobs)} of {len(specs)} models")
