@@ -235,7 +235,8 @@ def elicit(
     same arguments finishes what is missing).
 
     Args:
-        model, control: specs of local checkpoints (``zoo:locked``, ``zoo:base``, a folder).
+        model: the spec of a local checkpoint (``zoo:locked``, a folder).
+        control: the never-locked control's spec (``zoo:base``, a folder), fine-tuned alike.
         task: the test questions (all are audited).
         protocol: the sources' protocol (resolved against the task here).
         pool: the task's train split (default: loaded by name for a generated task).
