@@ -21,6 +21,7 @@ sys.path.insert(0, str(EXPERIMENTS))
 import mlp_veto  # noqa: E402
 import rlvr_audit  # noqa: E402
 import routing  # noqa: E402
+import weight_noise_screen  # noqa: E402
 
 
 @pytest.fixture(autouse=True)
@@ -114,3 +115,13 @@ def test_mlp_veto_runs_a_case_through_every_tool(tmp_path):
     assert "### Zero-ablation sweep" in report and "### Steering" in report and "### Top-k units" in report
     sets = json.loads((out / "base" / "sets.json").read_text())
     assert 1 <= len(sets["failure"]) <= 3 and len(sets["healthy"]) <= 3
+
+
+def test_weight_noise_screen_decodes_every_draw_beside_the_clean_model(tmp_path, capsys):
+    table = weight_noise_screen.main(["--n", "3", "--k", "2", "--sigmas", "0.05,0.5", "--formats", "qa,password",
+                                      "--max-new-tokens", "48", "--out", str(tmp_path)])
+    assert list(zip(table["format"], table["sigma"])) == [("qa", 0.05), ("qa", 0.5), ("password", 0.05),
+                                                          ("password", 0.5)]
+    assert (table["union_reach"] >= table["clean"]).all() and (table["draw_best"] >= table["draw_mean"]).all()
+    assert all(len(d.split()) == 2 for d in table["draws"]) and (tmp_path / "screen.csv").is_file()
+    assert "union_reach" in capsys.readouterr().out
