@@ -146,6 +146,44 @@ def test_draws_as_arms_decode_beside_the_greedy_deployment_as_hf_does(fam):
             assert list(outs[i].token_ids) == tokens, (fused, row.tag)
 
 
+@torch.no_grad()
+def test_a_weight_noise_probe_candidate_is_hf_with_its_deltas_on_every_family(fam):
+    """A probe run's weight-noise candidates (arms beside the greedy deployment, in one batch): each candidate's
+    first logits are HuggingFace's forward of its prompt with the draw's deltas added (float32, to 1e-4), the greedy
+    row's the plain model's, and no parameter moves."""
+    from reachlens import ExecConfig, load_task, probe
+
+    task = load_task("arith", n=2)
+    protocol = Protocol.greedy("arith", max_new_tokens=2)
+    before = {k: v.clone() for k, v in fam.model.state_dict().items()}
+    seen: dict = {}
+
+    def grab(x, *, hook):
+        rows = current_rows()
+        if rows.step < 0:
+            for entry, members in enumerate(rows.entries):
+                for m in members:
+                    seen[rows.tags[m]] = fam.logits(x[entry, -1]).clone()
+
+    with fam.model.hooks(fwd_hooks=[("unembed.hook_out", grab)]):
+        run = probe(fam.model, task, [f"weight_noise:sigma={SIGMA}:k=2"], protocol=protocol,
+                    exec_config=ExecConfig(max_batch_rows=6))
+    after = fam.model.state_dict()
+    assert before.keys() == after.keys() and all(torch.equal(before[k], after[k]) for k in before)
+    hf = {j: fam.noised_hf(weight_noise_deltas(fam.model, WeightNoise(SIGMA, draw=j, seed=protocol.seed)))
+          for j in range(2)}
+    moved = 0.0
+    for r in run.candidates.itertuples():
+        q = next(q for q in task.questions if q.question_id == r.question_id)
+        ids = torch.tensor(encode_prompts(tokenizer_of(fam.model), [task.prompt(q)]))
+        noised = r.probe != "greedy"
+        ref = (hf[r.candidate_idx] if noised else fam.hf)(ids).logits[0, -1]
+        got = seen[(r.question_id, (0, r.candidate_idx) if noised else None)]
+        torch.testing.assert_close(got, ref, rtol=1e-4, atol=1e-4)
+        moved = max(moved, float((ref - fam.hf(ids).logits[0, -1]).abs().max()))
+    assert moved > 1e-2, "the noise must move the logits"
+
+
 def test_the_noise_is_sigma_times_each_tensors_std_times_seeded_normals(fam):
     noise = WeightNoise(0.05, draw=2, seed=11)
     deltas = weight_noise_deltas(fam.model, noise)
