@@ -159,7 +159,10 @@ def test_a_weight_noise_probe_candidate_is_hf_with_its_deltas_on_every_family(fa
     seen: dict = {}
 
     def grab(x, *, hook):
-        rows = current_rows()
+        try:
+            rows = current_rows()
+        except RuntimeError:  # the probe's checks run forwards of their own, outside a decode
+            return
         if rows.step < 0:
             for entry, members in enumerate(rows.entries):
                 for m in members:
