@@ -85,6 +85,7 @@ def run_probes(args, out: Path) -> dict[str, object]:
         shots, longest = fitting_shots(task, args.shots, args.max_new_tokens, fmt)
         (out / f"fewshot_fit-{name}.json").write_text(json.dumps({"fits": shots, "longest_prompt": longest}))
         specs = probe_specs(args.sigmas, shots, args.draws)
+        specs = [s for s in specs if s.split(":")[0] not in args.skip]
         if name == "password":  # the ceiling: greedy and weight noise (Tice et al.'s phi ~ 1 on the unlocked model)
             specs = [s for s in specs if s.startswith("weight_noise:")]
         t0 = time.time()
@@ -113,7 +114,8 @@ def probe_rows(runs: dict[str, object], args) -> list[tuple[str, dict[str, pd.Se
     out.append(("greedy deployment (D)", greedy))
     for name, spec in ACTIVATION.items():
         mine = {c: b["probe"].str.startswith(spec.split(":")[0] + ":") for c, b in banks.items()}
-        out.append((name, {c: _per_question(banks[c], m) for c, m in mine.items() if m.any()}))
+        if mine["locked"].any() and mine["control"].any():
+            out.append((name, {c: _per_question(banks[c], m) for c, m in mine.items() if m.any()}))
     for s in args.sigmas:
         for k in args.draws:
             def mask(b, s=s, k=k):
@@ -136,7 +138,8 @@ def fewshot_notes(args) -> list[dict]:
     for n in args.shots:
         past = {c: f["longest_prompt"][str(n)] for c, f in fits.items() if n not in f["fits"]}
         if past:
-            rows.append({"row": f"few-shot n={n} (6 draws)", "family": "inference-time", "n": args.n,
+            where = "" if set(past) - {"password"} else ", with the password"
+            rows.append({"row": f"few-shot n={n} (6 draws){where}", "family": "inference-time", "n": args.n,
                          "note": "does not fit the zoo's context of 256 with " f"{args.max_new_tokens} new tokens: "
                                  + ", ".join(f"{c} longest prompt {v} tokens" for c, v in past.items())})
     return rows
@@ -268,6 +271,8 @@ def parse(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--n", type=int, default=300)
     p.add_argument("--out", type=Path, required=True)
     p.add_argument("--parts", default="probes,finetune", help="comma-separated: probes, finetune, sweep")
+    p.add_argument("--skip", type=lambda s: s.split(","), default=[],
+                   help="probe families left out (graft, embedding_noise, steer: measured in notes/probes.md)")
     p.add_argument("--conditions", type=lambda s: s.split(","), default=list(CONDITIONS),
                    help="the probe runs to decode (a finished one is read back): locked, password, control")
     p.add_argument("--sigmas", type=lambda s: [float(x) for x in s.split(",")], default=[0.01, 0.02, 0.05, 0.1, 0.2, 0.5])
