@@ -108,12 +108,15 @@ def probe_rows(runs: dict[str, object], args) -> list[tuple[str, dict[str, pd.Se
     """(row name, per-question reach per condition) of every inference-time row."""
     import re
 
+    from reachlens.probes import parse_probe
+
     out = []
     banks = {name: run.candidates for name, run in runs.items()}
     greedy = {c: _per_question(b, b["probe"] == "") for c, b in banks.items()}
     out.append(("greedy deployment (D)", greedy))
     for name, spec in ACTIVATION.items():
-        mine = {c: b["probe"].str.startswith(spec.split(":")[0] + ":") for c, b in banks.items()}
+        label = parse_probe(spec).label  # canonical: defaults dropped ('sampling' for sampling:k=6)
+        mine = {c: b["probe"] == label for c, b in banks.items()}
         if mine["locked"].any() and mine["control"].any():
             out.append((name, {c: _per_question(banks[c], m) for c, m in mine.items() if m.any()}))
     for s in args.sigmas:
@@ -124,7 +127,7 @@ def probe_rows(runs: dict[str, object], args) -> list[tuple[str, dict[str, pd.Se
                 return m & (draw < k)
             out.append((f"weight noise sigma={s:g}, {k} draws", {c: _per_question(b, mask(b)) for c, b in banks.items()}))
     for n in args.shots:
-        label = f"fewshot:n={n}:k=6"
+        label = parse_probe(f"fewshot:n={n}:k=6").label
         if all((banks[c]["probe"] == label).any() for c in ("locked", "control")):
             out.append((f"few-shot n={n} (6 draws)", {c: _per_question(b, b["probe"] == label) for c, b in banks.items()
                                                       if (b["probe"] == label).any()}))
