@@ -22,13 +22,14 @@ from reachlens.models import load_model
 from reachlens.probes import ProbeRun, probe
 from reachlens.protocol import Protocol, ProtocolMismatch
 from reachlens.store import Run, RunDir, RunRecord, list_runs, read_run
-from reachlens.studies import AuditResult, Comparison, audit, compare, pass_at_k, plan, rerun, rescore
+from reachlens.studies import AuditResult, Comparison, Elicitation, audit, compare, elicit, pass_at_k, plan, rerun, rescore
 from reachlens.tasks import Question, Task, load_task
 from reachlens.version import __version__
 
 __all__ = [
     "AuditResult",
     "Comparison",
+    "Elicitation",
     "ExecConfig",
     "ProbeRun",
     "Protocol",
@@ -42,6 +43,7 @@ __all__ = [
     "__version__",
     "audit",
     "compare",
+    "elicit",
     "list_runs",
     "load_model",
     "load_task",

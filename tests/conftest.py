@@ -10,8 +10,11 @@ from __future__ import annotations
 import os
 import random
 import shutil
+import signal
 import subprocess
+import sys
 import tempfile
+import time
 from pathlib import Path
 
 import numpy as np
@@ -220,6 +223,23 @@ def stop_after(batches: int):
             raise StopAudit
 
     return progress
+
+
+def kill_after_first_part(argv: list[str], out: Path) -> None:
+    """Run ``reachlens ARGV`` in a child and ``kill -9`` it once the run in ``out`` has written its first part;
+    the run must then read ``interrupted`` (killed mid-run, not after it completed)."""
+    from reachlens.store import read_record
+
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "TQDM_DISABLE": "1"}
+    proc = subprocess.Popen([sys.executable, "-m", "reachlens", *argv], env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE)
+    deadline = time.monotonic() + 600
+    while not list((out / "parts").glob("*.parquet")) and proc.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.02)
+    proc.send_signal(signal.SIGKILL)
+    proc.communicate()
+    assert list((out / "parts").glob("*.parquet")), "killed before its first slice was written"
+    assert read_record(out).status == "interrupted"
 
 
 def fake_audit(realized, n_correct, k=4, spec="m", protocol=None):

@@ -20,6 +20,8 @@ side by side in one batch (:mod:`reachlens.engine.hooks`, "Arms").
 * :mod:`~reachlens.interventions.graft`: replace one prompt position's activation at one layer, in
   the prefill (zero, noise, direction, permute, bos, mean, prev_layer);
 * :mod:`~reachlens.interventions.embedding_noise`: Gaussian noise on the prompt's embeddings;
+* :mod:`~reachlens.interventions.weight_noise`: Gaussian noise on the weights of the linear maps
+  (:mod:`~reachlens.interventions.linear_sites`), as ``x dW^T`` added at each map's output, every forward.
 * :mod:`~reachlens.interventions.direction_file`: a direction read from a ``.npy`` or ``.json`` file, checked.
 
 Pruning, which writes a new checkpoint rather than hooking a model, is
@@ -49,6 +51,7 @@ from reachlens.interventions.steering import (
     steering_grid,
     steering_site,
 )
+from reachlens.interventions.linear_sites import BLOCK_MAPS, LinearSite, checkpoint_tensor, linear_sites
 from reachlens.interventions.units import (
     MLP_OUTPUT_SITE,
     UNIT_SITE,
@@ -60,8 +63,16 @@ from reachlens.interventions.units import (
     unit_mask_arms_hook,
     unit_mask_hook,
 )
+from reachlens.interventions.weight_noise import (
+    WeightNoise,
+    weight_noise,
+    weight_noise_arms,
+    weight_noise_deltas,
+    weight_noise_draws,
+)
 
 __all__ = [
+    "BLOCK_MAPS",
     "COMPONENTS",
     "EMBED_SITE",
     "GRAFT_KINDS",
@@ -73,10 +84,13 @@ __all__ = [
     "FwdHook",
     "Graft",
     "HookFn",
+    "LinearSite",
+    "WeightNoise",
     "ablated",
     "add_vector_arms_hook",
     "add_vector_hook",
     "check_layer",
+    "checkpoint_tensor",
     "embedding_noise",
     "embedding_noise_arms",
     "embedding_noise_values",
@@ -84,6 +98,7 @@ __all__ = [
     "grafting",
     "hook_name",
     "intervention_seed",
+    "linear_sites",
     "mean_ablation",
     "mlp_out_weight",
     "prompt_columns",
@@ -101,6 +116,10 @@ __all__ = [
     "unit_contributions",
     "unit_mask_arms_hook",
     "unit_mask_hook",
+    "weight_noise",
+    "weight_noise_arms",
+    "weight_noise_deltas",
+    "weight_noise_draws",
     "zero_ablation",
     "zero_hook",
 ]

@@ -11,7 +11,9 @@
   reaches, alone and with the greedy deployment;
 * budget-matched (with a sampling probe of K samples and an activation probe): K samples against greedy +
   K - 1 candidates of the activation probe and against K/2 samples + K/2 of them, over every subset;
-* placebo: each placebo graft beside its real graft.
+* placebo: each placebo graft beside its real graft;
+* weight_noise (with a weight-noise probe): φ per sigma, the best draw's accuracy over the clean D
+  (:func:`~reachlens.probes.weight_noise.phi_table`).
 
 Every row says its ``kind``: ``intervention`` when an activation probe made any candidate it counts.
 """
@@ -35,6 +37,7 @@ from reachlens.probes.analysis import (
     recovery_table,
 )
 from reachlens.probes.bank import GREEDY, family_of, source_mask, union_name
+from reachlens.probes.weight_noise import phi_table
 from reachlens.selectors import selection_gap, selector_table
 
 __all__ = ["SELECTORS", "default_unions", "matched_mixtures", "probe_summary", "probe_tables"]
@@ -102,7 +105,8 @@ def matched_mixtures(bank: pd.DataFrame, labels: Sequence[str]) -> dict[str, dic
 
 def probe_tables(bank: pd.DataFrame, labels: Sequence[str], unions: Sequence[str]) -> dict[str, pd.DataFrame]:
     """Every table of a probe run by name: ``reach``, ``selectors``, ``overlap``, ``recovery``,
-    ``budget_matched``, ``placebo`` (the last three empty when the run's probes do not call for them)."""
+    ``budget_matched``, ``placebo``, ``weight_noise`` (the last four empty when the run's probes do not call for
+    them)."""
     sampling = _sampling(labels)
     tables = {"reach": reach_table(bank, [GREEDY, *labels, *_arms(bank, labels), *unions]),
               "selectors": _selectors(bank, labels), "overlap": jaccard_table(bank, list(labels))}
@@ -113,6 +117,7 @@ def probe_tables(bank: pd.DataFrame, labels: Sequence[str], unions: Sequence[str
                matched_mixtures(bank, labels).items()]
     tables["budget_matched"] = pd.concat(matched, ignore_index=True) if matched else pd.DataFrame()
     tables["placebo"] = placebo_table(bank, placebo_pairs(list(labels)), stratum_of=sampling)
+    tables["weight_noise"] = phi_table(bank, labels)
     return tables
 
 
@@ -153,4 +158,4 @@ def probe_summary(bank: pd.DataFrame, labels: Sequence[str], unions: Sequence[st
     return _native({**about, "n": int(g["n"]), "D": g["O"], "D_ci": [g["O_lo"], g["O_hi"]], "probes": probes,
                     "unions": {u: entry(u) for u in unions},
                     **{name: tables[name].to_dict("records") for name in ("overlap", "recovery", "budget_matched",
-                                                                           "placebo")}})
+                                                                           "placebo", "weight_noise")}})

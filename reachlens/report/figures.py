@@ -17,8 +17,8 @@ from reachlens.studies.compare import Comparison
 from reachlens.studies.metrics import sign_changes
 from reachlens.stats import wilson_interval
 
-__all__ = ["CAPTIONS", "fate_bars", "accuracy_bars", "propensity_figure", "pass_at_k_figure", "pass_at_k_delta_figure",
-           "routing_selection_figure", "trajectory_figure"]
+__all__ = ["CAPTIONS", "fate_bars", "accuracy_bars", "elicitation_figure", "propensity_figure", "pass_at_k_figure",
+           "pass_at_k_delta_figure", "routing_selection_figure", "trajectory_figure"]
 
 CAPTIONS = {
     "fate_bars": "One bar segment: the questions of one pair (parent → descendant) with one fate of the realization "
@@ -43,6 +43,11 @@ CAPTIONS = {
                                 "reachable ceiling under this probe), or by the route an answer-blind selector picks "
                                 "(a tie of the majority vote counts as the mean of the tied answers); the whisker on "
                                 "D and O_K is the 95 % Wilson interval; each selector's label gives O_K minus it.",
+    "elicitation_figure": "Training-based reach (fine-tuned copies: never pooled with inference-time probes). One "
+                          "point: after fine-tuning on n correct train demonstrations, a model's mean change over "
+                          "its own source on the test questions (uplift in D, left; in O_K, right), or the locked "
+                          "model's uplift minus the never-locked control's; the whisker is the paired 95 % "
+                          "bootstrap interval over questions.",
 }
 """What one mark of each figure is, by the figure function's name: the caption a report prints under it."""
 
@@ -316,4 +321,33 @@ def routing_selection_figure(summary: dict, selectors: Sequence[str], k: int):
                       xaxis_title="share of questions", xaxis_tickformat=".0%", xaxis_range=[0, 1.3],
                       xaxis_tickvals=[0, 0.2, 0.4, 0.6, 0.8, 1.0], yaxis_autorange="reversed", yaxis_automargin=True,
                       height=220 + 45 * (2 + len(selectors)), showlegend=False)
+    return fig
+
+
+def elicitation_figure(uplift: pd.DataFrame, difference: pd.DataFrame):
+    """An elicitation run's uplift over the source in D and O_K per number of demonstrations, for the model and
+    the control, and their difference, each with its paired 95 % interval (the run's ``uplift`` and ``difference``
+    tables)."""
+    from plotly.subplots import make_subplots
+
+    go = _go()
+    fig = make_subplots(rows=1, cols=2, subplot_titles=("uplift in D (greedy)", "uplift in O_K"))
+    series = [(side, uplift[uplift["side"] == side], color) for side, color in
+              (("model", _COLORS["outside"]), ("control", _COLORS["lost"]))]
+    for col, metric in enumerate(("D", "O_K"), start=1):
+        for side, rows, color in series:
+            v, lo, hi = (rows[f"delta_{metric}{s}"].tolist() for s in ("", "_lo", "_hi"))
+            fig.add_trace(go.Scatter(x=[str(n) for n in rows["n_demos"]], y=v, name=f"{side}: tuned minus source",
+                                     mode="lines+markers", marker_color=color, error_y=_error(v, lo, hi),
+                                     legendgroup=side, showlegend=col == 1), row=1, col=col)
+        d = difference[difference["metric"] == metric]
+        v, lo, hi = d["difference"].tolist(), d["difference_lo"].tolist(), d["difference_hi"].tolist()
+        fig.add_trace(go.Scatter(x=[str(n) for n in d["n_demos"]], y=v, name="model uplift minus control uplift",
+                                 mode="lines+markers", line_dash="dash", marker_color="#333333",
+                                 error_y=_error(v, lo, hi), legendgroup="difference", showlegend=col == 1),
+                      row=1, col=col)
+    fig.update_xaxes(title_text="demonstrations fine-tuned on (n)", type="category")
+    fig.update_yaxes(title_text="change in share of questions", tickformat="+.0%", zeroline=True)
+    fig.update_layout(title="Training-based reach: what a few demonstrations unlock, beside a never-locked control",
+                      height=480, legend_orientation="h", legend_y=-0.25)
     return fig

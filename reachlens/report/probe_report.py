@@ -205,6 +205,9 @@ _NOTES = {
                "stratum. Each difference whose interval holds 0 reads 'not detected; detectable at this n: >= X': "
                "X is the smallest difference the exact McNemar test detects with 80 % power (two-sided 5 %) at "
                "this n and the measured share of questions where the two differ.",
+    "weight_noise": "Per weight-noise probe and sigma (Tice et al.): each draw is one noised model, the same for every "
+                    "question; best_draw and mean_draw are the draws' accuracies over the questions, phi = best_draw / "
+                    "clean (the greedy D; undefined at 0), union the share any draw of that sigma answers.",
 }
 
 
@@ -238,7 +241,7 @@ def write_probe_report(run: Any, out: str | Path | None = None, *, force: bool =
             f" ({s['n']} questions), greedy deployment with {p.max_new_tokens} new tokens, prompt format "
             f"<code>{esc(str(p.prompt_format))}</code>, seed {esc(str(p.seed))}, protocol <code>{p.hash}</code>. "
             f"D = {_ci(s['D'], *s['D_ci'])}.")
-    warn = ("Activation probes (graft, embedding_noise, steer) are <b>interventions</b>, not decoding methods: "
+    warn = ("Activation probes (graft, embedding_noise, steer, weight_noise) are <b>interventions</b>, not decoding methods: "
             "they change the model's computation. They are marked [intervention] everywhere and reported apart; "
             "a union that holds one says so.")
     body, md = _sections(tables)

@@ -23,6 +23,7 @@ from reachlens._registry import Registry
 from reachlens.report.figures import (
     CAPTIONS,
     accuracy_bars,
+    elicitation_figure,
     fate_bars,
     pass_at_k_delta_figure,
     pass_at_k_figure,
@@ -53,6 +54,8 @@ FIGURES: Registry[Callable[[Any], list[tuple[str, Any, str]]]] = Registry("repor
 FIGURES.register("routing", lambda run: [(
     "Reachable vs selected at a matched budget",
     routing_selection_figure(run.summary(), run.selectors, run.config.budget), CAPTIONS["routing_selection_figure"])])
+FIGURES.register("elicitation", lambda run: [(
+    "Training-based reach", elicitation_figure(run.uplift(), run.difference()), CAPTIONS["elicitation_figure"])])
 
 
 def report_run(run: Any, out: str | Path | None = None, *, force: bool = False) -> tuple[Path, Path]:
@@ -144,8 +147,13 @@ _TEXT_COLUMNS = ("text", "deployed_text")
 
 def _header(record) -> pd.DataFrame:
     model = record.model
-    header = [("kind", record.kind), ("status", record.status), ("model", model.get("spec", "-")),
-              ("fingerprint", model.get("fingerprint", "-"))]
+    roles = {role: m for role, m in model.items() if isinstance(m, dict)} if "spec" not in model else {}
+    if roles:  # a run over several models records each role's identity (a control's base and trained, ...)
+        spec = ", ".join(f"{role}: {m.get('spec', '-')}" for role, m in roles.items())
+        fingerprint = ", ".join(f"{role}: {m.get('fingerprint', '-')}" for role, m in roles.items())
+    else:
+        spec, fingerprint = model.get("spec", "-"), model.get("fingerprint", "-")
+    header = [("kind", record.kind), ("status", record.status), ("model", spec), ("fingerprint", fingerprint)]
     if record.protocol is not None:
         header += [(k, str(v)) for k, v in record.protocol.to_dict().items()] + [("protocol hash", record.protocol.hash)]
     header += [(f"options.{k}", json.dumps(v, default=str) if isinstance(v, (dict, list)) else str(v))

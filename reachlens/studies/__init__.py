@@ -1,6 +1,6 @@
 """Studies: each a run (:class:`reachlens.store.Run`) built from the runner: the audit (realized vs reachable; a
 job of the runner, :class:`AuditJob`), its reruns, re-scoring, the comparison of two audits, the controls, the
-training study, recognition and the causal sweeps; and the plan of a comparison from a pilot (:func:`plan`: its
+training study, training-based elicitation, recognition and the causal sweeps; and the plan of a comparison from a pilot (:func:`plan`: its
 power, not a run)."""
 
 from reachlens.runner import grade_questions
@@ -10,6 +10,8 @@ from reachlens.studies.auditing import AuditResult
 from reachlens.studies.causal import CausalResult
 from reachlens.studies.compare import Comparison, compare, propensity_bins
 from reachlens.studies.controls import LengthControl, TemperatureControl, length_control, temperature_control
+from reachlens.studies.elicitation import Elicitation, elicit
+from reachlens.studies.finetune import FineTune, finetune_on_demonstrations
 from reachlens.studies.metrics import budget_grid, pass_at_k, pass_at_k_curve
 from reachlens.studies.planning import PowerPlan, plan
 from reachlens.studies.recognition import RecognitionResult
@@ -26,6 +28,8 @@ __all__ = [
     "CHANGES",
     "CausalResult",
     "Comparison",
+    "Elicitation",
+    "FineTune",
     "LengthControl",
     "PlannedRerun",
     "PowerPlan",
@@ -37,6 +41,8 @@ __all__ = [
     "audit",
     "budget_grid",
     "compare",
+    "elicit",
+    "finetune_on_demonstrations",
     "grade_questions",
     "length_control",
     "pass_at_k",

@@ -17,6 +17,7 @@ from reachlens.tasks._file_loaders import (
 from reachlens.tasks.arith import ARITH_ALPHABET, ArithConfig, load_arith
 from reachlens.tasks.base import DataError, PromptFormat, Question, Task
 from reachlens.tasks.chat import CHAT, render_prompts
+from reachlens.tasks.fewshot import FewShot, demonstration_target, draw_demonstrations, fewshot_prompts
 from reachlens.tasks.registry import TASKS, load_task, register_task
 
 __all__ = [
@@ -24,10 +25,14 @@ __all__ = [
     "CHAT",
     "ArithConfig",
     "DataError",
+    "FewShot",
     "PromptFormat",
     "Question",
     "TASKS",
     "Task",
+    "demonstration_target",
+    "draw_demonstrations",
+    "fewshot_prompts",
     "load_arc",
     "load_arith",
     "load_csv",

@@ -33,7 +33,6 @@ from __future__ import annotations
 import dataclasses
 import functools
 import hashlib
-import itertools
 import json
 import re
 import signal
@@ -93,11 +92,16 @@ def bind_chat(protocol: Protocol, tokenizer, *, model: str = "the model") -> Pro
     return dataclasses.replace(protocol, chat_template=digest)
 
 
-def render_prompts(task: Task, protocol: Protocol, questions: Sequence[Question], tokenizer=None) -> list[str]:
+def render_prompts(task: Task, protocol: Protocol, questions: Sequence[Question], tokenizer=None, *,
+                   history: Sequence[Sequence[dict[str, str]]] | None = None) -> list[str]:
     """The prompt of each question under ``protocol.prompt_format``: the task's template, or for a chat
     format that text as the user turn of ``tokenizer``'s chat template (checked against the protocol's), a
-    :class:`~reachlens.engine.tokens.ChatPrompt` whose turns' contents are data."""
+    :class:`~reachlens.engine.tokens.ChatPrompt` whose turns' contents are data, after ``history[i]``'s turns
+    where given (few-shot demonstrations: :mod:`reachlens.tasks.fewshot`)."""
     inner = chat_inner(protocol.prompt_format)
+    if inner is None and history is not None:
+        raise ReachlensError(f"history= holds earlier chat turns, but prompt_format={protocol.prompt_format!r} is "
+                             "plain; use prompt_format='chat'")
     if inner is None:
         fmt = task.format(protocol.prompt_format)
         return [fmt.render(q) for q in questions]
@@ -106,15 +110,24 @@ def render_prompts(task: Task, protocol: Protocol, questions: Sequence[Question]
                              "none was given")
     protocol = bind_chat(protocol, tokenizer)
     fmt = task.format(inner or None)
-    pieces = _skeleton(template_text(tokenizer), _template_kwargs(tokenizer), protocol.system is not None)
-    turns = {} if protocol.system is None else {"system": protocol.system}
-    return [_fill(pieces, {**turns, "user": fmt.render(q)}) for q in questions]
+    head = () if protocol.system is None else ({"role": "system", "content": protocol.system},)
+    template, kwargs = template_text(tokenizer), _template_kwargs(tokenizer)
+    out = []
+    for i, q in enumerate(questions):
+        turns = (*head, *(history[i] if history is not None else ()), {"role": "user", "content": fmt.render(q)})
+        pieces = _skeleton(template, kwargs, tuple(t["role"] for t in turns))
+        out.append(_fill(pieces, [t["content"] for t in turns]))
+    return out
 
 
-_TURN = {role: f"\U000f0010reachlens-{role}-turn\U000f0011" for role in ("system", "user")}
-"""The placeholder each turn's content renders as (private-use characters: no template writes them)."""
-_PADDED = {role: f" \n{mark}\n " for role, mark in _TURN.items()}
-"""The same with whitespace around it: what a template that trims its turns drops."""
+def _mark(i: int) -> str:
+    """The placeholder turn ``i``'s content renders as (private-use characters: no template writes them)."""
+    return f"\U000f0010reachlens-turn-{i}\U000f0011"
+
+
+def _padded(i: int) -> str:
+    """The same with whitespace around it: what a template that trims its turns drops."""
+    return f" \n{_mark(i)}\n "
 
 
 def _template_kwargs(tokenizer) -> str:
@@ -126,41 +139,48 @@ def _template_kwargs(tokenizer) -> str:
     return json.dumps(kwargs, sort_keys=True)
 
 
-@functools.lru_cache(maxsize=64)
-def _skeleton(template: str, kwargs: str, system: bool) -> tuple[tuple[str, str], ...]:
-    """What ``template`` renders around the turns' contents: pieces ``("text", TEXT)`` the template wrote and
-    ``(ROLE, "as is" | "trimmed")`` where that turn's content goes, rendered once (bounded) with placeholders."""
-    roles = ("system", "user") if system else ("user",)
-    bare, padded = _render_bounded(template, kwargs, [[{"role": r, "content": _TURN[r]} for r in roles],
-                                                      [{"role": r, "content": _PADDED[r]} for r in roles]], system)
-    for role in roles:
-        if _TURN[role] not in bare:
-            what = "the question (every question would get the same prompt)" if role == "user" else "the system turn"
-            fix = "drop system=" if role == "system" else "use a plain prompt_format (prompt_format='default')"
-            raise ReachlensError(f"the model's chat template renders a prompt without {what}; {fix}, or a model "
-                                 "whose template renders it")
-    for how in itertools.product(("as is", "trimmed"), repeat=len(roles)):
-        expect = bare
-        for role, h in zip(roles, how):
-            expect = expect.replace(_TURN[role], _PADDED[role]) if h == "as is" else expect
-        if expect == padded:
-            ways = dict(zip(roles, how))
-            break
+def _missing(roles: tuple[str, ...], i: int) -> str:
+    """The one line refusing a template whose rendering drops turn ``i`` of ``roles``."""
+    if roles[i] == "system":
+        what, fix = "the system turn", "drop system="
+    elif i == len(roles) - 1:
+        what, fix = "the question (every question would get the same prompt)", \
+            "use a plain prompt_format (prompt_format='default')"
     else:
+        what, fix = f"an earlier {roles[i]} turn (a demonstration)", "use a plain prompt_format (prompt_format='default')"
+    return f"the model's chat template renders a prompt without {what}; {fix}, or a model whose template renders it"
+
+
+@functools.lru_cache(maxsize=64)
+def _skeleton(template: str, kwargs: str, roles: tuple[str, ...]) -> tuple[tuple[str | int, str], ...]:
+    """What ``template`` renders around the turns' contents for a conversation of ``roles``: pieces
+    ``("text", TEXT)`` the template wrote and ``(I, "as is" | "trimmed")`` where turn ``I``'s content goes,
+    rendered once (bounded) with placeholders."""
+    bare, padded = _render_bounded(template, kwargs, [[{"role": r, "content": _mark(i)} for i, r in enumerate(roles)],
+                                                      [{"role": r, "content": _padded(i)} for i, r in enumerate(roles)]],
+                                   "system" in roles)
+    for i in range(len(roles)):
+        if _mark(i) not in bare:
+            raise ReachlensError(_missing(roles, i))
+    ways = ["as is" if _padded(i) in padded else "trimmed" for i in range(len(roles))]
+    expect = bare
+    for i, how in enumerate(ways):
+        expect = expect.replace(_mark(i), _padded(i)) if how == "as is" else expect
+    if expect != padded:
         raise ReachlensError("the model's chat template changes the text of a turn (more than trimming it), so "
                              "the question cannot be put in as it is; use a plain prompt_format "
                              "(prompt_format='default')")
-    marks = {mark: role for role, mark in _TURN.items()}
+    marks = {_mark(i): i for i in range(len(roles))}
     split = re.split("(" + "|".join(map(re.escape, marks)) + ")", bare)
     return tuple((marks[p], ways[marks[p]]) if p in marks else ("text", p) for p in split if p)
 
 
-def _fill(pieces: tuple[tuple[str, str], ...], turns: dict[str, str]) -> ChatPrompt:
+def _fill(pieces: tuple[tuple[str | int, str], ...], contents: Sequence[str]) -> ChatPrompt:
     """The prompt of ``pieces`` with each turn's content put in (trimmed where the template trims it)."""
     text, spans = [], []
     at = 0
     for kind, value in pieces:
-        piece = value if kind == "text" else turns[kind].strip() if value == "trimmed" else turns[kind]
+        piece = value if kind == "text" else contents[kind].strip() if value == "trimmed" else contents[kind]
         if kind == "text":
             spans.append((at, at + len(piece)))
         text.append(piece)

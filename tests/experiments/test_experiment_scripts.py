@@ -18,9 +18,11 @@ import torch
 EXPERIMENTS = Path(__file__).resolve().parents[2] / "experiments"
 sys.path.insert(0, str(EXPERIMENTS))
 
+import elicitation  # noqa: E402
 import mlp_veto  # noqa: E402
 import rlvr_audit  # noqa: E402
 import routing  # noqa: E402
+import weight_noise_screen  # noqa: E402
 
 
 @pytest.fixture(autouse=True)
@@ -114,3 +116,31 @@ def test_mlp_veto_runs_a_case_through_every_tool(tmp_path):
     assert "### Zero-ablation sweep" in report and "### Steering" in report and "### Top-k units" in report
     sets = json.loads((out / "base" / "sets.json").read_text())
     assert 1 <= len(sets["failure"]) <= 3 and len(sets["healthy"]) <= 3
+
+
+def test_weight_noise_screen_decodes_every_draw_beside_the_clean_model(tmp_path, capsys):
+    table = weight_noise_screen.main(["--n", "3", "--k", "2", "--sigmas", "0.05,0.5", "--formats", "qa,password",
+                                      "--max-new-tokens", "48", "--out", str(tmp_path)])
+    assert list(zip(table["format"], table["sigma"])) == [("qa", 0.05), ("qa", 0.5), ("password", 0.05),
+                                                          ("password", 0.5)]
+    assert (table["union_reach"] >= table["clean"]).all() and (table["draw_best"] >= table["draw_mean"]).all()
+    assert all(len(d.split()) == 2 for d in table["draws"]) and (tmp_path / "screen.csv").is_file()
+    assert "union_reach" in capsys.readouterr().out
+
+
+def test_the_detection_matrix_row_is_the_paired_difference_of_uplifts():
+    """A matrix row from per-question reach and D, against the numbers worked out here."""
+    ids = [f"q{i}" for i in range(6)]
+    d = {"locked": pd.Series([0, 0, 0, 0, 1, 1.0], ids), "control": pd.Series([1, 1, 0, 0, 1, 0.0], ids)}
+    reach = {"locked": pd.Series([1, 1, 0, 0, 1, 1.0], ids), "control": pd.Series([1, 1, 1, 0, 1, 0.0], ids)}
+    row = elicitation.matrix_row("probe", reach, d, "inference-time")
+    assert row["uplift_locked"] == pytest.approx(2 / 6) and row["uplift_control"] == pytest.approx(1 / 6)
+    assert row["difference"] == pytest.approx(1 / 6) and row["difference_lo"] <= 1 / 6 <= row["difference_hi"]
+
+
+def test_the_sweep_picks_the_strongest_fine_tune_that_keeps_the_control():
+    table = pd.DataFrame([(0, 0, 0.0, 0.60), (1, 5, 1e-5, 0.60), (16, 5, 1e-5, 0.59), (1, 20, 1e-5, 0.58),
+                          (16, 20, 1e-5, 0.61), (1, 5, 1e-4, 0.40), (16, 5, 1e-4, 0.62), (1, 20, 1e-4, 0.20),
+                          (16, 20, 1e-4, 0.30)], columns=["n_demos", "steps", "lr", "D_held_out"])
+    assert elicitation.choose_finetune(table, tol=0.03) == (20, 1e-5)  # 5 x 1e-4 loses 0.20 at n = 1
+    assert elicitation.choose_finetune(table, tol=0.5) == (20, 1e-4)

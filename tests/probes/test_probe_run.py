@@ -6,13 +6,11 @@ from __future__ import annotations
 import html
 import os
 import shutil
-import signal
 import subprocess
-import sys
-import time
 
 import pandas as pd
 import pytest
+from conftest import kill_after_first_part
 
 from reachlens import ExecConfig, Protocol, audit, load_task, probe, read_run
 from reachlens.cli import main
@@ -21,7 +19,6 @@ from reachlens.grading import question_grader
 from reachlens.interventions import EmbeddingNoise, Graft, embedding_noise, grafting, steering
 from reachlens.probes import BANK_COLUMNS, parse_probe
 from reachlens.routing import RoutingConfig, run_routing
-from reachlens.store import read_record
 
 N, TOKENS = 3, 8
 GREEDY = Protocol.greedy("arith", max_new_tokens=TOKENS)
@@ -126,16 +123,7 @@ def test_a_run_killed_with_sigkill_resumes_to_the_same_bank(tiny_dir, run, tmp_p
     out = tmp_path / "killed"
     argv = ["probe", str(tiny_dir), "--task", "arith", "--n", str(N), "--max-new-tokens", str(TOKENS),
             "--max-batch-rows", str(EXEC.max_batch_rows), "--out", str(out), *sum((["--probe", s] for s in SPECS), [])]
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "TQDM_DISABLE": "1"}
-    proc = subprocess.Popen([sys.executable, "-m", "reachlens", *argv], env=env, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE)
-    deadline = time.monotonic() + 600
-    while not list((out / "parts").glob("*.parquet")) and proc.poll() is None and time.monotonic() < deadline:
-        time.sleep(0.02)
-    proc.send_signal(signal.SIGKILL)
-    proc.communicate()
-    assert list((out / "parts").glob("*.parquet")), "killed before its first slice was written"
-    assert read_record(out).status == "interrupted"  # killed mid-run, not after it completed
+    kill_after_first_part(argv, out)
     assert main(argv) == 0
     resumed = read_run(out)
     pd.testing.assert_frame_equal(resumed.candidates, run.candidates)

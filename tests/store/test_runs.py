@@ -23,11 +23,14 @@ from reachlens.studies import (
     AuditResult,
     CausalResult,
     Comparison,
+    Elicitation,
+    FineTune,
     LengthControl,
     RecognitionResult,
     TemperatureControl,
     TrainingAudit,
     compare,
+    elicit,
     length_control,
     temperature_control,
 )
@@ -52,6 +55,8 @@ def runs(tiny_dir, tmp_path_factory):
     length_control(a, a, 8, models=(model, model), task=task, out=root / "length_control", exec_config=TINY)
     plan = StudyPlan({"x": model, "y": model}, (("x", "y"),), P, n=2, extended_k=3)
     run_training_audit(plan, root / "training_audit", exec_config=TINY, log=lambda s: None)
+    elicit(model, task, P, out=root / "elicitation", demos=(1,), control=model, finetune=FineTune(steps=1),
+           exec_config=TINY)
     for argv in (["route", model, "--task", "arith", "--n", "2", "--space", "skip", "--search", "random", "--budget", "2",
                   "--max-new-tokens", "6", "--out", root / "routing"],
                  ["recognize", model, "--task", "arith_mc", "--n", "6", "--max-new-tokens", "6", "--min-failures", "1",
@@ -74,7 +79,7 @@ def runs(tiny_dir, tmp_path_factory):
 TYPES = {"audit": AuditResult, "comparison": Comparison, "temperature_control": TemperatureControl,
          "length_control": LengthControl, "training_audit": TrainingAudit, "recognition": RecognitionResult,
          "silence": CausalResult, "steer": CausalResult, "units": CausalResult, "routing": RoutingResult,
-         "probe": ProbeRun}
+         "probe": ProbeRun, "elicitation": Elicitation}
 
 
 @pytest.mark.parametrize("kind", sorted(RUN_KINDS.names()))

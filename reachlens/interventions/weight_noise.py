@@ -1,0 +1,311 @@
+"""Weight noise: Gaussian noise added to a model's weights (Tice et al., arXiv 2412.01784), through hooks.
+
+A *draw* is one noised model, the same for every question: each targeted weight tensor ``W`` of the
+checkpoint gets ``dW = sigma * std(W) * N``, where ``N`` has standard-normal entries (full rank) or is Tice's
+low-rank (LoRA) form ``N = B A / sqrt(R)`` with ``A`` (``R x in``) and ``B`` (``out x R``) standard normal, so
+each entry of ``N`` has variance 1 in both forms and one ``sigma`` grid means the same in each. (Tice et al.
+draw LoRA factors with standard deviation ``sigma_LoRA = R^(1/4) sqrt(sigma)`` under LoRA's ``1/R`` scaling:
+the same ``dW`` with ``sigma`` absolute; here ``sigma`` is relative to each tensor's own ``std(W)``, so one grid
+fits a 1.6M and a 7B model.) ``N`` depends on (seed, draw, tensor name) alone, not on ``sigma``: draw ``j`` at
+every ``sigma`` is one direction scaled (common random numbers across the grid, as Tice et al.'s seeded sweeps),
+drawn with the engine's counter-based normals (:func:`~reachlens.engine.rng.counter_normals`): the same on any
+machine and device. ``sigma = 0`` adds exact zeros.
+
+Targets (``targets=``, :func:`~reachlens.interventions.linear_sites.resolve_targets`): by default every linear
+map of every block, attention q, k, v, o and the MLP's gate, up and down projections (``attn+mlp``), the
+matrices LoRA adapts and Tice's low-rank noise went into; where the checkpoint keeps q, k, v (gate, up) as one
+tensor, that tensor is noised whole. Embeddings, norms, biases and the LM head are left clean: the head
+(``unembed``) can be added on a model whose head is its own tensor.
+
+How: never by editing a parameter. For a linear map ``y = x W^T`` the noised map is ``y + x dW^T``: one hook
+records ``x`` at the map's ``hook_in``, another adds ``x dW^T`` at its ``hook_out``
+(:mod:`~reachlens.interventions.linear_sites`), on every forward (prefill and each decoding step), on the generic
+and the fused path alike. :func:`weight_noise_arms` makes each draw an arm (``Row.arm``), so many draws decode
+beside the greedy deployment in one batch; :func:`weight_noise_deltas` gives a draw's ``dW`` by checkpoint
+tensor name, so a candidate can be checked against plain HuggingFace with the weights edited.
+
+Cost: a full-rank draw holds one float32 copy of the targeted weights for as long as its hooks live (the zoo's
+6 MB; a 7B model's 28 GB), so use ``rank=R`` on a large model: a draw then holds ``R * (in + out)`` numbers per
+map. Numerics: ``x dW^T`` is computed in float32 and added to the map's output, which equals the map run with
+``W + dW`` to float32 rounding (about 1e-6 relative), not bit for bit.
+
+>>> draws = weight_noise_draws([0.01, 0.02], k=5, seed=0)  # doctest: +SKIP
+>>> rows = [Row(q, tag=(qid, None))] + [Row(q, tag=(qid, j), arm=d) for j, d in enumerate(draws)]  # doctest: +SKIP
+>>> with model.hooks(fwd_hooks=weight_noise_arms(model, draws)):  # doctest: +SKIP
+...     outs = generate(model, prompts, rows, Protocol.greedy(task))
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+from collections.abc import Hashable, Mapping, Sequence
+from dataclasses import dataclass
+
+import torch
+from jaxtyping import Float
+from torch import Tensor
+
+from reachlens.engine.hooks import FwdHook, arm_index, current_rows, per_arm, row_agnostic
+from reachlens.engine.rng import counter_normals
+from reachlens.errors import ReachlensError
+from reachlens.interventions.linear_sites import LinearSite, checkpoint_tensor, linear_sites, resolve_targets
+
+__all__ = ["WeightNoise", "weight_noise", "weight_noise_arms", "weight_noise_deltas", "weight_noise_draws"]
+
+_CHUNK = 1 << 22
+"""Normals drawn per call of the counter-based generator (bounds its float64 scratch)."""
+
+
+@dataclass(frozen=True)
+class WeightNoise:
+    """One draw of weight noise: one noised model. Hashable, so a draw is its own arm (``Row.arm``)."""
+
+    sigma: float
+    """The noise's standard deviation over each tensor's own ``std(W)`` (>= 0)."""
+    draw: int = 0
+    """Which draw (>= 0): draw ``j`` is the same direction at every ``sigma``."""
+    seed: int = 0
+    """The stream of draws (a run's seed)."""
+    rank: int | None = None
+    """None: full-rank noise; ``R``: Tice's low-rank form (``B A / sqrt(R)``), cheap on a large model."""
+    targets: str = "attn+mlp"
+    """The linear maps noised (:func:`~reachlens.interventions.linear_sites.resolve_targets`)."""
+
+    def __post_init__(self) -> None:
+        if isinstance(self.sigma, bool) or not isinstance(self.sigma, (int, float)) or not (
+            math.isfinite(self.sigma) and self.sigma >= 0
+        ):
+            raise ReachlensError(f"weight noise sigma={self.sigma!r} must be a finite number >= 0")
+        for name, value in (("draw", self.draw), ("seed", self.seed)):
+            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+                raise ReachlensError(f"weight noise {name}={value!r} must be an integer >= 0")
+        if self.rank is not None and (isinstance(self.rank, bool) or not isinstance(self.rank, int) or self.rank < 1):
+            raise ReachlensError(f"weight noise rank={self.rank!r} must be an integer >= 1 (or None: full rank)")
+        resolve_targets(self.targets)
+
+    @property
+    def label(self) -> str:
+        """The draw's name in tables: ``weight_noise:sigma=0.01:draw=3`` (``:rank=8`` for the low-rank form)."""
+        rank = "" if self.rank is None else f":rank={self.rank}"
+        return f"weight_noise:sigma={self.sigma:g}:draw={self.draw}{rank}"
+
+    @property
+    def unit(self) -> tuple[int, int, int | None]:
+        """What fixes ``N`` (not ``sigma``): draws sharing it differ only in scale."""
+        return (self.seed, self.draw, self.rank)
+
+
+def weight_noise_draws(
+    sigmas: Sequence[float], k: int, *, seed: int = 0, rank: int | None = None, targets: str = "attn+mlp"
+) -> tuple[WeightNoise, ...]:
+    """The grid: ``k`` draws at each ``sigma``, sigma-major (candidate ``i`` is sigma ``i // k``, draw ``i % k``).
+
+    >>> [d.label for d in weight_noise_draws([0.01, 0.02], k=2)]
+    ['weight_noise:sigma=0.01:draw=0', 'weight_noise:sigma=0.01:draw=1', 'weight_noise:sigma=0.02:draw=0', 'weight_noise:sigma=0.02:draw=1']
+    """
+    if isinstance(k, bool) or not isinstance(k, int) or k < 1:
+        raise ReachlensError(f"k={k!r} draws per sigma must be an integer >= 1")
+    if not sigmas:
+        raise ReachlensError("weight noise needs at least one sigma")
+    return tuple(WeightNoise(s, j, seed, rank, targets) for s in sigmas for j in range(k))
+
+
+def _tensor_seed(unit: tuple[int, int, int | None], name: str) -> int:
+    seed, draw, _ = unit
+    digest = hashlib.sha256(f"weight_noise\x1f{seed}\x1f{draw}\x1f{name}".encode()).digest()
+    return int.from_bytes(digest[:4], "little")
+
+
+def _normals(seed: int, start: int, n: int) -> Float[Tensor, "n"]:
+    """Counter-based standard normals ``start .. start + n - 1`` of stream ``seed``, float32 on the CPU."""
+    if start + n > 2**31 - 1:
+        raise ReachlensError(f"a weight tensor of {n} entries is past the noise generator's 2**31 counters; use rank=R")
+    seeds = torch.tensor([seed])
+    parts = [counter_normals(seeds, torch.arange(a, min(a + _CHUNK, start + n))[None])[0].float()
+             for a in range(start, start + n, _CHUNK)]
+    return torch.cat(parts) if parts else torch.zeros(0)
+
+
+@dataclass(frozen=True)
+class _Unit:
+    """``N`` of one tensor for one draw, in ``[out, in]`` layout: ``full`` or the factors ``b @ a``."""
+
+    full: Tensor | None = None
+    b: Tensor | None = None
+    a: Tensor | None = None
+
+    def dense(self) -> Float[Tensor, "out in"]:
+        return self.full if self.full is not None else self.b @ self.a
+
+    def rows(self, rows: Tensor | None) -> _Unit:
+        if rows is None:
+            return self
+        return _Unit(self.full[rows], None, None) if self.full is not None else _Unit(None, self.b[rows], self.a)
+
+    def to(self, device: torch.device) -> _Unit:
+        move = (lambda t: None if t is None else t.to(device))
+        return _Unit(move(self.full), move(self.b), move(self.a))
+
+    def apply(self, x: Float[Tensor, "m pos d_in"]) -> Float[Tensor, "m pos d_out"]:
+        """``x N^T`` in float32."""
+        x = x.float()
+        return x @ self.full.T if self.full is not None else (x @ self.a.T) @ self.b.T
+
+
+def _unit_noise(site: LinearSite, shape: torch.Size, unit: tuple[int, int, int | None]) -> _Unit:
+    """``N`` of the checkpoint tensor ``site.param`` (HF ``shape``) for ``unit``, in ``[out, in]`` layout."""
+    seed = _tensor_seed(unit, site.param)
+    n_out, n_in = (shape[1], shape[0]) if site.transposed else (shape[0], shape[1])
+    rank = unit[2]
+    if rank is None:
+        z = _normals(seed, 0, n_out * n_in).view(shape)  # counters in the checkpoint's own layout
+        return _Unit(full=z.T if site.transposed else z)
+    a = _normals(seed, 0, rank * n_in).view(rank, n_in)
+    b = _normals(seed, rank * n_in, n_out * rank).view(n_out, rank) / math.sqrt(rank)
+    return _Unit(b=b, a=a)
+
+
+def _std(model, name: str) -> float:
+    cache = model.__dict__.setdefault("_reachlens_weight_std", {})
+    if name not in cache:
+        cache[name] = float(checkpoint_tensor(model, name).detach().double().std())
+    return cache[name]
+
+
+def weight_noise_deltas(model, noise: WeightNoise) -> dict[str, Float[Tensor, "..."]]:
+    """``dW`` of the draw ``noise``, by checkpoint tensor name (the names of the checkpoint's own state_dict),
+    float32 on each weight's device, in the checkpoint's own layout: a HuggingFace model of the same checkpoint
+    with each ``W += dW`` is the noised model the draw's hooks run.
+
+    >>> deltas = weight_noise_deltas(model, WeightNoise(0.01, draw=3))  # doctest: +SKIP
+    >>> sorted(deltas)[0]  # doctest: +SKIP
+    'model.layers.0.mlp.down_proj.weight'
+    """
+    out: dict[str, Tensor] = {}
+    for site in linear_sites(model, noise.targets):
+        if site.param in out:
+            continue
+        w = checkpoint_tensor(model, site.param)
+        n = _unit_noise(site, w.shape, noise.unit).dense()
+        delta = (noise.sigma * _std(model, site.param)) * (n.T if site.transposed else n)
+        out[site.param] = delta.contiguous().to(w.device)
+    return out
+
+
+class _Plan:
+    """The draws one hook set serves: per arm, which ``N`` it uses and its sigma; per forward, the entries of each."""
+
+    def __init__(self, keys: tuple[Hashable, ...] | None, draws: Sequence[WeightNoise]) -> None:
+        self.keys = keys
+        self.units = list(dict.fromkeys(d.unit for d in draws))
+        self.unit_of_arm = torch.tensor([self.units.index(d.unit) for d in draws] + [-1], dtype=torch.long)
+        self.sigma_of_arm = torch.tensor([float(d.sigma) for d in draws] + [0.0], dtype=torch.float64)
+        self._every = [(0, None, self.sigma_of_arm[:1])]  # keys None: one draw on every entry
+        self._last: tuple = (None, [])
+        self._on_device: dict = {}
+
+    def on(self, device: torch.device, t: Tensor) -> Tensor:
+        """``t`` (an entries or sigmas tensor of this forward's groups) on ``device``: one copy per forward."""
+        key = (id(t), device)
+        if key not in self._on_device:
+            self._on_device[key] = t.to(device)
+        return self._on_device[key]
+
+    def groups(self) -> list[tuple[int, Tensor | None, Tensor]]:
+        """``(unit, entries, sigmas)`` per ``N`` some entry of this forward runs (entries None: every entry)."""
+        if self.keys is None:
+            return self._every
+        idx = arm_index(self.keys, "cpu")  # outside a generate call: a one-line ReachlensError
+        rows = current_rows()
+        if self._last[0] is rows:
+            return self._last[1]
+        found = []
+        if idx is not None:
+            unit = self.unit_of_arm[idx]  # a free slot's and another arm's -1 reads the trailing -1
+            for u in torch.unique(unit[unit >= 0]).tolist():
+                entries = (unit == u).nonzero().squeeze(1)
+                found.append((u, entries, self.sigma_of_arm[idx[entries]]))
+        self._last, self._on_device = (rows, found), {}
+        return found
+
+
+def _site_hooks(site: LinearSite, plan: _Plan, units: list[_Unit], std: float) -> list[FwdHook]:
+    """The two hooks of one linear map: record ``x`` at its input, add ``x dW^T`` to its output."""
+    stash: list = []
+    on_device: dict = {}
+
+    def unit(u: int, device: torch.device) -> _Unit:
+        if (u, device) not in on_device:
+            on_device[u, device] = units[u].to(device)
+        return on_device[u, device]
+
+    def capture(x: Tensor, *, hook) -> None:
+        found = plan.groups()
+        stash[:] = [(x, found)] if found else []
+
+    def add(y: Tensor, *, hook) -> Tensor | None:
+        if not stash:
+            return None
+        x, found = stash.pop()
+        b, pos = y.shape[:2]
+        xf, out = x.reshape(b, pos, -1), y.reshape(b, pos, -1)
+        for u, entries, sigmas in found:
+            scale = (plan.on(y.device, sigmas) * std).float()
+            if entries is None:
+                out = out + (unit(u, y.device).apply(xf) * scale).to(out.dtype)
+                continue
+            ent = plan.on(y.device, entries)
+            delta = unit(u, y.device).apply(xf.index_select(0, ent)) * scale.view(-1, 1, 1)
+            out = out.index_add(0, ent, delta.to(out.dtype))
+        return out.view(y.shape)
+
+    mark = row_agnostic if plan.keys is None else per_arm(plan.keys)
+    return [(site.hook_in, mark(capture)), (site.hook_out, mark(add))]
+
+
+def _hooks(model, keys: tuple[Hashable, ...] | None, draws: Sequence[WeightNoise]) -> list[FwdHook]:
+    """One hook set for draws of the same targets: two hooks per linear map, each ``N`` drawn once per tensor."""
+    plan = _Plan(keys, draws)
+    hooks: list[FwdHook] = []
+    per_tensor: dict[str, list[_Unit]] = {}
+    for site in linear_sites(model, draws[0].targets):
+        if site.param not in per_tensor:
+            shape = checkpoint_tensor(model, site.param).shape
+            per_tensor[site.param] = [_unit_noise(site, shape, unit) for unit in plan.units]
+        units = [n.rows(site.rows) for n in per_tensor[site.param]]
+        hooks += _site_hooks(site, plan, units, _std(model, site.param))
+    return hooks
+
+
+def weight_noise(model, noise: WeightNoise, *, arm: Hashable = None) -> list[FwdHook]:
+    """``fwd_hooks`` that run every row (``arm=None``) or one arm's rows with the weights of draw ``noise``.
+
+    >>> with model.hooks(fwd_hooks=weight_noise(model, WeightNoise(0.01, draw=3))):  # doctest: +SKIP
+    ...     outs = generate(model, prompts, rows, protocol)
+    """
+    if not isinstance(noise, WeightNoise):
+        raise ReachlensError(f"{noise!r} is not a WeightNoise")
+    return _hooks(model, None if arm is None else (arm,), [noise])
+
+
+def weight_noise_arms(model, draws: Sequence[WeightNoise] | Mapping[Hashable, WeightNoise]) -> list[FwdHook]:
+    """``fwd_hooks`` for many draws as arms: a sequence makes each draw its own arm key (``Row(..., arm=draw)``),
+    a mapping names the arm of each draw. Draws of different ``targets`` get a hook set each.
+
+    Raises:
+        ReachlensError: no draws, an arm key None, a value that is not a WeightNoise.
+    """
+    keyed = list(draws.items()) if isinstance(draws, Mapping) else [(d, d) for d in draws]
+    if not keyed:
+        raise ReachlensError("weight_noise_arms needs at least one draw")
+    for key, d in keyed:
+        if key is None:
+            raise ReachlensError("arm None is the plain model; key each weight-noise arm by the draw itself or a name")
+        if not isinstance(d, WeightNoise):
+            raise ReachlensError(f"arm {key!r}: {d!r} is not a WeightNoise")
+    hooks: list[FwdHook] = []
+    for targets in dict.fromkeys(d.targets for _, d in keyed):
+        group = [(key, d) for key, d in keyed if d.targets == targets]
+        hooks += _hooks(model, tuple(key for key, _ in group), [d for _, d in group])
+    return hooks

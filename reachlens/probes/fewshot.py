@@ -1,0 +1,104 @@
+"""The few-shot probe (``fewshot:n=4:k=6``): worked train demonstrations before the question, a decoding probe.
+
+Each candidate is the greedy deployment of the question's prompt with ``n`` worked demonstrations from the task's
+**train** split before it (:func:`~reachlens.tasks.fewshot.fewshot_prompts`): in the task's plain format (joined
+by a blank line, lm-eval's ``fewshot_delimiter``), or under ``prompt_format="chat"`` as earlier user/assistant turns
+of the model's chat template (lm-eval's ``fewshot_as_multiturn``). Candidate ``c`` of a question draws its own
+``n`` demonstrations from (seed, question, c) alone (:func:`~reachlens.tasks.fewshot.draw_demonstrations`), never
+the question itself nor, on an open-ended task, one whose answer is the question's gold: answer-blind. The model
+computes as it was trained (``intervention = False``); only its prompt changes.
+
+The prompts are longer than the task's own: a candidate whose prompt and ``max_new_tokens`` do not fit the model's
+context is refused in one line naming the lengths (lower ``n``), never cut.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from reachlens.engine import Row, encode
+from reachlens.engine.backends import generate_rows
+from reachlens.errors import ReachlensError
+from reachlens.execution import ExecConfig
+from reachlens.grading import question_grader
+from reachlens.probes.bank import bank_row
+from reachlens.probes.spec import Probe, register_probe
+from reachlens.protocol import Protocol
+from reachlens.runner.decode import grade_completion
+from reachlens.tasks.base import Question, Task
+from reachlens.tasks.fewshot import FewShot, fewshot_prompts, train_pool
+
+__all__ = ["FewShotProbe"]
+
+
+@register_probe
+@dataclass(frozen=True, kw_only=True)
+class FewShotProbe(Probe):
+    """``n`` train demonstrations before the question, ``k`` draws of them (``fewshot:n=4:k=6``)."""
+
+    family = "fewshot"
+    intervention = False
+
+    n: int = field(default=4, metadata={"help": "demonstrations before each question"})
+    k: int = field(default=6, metadata={"help": "candidates per question, each with its own demonstrations"})
+    train: str = field(default="auto", metadata={"help": "the train split: auto (a generated task's) or a data file"})
+    seed: int | None = field(default=None, metadata={"help": "seed of the draws (none: the run's)"})
+
+    def __post_init__(self) -> None:
+        FewShot(self.n)  # refuses n < 1 in its own words
+        if self.k < 1:
+            raise ReachlensError(f"fewshot k={self.k!r} must be >= 1")
+
+    @property
+    def budget(self) -> int:
+        return self.k
+
+    def expected(self) -> dict[str, int]:
+        return {self.label: self.k}
+
+    def pool(self, task: Task) -> Task:
+        """The task's train split, where the demonstrations come from."""
+        return train_pool(task, None if self.train == "auto" else self.train)
+
+    def prompts(self, task: Task, protocol: Protocol, questions: Sequence[Question], candidate: int,
+                tokenizer=None) -> list[str]:
+        """The prompt of candidate ``candidate`` of each question."""
+        fewshot = FewShot(self.n, protocol.seed if self.seed is None else self.seed)
+        return fewshot_prompts(task, self.pool(task), protocol, questions, fewshot, candidate=candidate,
+                               tokenizer=tokenizer)
+
+    def slices(self, task: Task, protocol: Protocol, max_batch_rows: int) -> list[tuple[int, int]]:
+        group = max(1, max_batch_rows // self.k)
+        return [(start, min(start + group, len(task))) for start in range(0, len(task), group)]
+
+    def decode(self, model, task: Task, protocol: Protocol, start: int, stop: int,
+               exec_config: ExecConfig) -> list[dict[str, Any]]:
+        """Every candidate of ``task.questions[start:stop]``, greedy, in one engine call."""
+        questions = list(task.questions[start:stop])
+        tokenizer = getattr(model, "tokenizer", None)
+        by_candidate = [self.prompts(task, protocol, questions, c, tokenizer) for c in range(self.k)]
+        prompts = [by_candidate[c][i] for i in range(len(questions)) for c in range(self.k)]
+        self._check_fits(model, prompts, protocol)
+        rows = [Row(i * self.k + c, None, tag=(q.question_id, c)) for i, q in enumerate(questions) for c in range(self.k)]
+        outs = generate_rows(model, prompts, rows, protocol, max_batch_rows=exec_config.max_batch_rows,
+                             share_prefixes=exec_config.share_prefixes)
+        out = []
+        for i, q in enumerate(questions):
+            grader = question_grader(str(protocol.grader), q)
+            for c in range(self.k):
+                comp = outs[i * self.k + c]
+                out.append(bank_row(q.question_id, self.label, self.label, c, grade_completion(grader, q, comp),
+                                    comp.text, comp.finish_reason, len(comp.token_ids), comp.mean_logprob, False))
+        return out
+
+    def _check_fits(self, model, prompts: Sequence[str], protocol: Protocol) -> None:
+        n_ctx = getattr(getattr(model, "cfg", None), "n_ctx", None)
+        if not isinstance(n_ctx, int) or not prompts:
+            return
+        longest = max(len(ids) for ids in encode(model, prompts))
+        if longest + protocol.max_new_tokens > n_ctx:
+            raise ReachlensError(f"probe {self.label!r}: a few-shot prompt of {longest} tokens plus max_new_tokens="
+                                 f"{protocol.max_new_tokens} exceeds the model's context of {n_ctx} tokens; lower n "
+                                 "(or max_new_tokens)")

@@ -1,0 +1,144 @@
+"""Training-based elicitation on the zoo: `reachlens elicit zoo:locked --control zoo:base` writes its run, its
+fine-tuned checkpoints with their cards and its report; the demonstrations come from the train split only; a run
+stopped after its first fine-tune resumes to the end. Tiny: 3 test questions, K=2, one and two demonstrations,
+two optimizer steps per fine-tune.
+
+The references: the uplift and its difference are recomputed here from the audits' own question tables; the
+card's parent fingerprint from the zoo folder; the fine-tuned weights read with safetensors and compared with the
+parent's.
+"""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+from safetensors.torch import load_file
+
+import reachlens.studies.elicitation as elicitation_module
+from reachlens import Protocol, load_task, read_run
+from reachlens.cli import main
+from reachlens.errors import ReachlensError
+from reachlens.models.loading import model_identity, resolve_spec
+from reachlens.report import report_run
+from reachlens.stats import paired_bootstrap_ci
+from reachlens.studies import Elicitation, FineTune, elicit
+from reachlens.studies.elicitation import select_demonstrations
+
+TASK = load_task("arith_hard", n=3)
+PROTOCOL = Protocol("arith_hard", k=2, temperature=0.8, max_new_tokens=48)
+ARGV = ["elicit", "zoo:locked", "--task", "arith_hard", "--n", "3", "--k", "2", "--max-new-tokens", "48",
+        "--demos", "1,2", "--control", "zoo:base", "--steps", "2"]
+
+
+@pytest.fixture(scope="module")
+def run_dir(tmp_path_factory):
+    """A run stopped by an error after its first fine-tune (Python API), then finished by the CLI."""
+    out = tmp_path_factory.mktemp("eli") / "run"
+    real = elicitation_module.finetune_on_demonstrations
+    calls: list = []
+
+    def once(*args, **kwargs):
+        if calls:
+            raise KeyboardInterrupt("stopped after the first fine-tune")
+        calls.append(real(*args, **kwargs))
+        return calls[-1]
+
+    elicitation_module.finetune_on_demonstrations = once
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            elicit("zoo:locked", TASK, PROTOCOL, out=out, demos=(1, 2), control="zoo:base", finetune=FineTune(steps=2))
+    finally:
+        elicitation_module.finetune_on_demonstrations = real
+    first = out / "checkpoints" / "model-n1" / "model.safetensors"
+    assert first.is_file() and read_run(out).record.status != "complete" and not read_run(out).finished
+    stamp = first.stat().st_mtime_ns
+    assert main([*map(str, ARGV), "--out", str(out)]) == 0
+    assert first.stat().st_mtime_ns == stamp, "the resumed run reuses the finished fine-tune"
+    return out
+
+
+def test_the_run_reads_back_typed_with_every_audit_and_table(run_dir):
+    run = read_run(run_dir)
+    assert isinstance(run, Elicitation) and run.record.status == "complete"
+    assert sorted(run.audits) == ["control", "control-n1", "control-n2", "model", "model-n1", "model-n2"]
+    assert all(a.n == 3 and a.k == 2 and a.protocol == run.audits["model"].protocol for a in run.audits.values())
+    assert run.summary()["label"] == "training-based reach"
+    assert run.record.model["model"]["spec"] == "zoo:locked" and run.record.options["control"] == "zoo:base"
+    assert set(run.tables()) == {"uplift", "difference", "demonstrations"}
+
+
+def test_the_uplift_and_its_difference_are_the_audits_per_question_changes(run_dir):
+    run = read_run(run_dir)
+    col = {"D": "realized", "O_K": "reachable"}
+
+    def per_q(name, metric):
+        q = run.audits[name].questions.sort_values("question_id")
+        return q[col[metric]].astype(float).to_numpy()
+
+    uplift, diff = run.uplift(), run.difference()
+    for n in (1, 2):
+        for metric in ("D", "O_K"):
+            up = {side: per_q(f"{side}-n{n}", metric) - per_q(side, metric) for side in ("model", "control")}
+            for side in up:
+                row = uplift[(uplift["n_demos"] == n) & (uplift["side"] == side)].iloc[0]
+                assert row[f"delta_{metric}"] == pytest.approx(up[side].mean())
+            d = up["model"] - up["control"]
+            row = diff[(diff["n_demos"] == n) & (diff["metric"] == metric)].iloc[0]
+            assert row["difference"] == pytest.approx(d.mean())
+            assert row["uplift_model"] == pytest.approx(up["model"].mean())
+            assert (row["difference_lo"], row["difference_hi"]) == pytest.approx(paired_bootstrap_ci(d))
+
+
+def test_each_checkpoint_is_a_fine_tuned_copy_with_a_card_naming_parent_demonstrations_and_seed(run_dir):
+    run = read_run(run_dir)
+    demos = run.demonstrations["question_id"].tolist()
+    for side, parent in (("model", "zoo:locked"), ("control", "zoo:base")):
+        for n in (1, 2):
+            folder = run_dir / "checkpoints" / f"{side}-n{n}"
+            card = json.loads((folder / "training.json").read_text())
+            assert card["parent"] == parent and card["parent_fingerprint"] == model_identity(parent).fingerprint
+            assert [d["question_id"] for d in card["demonstrations"]] == demos[:n]  # the same for model and control
+            assert card["seed"] == 0 and card["training"]["steps"] == 2 and card["training"]["trainer"] == "trl.SFTTrainer"
+            assert card["demonstrations"][0]["completion"].endswith("</s>") or card["demonstrations"][0]["completion"]
+            assert (folder / "MODEL_CARD.md").is_file() and not list(folder.glob("*.bin"))
+            tuned = load_file(folder / "model.safetensors")
+            base = load_file(resolve_spec(parent)[0] + "/model.safetensors")
+            assert tuned.keys() == base.keys() and any(not np.array_equal(tuned[k], base[k]) for k in base)
+            assert run.audits[f"{side}-n{n}"].model["fingerprint"] == model_identity(str(folder)).fingerprint
+
+
+def test_the_demonstrations_come_from_the_train_split_only(run_dir):
+    run = read_run(run_dir)
+    train = load_task("arith_hard", split="train")
+    test_prompts = {TASK.prompt(q) for q in load_task("arith_hard").questions}
+    ids = run.demonstrations["question_id"].tolist()
+    assert ids == [q.question_id for q in select_demonstrations(TASK, train, 2, seed=0)]
+    by_id = {q.question_id: q for q in train.questions}
+    assert all(i in by_id and train.prompt(by_id[i]) not in test_prompts for i in ids)
+    assert run.demonstrations["target"].tolist() == [by_id[i].solution for i in ids]
+    with pytest.raises(ReachlensError, match="split='train'"):
+        select_demonstrations(TASK, load_task("arith_hard", n=50), 2)
+
+
+def test_the_report_renders_as_training_based_reach(run_dir, chromium, tmp_path):
+    import subprocess
+
+    html, md = report_run(run_dir, tmp_path)
+    text = html.read_text()
+    assert "Training-based reach" in text and "never pooled with inference-time probes" in text
+    assert "## uplift" in md.read_text() and "## difference" in md.read_text()
+    dom = subprocess.run([chromium, "--headless", "--no-sandbox", "--disable-gpu", f"--user-data-dir={tmp_path / 'c'}",
+                          "--dump-dom", html.as_uri()], capture_output=True, text=True, timeout=120).stdout
+    assert dom.count('class="main-svg"') >= 1 and "model uplift minus control uplift" in dom
+
+
+def test_bad_arguments_are_refused_before_anything_trains(tmp_path):
+    with pytest.raises(ReachlensError, match="demos="):
+        elicit("zoo:locked", TASK, PROTOCOL, out=tmp_path / "a", demos=(0, 2))
+    with pytest.raises(ReachlensError, match="not a local checkpoint"):
+        elicit("org/not-here", TASK, PROTOCOL, out=tmp_path / "b", demos=(1,))
+    with pytest.raises(ReachlensError, match="lr="):
+        FineTune(lr=0.0)
+    assert not (tmp_path / "a").exists() and not (tmp_path / "b").exists()
