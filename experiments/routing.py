@@ -90,7 +90,7 @@ def run(args: argparse.Namespace) -> None:
         task = tasks[task_name]
         greedy = Protocol.greedy(task_name, max_new_tokens=args.max_new_tokens, prompt_format=fmt or "default")
         evaluator = RouteEvaluator(model, task, greedy)
-        cell_task = f"{task_name}[{evaluator.format.name}]"
+        cell_task = f"{task_name}[{evaluator.protocol.prompt_format}]"
         cell_config = config
         options = {"skip": {"max_skip": args.max_skip}, "native": {"max_skip": args.max_skip,
                                                                    "max_repeat": args.max_repeat},
@@ -134,7 +134,7 @@ def run(args: argparse.Namespace) -> None:
         if args.audit_k:
             t = time.time()
             proto = Protocol(task_name, k=args.audit_k, temperature=args.temperature,
-                             max_new_tokens=args.max_new_tokens, seed=args.seed, prompt_format=evaluator.format.name)
+                             max_new_tokens=args.max_new_tokens, seed=args.seed, prompt_format=evaluator.protocol.prompt_format)
             res = audit(model, task, proto)
             _, summ = audit_selector_table(res, ("majority", "logprob"))
             row = summ.iloc[0].to_dict()

@@ -24,6 +24,10 @@ def register(sub) -> argparse.ArgumentParser:
     return p
 
 
+BAR_DELAY = 0.5
+"""Seconds before the progress bar shows: a refusal before anything decodes prints no bar."""
+
+
 def run(args: argparse.Namespace) -> int:
     from tqdm import tqdm
 
@@ -36,7 +40,7 @@ def run(args: argparse.Namespace) -> int:
     task = load_task(args.task, args.data, split=args.split, n=args.n)
     protocol = protocol_from_args(args, task)
     exec_config = exec_from_args(args)
-    bar = tqdm(total=len(task), unit="q", desc=f"audit {args.model}", file=sys.stderr, delay=0.5)
+    bar = tqdm(total=len(task), unit="q", desc=f"audit {args.model}", file=sys.stderr, delay=BAR_DELAY)
     try:  # the runner refuses a bad --out, another run in it or a budget that cannot fit before the model loads
         result = audit(source_from_args(args), task, protocol, out=args.out, exec_config=exec_config,
                        progress=lambda done, total: bar.update(done - bar.n))

@@ -29,7 +29,7 @@ from typing import Any
 
 import pandas as pd
 
-from reachlens.errors import ReachlensError
+from reachlens.errors import MissingFileError, ReachlensError
 from reachlens.store.files import fsync_dir, read_parquet, write_parquet
 from reachlens.store.run_dir import RunDir
 
@@ -125,7 +125,10 @@ _RESUME = "re-run the same audit command into this directory to redo its questio
 def _gathered(store: PartsDir, name: str, key: list[str], parts: dict) -> pd.DataFrame:
     """Table ``name`` of an audit directory: its whole table and the parts written since, the last of each key."""
     whole = store.path / f"{name}.parquet"
-    frames = [read_parquet(whole, f"delete it and {_RESUME}")] if whole.is_file() else []
+    if not os.path.lexists(whole) and store.is_complete():
+        raise MissingFileError(f"run {str(store.path)!r} is complete but has no {name} table ({whole.name}); "
+                               "restore it from a copy, or run it again into a new directory")
+    frames = [read_parquet(whole, f"delete it and {_RESUME}")] if os.path.lexists(whole) else []
     frames += [tables[name] for tables in parts.values() if name in tables]
     frames = [f for f in frames if len(f)]
     if not frames:

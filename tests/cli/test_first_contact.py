@@ -34,8 +34,12 @@ def test_version_is_the_installed_distributions(capsys):
     assert reachlens.__version__ == importlib.metadata.version("reachlens")
 
 
-def test_commands_keep_the_libraries_bars_and_warnings_out_and_restore_them(tiny_dir, tmp_path, capfd):
+def test_commands_keep_the_libraries_bars_and_warnings_out_and_restore_them(tiny_dir, tmp_path, capfd, monkeypatch):
     import transformers.utils.logging as hf_logging
+
+    from reachlens.cli import cmd_audit
+
+    monkeypatch.setattr(cmd_audit, "BAR_DELAY", 0)  # a tiny audit may end before the bar's delay: show it at once
 
     from reachlens.models import load_model
 

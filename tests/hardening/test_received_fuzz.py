@@ -32,7 +32,7 @@ from hypothesis import strategies as st
 from reachlens.errors import ReachlensError
 
 FILES = ["run.json", "summary.json", "questions.parquet", "samples.parquet", "payload", ".rewrite.json",
-         "report.html", "report.md", "parts", "parts/00000.questions.parquet", "parts/00000.samples.parquet", "base",
+         "report.html", "report.md", "parts", "parts/0.0.questions.parquet", "parts/0.0.samples.parquet", "base",
          "sets.json"]
 """Names in the run a hostile edit replaces or plants."""
 PATHS = ["payload", "../victim.txt", "../victim", "../victim/inner.txt", "..", ".", "/", "run.json", "questions.parquet",
@@ -56,7 +56,7 @@ edit = st.one_of(
                                            st.sampled_from(PATHS + ["length_control", "temperature_control",
                                                                     "training_audit", "running", "...delete"]))),
     st.tuples(st.just("plant"), st.sampled_from([".run.json.9.deadbeef.tmp", "payload", "base/run.json",
-                                                  "parts/00001.questions.parquet", "T0.6/questions.parquet"])),
+                                                  "parts/0.1.questions.parquet", "T0.6/questions.parquet"])),
 )
 UNFINISHED = [("record", ("status", "running")), ("remove", "summary.json")]
 """A run as a kill leaves it: a resume finishes it, writing its tables and clearing its parts."""

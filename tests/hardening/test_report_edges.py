@@ -41,7 +41,7 @@ def _md_audit(tmp_path):
         for c in cols:
             df[c] = [PAYLOADS[i % len(PAYLOADS)] for i in range(len(df))]
     model = {"spec": f"m {IMAGE} {TICKS}", "fingerprint": "sha256:0"}
-    return AuditResult(base.protocol, model, q, s, base.data).save(tmp_path / "md")
+    return AuditResult.new(base.protocol, model, q, s, base.data).save(tmp_path / "md")
 
 
 def test_markdown_images_and_links_from_a_run_stay_text(tmp_path) -> None:
@@ -92,8 +92,8 @@ def _unfinished(finished_audit, dest):
         (run / p).unlink()
     (run / "parts").mkdir()
     first = q["question_id"].iloc[0]
-    s[s["question_id"] == first].to_parquet(run / "parts" / "00000.samples.parquet")
-    q[q["question_id"] == first].to_parquet(run / "parts" / "00000.questions.parquet")
+    s[s["question_id"] == first].to_parquet(run / "parts" / "0.0.samples.parquet")
+    q[q["question_id"] == first].to_parquet(run / "parts" / "0.0.questions.parquet")
     record = json.loads((run / "run.json").read_text())
     record.update(status="running", finished=None)
     (run / "run.json").write_text(json.dumps(record))

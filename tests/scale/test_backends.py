@@ -12,7 +12,7 @@ from reachlens.execution import ExecConfig
 from reachlens import Protocol, ProtocolMismatch, ReachlensError, audit, load_task
 from reachlens.cli import main
 from reachlens.engine.backends import bind_backend
-from reachlens.models import ModelSource
+from reachlens.models import ModelSource, load_vllm
 from reachlens.engine.backends.vllm_model import VLLMModel
 from reachlens.runner import InProcessExecutor, ProcessPool, RayExecutor, run_jobs
 from reachlens.studies import AuditJob
@@ -60,13 +60,13 @@ def test_a_vllm_model_refuses_hooks_by_name():
 
 def test_a_python_without_vllm_is_one_line_naming_the_install(monkeypatch):
     with pytest.raises(ReachlensError, match="cannot start the vLLM worker with '/nonexistent/python'"):
-        VLLMModel("zoo:base", python="/nonexistent/python")
+        load_vllm("zoo:base", python="/nonexistent/python")
     pytest.importorskip("torch")
     try:
         import vllm  # noqa: F401
     except ImportError:
         with pytest.raises(ReachlensError, match=r"No module named 'vllm'.*make \.venv-vllm/\.installed"):
-            VLLMModel("zoo:base", python=sys.executable)
+            load_vllm("zoo:base", python=sys.executable)
 
 
 def test_cli_backend_and_ray_flags_refuse_in_one_line(capsys, tmp_path, monkeypatch):

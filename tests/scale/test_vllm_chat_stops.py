@@ -73,7 +73,7 @@ DRIVER = r"""
 import json, sys
 import reachlens
 from reachlens import Protocol
-from reachlens.engine import encode_prompts
+from reachlens.engine.tokens import encode_prompts
 from reachlens.models import load_vllm
 from reachlens.runner import deploy_and_grade
 from reachlens.tasks import render_prompts
@@ -90,15 +90,19 @@ model.close()
 """
 
 
-def test_vllm_chat_greedy_equals_the_engine_s(isolated, vllm_python, real_checkpoint):
+def test_vllm_chat_greedy_equals_the_engine_s(isolated, vllm_python, shared_tokenizers, tmp_path):
     import reachlens
     from reachlens import Protocol
-    from reachlens.engine import encode_prompts
+    from reachlens.engine.tokens import encode_prompts
     from reachlens.runner import deploy_and_grade
     from reachlens.tasks import render_prompts
     from reachlens.tasks.chat import bind_chat
 
-    folder = real_checkpoint("qwen2.5-instruct")
+    from reachlens.models.testing import make_tiny_from_folder
+
+    # the real Qwen2.5 tokenizer and template; two heads of 32 (vLLM's CPU attention refuses the tiny config's 16)
+    folder = make_tiny_from_folder(shared_tokenizers / "qwen2.5-instruct", tmp_path / "qwen", init_std=0.3,
+                                   num_attention_heads=2, num_key_value_heads=1)
     stops = ["<|im_start|>", FOUR_BYTE, "\n\n"]
     run = isolated([sys.executable, "-c", DRIVER, str(folder), json.dumps(stops)],
                    Path(tempfile.mkdtemp(prefix="rl-vllm-chat-")), timeout=1200)
