@@ -29,7 +29,7 @@ def test_labels_name_only_what_differs_from_the_defaults_in_the_order_of_the_key
     assert parse_probe("sampling:temperature=0.8:k=6").label == "sampling"
     assert parse_probe("graft:layer=3:kind=zero").label == "graft:kind=zero:layer=3"
     assert parse_probe("graft:placebo=true:layer=3:kind=zero").label == "graft:kind=zero:layer=3:placebo=true"
-    assert set(PROBES.names()) == {"sampling", "routes", "graft", "embedding_noise", "steer"}
+    assert set(PROBES.names()) == {"sampling", "routes", "graft", "embedding_noise", "steer", "weight_noise", "fewshot"}
 
 
 @pytest.mark.parametrize("spec, says", [
