@@ -54,7 +54,7 @@ from __future__ import annotations
 import contextlib
 import contextvars
 import functools
-from collections.abc import Callable, Hashable, Iterator, Sequence
+from collections.abc import Callable, Hashable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any, TypeVar
@@ -66,8 +66,8 @@ from torch import Tensor
 from reachlens.errors import ReachlensError
 
 __all__ = [
-    "BatchRows", "FwdHook", "HookFn", "arm_index", "arms_served", "current_rows", "per_arm", "row_agnostic",
-    "user_hooks",
+    "BatchRows", "FwdHook", "HookFn", "arm_index", "arms_served", "current_rows", "keyed_arms", "per_arm",
+    "row_agnostic", "user_hooks",
 ]
 
 F = TypeVar("F", bound=Callable)
@@ -304,3 +304,22 @@ def _rows(rows: BatchRows) -> Iterator[None]:
         yield
     finally:
         _CURRENT.reset(token)
+
+
+def keyed_arms(items, cls: type, *, caller: str, item: str, arm: str, itself: str) -> list[tuple[Any, Any]]:
+    """``(arm key, intervention)`` pairs of an ``*_arms`` factory's argument: a sequence keys each intervention by
+    itself, a mapping names the arm of each. Refused in one line: none given, an arm key None (the plain model's
+    arm), a value not a ``cls``.
+
+    >>> keyed_arms([g], Graft, caller="graft_arms", item="graft", arm="graft", itself="the Graft itself")  # doctest: +SKIP
+    """
+    keyed = list(items.items()) if isinstance(items, Mapping) else [(x, x) for x in items]
+    if not keyed:
+        raise ReachlensError(f"{caller} needs at least one {item}")
+    if any(k is None for k, _ in keyed):
+        raise ReachlensError(f"arm None is the plain model; key each {arm} arm by {itself} or a name")
+    for k, x in keyed:
+        if not isinstance(x, cls):
+            article = "an" if cls.__name__[0] in "AEIOU" else "a"
+            raise ReachlensError(f"arm {k!r}: {x!r} is not {article} {cls.__name__}")
+    return keyed

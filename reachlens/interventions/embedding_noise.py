@@ -29,7 +29,7 @@ import torch
 from jaxtyping import Bool, Float, Int
 from torch import Tensor
 
-from reachlens.engine.hooks import FwdHook, HookFn, per_arm, row_agnostic
+from reachlens.engine.hooks import FwdHook, HookFn, keyed_arms, per_arm, row_agnostic
 from reachlens.engine.rng import counter_normals
 from reachlens.errors import ReachlensError
 from reachlens.interventions.graft import prefill_entries
@@ -119,12 +119,6 @@ def embedding_noise_arms(model, draws: Sequence[EmbeddingNoise] | Mapping[Hashab
     Raises:
         ReachlensError: no draws, an arm key None, a value that is not an EmbeddingNoise.
     """
-    keyed = list(draws.items()) if isinstance(draws, Mapping) else [(n, n) for n in draws]
-    if not keyed:
-        raise ReachlensError("embedding_noise_arms needs at least one draw")
-    for k, n in keyed:
-        if k is None:
-            raise ReachlensError("arm None is the plain model; key each noise arm by the draw itself or a name")
-        if not isinstance(n, EmbeddingNoise):
-            raise ReachlensError(f"arm {k!r}: {n!r} is not an EmbeddingNoise")
+    keyed = keyed_arms(draws, EmbeddingNoise, caller="embedding_noise_arms", item="draw", arm="noise",
+                       itself="the draw itself")
     return [(_site(model), _noise_hook(tuple(k for k, _ in keyed), [n for _, n in keyed]))]

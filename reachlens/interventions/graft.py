@@ -51,7 +51,7 @@ import torch
 from jaxtyping import Bool, Float, Int
 from torch import Tensor
 
-from reachlens.engine.hooks import BatchRows, FwdHook, HookFn, current_rows, per_arm, row_agnostic
+from reachlens.engine.hooks import BatchRows, FwdHook, HookFn, current_rows, keyed_arms, per_arm, row_agnostic
 from reachlens.engine.rng import counter_normals
 from reachlens.engine.sites import SITE_ALIASES, hook_name, site_shape
 from reachlens.errors import ReachlensError, UnknownNameError
@@ -286,12 +286,5 @@ def graft_arms(model, grafts: Sequence[Graft] | Mapping[Hashable, Graft]) -> lis
     >>> grafts = [Graft(k, layer=3, seed=intervention_seed(0, qid, j)) for j, k in enumerate(GRAFT_KINDS)]  # doctest: +SKIP
     >>> hooks = graft_arms(model, grafts)  # doctest: +SKIP
     """
-    keyed = list(grafts.items()) if isinstance(grafts, Mapping) else [(g, g) for g in grafts]
-    if not keyed:
-        raise ReachlensError("graft_arms needs at least one graft")
-    if any(k is None for k, _ in keyed):
-        raise ReachlensError("arm None is the plain model; key each graft arm by the Graft itself or a name")
-    for k, g in keyed:
-        if not isinstance(g, Graft):
-            raise ReachlensError(f"arm {k!r}: {g!r} is not a Graft")
+    keyed = keyed_arms(grafts, Graft, caller="graft_arms", item="graft", arm="graft", itself="the Graft itself")
     return _hooks(model, keyed)

@@ -46,7 +46,7 @@ import torch
 from jaxtyping import Float
 from torch import Tensor
 
-from reachlens.engine.hooks import FwdHook, arm_index, current_rows, per_arm, row_agnostic
+from reachlens.engine.hooks import FwdHook, arm_index, current_rows, keyed_arms, per_arm, row_agnostic
 from reachlens.engine.rng import counter_normals
 from reachlens.errors import ReachlensError
 from reachlens.interventions.linear_sites import LinearSite, checkpoint_tensor, linear_sites, resolve_targets
@@ -296,14 +296,8 @@ def weight_noise_arms(model, draws: Sequence[WeightNoise] | Mapping[Hashable, We
     Raises:
         ReachlensError: no draws, an arm key None, a value that is not a WeightNoise.
     """
-    keyed = list(draws.items()) if isinstance(draws, Mapping) else [(d, d) for d in draws]
-    if not keyed:
-        raise ReachlensError("weight_noise_arms needs at least one draw")
-    for key, d in keyed:
-        if key is None:
-            raise ReachlensError("arm None is the plain model; key each weight-noise arm by the draw itself or a name")
-        if not isinstance(d, WeightNoise):
-            raise ReachlensError(f"arm {key!r}: {d!r} is not a WeightNoise")
+    keyed = keyed_arms(draws, WeightNoise, caller="weight_noise_arms", item="draw", arm="weight-noise",
+                       itself="the draw itself")
     hooks: list[FwdHook] = []
     for targets in dict.fromkeys(d.targets for _, d in keyed):
         group = [(key, d) for key, d in keyed if d.targets == targets]
