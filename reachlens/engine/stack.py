@@ -259,6 +259,8 @@ class _LayerProbe(nn.Module):
             return getattr(object.__getattribute__(self, "_block"), name)
 
     def forward(self, hidden_states, *args, **kwargs):
+        if isinstance(kwargs.get("attention_mask"), Tensor):
+            kwargs = {**kwargs, "attention_mask": _see_self(kwargs["attention_mask"])}
         self.sink[self.index] = (args, kwargs)
         if self.last:
             self.sink["resid"] = hidden_states
@@ -366,6 +368,24 @@ def describe(model) -> EngineInfo:
     hf = model.original_model
     attention = "fused" if stack.fused and fusable_attentions(model) else "bridge"
     return EngineInfo(stack.model_type, type(hf).__name__, stack.path, stack.reason, stack.n_layers, attention)
+
+
+def _see_self(mask: Tensor) -> Tensor:
+    """A family's 4-D attention mask (bool, True: may attend; or additive float, 0 where it may) with every query
+    that may attend to no key (a left-pad position of a prompt) let to see its own position, as
+    :func:`_fused_mask` does: a fully masked row's softmax is NaN under some eager kernels (float64), and a NaN at
+    a pad position reaches real tokens through the next layer's values (0 x NaN). Real queries are unchanged."""
+    if mask.dim() != 4 or mask.shape[-2] < 2:
+        return mask
+    allowed = mask if mask.dtype == torch.bool else mask > torch.finfo(mask.dtype).min / 2
+    empty = ~allowed.any(-1)  # [batch, heads or 1, q]
+    if not bool(empty.any()):
+        return mask
+    q, kv = mask.shape[-2:]
+    own = torch.zeros(q, kv, dtype=torch.bool, device=mask.device)
+    own[torch.arange(q), torch.arange(kv - q, kv)] = True
+    fix = empty[..., None] & own
+    return mask | fix if mask.dtype == torch.bool else mask.masked_fill(fix, 0.0)
 
 
 def _fused_mask(
