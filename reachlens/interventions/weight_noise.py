@@ -143,15 +143,6 @@ class _Unit:
             return self
         return _Unit(self.full[rows], None, None) if self.full is not None else _Unit(None, self.b[rows], self.a)
 
-    def to(self, device: torch.device) -> _Unit:
-        move = (lambda t: None if t is None else t.to(device))
-        return _Unit(move(self.full), move(self.b), move(self.a))
-
-    def apply(self, x: Float[Tensor, "m pos d_in"]) -> Float[Tensor, "m pos d_out"]:
-        """``x N^T`` in float32."""
-        x = x.float()
-        return x @ self.full.T if self.full is not None else (x @ self.a.T) @ self.b.T
-
 
 def _unit_noise(site: LinearSite, shape: torch.Size, unit: tuple[int, int, int | None]) -> _Unit:
     """``N`` of the checkpoint tensor ``site.param`` (HF ``shape``) for ``unit``, in ``[out, in]`` layout."""
@@ -193,88 +184,162 @@ def weight_noise_deltas(model, noise: WeightNoise) -> dict[str, Float[Tensor, ".
     return out
 
 
+@dataclass(frozen=True)
+class _Gather:
+    """One forward's entries laid out by ``N``: ``index[u, j]`` is the ``j``-th entry that runs unit ``units[u]``
+    (padding: the entry count, a zero row), ``sigma[u, j]`` its sigma (0 on padding)."""
+
+    units: Tensor
+    index: Tensor | None
+    sigma: Tensor
+    every: bool
+    """Every unit of the plan, in order (the stacked ``N`` is used as it is, not gathered)."""
+
+
 class _Plan:
-    """The draws one hook set serves: per arm, which ``N`` it uses and its sigma; per forward, the entries of each."""
+    """The draws one hook set serves: per arm, which ``N`` it uses and its sigma; per forward, where each entry goes."""
 
     def __init__(self, keys: tuple[Hashable, ...] | None, draws: Sequence[WeightNoise]) -> None:
         self.keys = keys
         self.units = list(dict.fromkeys(d.unit for d in draws))
         self.unit_of_arm = torch.tensor([self.units.index(d.unit) for d in draws] + [-1], dtype=torch.long)
         self.sigma_of_arm = torch.tensor([float(d.sigma) for d in draws] + [0.0], dtype=torch.float64)
-        self._every = [(0, None, self.sigma_of_arm[:1])]  # keys None: one draw on every entry
-        self._last: tuple = (None, [])
+        self._last: tuple = (None, None)
         self._on_device: dict = {}
 
     def on(self, device: torch.device, t: Tensor) -> Tensor:
-        """``t`` (an entries or sigmas tensor of this forward's groups) on ``device``: one copy per forward."""
+        """``t`` (a tensor of this forward's layout) on ``device``: one copy per forward."""
         key = (id(t), device)
         if key not in self._on_device:
             self._on_device[key] = t.to(device)
         return self._on_device[key]
 
-    def groups(self) -> list[tuple[int, Tensor | None, Tensor]]:
-        """``(unit, entries, sigmas)`` per ``N`` some entry of this forward runs (entries None: every entry)."""
+    def gather(self) -> _Gather | None:
+        """This forward's entries by unit (None: no entry runs a draw of this plan). Keys None: the one draw on
+        every entry (``index`` None)."""
         if self.keys is None:
-            return self._every
+            return _Gather(torch.zeros(1, dtype=torch.long), None, self.sigma_of_arm[:1], True)
         idx = arm_index(self.keys, "cpu")  # outside a generate call: a one-line ReachlensError
         rows = current_rows()
         if self._last[0] is rows:
             return self._last[1]
-        found = []
+        found = None
         if idx is not None:
             unit = self.unit_of_arm[idx]  # a free slot's and another arm's -1 reads the trailing -1
-            for u in torch.unique(unit[unit >= 0]).tolist():
-                entries = (unit == u).nonzero().squeeze(1)
-                found.append((u, entries, self.sigma_of_arm[idx[entries]]))
+            used = unit >= 0
+            entries = used.nonzero().squeeze(1)
+            order = torch.argsort(unit[entries], stable=True)
+            entries, units_sorted = entries[order], unit[entries][order]
+            present, counts = torch.unique_consecutive(units_sorted, return_counts=True)
+            width = int(counts.max())
+            index = torch.full((len(present), width), len(idx), dtype=torch.long)
+            sigma = torch.zeros((len(present), width), dtype=torch.float64)
+            starts = torch.cumsum(counts, 0) - counts
+            col = torch.arange(len(entries)) - torch.repeat_interleave(starts, counts)
+            slot = torch.repeat_interleave(torch.arange(len(present)), counts)
+            index[slot, col] = entries
+            sigma[slot, col] = self.sigma_of_arm[idx[entries]]
+            every = len(present) == len(self.units)
+            found = _Gather(present, index, sigma, every)
         self._last, self._on_device = (rows, found), {}
         return found
 
 
-def _site_hooks(site: LinearSite, plan: _Plan, units: list[_Unit], std: float) -> list[FwdHook]:
-    """The two hooks of one linear map: record ``x`` at its input, add ``x dW^T`` to its output."""
+@dataclass(frozen=True)
+class _Stack:
+    """``N^T`` of every unit of a plan for one linear map, stacked for a batched product: ``full`` ``[U, in,
+    out]``, or the low-rank factors ``a`` ``[U, in, R]`` and ``b`` ``[U, R, out]`` (``x N^T = (x a) b``)."""
+
+    full: Tensor | None = None
+    a: Tensor | None = None
+    b: Tensor | None = None
+
+    @classmethod
+    def of(cls, units: Sequence[_Unit]) -> _Stack:
+        if units[0].full is not None:
+            return cls(full=torch.stack([u.full.T for u in units]).contiguous())
+        return cls(a=torch.stack([u.a.T for u in units]).contiguous(), b=torch.stack([u.b.T for u in units]).contiguous())
+
+    def to(self, device: torch.device) -> _Stack:
+        move = (lambda t: None if t is None else t.to(device))
+        return _Stack(move(self.full), move(self.a), move(self.b))
+
+    def apply(self, x: Float[Tensor, "u m d_in"], units: Tensor | None) -> Float[Tensor, "u m d_out"]:
+        """``x[u] N_{units[u]}^T`` in float32 (``units`` None: every unit in order)."""
+        pick = (lambda t: t) if units is None else (lambda t: t.index_select(0, units))
+        x = x.float()
+        if self.full is not None:
+            return torch.bmm(x, pick(self.full))
+        return torch.bmm(torch.bmm(x, pick(self.a)), pick(self.b))
+
+
+def _site_hooks(site: LinearSite, plan: _Plan, stack: _Stack, std: float) -> list[FwdHook]:
+    """The two hooks of one linear map: record ``x`` at its input, add ``x dW^T`` to its output. The entries of
+    each unit are gathered into one batched product (``[U, entries x pos, in] @ [U, in, out]``), scaled by each
+    entry's sigma and added back: one product per map and forward, whatever the number of draws."""
     stash: list = []
     on_device: dict = {}
 
-    def unit(u: int, device: torch.device) -> _Unit:
-        if (u, device) not in on_device:
-            on_device[u, device] = units[u].to(device)
-        return on_device[u, device]
+    def stacked(device: torch.device) -> _Stack:
+        if device not in on_device:
+            on_device[device] = stack.to(device)
+        return on_device[device]
 
     def capture(x: Tensor, *, hook) -> None:
-        found = plan.groups()
-        stash[:] = [(x, found)] if found else []
+        found = plan.gather()
+        stash[:] = [(x, found)] if found is not None else []
 
     def add(y: Tensor, *, hook) -> Tensor | None:
         if not stash:
             return None
-        x, found = stash.pop()
+        x, g = stash.pop()
         b, pos = y.shape[:2]
         xf, out = x.reshape(b, pos, -1), y.reshape(b, pos, -1)
-        for u, entries, sigmas in found:
-            scale = (plan.on(y.device, sigmas) * std).float()
-            if entries is None:
-                out = out + (unit(u, y.device).apply(xf) * scale).to(out.dtype)
-                continue
-            ent = plan.on(y.device, entries)
-            delta = unit(u, y.device).apply(xf.index_select(0, ent)) * scale.view(-1, 1, 1)
-            out = out.index_add(0, ent, delta.to(out.dtype))
-        return out.view(y.shape)
+        n = stacked(y.device)
+        units = None if g.every else plan.on(y.device, g.units)
+        if g.index is None:  # one draw on every entry
+            delta = n.apply(xf.reshape(1, b * pos, -1), units).view(b, pos, -1)
+            return (out + (delta * float(g.sigma[0] * std)).to(out.dtype)).view(y.shape)
+        index = plan.on(y.device, g.index)
+        u, w = index.shape
+        padded = torch.cat([xf, xf.new_zeros(1, pos, xf.shape[-1])])
+        delta = n.apply(padded[index.view(-1)].view(u, w * pos, -1), units).view(u * w, pos, -1)
+        delta = delta * (plan.on(y.device, g.sigma) * std).float().view(u * w, 1, 1)
+        out = torch.cat([out, out.new_zeros(1, pos, out.shape[-1])]).index_add(0, index.view(-1), delta.to(out.dtype))
+        return out[:b].view(y.shape)
 
     mark = row_agnostic if plan.keys is None else per_arm(plan.keys)
     return [(site.hook_in, mark(capture)), (site.hook_out, mark(add))]
+
+
+_CACHE_BYTES = 1 << 30
+"""Most bytes of drawn ``N`` a model keeps between hook sets (a probe run builds one per slice)."""
+
+
+def _units(model, site: LinearSite, shape: torch.Size, units: Sequence[tuple[int, int, int | None]]) -> list[_Unit]:
+    """``N`` of ``site.param`` for each unit, drawn once per model while they fit :data:`_CACHE_BYTES`."""
+    cache = model.__dict__.setdefault("_reachlens_weight_noise", {})
+    out = []
+    for unit in units:
+        key = (site.param, unit)
+        n = cache.get(key)
+        if n is None:
+            n = _unit_noise(site, shape, unit)
+            size = sum(t.numel() * 4 for t in (n.full, n.a, n.b) if t is not None)
+            held = cache.setdefault("_bytes", 0)
+            if held + size <= _CACHE_BYTES:
+                cache[key], cache["_bytes"] = n, held + size
+        out.append(n)
+    return out
 
 
 def _hooks(model, keys: tuple[Hashable, ...] | None, draws: Sequence[WeightNoise]) -> list[FwdHook]:
     """One hook set for draws of the same targets: two hooks per linear map, each ``N`` drawn once per tensor."""
     plan = _Plan(keys, draws)
     hooks: list[FwdHook] = []
-    per_tensor: dict[str, list[_Unit]] = {}
     for site in linear_sites(model, draws[0].targets):
-        if site.param not in per_tensor:
-            shape = checkpoint_tensor(model, site.param).shape
-            per_tensor[site.param] = [_unit_noise(site, shape, unit) for unit in plan.units]
-        units = [n.rows(site.rows) for n in per_tensor[site.param]]
-        hooks += _site_hooks(site, plan, units, _std(model, site.param))
+        units = _units(model, site, checkpoint_tensor(model, site.param).shape, plan.units)
+        hooks += _site_hooks(site, plan, _Stack.of([n.rows(site.rows) for n in units]), _std(model, site.param))
     return hooks
 
 
@@ -291,7 +356,7 @@ def weight_noise(model, noise: WeightNoise, *, arm: Hashable = None) -> list[Fwd
 
 def weight_noise_arms(model, draws: Sequence[WeightNoise] | Mapping[Hashable, WeightNoise]) -> list[FwdHook]:
     """``fwd_hooks`` for many draws as arms: a sequence makes each draw its own arm key (``Row(..., arm=draw)``),
-    a mapping names the arm of each draw. Draws of different ``targets`` get a hook set each.
+    a mapping names the arm of each draw. Draws of different ``targets`` or ``rank`` get a hook set each.
 
     Raises:
         ReachlensError: no draws, an arm key None, a value that is not a WeightNoise.
@@ -299,7 +364,7 @@ def weight_noise_arms(model, draws: Sequence[WeightNoise] | Mapping[Hashable, We
     keyed = keyed_arms(draws, WeightNoise, caller="weight_noise_arms", item="draw", arm="weight-noise",
                        itself="the draw itself")
     hooks: list[FwdHook] = []
-    for targets in dict.fromkeys(d.targets for _, d in keyed):
-        group = [(key, d) for key, d in keyed if d.targets == targets]
+    for kind in dict.fromkeys((d.targets, d.rank) for _, d in keyed):  # one batched product per kind of N
+        group = [(key, d) for key, d in keyed if (d.targets, d.rank) == kind]
         hooks += _hooks(model, tuple(key for key, _ in group), [d for _, d in group])
     return hooks

@@ -147,6 +147,35 @@ def test_draws_as_arms_decode_beside_the_greedy_deployment_as_hf_does(fam):
 
 
 @torch.no_grad()
+@pytest.mark.parametrize("fam", ["llama"], indirect=True)
+def test_many_draws_with_uneven_rows_in_one_batched_product_are_each_hf_with_its_deltas(fam):
+    """Draws gathered by their noise ``N`` into one batched product per map: two sigmas of one draw share ``N``,
+    arms hold unequal numbers of entries (padding), and one arm runs on one prompt only; each row's first logits
+    and greedy tokens are HuggingFace's with that draw's deltas added, the plain rows HF's own."""
+    draws = [WeightNoise(s, draw=j, seed=5) for s in (SIGMA, SIGMA / 3) for j in range(2)]
+    refs = {d: [hf_greedy(fam.noised_hf(weight_noise_deltas(fam.model, d)), ids, GREEDY.max_new_tokens)
+                for ids in fam.ids] for d in draws}
+    plain = [hf_greedy(fam.hf, ids, GREEDY.max_new_tokens) for ids in fam.ids]
+    seen: dict = {}
+
+    def grab(x, *, hook):
+        rows = current_rows()
+        if rows.step < 0:
+            for entry, members in enumerate(rows.entries):
+                for m in members:
+                    seen[rows.tags[m]] = x[entry, -1].clone()
+
+    rows = [Row(0, tag=(0, None))] + [Row(0, tag=(0, d), arm=d) for d in draws]
+    rows += [Row(1, tag=(1, None)), Row(1, tag=(1, draws[3]), arm=draws[3]), Row(1, tag=(1, "again"), arm=draws[3])]
+    with fam.model.hooks(fwd_hooks=weight_noise_arms(fam.model, draws) + [("unembed.hook_out", grab)]):
+        outs = generate(fam.model, PROMPTS, rows, GREEDY, stop_at_eos=False, share_prefixes=False)
+    for out, row in zip(outs, rows):
+        logits, tokens = (plain if row.arm is None else refs[row.arm])[row.prompt]
+        torch.testing.assert_close(seen[row.tag], logits, rtol=1e-4, atol=1e-4)
+        assert list(out.token_ids) == tokens, row.tag
+
+
+@torch.no_grad()
 def test_a_weight_noise_probe_candidate_is_hf_with_its_deltas_on_every_family(fam):
     """A probe run's weight-noise candidates (arms beside the greedy deployment, in one batch): each candidate's
     first logits are HuggingFace's forward of its prompt with the draw's deltas added (float32, to 1e-4), the greedy
