@@ -64,11 +64,11 @@ import torch
 from jaxtyping import Bool, Float, Int
 from torch import Tensor
 
-from reachlens.engine.hooks import BatchRows, _rows, arms_served, user_hooks
+from reachlens.engine.hooks import BatchRows, _rows, arms_served, plain_below, user_hooks
 from reachlens.engine.memory import keep_freed_memory, no_gc
 from reachlens.engine.rng import Workspace, sample_inverse_cdf
 from reachlens.engine.sample_tree import FinishReason, SampleTree
-from reachlens.engine.stack import LayerStack, RowRoutes
+from reachlens.engine.stack import LayerStack, RowRoutes, SharedBelow
 from reachlens.engine.stopping import StopChecker
 from reachlens.engine.tokens import encode_prompts, tokenizer_of
 from reachlens.errors import ReachlensError
@@ -230,10 +230,11 @@ def generate(
     tags = [r.tag for r in rows]
     arms, arm_ids = _arm_ids(model, rows)
     luts: dict = {}
+    below = plain_below(model, arms) if share_prefixes and routes == (stack.identity,) and len(arms) > 1 else None
     results: dict[int, Completion] = {}
     for chunk in _chunks(rows, [len(p) for p in ids], max_batch_rows):
         runs = _ChunkRuns(routes, torch.tensor([route_ids[i] for i in chunk]), arms,
-                          torch.tensor([arm_ids[i] for i in chunk]), luts)
+                          torch.tensor([arm_ids[i] for i in chunk]), luts, below)
         with no_gc():
             outs = _generate_chunk(stack, ids, [rows[i] for i in chunk], protocol, stopper, share_prefixes,
                                    row_ids=tuple(chunk), tags=tags, runs=runs)
@@ -393,6 +394,9 @@ class _ChunkRuns:
     """Per row of the chunk, its index into ``arms`` (None: every row runs ``arms[0]``)."""
     luts: dict = field(default_factory=dict)
     """Hooks' lookup tables over ``arms``, shared by every forward of the call."""
+    plain_below: tuple[int, ...] | None = None
+    """Per arm, the layer below which its entries compute what the plain model's do
+    (:func:`~reachlens.engine.hooks.plain_below`); None: no sharing of layers between arms."""
 
     @classmethod
     def plain(cls, route: tuple[int, ...], n: int) -> _ChunkRuns:
@@ -409,6 +413,24 @@ class _ChunkRuns:
         live = slot_of_row >= 0
         of_entry[slot_of_row[live]] = self.route_of_row[live]
         return RowRoutes(self.routes, of_entry)
+
+    def shared_below(self, slot_of_row: Int[Tensor, "rows"], prompts: list[int]) -> SharedBelow | None:
+        """For the prefill of a chunk's roots (slot ``i`` prefills prompt ``prompts[i]``): each slot's arm runs its
+        own layers from :attr:`plain_below` up; below, it is the slot of the same prompt whose arm starts highest
+        (the plain arm where present). None when no slot would skip a layer."""
+        if self.plain_below is None or self.arm_of_row is None:
+            return None
+        arm_of_slot = torch.zeros(len(prompts), dtype=torch.long)
+        arm_of_slot[slot_of_row] = self.arm_of_row
+        join = tuple(self.plain_below[a] for a in arm_of_slot.tolist())
+        top: dict[int, int] = {}
+        for slot, p in enumerate(prompts):
+            if p not in top or join[slot] > join[top[p]]:
+                top[p] = slot
+        base = tuple(top[p] for p in prompts)
+        if not any(b != i and j > 0 for i, (j, b) in enumerate(zip(join, base))):
+            return None
+        return SharedBelow(join, base)
 
 
 def _generate_chunk(
@@ -440,13 +462,16 @@ def _generate_chunk(
     padded = not bool(valid.all())
     cache = stack.new_cache(ids.shape[1] + protocol.max_new_tokens, runs.entry_routes(tree.slot_of_row, ids.shape[0]))
 
+    shared = runs.shared_below(start_slot, prompts) if share_prefixes else None
+
     def forward(inputs, pos, mask, step):
         n_entries = int(inputs.shape[0])
         where = BatchRows(tree.slot_of_row.clone(), row_ids, tags, n_entries, step, runs.arms, runs.arm_of_row,
                           valid if step < 0 else None, runs.luts)
         with _rows(where):
             return stack.forward(inputs, position_ids=pos, attention_mask=mask, cache=cache,
-                                 route=runs.entry_routes(tree.slot_of_row, n_entries), last_only=True)[:, -1]
+                                 route=runs.entry_routes(tree.slot_of_row, n_entries), last_only=True,
+                                 shared=shared if step < 0 else None)[:, -1]
 
     logits = forward(ids, positions, valid if padded else None, -1)
     if share_prefixes and stack.cascade:
