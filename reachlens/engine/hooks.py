@@ -43,6 +43,10 @@ attached hook serves (a typo'd arm would otherwise run the plain model). The fac
     with model.hooks(fwd_hooks=hooks):
         outs = generate(model, prompts, rows, protocol)   # three arms, one batch
 
+Below the first block a per-arm hook of an arm sits in, that arm's entries compute what the plain model's do, so
+the prefill runs them from there up only (:func:`plain_below`); a hook that is not per-arm, which may read every
+entry, stops that at its block: from there every entry runs, and every hook sees every entry.
+
 **Routes.** Rows on different layer routes (``Row.route``) decode in one batch too; a block then runs
 on the entries whose route runs it at that step, and its hooks see those entries only: inside such a
 block :func:`current_rows` describes them (:meth:`BatchRows.restrict`), so ``entries``, ``tags`` and
