@@ -43,6 +43,10 @@ attached hook serves (a typo'd arm would otherwise run the plain model). The fac
     with model.hooks(fwd_hooks=hooks):
         outs = generate(model, prompts, rows, protocol)   # three arms, one batch
 
+Below the first block a per-arm hook of an arm sits in, that arm's entries compute what the plain model's do, so
+the prefill runs them from there up only (:func:`plain_below`); a hook that is not per-arm, which may read every
+entry, stops that at its block: from there every entry runs, and every hook sees every entry.
+
 **Routes.** Rows on different layer routes (``Row.route``) decode in one batch too; a block then runs
 on the entries whose route runs it at that step, and its hooks see those entries only: inside such a
 block :func:`current_rows` describes them (:meth:`BatchRows.restrict`), so ``entries``, ``tags`` and
@@ -67,7 +71,7 @@ from reachlens.errors import ReachlensError
 
 __all__ = [
     "BatchRows", "FwdHook", "HookFn", "arm_index", "arms_served", "current_rows", "keyed_arms", "per_arm",
-    "row_agnostic", "user_hooks",
+    "plain_below", "row_agnostic", "user_hooks",
 ]
 
 F = TypeVar("F", bound=Callable)
@@ -137,6 +141,64 @@ def arms_served(model) -> dict[Hashable, list[str]]:
             for arm in getattr(_unwrap(getattr(handle, "user_hook", None)), _ARMS, ()):
                 out.setdefault(arm, []).append(module.name or name)
     return out
+
+
+def _hook_layer(name: str, n_layers: int) -> int:
+    """The block a hook point named ``name`` belongs to: ``blocks.L.*`` is L, the final norm and the head come after
+    every block (``n_layers``), anything else (the embedding) before the first (0)."""
+    head, _, rest = name.partition(".")
+    if head == "blocks":
+        index = rest.partition(".")[0]
+        return int(index) if index.isdigit() else 0
+    return n_layers if head in ("ln_final", "unembed") else 0
+
+
+def _other_hook_layer(model) -> int:
+    """The first block carrying a hook that is not :func:`per_arm` (a plain or row-agnostic hook, which may read
+    every entry's activation), ``len(model.blocks)`` when none does; the bridge's and HuggingFace's own wiring
+    (see :func:`user_hooks`) is not counted."""
+    from transformer_lens.hook_points import HookPoint
+
+    for layer, block in enumerate(model.blocks):
+        modules = list(block.modules())
+        ours = {h.id for m in modules for h in getattr(m, "_capture_hook_handles", None) or ()}
+        for module in modules:
+            ids = [*module._forward_hooks, *module._forward_pre_hooks, *module._backward_hooks]
+            if not ids:
+                continue
+            ours.update(i for i, fn in module._forward_hooks.items() if getattr(fn, "__module__", None) == _HF_CAPTURE)
+            if isinstance(module, HookPoint):
+                ours.update(h.hook.id for h in module.fwd_hooks
+                            if getattr(_unwrap(getattr(h, "user_hook", None)), _ARMS, None) is not None)
+            if any(i not in ours for i in ids):
+                return layer
+    return len(model.blocks)
+
+
+def plain_below(model, arms: Sequence[Hashable]) -> tuple[int, ...]:
+    """Per arm of ``arms``, the layer below which its entries compute exactly what the plain model's do: the first
+    block where an attached :func:`per_arm` hook serving it sits, and no later than the first block carrying any
+    other hook (one that may read every entry, so every entry must run there); ``len(model.blocks)`` where nothing
+    differs in any block (the plain arm None, or an arm hooked only at the final norm or head).
+
+    The engine's prefill runs an arm's entries only from that layer up, taking the plain entry's activations and
+    keys below it (:class:`~reachlens.engine.stack.SharedBelow`).
+
+    >>> plain_below(model, [None, "L3 mlp"])  # doctest: +SKIP
+    (4, 3)
+    """
+    from transformer_lens.hook_points import HookPoint
+
+    n = len(model.blocks)
+    cap = _other_hook_layer(model)
+    first: dict[Hashable, int] = {}
+    for name, module in model.named_modules():
+        if not isinstance(module, HookPoint):
+            continue
+        for handle in module.fwd_hooks:
+            for arm in getattr(_unwrap(getattr(handle, "user_hook", None)), _ARMS, ()):
+                first[arm] = min(first.get(arm, n), _hook_layer(module.name or name, n))
+    return tuple(min(first.get(a, n), cap) for a in arms)
 
 
 def user_hooks(model) -> list[str]:

@@ -217,6 +217,18 @@ class SlotKVCache:
                 store[slot] = buf = grown
             buf[slice(None, b) if self._rows is None else self._rows, :, start : start + n_new] = new
 
+    def copy_pending(self, slot: int, src: Int[Tensor, "n"], dst: Int[Tensor, "n"]) -> None:
+        """Plain mode, within a forward: the positions this forward wrote to ``slot`` for rows ``src`` become rows
+        ``dst``'s too (rows that did not run the slot's layer, equal to ``src`` below it:
+        :class:`~reachlens.engine.stack.SharedBelow`)."""
+        if self.shared is not None:
+            raise RuntimeError("copy_pending is for the prefill, before the cache is shared")
+        positions = slice(self.length, self.length + self._pending)
+        for store in (self._keys, self._values):
+            buf = store[slot]
+            assert buf is not None
+            buf[dst, :, positions] = buf[src, :, positions]
+
     def _written(self) -> int:
         """Row-own positions written so far, this forward's included (every position in plain mode)."""
         return self.length + self._pending - (self.shared.length if self.shared else 0)

@@ -66,7 +66,7 @@ from reachlens.engine.kv_cache import SlotKVCache
 from reachlens.errors import ReachlensError
 
 __all__ = [
-    "FUSED_MODEL_TYPES", "EngineInfo", "LayerInputs", "LayerStack", "RowRoutes", "UnsupportedModelError",
+    "FUSED_MODEL_TYPES", "EngineInfo", "LayerInputs", "LayerStack", "RowRoutes", "SharedBelow", "UnsupportedModelError",
     "check_architecture", "describe", "validate_route",
 ]
 
@@ -238,6 +238,39 @@ class RowRoutes:
                 step.append((layer, found[key]))
             out.append(step)
         return out
+
+
+@dataclass(frozen=True)
+class SharedBelow:
+    """Entries of one forward over the full model that equal another entry below some layer: entry ``i`` runs layers
+    ``join[i]`` and up, and below ``join[i]`` its activations and keys are those of entry ``base[i]`` (which runs
+    every layer; ``base[i] == i`` for such an entry). The prefill of arms (:func:`~reachlens.engine.hooks.plain_below`):
+    an arm hooked from layer L on computes, below L, what the plain model computes on the same prompt.
+
+    >>> sb = SharedBelow(join=(0, 2, 1), base=(0, 0, 0))
+    >>> [(None if run is None else run.tolist(), dst.tolist(), src.tolist()) for run, dst, src in sb.plan(3)]
+    [([0], [], []), ([0, 2], [2], [0]), (None, [1], [0])]
+    """
+
+    join: tuple[int, ...]
+    base: tuple[int, ...]
+
+    def plan(self, n_layers: int) -> list[tuple[Int[Tensor, "run"] | None, Int[Tensor, "n"], Int[Tensor, "n"]]]:
+        """Per layer: the entries that run it (None: all), and the entries that start there with the activations
+        of their base (``dst``, ``src``), on the CPU."""
+        join = torch.tensor([0 if b == i else j for i, (j, b) in enumerate(zip(self.join, self.base))])
+        base = torch.tensor(self.base)
+        out = []
+        for layer in range(n_layers):
+            run = join <= layer
+            starts = ((join == layer) & (join > 0)).nonzero().flatten()
+            out.append((None if bool(run.all()) else run.nonzero().flatten(), starts, base[starts]))
+        return out
+
+    def after(self, n_layers: int) -> tuple[Int[Tensor, "n"], Int[Tensor, "n"]]:
+        """The entries that run no layer (``dst``) and their bases (``src``): their final activations are the base's."""
+        rest = [i for i, (j, b) in enumerate(zip(self.join, self.base)) if b != i and j >= n_layers]
+        return torch.tensor(rest, dtype=torch.long), torch.tensor([self.base[i] for i in rest], dtype=torch.long)
 
 
 class _Stop(Exception):
@@ -567,6 +600,41 @@ class LayerStack:
                 x = x.index_copy(0, idx, out[0] if isinstance(out, tuple) else out)
         return x
 
+    def run_shared_below(
+        self, inputs: LayerInputs, shared: SharedBelow, *, cache: SlotKVCache | None = None
+    ) -> Float[Tensor, "batch pos d_model"]:
+        """Run every layer (the identity route) on the entries that need it (:class:`SharedBelow`): a layer runs on
+        the entries that have started; an entry starts with its base's activation entering its first layer, and the
+        keys the base wrote at each layer it skipped are copied to it."""
+        x = inputs.resid
+        device = x.device
+        if cache is not None and cache.batch is None:
+            cache.batch = inputs.batch  # the first block call writes some of its rows only
+        for layer, (run, dst, src) in enumerate(shared.plan(self.n_layers)):
+            if dst.numel():
+                x = x.index_copy(0, dst.to(device), x.index_select(0, src.to(device)))
+            args, kwargs = inputs.calls[layer]
+            if run is None:
+                if cache is not None:
+                    cache.enter(layer)
+                out = self.model.blocks[layer](x, *args, **kwargs)
+                x = out[0] if isinstance(out, tuple) else out
+                continue
+            idx = run.to(device)
+            if cache is not None:
+                cache.enter(layer, rows=idx)
+            args, kwargs = _per_row((args, kwargs), inputs.batch, lambda t: t.index_select(0, idx))
+            with restricted_rows(run):
+                out = self.model.blocks[layer](x.index_select(0, idx), *args, **kwargs)
+            x = x.index_copy(0, idx, out[0] if isinstance(out, tuple) else out)
+            if cache is not None:
+                idle = torch.tensor(sorted(set(range(inputs.batch)) - set(run.tolist())), dtype=torch.long)
+                cache.copy_pending(layer, torch.tensor(shared.base)[idle].to(device), idle.to(device))
+        dst, src = shared.after(self.n_layers)
+        if dst.numel():
+            x = x.index_copy(0, dst.to(device), x.index_select(0, src.to(device)))
+        return x
+
     def unembed(self, resid: Float[Tensor, "batch pos d_model"]) -> Float[Tensor, "batch pos d_vocab"]:
         """Final norm, LM head and whatever the family does after it (e.g. logit softcapping)."""
         normed = self.model.ln_final(resid)
@@ -585,6 +653,7 @@ class LayerStack:
         cache: SlotKVCache | None = None,
         route: Sequence[int] | RowRoutes | None = None,
         last_only: bool = False,
+        shared: SharedBelow | None = None,
     ) -> Float[Tensor, "batch out_pos d_vocab"]:
         """Logits of ``input_ids`` along ``route`` (the full model when None; a :class:`RowRoutes`: each entry
         along its own).
@@ -595,13 +664,18 @@ class LayerStack:
                 convention); None means no padding.
             cache: a :class:`SlotKVCache` built for the same route; it is extended by ``pos``.
             last_only: unembed only the last position (what decoding needs).
+            shared: entries that equal another below some layer (:class:`SharedBelow`; the full model's route only).
         """
         steps = route.slot_layers if isinstance(route, RowRoutes) else self.route(route)
         if cache is not None and cache.route != steps:
             raise ValueError(f"cache was built for route {cache.route}, not {steps}")
         with self.kernels():
             inputs = self.prepare(input_ids, position_ids=position_ids, attention_mask=attention_mask, cache=cache)
-            if isinstance(route, RowRoutes):
+            if shared is not None:
+                if steps != self.identity:
+                    raise ValueError(f"shared entries run the full model's route, not {steps}")
+                resid = self.run_shared_below(inputs, shared, cache=cache)
+            elif isinstance(route, RowRoutes):
                 if cache is not None and cache.batch is None:
                     cache.batch = inputs.batch  # the first block call may write some of its rows only
                 resid = self.run_row_routes(inputs, route, cache=cache)
