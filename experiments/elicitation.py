@@ -50,8 +50,9 @@ ACTIVATION = {"six samples (T=0.8)": "sampling:k=6", "grafts (7 kinds, block 3)"
 TASK = "arith_hard"
 
 
-def probe_specs(sigmas: list[float], shots: list[int], draws: list[int]) -> list[str]:
-    return [*ACTIVATION.values(), f"weight_noise:sigma={','.join(f'{s:g}' for s in sigmas)}:k={max(draws)}",
+def probe_specs(sigmas: list[float], shots: list[int], draws: int, rank: int | None = None) -> list[str]:
+    low = "" if rank is None else f":rank={rank}"
+    return [*ACTIVATION.values(), f"weight_noise:sigma={','.join(f'{s:g}' for s in sigmas)}:k={draws}{low}",
             *(f"fewshot:n={n}:k=6" for n in shots)]
 
 
@@ -84,9 +85,11 @@ def run_probes(args, out: Path) -> dict[str, object]:
         model, fmt = CONDITIONS[name]
         shots, longest = fitting_shots(task, args.shots, args.max_new_tokens, fmt)
         (out / f"fewshot_fit-{name}.json").write_text(json.dumps({"fits": shots, "longest_prompt": longest}))
-        specs = probe_specs(args.sigmas, shots, args.draws)
+        # the ceiling (with the password): greedy and the fewest draws of weight noise (Tice et al.'s phi ~ 1)
+        draws = min(args.draws) if name == "password" else max(args.draws)
+        specs = probe_specs(args.sigmas, shots, draws, args.rank)
         specs = [s for s in specs if s.split(":")[0] not in args.skip]
-        if name == "password":  # the ceiling: greedy and weight noise (Tice et al.'s phi ~ 1 on the unlocked model)
+        if name == "password":
             specs = [s for s in specs if s.startswith("weight_noise:")]
         t0 = time.time()
         protocol = Protocol.greedy(TASK, max_new_tokens=args.max_new_tokens, prompt_format=fmt)
@@ -122,10 +125,12 @@ def probe_rows(runs: dict[str, object], args) -> list[tuple[str, dict[str, pd.Se
     for s in args.sigmas:
         for k in args.draws:
             def mask(b, s=s, k=k):
-                m = b["arm"].str.fullmatch(rf"weight_noise:sigma={re.escape(f'{s:g}')}:draw=(\d+)")
-                draw = b["arm"].str.extract(r":draw=(\d+)$")[0].astype(float)
+                m = b["arm"].str.fullmatch(rf"weight_noise:sigma={re.escape(f'{s:g}')}:draw=(\d+)(:rank=\d+)?")
+                draw = b["arm"].str.extract(r":draw=(\d+)")[0].astype(float)
                 return m & (draw < k)
-            out.append((f"weight noise sigma={s:g}, {k} draws", {c: _per_question(b, mask(b)) for c, b in banks.items()}))
+            drawn = {c: b.loc[mask(b, k=10**9), "arm"].nunique() for c, b in banks.items()}
+            out.append((f"weight noise sigma={s:g}, {k} draws", {c: _per_question(b, mask(b)) for c, b in banks.items()
+                                                                 if drawn[c] >= k}))  # a run with fewer: no entry
     for n in args.shots:
         label = parse_probe(f"fewshot:n={n}:k=6").label
         if all((banks[c]["probe"] == label).any() for c in ("locked", "control")):
@@ -174,7 +179,7 @@ def run_finetune(args, out: Path) -> tuple[object, list[dict]]:
     task = load_task(TASK, n=args.n)
     protocol = Protocol.greedy(TASK, max_new_tokens=args.max_new_tokens)  # D is the matrix's measure of a copy
     run = elicit("zoo:locked", task, protocol, out=out / "elicitation", demos=args.demos, control="zoo:base",
-                 finetune=FineTune(steps=args.steps, lr=args.lr),
+                 finetune=FineTune(steps=args.steps, lr=args.lr, held_out=args.held_out, eval_every=args.eval_every),
                  exec_config=ExecConfig(max_batch_rows=args.batch_rows, device=args.device),
                  progress=lambda line: print(line, flush=True))
     d = {side: run.audits[side].questions.set_index("question_id")["realized"].astype(float)
@@ -284,7 +289,12 @@ def parse(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--steps", type=int, default=20)
     p.add_argument("--lr", type=float, default=1e-4)
     p.add_argument("--draws", type=lambda s: [int(x) for x in s.split(",")], default=[5, 50],
-                   help="weight-noise rows: the first D draws of each sigma, for each D")
+                   help="weight-noise rows: the first D draws of each sigma, for each D (with the password: the fewest)")
+    p.add_argument("--rank", type=int, default=None,
+                   help="weight noise in Tice et al.'s low-rank (LoRA) form of this rank (default: full rank)")
+    p.add_argument("--held-out", type=int, default=0,
+                   help="early stopping: each fine-tune keeps its best step on this many held-out train questions")
+    p.add_argument("--eval-every", type=int, default=5, help="steps between two held-out measurements")
     p.add_argument("--sweep-n", type=int, default=300)
     p.add_argument("--sweep-steps", type=lambda s: [int(x) for x in s.split(",")], default=[5, 20])
     p.add_argument("--sweep-lrs", type=lambda s: [float(x) for x in s.split(",")], default=[1e-5, 3e-5, 1e-4])

@@ -31,6 +31,11 @@ def register(sub) -> argparse.ArgumentParser:
                    help="the task's train split as a data file (default: the task's own train split by name)")
     p.add_argument("--steps", type=positive_int("--steps"), default=20, help="optimizer steps per fine-tune (default 20)")
     p.add_argument("--lr", type=float, default=1e-4, help="learning rate of each fine-tune (default 1e-4)")
+    p.add_argument("--held-out", type=int, default=0, metavar="N",
+                   help="early stopping: each fine-tune keeps the step (every --eval-every, step 0 included) with the "
+                        "best greedy accuracy on N more train questions, per model (default 0: off, every step kept)")
+    p.add_argument("--eval-every", type=positive_int("--eval-every"), default=5,
+                   help="steps between two held-out measurements (default 5)")
     p.add_argument("--train-seed", type=int, default=0,
                    help="seed of the demonstrations' draw and of the fine-tunes (default 0)")
     p.add_argument("--max-batch-rows", type=positive_int("--max-batch-rows"), default=1024,
@@ -53,7 +58,8 @@ def run(args: argparse.Namespace) -> int:
     RunDir(args.out).check_target()  # a file or a folder of other files: refused before anything trains
     pool = None if args.train_data is None and args.data is None else load_task(
         args.task, args.train_data or args.data, split="train")
-    finetune = FineTune(steps=args.steps, lr=args.lr, seed=args.train_seed)
+    finetune = FineTune(steps=args.steps, lr=args.lr, seed=args.train_seed, held_out=args.held_out,
+                        eval_every=args.eval_every)
     result = elicit(args.model, task, protocol, out=args.out, demos=args.demos, control=args.control,
                     finetune=finetune, pool=pool, exec_config=exec_config, progress=lambda line: echo(line))
     diff = result.difference()

@@ -246,7 +246,9 @@ def elicit(
     _local(control, "control")
     protocol = protocol.resolved(task)
     pool = pool if pool is not None else train_pool(task)
-    chosen = select_demonstrations(task, pool, max(demos), seed=finetune.seed)
+    picked = select_demonstrations(task, pool, max(demos) + finetune.held_out, seed=finetune.seed)
+    chosen = picked[:max(demos)]  # early stopping's held-out questions: the next ones of the same shuffle
+    held = pool.only([q.question_id for q in picked[max(demos):]]) if finetune.held_out else None
     out = Path(out)
     say = progress or (lambda line: None)
     specs = {"model": model, "control": control}
@@ -259,7 +261,7 @@ def elicit(
             for side in SIDES:
                 say(f"fine-tune {side} on {n} demonstration(s)")
                 folder = finetune_on_demonstrations(specs[side], task, protocol, chosen[:n],
-                                                    out / "checkpoints" / f"{side}-n{n}", finetune)
+                                                    out / "checkpoints" / f"{side}-n{n}", finetune, held)
                 specs[f"{side}-n{n}"] = str(folder.resolve())
         record = store.record()
     jobs = {name: AuditJob(spec, task, protocol, out / "audits" / name, exec_config or ExecConfig())

@@ -24,11 +24,13 @@ refuses one made otherwise.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
+import functools
 import json
 import os
 import shutil
 import tempfile
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -61,12 +63,19 @@ class FineTune:
     """Demonstrations per step (None: all of them, a full batch)."""
     warmup_steps: int = 0
     weight_decay: float = 0.0
+    held_out: int = 0
+    """Early stopping (0: off, ``steps`` are all taken): the number of train questions, neither demonstrations nor
+    test questions, on which the copy's greedy accuracy is measured every ``eval_every`` steps (step 0, the
+    parent, included); the copy kept is the step with the highest accuracy there (ties: the fewest steps). Each
+    model stops on its own curve, so a fine-tune that would only overfit a never-locked control leaves it as it was."""
+    eval_every: int = 5
+    """Steps between two held-out measurements (with ``held_out``)."""
 
     def __post_init__(self) -> None:
-        for name in ("steps", "seed", "warmup_steps"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < (1 if name == "steps" else 0):
-                raise ReachlensError(f"fine-tuning {name}={value!r} must be an integer >= {1 if name == 'steps' else 0}")
+        for name in ("steps", "seed", "warmup_steps", "held_out", "eval_every"):
+            value, least = getattr(self, name), 1 if name in ("steps", "eval_every") else 0
+            if isinstance(value, bool) or not isinstance(value, int) or value < least:
+                raise ReachlensError(f"fine-tuning {name}={value!r} must be an integer >= {least}")
         if self.batch is not None and (isinstance(self.batch, bool) or not isinstance(self.batch, int) or self.batch < 1):
             raise ReachlensError(f"fine-tuning batch={self.batch!r} must be an integer >= 1 (or None: all)")
         if isinstance(self.lr, bool) or not isinstance(self.lr, (int, float)) or not self.lr > 0:
@@ -116,11 +125,14 @@ def _card(parent: str, fingerprint: str, task: Task, protocol: Protocol, demos: 
     }
 
 
-_SAME = ("recipe", "parent_fingerprint", "task", "protocol_hash", "seed", "demonstrations", "training")
+_SAME = ("recipe", "parent_fingerprint", "task", "protocol_hash", "seed", "demonstrations", "training", "held_out")
 
 
-def _train(folder: Path, pairs: list[tuple[str, str]], config: FineTune, work: Path) -> tuple[Any, Any]:
-    """The parent at ``folder`` fine-tuned on ``pairs`` (prompt, completion) with TRL's SFTTrainer."""
+def _train(folder: Path, pairs: list[tuple[str, str]], config: FineTune, work: Path,
+           score: Callable[[Any, Any], float] | None = None) -> tuple[Any, Any, list[list[int | float]]]:
+    """The parent at ``folder`` fine-tuned on ``pairs`` (prompt, completion) with TRL's SFTTrainer; with ``score``
+    (held-out accuracy of a model and its tokenizer), the step with the best score (:attr:`FineTune.held_out`) and
+    the curve ``[[step, score], ...]``."""
     import torch
     from datasets import Dataset
     from transformers import AutoModelForCausalLM, AutoTokenizer, PrinterCallback
@@ -143,8 +155,42 @@ def _train(folder: Path, pairs: list[tuple[str, str]], config: FineTune, work: P
         trainer = SFTTrainer(model=model, args=args, train_dataset=data, processing_class=tok)
         trainer.remove_callback(PrinterCallback)  # disable_tqdm adds it: it prints every raw log dict
         _check_masking(trainer, tok, pairs[0][1])
+        stop = None if score is None else _early_stop(lambda m: score(m, tok), config.eval_every)
+        if stop is not None:
+            stop.measure(0, model)
+            trainer.add_callback(stop)
         trainer.train()
-    return trainer.accelerator.unwrap_model(trainer.model), tok
+    model = trainer.accelerator.unwrap_model(trainer.model)
+    if stop is None:
+        return model, tok, []
+    model.load_state_dict(stop.best_state)
+    return model, tok, stop.curve
+
+
+def _early_stop(score: Callable[[Any], float], every: int):
+    """A TRL/transformers callback that measures the model every ``every`` steps and keeps a copy of its best
+    weights (ties: the earliest); ``measure(0, model)`` measures the parent before training."""
+    from transformers import TrainerCallback
+
+    class EarlyStop(TrainerCallback):
+        def __init__(self) -> None:
+            self.curve: list[list[int | float]] = []
+            self.best_state: dict | None = None
+
+        def measure(self, step: int, model) -> None:
+            was = model.training
+            model.eval()
+            value = float(score(model))
+            model.train(was)
+            if not self.curve or value > max(v for _, v in self.curve):
+                self.best_state = {k: v.detach().clone() for k, v in model.state_dict().items()}
+            self.curve.append([step, value])
+
+        def on_step_end(self, args, state, control, model=None, **kwargs):
+            if state.global_step % every == 0 or state.global_step == state.max_steps:
+                self.measure(state.global_step, model)
+
+    return EarlyStop()
 
 
 @contextlib.contextmanager
@@ -172,13 +218,18 @@ def _check_masking(trainer, tok, completion: str) -> None:
 
 def finetune_on_demonstrations(
     parent: str, task: Task, protocol: Protocol, demos: Sequence[Question], out: str | Path,
-    config: FineTune = FineTune(),
+    config: FineTune = FineTune(), held_out: Task | None = None,
 ) -> Path:
     """Fine-tune a copy of ``parent`` (a spec of a local checkpoint: ``zoo:NAME`` or a folder) on ``demos`` and
     write it to the folder ``out`` with its card; return ``out``. A folder there with this card is reused.
 
+    With ``config.held_out`` (early stopping), ``held_out`` holds those train questions (none a demonstration):
+    every ``config.eval_every`` steps the copy is audited on them greedily under ``protocol`` (k = 1, this
+    process) and the best step is kept; the card records the curve and the step chosen.
+
     Raises:
-        ReachlensError: ``parent`` is not a local checkpoint, no demonstrations, or ``out`` holds something else.
+        ReachlensError: ``parent`` is not a local checkpoint, no demonstrations, ``out`` holds something else, or
+            the held-out questions are missing, of another size, or include a demonstration.
 
     >>> finetune_on_demonstrations("zoo:locked", task, protocol, demos[:4], "runs/eli/checkpoints/model-n4")  # doctest: +SKIP
     """
@@ -193,6 +244,7 @@ def finetune_on_demonstrations(
 
     pairs = demonstration_pairs(task, protocol, demos, AutoTokenizer.from_pretrained(target))
     card = _card(parent, model_identity(parent).fingerprint, task, protocol, demos, pairs, config)
+    card["held_out"] = _check_held_out(config, held_out, demos)
     if out.exists():
         found = read_card(out)
         if found is not None and all(found.get(k) == json.loads(json.dumps(card[k])) for k in _SAME):
@@ -201,7 +253,12 @@ def finetune_on_demonstrations(
                              "demonstrations or settings); remove it or use another out=")
     out.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix=".finetune-", dir=out.parent) as tmp:
-        model, tok = _train(Path(target), pairs, config, Path(tmp) / "trainer")
+        score = None if not config.held_out else functools.partial(
+            _held_out_accuracy, held=held_out, protocol=protocol, parent=Path(target), work=Path(tmp) / "held-out")
+        model, tok, curve = _train(Path(target), pairs, config, Path(tmp) / "trainer", score)
+        if curve:
+            best = max(v for _, v in curve)
+            card["early_stopping"] = {"curve": curve, "chosen_step": next(int(t) for t, v in curve if v == best)}
         staged = Path(tmp) / "model"
         model.config.use_cache = True
         model.eval()
@@ -213,6 +270,35 @@ def finetune_on_demonstrations(
         (staged / "MODEL_CARD.md").write_text(_model_card(card), encoding="utf-8")
         os.replace(staged, out)
     return out
+
+
+def _check_held_out(config: FineTune, held: Task | None, demos: Sequence[Question]) -> list[str]:
+    """The held-out question ids of an early-stopped fine-tune ([] without early stopping)."""
+    if not config.held_out:
+        return []
+    if held is None or len(held.questions) != config.held_out:
+        size = "none" if held is None else len(held.questions)
+        raise ReachlensError(f"early stopping on held_out={config.held_out} train questions needs that many "
+                             f"held-out questions (got {size}); pass held_out= a task of {config.held_out} questions")
+    shown = {d.question_id for d in demos}
+    if any(q.question_id in shown for q in held.questions):
+        raise ReachlensError("a held-out question is also a demonstration; hold out other train questions")
+    return [q.question_id for q in held.questions]
+
+
+def _held_out_accuracy(model, tok, *, held: Task, protocol: Protocol, parent: Path, work: Path) -> float:
+    """Greedy accuracy (D) on ``held`` of the model being trained: written to ``work`` (as the copy would be) and
+    audited there with k = 1 in this process."""
+    from reachlens.execution import ExecConfig
+    from reachlens.studies.audit_job import audit
+
+    if work.exists():
+        shutil.rmtree(work)
+    model.save_pretrained(work, safe_serialization=True)
+    tok.save_pretrained(work)
+    if (parent / "generation_config.json").is_file():
+        shutil.copyfile(parent / "generation_config.json", work / "generation_config.json")
+    return float(audit(str(work), held, dataclasses.replace(protocol, k=1), exec_config=ExecConfig()).D)
 
 
 def _model_card(card: dict[str, Any]) -> str:

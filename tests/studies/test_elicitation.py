@@ -11,6 +11,7 @@ parent's.
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -142,3 +143,34 @@ def test_bad_arguments_are_refused_before_anything_trains(tmp_path):
     with pytest.raises(ReachlensError, match="lr="):
         FineTune(lr=0.0)
     assert not (tmp_path / "a").exists() and not (tmp_path / "b").exists()
+
+
+def test_early_stopping_keeps_the_best_held_out_step_of_each_model(tmp_path):
+    """A fine-tune with ``held_out``: the curve is measured at step 0 (the parent) and every ``eval_every`` steps on
+    train questions that are neither demonstrations nor test questions; the copy written is the best step (ties:
+    the earliest). References: the copy audited again here on those questions gives the curve's value at the chosen
+    step; a copy that kept step 0 holds the parent's weights bit for bit (safetensors)."""
+    from reachlens import audit
+    from reachlens.studies.finetune import finetune_on_demonstrations
+    from reachlens.tasks.fewshot import train_pool
+
+    pool = train_pool(TASK)
+    picked = select_demonstrations(TASK, pool, 1 + 4, seed=0)
+    held = pool.only([q.question_id for q in picked[1:]])
+    greedy = Protocol.greedy("arith_hard", max_new_tokens=48).resolved(TASK)
+    config = FineTune(steps=4, lr=3e-3, held_out=4, eval_every=2)
+    out = finetune_on_demonstrations("zoo:base", TASK, greedy, picked[:1], tmp_path / "copy", config, held)
+    card = json.loads((out / "training.json").read_text())
+    curve, chosen = card["early_stopping"]["curve"], card["early_stopping"]["chosen_step"]
+    assert [step for step, _ in curve] == [0, 2, 4]
+    best = max(v for _, v in curve)
+    assert chosen == next(step for step, v in curve if v == best)
+    assert set(card["held_out"]) == {q.question_id for q in held.questions}
+    assert not set(card["held_out"]) & ({picked[0].question_id} | {q.question_id for q in TASK.questions})
+    assert audit(str(out), held, greedy).D == pytest.approx(best)
+    parent = load_file(str(Path(resolve_spec("zoo:base")[0]) / "model.safetensors"))
+    copy = load_file(str(out / "model.safetensors"))
+    same = all(np.array_equal(parent[k].numpy(), copy[k].numpy()) for k in parent)
+    assert same == (chosen == 0)
+    with pytest.raises(ReachlensError, match="held_out=4 train questions needs that many"):
+        finetune_on_demonstrations("zoo:base", TASK, greedy, picked[:1], tmp_path / "other", config, held.head(2))
