@@ -26,7 +26,9 @@ tensor name, so a candidate can be checked against plain HuggingFace with the we
 
 Cost: a full-rank draw holds one float32 copy of the targeted weights for as long as its hooks live (the zoo's
 6 MB; a 7B model's 28 GB), so use ``rank=R`` on a large model: a draw then holds ``R * (in + out)`` numbers per
-map. Numerics: ``x dW^T`` is computed in float32 and added to the map's output, which equals the map run with
+map. A model keeps the draws' ``N`` it has drawn (up to 1 GiB) for the next hook set, and the entries of all
+draws go through one batched product per map and forward (the entries of each draw gathered, padded to the
+largest), so many draws cost about one extra pass of the targeted maps over the batch, not one call per draw. Numerics: ``x dW^T`` is computed in float32 and added to the map's output, which equals the map run with
 ``W + dW`` to float32 rounding (about 1e-6 relative), not bit for bit.
 
 >>> draws = weight_noise_draws([0.01, 0.02], k=5, seed=0)  # doctest: +SKIP
