@@ -119,40 +119,10 @@ def test_a_draws_logits_equal_hf_with_its_deltas_added_and_no_parameter_moves(fa
         assert before.keys() == after.keys() and all(torch.equal(before[k], after[k]) for k in before)
 
 
-@torch.no_grad()
-@pytest.mark.parametrize("fam", ARMS_FAMILIES, indirect=True)
-def test_draws_as_arms_decode_beside_the_greedy_deployment_as_hf_does(fam):
-    draws = (WeightNoise(SIGMA, draw=1, seed=3), WeightNoise(SIGMA / 2, draw=0, seed=3, rank=2))
-    refs = {d: [hf_greedy(fam.noised_hf(weight_noise_deltas(fam.model, d)), ids, GREEDY.max_new_tokens)
-                for ids in fam.ids] for d in draws}
-    plain = [hf_greedy(fam.hf, ids, GREEDY.max_new_tokens) for ids in fam.ids]
-    seen: dict = {}
-
-    def grab(x, *, hook):
-        rows = current_rows()
-        if rows.step < 0:
-            for entry, members in enumerate(rows.entries):
-                seen[rows.tags[members[0]]] = fam.logits(x[entry, -1])
-
-    arms = (None, *draws)
-    rows = [Row(p, tag=(p, arm), arm=arm) for p in range(2) for arm in arms]
-    for fused in fam.paths:
-        seen.clear()
-        with fam.model.hooks(fwd_hooks=weight_noise_arms(fam.model, draws) + [("unembed.hook_out", grab)]):
-            outs = generate(fam.model, PROMPTS, rows, GREEDY, stop_at_eos=False, fused=fused, share_prefixes=True)
-        for i, row in enumerate(rows):
-            logits, tokens = (plain if row.arm is None else refs[row.arm])[row.prompt]
-            torch.testing.assert_close(seen[row.tag], logits, rtol=1e-4, atol=1e-4)  # float32 (see Family)
-            assert list(outs[i].token_ids) == tokens, (fused, row.tag)
-
-
-@torch.no_grad()
-@pytest.mark.parametrize("fam", ["llama"], indirect=True)
-def test_many_draws_with_uneven_rows_in_one_batched_product_are_each_hf_with_its_deltas(fam):
-    """Draws gathered by their noise ``N`` into one batched product per map: two sigmas of one draw share ``N``,
-    arms hold unequal numbers of entries (padding), and one arm runs on one prompt only; each row's first logits
-    and greedy tokens are HuggingFace's with that draw's deltas added, the plain rows HF's own."""
-    draws = [WeightNoise(s, draw=j, seed=5) for s in (SIGMA, SIGMA / 3) for j in range(2)]
+def check_arms_decode_as_hf(fam, draws, rows: list[Row], **generate_kwargs) -> None:
+    """Decode ``rows`` (prompts of ``PROMPTS``, arms among ``draws`` or None) in one batch with the draws' arm hooks;
+    each row's first logits and greedy tokens must be HuggingFace's with its draw's deltas added (the plain
+    rows': HF's own), to float32 rounding (see Family)."""
     refs = {d: [hf_greedy(fam.noised_hf(weight_noise_deltas(fam.model, d)), ids, GREEDY.max_new_tokens)
                 for ids in fam.ids] for d in draws}
     plain = [hf_greedy(fam.hf, ids, GREEDY.max_new_tokens) for ids in fam.ids]
@@ -163,16 +133,35 @@ def test_many_draws_with_uneven_rows_in_one_batched_product_are_each_hf_with_its
         if rows.step < 0:
             for entry, members in enumerate(rows.entries):
                 for m in members:
-                    seen[rows.tags[m]] = x[entry, -1].clone()
+                    seen[rows.tags[m]] = fam.logits(x[entry, -1]).clone()
 
-    rows = [Row(0, tag=(0, None))] + [Row(0, tag=(0, d), arm=d) for d in draws]
-    rows += [Row(1, tag=(1, None)), Row(1, tag=(1, draws[3]), arm=draws[3]), Row(1, tag=(1, "again"), arm=draws[3])]
     with fam.model.hooks(fwd_hooks=weight_noise_arms(fam.model, draws) + [("unembed.hook_out", grab)]):
-        outs = generate(fam.model, PROMPTS, rows, GREEDY, stop_at_eos=False, share_prefixes=False)
+        outs = generate(fam.model, PROMPTS, rows, GREEDY, stop_at_eos=False, **generate_kwargs)
     for out, row in zip(outs, rows):
         logits, tokens = (plain if row.arm is None else refs[row.arm])[row.prompt]
         torch.testing.assert_close(seen[row.tag], logits, rtol=1e-4, atol=1e-4)
-        assert list(out.token_ids) == tokens, row.tag
+        assert list(out.token_ids) == tokens, (generate_kwargs, row.tag)
+
+
+@torch.no_grad()
+@pytest.mark.parametrize("fam", ARMS_FAMILIES, indirect=True)
+def test_draws_as_arms_decode_beside_the_greedy_deployment_as_hf_does(fam):
+    draws = (WeightNoise(SIGMA, draw=1, seed=3), WeightNoise(SIGMA / 2, draw=0, seed=3, rank=2))
+    rows = [Row(p, tag=(p, arm), arm=arm) for p in range(2) for arm in (None, *draws)]
+    for fused in fam.paths:
+        check_arms_decode_as_hf(fam, draws, rows, fused=fused, share_prefixes=True)
+
+
+@torch.no_grad()
+@pytest.mark.parametrize("fam", ["llama"], indirect=True)
+def test_many_draws_with_uneven_rows_in_one_batched_product_are_each_hf_with_its_deltas(fam):
+    """Draws gathered by their noise ``N`` into one batched product per map: two sigmas of one draw share ``N``,
+    arms hold unequal numbers of entries (padding), and one arm runs on one prompt only; each row's first logits
+    and greedy tokens are HuggingFace's with that draw's deltas added, the plain rows HF's own."""
+    draws = [WeightNoise(s, draw=j, seed=5) for s in (SIGMA, SIGMA / 3) for j in range(2)]
+    rows = [Row(0, tag=(0, None))] + [Row(0, tag=(0, d), arm=d) for d in draws]
+    rows += [Row(1, tag=(1, None)), Row(1, tag=(1, draws[3]), arm=draws[3]), Row(1, tag=(1, "again"), arm=draws[3])]
+    check_arms_decode_as_hf(fam, draws, rows, share_prefixes=False)
 
 
 @torch.no_grad()
