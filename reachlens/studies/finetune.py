@@ -129,10 +129,10 @@ _SAME = ("recipe", "parent_fingerprint", "task", "protocol_hash", "seed", "demon
 
 
 def _train(folder: Path, pairs: list[tuple[str, str]], config: FineTune, work: Path,
-           score: Callable[[Any, Any], float] | None = None) -> tuple[Any, Any, list[list[int | float]]]:
+           score: Callable[[Any, Any], float] | None = None) -> tuple[Any, Any, dict[str, Any] | None]:
     """The parent at ``folder`` fine-tuned on ``pairs`` (prompt, completion) with TRL's SFTTrainer; with ``score``
     (held-out accuracy of a model and its tokenizer), the step with the best score (:attr:`FineTune.held_out`) and
-    the curve ``[[step, score], ...]``."""
+    the card's ``early_stopping`` entry (``curve`` ``[[step, score], ...]`` and ``chosen_step``), else None."""
     import torch
     from datasets import Dataset
     from transformers import AutoModelForCausalLM, AutoTokenizer, PrinterCallback
@@ -162,9 +162,9 @@ def _train(folder: Path, pairs: list[tuple[str, str]], config: FineTune, work: P
         trainer.train()
     model = trainer.accelerator.unwrap_model(trainer.model)
     if stop is None:
-        return model, tok, []
+        return model, tok, None
     model.load_state_dict(stop.best_state)
-    return model, tok, stop.curve
+    return model, tok, {"curve": stop.curve, "chosen_step": stop.best_step}
 
 
 def _early_stop(score: Callable[[Any], float], every: int):
@@ -176,6 +176,7 @@ def _early_stop(score: Callable[[Any], float], every: int):
         def __init__(self) -> None:
             self.curve: list[list[int | float]] = []
             self.best_state: dict | None = None
+            self.best_step = 0
 
         def measure(self, step: int, model) -> None:
             was = model.training
@@ -184,6 +185,7 @@ def _early_stop(score: Callable[[Any], float], every: int):
             model.train(was)
             if not self.curve or value > max(v for _, v in self.curve):
                 self.best_state = {k: v.detach().clone() for k, v in model.state_dict().items()}
+                self.best_step = step
             self.curve.append([step, value])
 
         def on_step_end(self, args, state, control, model=None, **kwargs):
@@ -255,21 +257,26 @@ def finetune_on_demonstrations(
     with tempfile.TemporaryDirectory(prefix=".finetune-", dir=out.parent) as tmp:
         score = None if not config.held_out else functools.partial(
             _held_out_accuracy, held=held_out, protocol=protocol, parent=Path(target), work=Path(tmp) / "held-out")
-        model, tok, curve = _train(Path(target), pairs, config, Path(tmp) / "trainer", score)
-        if curve:
-            best = max(v for _, v in curve)
-            card["early_stopping"] = {"curve": curve, "chosen_step": next(int(t) for t, v in curve if v == best)}
+        model, tok, early = _train(Path(target), pairs, config, Path(tmp) / "trainer", score)
+        if early is not None:
+            card["early_stopping"] = early
         staged = Path(tmp) / "model"
         model.config.use_cache = True
         model.eval()
-        model.save_pretrained(staged, safe_serialization=True)
-        tok.save_pretrained(staged)
-        if (Path(target) / "generation_config.json").is_file():  # the parent's, not one the trainer changed
-            shutil.copyfile(Path(target) / "generation_config.json", staged / "generation_config.json")
+        _write_checkpoint(model, tok, Path(target), staged)
         (staged / CARD).write_text(json.dumps(card, indent=2, sort_keys=True) + "\n", encoding="utf-8")
         (staged / "MODEL_CARD.md").write_text(_model_card(card), encoding="utf-8")
         os.replace(staged, out)
     return out
+
+
+def _write_checkpoint(model, tok, parent: Path, folder: Path) -> None:
+    """``model`` and ``tok`` as a checkpoint folder (safetensors), with the parent's generation config (not one the
+    trainer changed)."""
+    model.save_pretrained(folder, safe_serialization=True)
+    tok.save_pretrained(folder)
+    if (parent / "generation_config.json").is_file():
+        shutil.copyfile(parent / "generation_config.json", folder / "generation_config.json")
 
 
 def _check_held_out(config: FineTune, held: Task | None, demos: Sequence[Question]) -> list[str]:
@@ -294,10 +301,7 @@ def _held_out_accuracy(model, tok, *, held: Task, protocol: Protocol, parent: Pa
 
     if work.exists():
         shutil.rmtree(work)
-    model.save_pretrained(work, safe_serialization=True)
-    tok.save_pretrained(work)
-    if (parent / "generation_config.json").is_file():
-        shutil.copyfile(parent / "generation_config.json", work / "generation_config.json")
+    _write_checkpoint(model, tok, parent, work)
     return float(audit(str(work), held, dataclasses.replace(protocol, k=1), exec_config=ExecConfig()).D)
 
 
