@@ -248,7 +248,8 @@ def write_matrix(rows: list[dict], out: Path, argv: list[str]) -> pd.DataFrame:
             fmt[col] = fmt[col].map(lambda v: "" if pd.isna(v) else f"{v:+.3f}" if "uplift" in col or "diff" in col else f"{v:.3f}")
     (out / "matrix.md").write_text(f"`python experiments/elicitation.py {' '.join(argv)}`\n\n" + fmt.to_markdown(index=False) + "\n")
     if "difference" in table:
-        matrix_figure(table).write_html(out / "matrix.html", include_plotlyjs=True)
+        matrix_figure(table).write_html(out / "matrix.html", include_plotlyjs=True,
+                                        config={"displayModeBar": False})
     print(fmt.to_string(index=False), flush=True)
     return table
 
@@ -268,6 +269,11 @@ def matrix_figure(table: pd.DataFrame):
                              error_x=dict(type="data", symmetric=False, array=t["difference_hi"] - t["difference"],
                                           arrayminus=t["difference"] - t["difference_lo"])))
     fig.add_vline(x=0, line_color="#888")
+    trained = int((t["family"] == "training-based").sum())  # reversed: the training-based rows sit at the bottom
+    if 0 < trained < len(t):
+        fig.add_hline(y=trained - 0.5, line_color="#444", line_dash="dash",
+                      annotation_text="below: training-based reach (fine-tuned copies, another model)",
+                      annotation_position="bottom right", annotation_font_size=11)
     fig.update_layout(title=f"Which probe finds the withheld skill? arith_hard, n = {int(t['n'].max())}",
                       xaxis_title="change in share of questions answered (reach minus greedy D)", height=160 + 26 * len(t),
                       width=1100, legend=dict(orientation="h", y=-0.12), margin=dict(l=320, r=30, t=60, b=90))
