@@ -12,6 +12,7 @@ A file of that name without the mark was not written by reachlens and is never r
 
 from __future__ import annotations
 
+import math
 import os
 import stat
 from collections.abc import Sequence
@@ -69,8 +70,19 @@ def html_table(df: pd.DataFrame) -> str:
         return "<p><em>(none)</em></p>"
     head = _rows([[str(c) for c in df.columns]], "th")
     cut = tuple("answer" in str(c) for c in df.columns)
-    body = _rows([[fmt(v) for v in row] for row in df.itertuples(index=False)], cut=cut)
+    form = [_p_value if _is_p_value(str(c)) else fmt for c in df.columns]
+    body = _rows([[f(v) for f, v in zip(form, row)] for row in df.itertuples(index=False)], cut=cut)
     return f'<table class="tbl">\n<thead>{head}</thead>\n<tbody>\n{body}</tbody>\n</table>'
+
+
+def _is_p_value(column: str) -> bool:
+    """A column of p-values (``p``, ``p_realized``, ``mcnemar_p``, ...): two significant digits, so that a
+    permutation p of 1e-4 reads 0.0001, not 0.000."""
+    return column == "p" or column.startswith("p_") or (column.endswith("_p") and column != "top_p")
+
+
+def _p_value(v) -> str:
+    return f"{v:.2g}" if isinstance(v, float) and math.isfinite(v) else fmt(v)
 
 
 def kv_table(df: pd.DataFrame) -> str:

@@ -422,3 +422,16 @@ def test_a_long_cell_is_cut_on_the_page_with_its_whole_text_as_tooltip():
     assert cells[0] == ("", "q1") and cells[2] == ("", html.escape(name)) and cells[3] == ("", "17")
     assert html.unescape(re.search(r'title="([^"]*)"', page).group(1)) == long
     assert "4" * 300 in kv_table(pd.DataFrame([("command", "4" * 300)], columns=["field", "value"]))
+
+
+def test_a_p_value_column_keeps_two_significant_digits_where_other_numbers_keep_three_decimals():
+    """A permutation p of 1 / 10,001 reads 0.0001 on the page, not 0.000 (which reads as impossible); the
+    sampling parameter ``top_p`` and the other floats keep the page's three decimals."""
+    import pandas as pd
+
+    from reachlens.report.page import html_table
+
+    df = pd.DataFrame({"difference": [0.33], "p": [1 / 10001], "p_realized": [0.25], "mcnemar_p": [0.0123456],
+                       "top_p": [0.95], "uplift": [0.0001]})
+    cells = re.findall(r"<td>([^<]*)</td>", html_table(df))
+    assert cells == ["0.330", "0.0001", "0.25", "0.012", "0.950", "0.000"]
