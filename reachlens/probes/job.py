@@ -222,8 +222,9 @@ class ProbeJob:
     def finish(self, o: Opened) -> ProbeRun:
         """The bank, from every planned part (each checked whole), in task, probe and candidate order."""
         if o.was_complete:  # the same run, finished: read, not assembled again
-            o.store.finish(ProbeRun.read(o.store).summary())
-            return ProbeRun.read(o.store)
+            done = ProbeRun.read(o.store)
+            o.store.finish(done.summary())
+            return done  # its tables, computed once: the caller's summary() does not compute them again
         parts = o.store.parts(_REDO) if o.store is not None else o.parts
         for s in self.plan(o.shard):
             missing = self._missing(o.shard, s, parts.get(s[:2]))

@@ -4,6 +4,7 @@ decoded alone give; it is deterministic, resumes after ``kill -9`` to the same b
 from __future__ import annotations
 
 import html
+import json
 import os
 import shutil
 import subprocess
@@ -177,5 +178,12 @@ def test_a_finished_run_given_again_is_read_not_decoded(tiny_model, task, run, m
         raise AssertionError("decoded a finished run again")
 
     monkeypatch.setattr(ProbeShard, "decode", refuse)
+    import reachlens.probes.run as run_module
+
+    computed = []
+    tables = run_module.probe_tables
+    monkeypatch.setattr(run_module, "probe_tables", lambda *a, **k: computed.append(1) or tables(*a, **k))
     again = probe(tiny_model, task, SPECS, protocol=GREEDY, exec_config=EXEC, out=run.location)
     pd.testing.assert_frame_equal(again.candidates, run.candidates)
+    assert again.summary()["D"] == json.loads((run.location / "summary.json").read_text())["D"]
+    assert len(computed) == 1, "the summary's tables (bootstraps, budget-matched subsets) were computed again"
