@@ -143,14 +143,43 @@ def _subsets(sizes: Sequence[int], takes: Sequence[int], max_subsets: int, rng: 
     return [tuple(tuple(sorted(rng.sample(range(n), t))) for n, t in zip(sizes, takes)) for _ in range(max_subsets)]
 
 
-def _mixture_rows(bank: pd.DataFrame, parts: Sequence[tuple[str, int]], max_subsets: int, seed: int) -> pd.DataFrame:
-    """The pseudo-bank of a mixture: for each question and subset, its candidates, ``question_id`` set to
-    ``QID\x1fSUBSET`` (``subset_of`` keeps the question). Built with one ``take`` of the bank."""
+def _subset_positions(per: Sequence[np.ndarray], choices: list[tuple]) -> np.ndarray:
+    """Bank positions of every subset (one row each): each pool's chosen candidates, pool after pool."""
+    return np.hstack([rows[np.array([c[p] for c in choices], dtype=np.int64).reshape(len(choices), -1)]
+                      for p, rows in enumerate(per)])
+
+
+def _subset_scores(idx: np.ndarray, codes: np.ndarray, correct: np.ndarray, scored: np.ndarray
+                   ) -> tuple[np.ndarray, np.ndarray]:
+    """Per subset (a row of bank positions ``idx``): reach (a graded candidate correct; NaN when none is graded)
+    and the majority vote with ties averaged: among the graded candidates with an answer (``codes`` >= 0), the
+    answers with the most votes, each by its first candidate, their grades' mean (0 when no candidate has a graded
+    answer; NaN when none is graded). The rule of :func:`reachlens.selectors.select` ``"majority"``, on arrays."""
+    a, ok, right = codes[idx], scored[idx], correct[idx]
+    graded = ok.any(1)
+    o = np.where(graded, (right & ok).any(1), np.nan)
+    vote = ok & (a >= 0)  # eligible: graded, with an answer
+    same = (a[:, :, None] == a[:, None, :]) & vote[:, :, None] & vote[:, None, :]
+    votes = same.sum(2)  # per candidate, the votes for its answer (0 when not eligible)
+    earlier = np.tril(np.ones(idx.shape[1:] * 2, dtype=bool), k=-1)  # [j, i]: i before j
+    first = vote & ~(same & earlier).any(2)
+    tied = first & (votes == votes.max(1, keepdims=True))
+    n_tied = tied.sum(1)
+    maj = np.where(n_tied > 0, (tied & right).sum(1) / np.maximum(n_tied, 1), np.where(graded, 0.0, np.nan))
+    return o, maj
+
+
+def _per_question(bank: pd.DataFrame, parts: Sequence[tuple[str, int]], max_subsets: int, seed: int
+                  ) -> tuple[pd.Series, pd.Series]:
+    """Per question (``question_ids`` order), the mean over its subsets of reach and of the majority vote."""
     qids = bank["question_id"].to_numpy()
+    codes = pd.factorize(bank["answer"], use_na_sentinel=True)[0]  # None and NaN: -1 (no answer)
+    correct, scored = bank["correct"].to_numpy(bool), bank["scored"].to_numpy(bool)
     pools = [np.flatnonzero(source_mask(bank, s).to_numpy()) for s, _ in parts]
     groups = [pd.Series(pool).groupby(qids[pool]).indices for pool in pools]  # question -> positions in the pool
-    flat, names, owners = [], [], []
-    for qid in question_ids(bank):
+    ids = question_ids(bank)
+    o_mean, maj_mean = [], []
+    for qid in ids:
         per = [pool[g[qid]] if qid in g else pool[:0] for pool, g in zip(pools, groups)]
         for (source, take), rows in zip(parts, per):
             if len(rows) < take:
@@ -158,28 +187,15 @@ def _mixture_rows(bank: pd.DataFrame, parts: Sequence[tuple[str, int]], max_subs
                                      f"{len(rows)} on question {qid!r}; take at most {len(rows)}")
         rng = random.Random(f"budget-matched/{seed}/{qid}")
         choices = _subsets([len(r) for r in per], [t for _, t in parts], max_subsets, rng)
-        for s, choice in enumerate(choices):
-            flat.append(np.concatenate([rows[list(c)] for rows, c in zip(per, choice)]))
-            names.append(f"{qid}\x1f{s}")
-            owners.append(qid)
-    sizes = [len(f) for f in flat]
-    out = bank.iloc[np.concatenate(flat)].reset_index(drop=True)
-    out["subset_of"] = np.repeat(owners, sizes)
-    out["question_id"] = np.repeat(names, sizes)
-    out["candidate_idx"] = np.concatenate([np.arange(n) for n in sizes])
-    return out
+        o, maj = _subset_scores(_subset_positions(per, choices), codes, correct, scored)
+        o_mean.append(_nanmean(o))
+        maj_mean.append(_nanmean(maj))
+    return pd.Series(o_mean, index=ids, dtype=float), pd.Series(maj_mean, index=ids, dtype=float)
 
 
-def _per_question(pseudo: pd.DataFrame, ids: Sequence[str]) -> tuple[pd.Series, pd.Series]:
-    """Per real question, the mean over its subsets of reach and of the majority vote (ties averaged)."""
-    from reachlens.selectors import select
-
-    good = (pseudo["correct"] & pseudo["scored"]).groupby(pseudo["question_id"]).any().astype(float)
-    graded = pseudo["scored"].groupby(pseudo["question_id"]).any()
-    o = good.where(graded)
-    maj = select(pseudo, "majority").set_index("question_id")["correct"].astype(float)
-    of = pseudo.drop_duplicates("question_id").set_index("question_id")["subset_of"]
-    return o.groupby(of).mean().reindex(ids), maj.reindex(o.index).groupby(of).mean().reindex(ids)
+def _nanmean(x: np.ndarray) -> float:
+    defined = x[~np.isnan(x)]
+    return float(defined.mean()) if len(defined) else math.nan
 
 
 def budget_matched(bank: pd.DataFrame, mixtures: Mapping[str, Sequence[tuple[str, int]]], *,
@@ -201,7 +217,7 @@ def budget_matched(bank: pd.DataFrame, mixtures: Mapping[str, Sequence[tuple[str
     ids = question_ids(bank)
     per = {}
     for name, parts in mixtures.items():
-        per[name] = _per_question(_mixture_rows(bank, parts, max_subsets, seed), ids)
+        per[name] = _per_question(bank, parts, max_subsets, seed)
     common = pd.Series(True, index=ids)
     for o, maj in per.values():
         common &= o.notna() & maj.notna()

@@ -188,3 +188,56 @@ def test_the_summary_names_every_union_and_labels_interventions():
     assert s["unions"]["O[sampling+graft]"]["kind"] == "intervention"
     assert {r["mixture"] for r in s["budget_matched"]} >= {"3 samples", f"greedy + 2 of {GRAFT}"}
     assert s["placebo"][0]["graft"] == GRAFT and len(s["overlap"]) == 3
+
+
+def test_budget_matched_on_a_random_bank_is_the_majority_selector_on_every_subset_written_out():
+    """Every subset of 20 random questions (8 samples each: answers drawn from 4 values, some missing, some not
+    graded) written out as a bank of its own and scored by ``select(..., "majority")``, the selectors' own rule:
+    the mixture's O and majority are their means, where every subset is enumerated and where a seeded sample of
+    ``max_subsets`` of them is drawn (the same draws: ``random.Random`` seeded by the question, as documented)."""
+    import random
+
+    from reachlens.selectors import select
+
+    rng = np.random.default_rng(7)
+    k, labels = 8, ["sampling:k=8"]
+    rows = []
+    for q in range(20):
+        qid = f"r{q}"
+        rows.append({"question_id": qid, "probe": "greedy", "arm": "greedy", "candidate_idx": 0, "answer": "1",
+                     "correct": False, "scored": True})
+        for j in range(k):
+            a = str(rng.integers(4)) if rng.random() > 0.15 else None
+            rows.append({"question_id": qid, "probe": labels[0], "arm": labels[0], "candidate_idx": j, "answer": a,
+                         "correct": a == "0", "scored": bool(rng.random() > 0.1)})
+    bank = bank_frame([{**r, "text": f"A: {r['answer']}", "mean_logprob": -1.0, "finish_reason": "stop",
+                        "n_tokens": 3, "intervention": False, "detail": ""} for r in rows])
+    mixtures = {"4 samples": [(labels[0], 4)], "greedy + 3 samples": [("greedy", 1), (labels[0], 3)]}
+    for max_subsets in (10_000, 25):  # C(8, 4) = 70: all of them, then a seeded sample of 25
+        table = budget_matched(bank, mixtures, max_subsets=max_subsets, n_boot=50).set_index("mixture")
+        for name, parts in mixtures.items():
+            o_q, maj_q = [], []
+            for q in range(20):
+                qid = f"r{q}"
+                pools = [bank[(bank["question_id"] == qid) & (bank["probe"] == p)].reset_index(drop=True)
+                         for p, _ in parts]
+                total = math.prod(math.comb(len(pool), t) for pool, (_, t) in zip(pools, parts))
+                if total <= max_subsets:
+                    choices = list(itertools.product(*(itertools.combinations(range(len(pool)), t)
+                                                       for pool, (_, t) in zip(pools, parts))))
+                else:
+                    r = random.Random(f"budget-matched/0/{qid}")
+                    choices = [tuple(tuple(sorted(r.sample(range(len(pool)), t))) for pool, (_, t) in zip(pools, parts))
+                               for _ in range(max_subsets)]
+                o_s, maj_s = [], []
+                for choice in choices:
+                    sub = pd.concat([pool.iloc[list(c)] for pool, c in zip(pools, choice)], ignore_index=True)
+                    sub["candidate_idx"] = range(len(sub))
+                    graded = sub["scored"].any()
+                    o_s.append(float((sub["correct"] & sub["scored"]).any()) if graded else math.nan)
+                    maj_s.append(float(select(sub, "majority")["correct"].iloc[0]))
+                o_q.append(np.nanmean(o_s) if not all(map(math.isnan, o_s)) else math.nan)
+                maj_q.append(np.nanmean(maj_s) if not all(map(math.isnan, maj_s)) else math.nan)
+            keep = ~(np.isnan(o_q) | np.isnan(maj_q))
+            assert table.loc[name, "O"] == pytest.approx(np.mean(np.array(o_q)[keep]), abs=1e-12)
+            assert table.loc[name, "majority"] == pytest.approx(np.mean(np.array(maj_q)[keep]), abs=1e-12)
