@@ -191,7 +191,7 @@ def test_the_summary_names_every_union_and_labels_interventions():
 
 
 def test_budget_matched_on_a_random_bank_is_the_majority_selector_on_every_subset_written_out():
-    """Every subset of 20 random questions (8 samples each: answers drawn from 4 values, some missing, some not
+    """Every subset of 10 random questions (7 samples each: answers drawn from 4 values, some missing, some not
     graded) written out as a bank of its own and scored by ``select(..., "majority")``, the selectors' own rule:
     the mixture's O and majority are their means, where every subset is enumerated and where a seeded sample of
     ``max_subsets`` of them is drawn (the same draws: ``random.Random`` seeded by the question, as documented)."""
@@ -200,9 +200,9 @@ def test_budget_matched_on_a_random_bank_is_the_majority_selector_on_every_subse
     from reachlens.selectors import select
 
     rng = np.random.default_rng(7)
-    k, labels = 8, ["sampling:k=8"]
+    k, labels = 7, ["sampling:k=7"]
     rows = []
-    for q in range(20):
+    for q in range(10):
         qid = f"r{q}"
         rows.append({"question_id": qid, "probe": "greedy", "arm": "greedy", "candidate_idx": 0, "answer": "1",
                      "correct": False, "scored": True})
@@ -213,11 +213,11 @@ def test_budget_matched_on_a_random_bank_is_the_majority_selector_on_every_subse
     bank = bank_frame([{**r, "text": f"A: {r['answer']}", "mean_logprob": -1.0, "finish_reason": "stop",
                         "n_tokens": 3, "intervention": False, "detail": ""} for r in rows])
     mixtures = {"4 samples": [(labels[0], 4)], "greedy + 3 samples": [("greedy", 1), (labels[0], 3)]}
-    for max_subsets in (10_000, 25):  # C(8, 4) = 70: all of them, then a seeded sample of 25
+    for max_subsets in (10_000, 20):  # C(7, 4) = 35: all of them, then a seeded sample of 20
         table = budget_matched(bank, mixtures, max_subsets=max_subsets, n_boot=50).set_index("mixture")
         for name, parts in mixtures.items():
             o_q, maj_q = [], []
-            for q in range(20):
+            for q in range(10):
                 qid = f"r{q}"
                 pools = [bank[(bank["question_id"] == qid) & (bank["probe"] == p)].reset_index(drop=True)
                          for p, _ in parts]
