@@ -119,15 +119,22 @@ def test_two_writers_racing_one_writes_the_other_is_refused_naming_its_pid(write
     assert_same_run(out, reference)
 
 
+def _text(path) -> str:
+    try:
+        return path.read_text()
+    except FileNotFoundError:
+        return ""
+
+
 def test_a_writer_killed_holding_the_lock_leaves_it_to_the_next(writer, tiny_dir, tmp_path, uninterrupted) -> None:
     reference, duration = uninterrupted
     out = tmp_path / "run"
     proc = start_writer(writer, tmp_path / "go", tiny_dir, out)
     (tmp_path / "go").touch()
     deadline = time.monotonic() + 120
-    while not (out / ".lock").exists() and time.monotonic() < deadline:
-        time.sleep(0.01)
-    assert str(proc.pid) in (out / ".lock").read_text()
+    while str(proc.pid) not in _text(out / ".lock") and time.monotonic() < deadline:
+        time.sleep(0.01)  # the lock is created (O_EXCL), then its pid written: an instant when it is empty
+    assert str(proc.pid) in _text(out / ".lock")
     proc.send_signal(signal.SIGKILL)
     proc.communicate(timeout=60)
     assert (out / ".lock").exists()  # what kill -9 leaves behind
