@@ -12,7 +12,6 @@ A file of that name without the mark was not written by reachlens and is never r
 
 from __future__ import annotations
 
-import math
 import os
 import stat
 from collections.abc import Sequence
@@ -23,7 +22,7 @@ import pandas as pd
 
 from reachlens.errors import ReachlensError
 from reachlens.escape import html_text, md_text
-from reachlens.report.tables import fmt
+from reachlens.report.tables import fmt, fmt_p
 from reachlens.store.files import write_durably
 
 __all__ = [
@@ -76,13 +75,12 @@ def html_table(df: pd.DataFrame) -> str:
 
 
 def _is_p_value(column: str) -> bool:
-    """A column of p-values (``p``, ``p_realized``, ``mcnemar_p``, ...): two significant digits, so that a
-    permutation p of 1e-4 reads 0.0001, not 0.000."""
+    """A column of p-values (``p``, ``p_realized``, ``mcnemar_p``, ...): printed by :func:`fmt_p`."""
     return column == "p" or column.startswith("p_") or (column.endswith("_p") and column != "top_p")
 
 
 def _p_value(v) -> str:
-    return f"{v:.2g}" if isinstance(v, float) and math.isfinite(v) else fmt(v)
+    return fmt_p(v) if isinstance(v, float) else fmt(v)
 
 
 def kv_table(df: pd.DataFrame) -> str:

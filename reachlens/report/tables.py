@@ -17,7 +17,7 @@ from reachlens.records import markdown_table
 from reachlens.stats import N_BOOT, N_PERM
 from reachlens.studies.study_view import StudyView
 
-__all__ = ["bins_table", "display_tables", "fmt", "heading", "markdown_summary", "md_table", "report_title",
+__all__ = ["bins_table", "display_tables", "fmt", "fmt_p", "heading", "markdown_summary", "md_table", "report_title",
            "text_summary"]
 
 
@@ -58,7 +58,8 @@ MDE_NOTE = (f"{DETECTABLE}: the smallest change the delta's test detects with {P
             "out effects of that size, not smaller ones.")
 
 
-def _p(p: float) -> str:
+def fmt_p(p: float) -> str:
+    """A p-value with two significant digits (a permutation p of 1e-4 reads 0.0001, not 0.000)."""
     return "undefined" if math.isnan(p) else f"{p:.2g}"
 
 
@@ -111,22 +112,22 @@ def _headline(study: StudyView) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFram
     realized = pd.DataFrame({
         "pair": h["pair"], "D_base": h["D_base"], "D_trained": h["D_trained"],
         "delta_D [95% CI]": _cis(h, "delta_D"), DETECTABLE: _seen(h, "delta_D"),
-        "gained": h["gained"], "lost": h["lost"], "McNemar p": h["p_realized"].map(_p),
-        "Holm p": h["p_realized_holm"].map(_p), "gained from base-reachable": h["gained_from_base_reachable"],
+        "gained": h["gained"], "lost": h["lost"], "McNemar p": h["p_realized"].map(fmt_p),
+        "Holm p": h["p_realized_holm"].map(fmt_p), "gained from base-reachable": h["gained_from_base_reachable"],
     })
     bounds = study.unreachability().set_index("pair")["bound_max"]
     reachable = pd.DataFrame({
         "pair": h["pair"], "O_K_base": h["O_K_base"], "O_K_trained": h["O_K_trained"],
         "delta_O_K [95% CI]": _cis(h, "delta_O_K"), DETECTABLE: _seen(h, "delta_O_K"),
-        "entered": h["entered"], "left": h["left"], "McNemar p": h["p_reachable"].map(_p),
-        "Holm p": h["p_reachable_holm"].map(_p),
+        "entered": h["entered"], "left": h["left"], "McNemar p": h["p_reachable"].map(fmt_p),
+        "Holm p": h["p_reachable_holm"].map(fmt_p),
         "left: per-sample rate below": [("-" if math.isnan(b) else f"{b:.4f}") for b in bounds.reindex(h["pair"])],
     })
     majority = pd.DataFrame({
         "pair": h["pair"], "maj_K_base": h["maj_K_base"], "maj_K_trained": h["maj_K_trained"],
         "delta_maj_K [95% CI]": _cis(h, "delta_maj_K"), DETECTABLE: _seen(h, "delta_maj_K"),
         "test": h["majority_test"],
-        "p": h["p_majority"].map(_p), "Holm p": h["p_majority_holm"].map(_p),
+        "p": h["p_majority"].map(fmt_p), "Holm p": h["p_majority_holm"].map(fmt_p),
     })
     return realized, reachable, majority
 
@@ -153,7 +154,7 @@ def _pass_at_k_deltas(study: StudyView) -> pd.DataFrame:
     return pd.DataFrame({
         "pair": d["pair"], "k": d["k"], "base": d["base"], "trained": d["trained"],
         "delta [95% CI]": _cis(d, "delta"), DETECTABLE: _seen(d, "delta", "mde"),
-        "sign-flip p": d["p"].map(_p), "Holm p (over the pair's ks)": d["p_holm"].map(_p),
+        "sign-flip p": d["p"].map(fmt_p), "Holm p (over the pair's ks)": d["p_holm"].map(fmt_p),
     })
 
 
@@ -165,7 +166,7 @@ def _trajectory(study: StudyView) -> pd.DataFrame:
 
     def delta(key: str) -> list[str]:
         return [("-" if math.isnan(r[f"{key}_p"]) else
-                 f"{_ci(r[key], r[f'{key}_lo'], r[f'{key}_hi'])}, p {_p(r[f'{key}_p'])} (Holm {_p(r[f'{key}_p_holm'])}); "
+                 f"{_ci(r[key], r[f'{key}_lo'], r[f'{key}_hi'])}, p {fmt_p(r[f'{key}_p'])} (Holm {fmt_p(r[f'{key}_p_holm'])}); "
                  f"{mde_verdict((r[f'{key}_lo'], r[f'{key}_hi']), r[f'{key}_mde'])}")
                 for _, r in t.iterrows()]
 
@@ -216,9 +217,9 @@ def _length(study: StudyView) -> pd.DataFrame:
         "samples cut (base -> trained)": [f"{_pct(a)} -> {_pct(b)}" for a, b in
                                           zip(t["truncated_samples_base"], t["truncated_samples_trained"])],
         "delta_D [95% CI]": _cis(t, "delta_D"),
-        "McNemar p (D)": t["mcnemar_realized_p"].map(_p),
+        "McNemar p (D)": t["mcnemar_realized_p"].map(fmt_p),
         "delta_O_K [95% CI]": _cis(t, "delta_O_K"),
-        "McNemar p (O_K)": t["mcnemar_reachable_p"].map(_p),
+        "McNemar p (O_K)": t["mcnemar_reachable_p"].map(fmt_p),
     })
 
 
