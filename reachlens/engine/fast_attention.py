@@ -34,10 +34,14 @@ import torch.nn.functional as F
 from jaxtyping import Bool, Float
 from torch import Tensor
 from transformer_lens.hook_points import HookPoint
+from transformer_lens.model_bridge.generalized_components.linear import LinearBridge
 
 from reachlens.engine.kv_cache import SharedPrefix, SlotKVCache, grouped_matmul
 
-__all__ = ["can_fuse", "cascade_attention", "found_once", "fused_attention", "fusable_attentions", "swap_forward"]
+__all__ = [
+    "can_fuse", "cascade_attention", "found_once", "fused_attention", "fusable_attentions", "global_hooks", "linear_call",
+    "swap_forward",
+]
 
 _CONFIG_FLAGS = (
     "use_split_qkv_input", "use_attn_in", "gated_q_proj", "rotary_interleaved_cos_sin",
@@ -101,19 +105,48 @@ def cascade_attention(
     hk = prefix_k.shape[1]
     room = own_k.shape[2]
     own = room if own is None else own
+    n_prefix = prefix_k.shape[2]
     qg = q.reshape(b, hk, h // hk, d)
-    s_prefix = grouped_matmul(qg, prefix_k.transpose(-1, -2), shared)
-    s_own = torch.matmul(qg, own_k.transpose(-1, -2))
-    scores = torch.cat([s_prefix, s_own[..., :own]], dim=-1).float() * scale
+    s_own = torch.matmul(qg, own_k.transpose(-1, -2))[..., :own]
+    if n_prefix:
+        s_own = torch.cat([grouped_matmul(qg, prefix_k.transpose(-1, -2), shared), s_own], dim=-1)
+    scores = s_own.float() * scale
     if attention_mask is not None:
         scores = scores.masked_fill(~attention_mask[:, :, -1:, : scores.shape[-1]], torch.finfo(scores.dtype).min)
     probs = torch.softmax(scores, dim=-1).to(q.dtype)
-    n_prefix = prefix_k.shape[2]
     p_own = probs[..., n_prefix:]
     if room > own:
         p_own = torch.cat([p_own, p_own.new_zeros((*p_own.shape[:-1], room - own))], dim=-1)
-    out = grouped_matmul(probs[..., :n_prefix], prefix_v, shared) + torch.matmul(p_own, own_v)
+    out = torch.matmul(p_own, own_v)
+    if n_prefix:
+        out = grouped_matmul(probs[..., :n_prefix], prefix_v, shared) + out
     return out.reshape(b, h, 1, d)
+
+
+def global_hooks() -> bool:
+    """Whether a global PyTorch module hook is registered (it would fire on every module call)."""
+    from torch.nn.modules import module as mod
+
+    return bool(mod._global_forward_hooks or mod._global_forward_pre_hooks or mod._global_backward_hooks
+                or mod._global_backward_pre_hooks)
+
+
+def _torch_hooked(m: torch.nn.Module) -> bool:
+    return bool(m._forward_hooks or m._forward_pre_hooks or m._backward_hooks or m._backward_pre_hooks)
+
+
+def linear_call(lin, x: Tensor) -> Tensor:
+    """``lin(x)`` for a TransformerLens ``LinearBridge``, without the component call around its forward when nothing
+    could act there: its ``hook_in``, the wrapped map's own ``forward`` (fast_linear's where swapped in), its
+    ``hook_out``, as ``LinearBridge.forward`` does. Anything else (a PyTorch hook on the bridge or the map, a global
+    module hook, another component class, a pending ``hook_in`` suppression, Accelerate offload) takes ``lin(x)``."""
+    inner = lin.original_component
+    if (type(lin) is not LinearBridge or type(inner) is not torch.nn.Linear or lin._suppress_next_hook_in
+            or _torch_hooked(lin) or _torch_hooked(inner) or global_hooks() or "_hf_hook" in inner.__dict__):
+        return lin(x)
+    y = lin.hook_out(inner.forward(lin.hook_in(x)))
+    object.__setattr__(lin, "_fired_hook_out", True)
+    return y
 
 
 def _skipped_hook_points(attn) -> list[HookPoint]:
@@ -140,7 +173,7 @@ def _fused_forward(self, *args, **kwargs):
     head_dim = hf.head_dim
     hidden = self.hook_in(hidden)
     b, q_len = hidden.shape[:2]
-    q, k, v = self.q(hidden), self.k(hidden), self.v(hidden)
+    q, k, v = linear_call(self.q, hidden), linear_call(self.k, hidden), linear_call(self.v, hidden)
     phase = self._qk_norm_phase if "q_norm" in self.submodules else None
     if phase == "pre_reshape":  # OLMo 2: one RMSNorm over all heads, before rotary (as the bridge does)
         q, k = self.hook_q_normed(self.q_norm(q)), self.hook_k_normed(self.k_norm(k))
@@ -159,7 +192,7 @@ def _fused_forward(self, *args, **kwargs):
         slot = cache.append(k, v, self._layer_idx)
         *own_kv, own = cache.own_padded(slot)
         out = cascade_attention(q, *cache.prefix(slot), *own_kv, cache.row_shared, attention_mask, scale, own=own)
-        return self.hook_out(self.o(out.transpose(1, 2).reshape(b, q_len, -1))), None
+        return self.hook_out(linear_call(self.o, out.transpose(1, 2).reshape(b, q_len, -1))), None
     k, v = self._update_kv_cache(k, v, **kwargs)
     kv_len = k.shape[-2]
     causal = False
@@ -178,7 +211,7 @@ def _fused_forward(self, *args, **kwargs):
         enable_gqa=k.shape[1] != q.shape[1],
     )
     out = out.transpose(1, 2).reshape(b, q_len, -1)
-    out = self.hook_out(self.o(out))
+    out = self.hook_out(linear_call(self.o, out))
     return out, None
 
 

@@ -59,6 +59,7 @@ from jaxtyping import Bool, Float, Int
 from torch import Tensor, nn
 
 from reachlens.engine.fast_attention import fusable_attentions, fused_attention
+from reachlens.engine.fast_block import fast_blocks
 from reachlens.engine.fast_linear import fast_linears
 from reachlens.engine.fast_norm import fused_norms
 from reachlens.engine.hooks import restricted_rows
@@ -499,9 +500,12 @@ class LayerStack:
         """The context every forward runs in: norms that skip unhooked hook statistics
         (:mod:`reachlens.engine.fast_norm`, exact), a real model's large linear maps through oneDNN on a CPU
         (:mod:`reachlens.engine.fast_linear`, to float32 rounding) and, on the fused path, fused attention
-        (:mod:`reachlens.engine.fast_attention`) wherever no attention-internal hook is attached."""
+        (:mod:`reachlens.engine.fast_attention`) wherever no attention-internal hook is attached and decoder blocks
+        without the bridge's per-call bookkeeping (:mod:`reachlens.engine.fast_block`, exact) wherever no hook it
+        would skip is attached."""
         with fused_norms(self.model), fast_linears(self.model), \
-                (fused_attention(self.model) if self.fused else contextlib.nullcontext()):
+                (fused_attention(self.model) if self.fused else contextlib.nullcontext()), \
+                (fast_blocks(self.model) if self.fused else contextlib.nullcontext()):
             yield
 
     # --- the three parts of a forward ------------------------------------------------------------
