@@ -485,7 +485,7 @@ def _generate_chunk(
         # rows read their prompt's keys in place (no K-fold copy): the fused attention scores all rows of a
         # prompt against them at once ("cascade"); any other attention reads one tensor, a view in the plain
         # layout (a fork copies its parent's row once instead of every step gathering the prompt's keys).
-        cache.share(torch.arange(ids.shape[0], device=device))
+        cache.share(torch.arange(ids.shape[0], device=device), forks=not all(r.seed is None for r in rows))
     key_valid, next_pos = _slot_state(valid, positions, protocol.max_new_tokens)
     seeds, greedy = _seeds(rows, device)
     workspace = Workspace()
@@ -518,10 +518,12 @@ def _seeds(rows: list[Row], device: torch.device) -> tuple[Int[Tensor, "rows"], 
 def _completions(tree: SampleTree, tok, stopper: StopChecker, n: int) -> list[Completion]:
     """Each row's completion: its tokens, their text (EOS left out, cut at a stop string), why it stopped."""
     token_lists = [tree.row_tokens(r) for r in range(n)]
-    texts = tok.batch_decode(
-        [t[:-1] if tree.reasons[r] == "eos" else t for r, t in enumerate(token_lists)], skip_special_tokens=True
-    )
+    decoded = [tuple(t[:-1] if tree.reasons[r] == "eos" else t) for r, t in enumerate(token_lists)]
+    # rows of a sample tree often end with the same tokens: each distinct list is decoded (and cut) once
+    distinct = list(dict.fromkeys(decoded))
+    text_of = dict(zip(distinct, (stopper.cut(t) for t in tok.batch_decode([list(d) for d in distinct],
+                                                                            skip_special_tokens=True))))
     return [
-        Completion(stopper.cut(texts[r]), tuple(token_lists[r]), tree.reasons[r], tuple(tree.row_logprobs(r)))
+        Completion(text_of[decoded[r]], tuple(token_lists[r]), tree.reasons[r], tuple(tree.row_logprobs(r)))
         for r in range(n)
     ]

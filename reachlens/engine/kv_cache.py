@@ -17,6 +17,8 @@ a 2-core CPU). :class:`SlotKVCache` instead
   re-read 200 copies of the prompt's keys, which makes attention memory-bound; the shared layout
   lets the fused attention path (:mod:`reachlens.engine.fast_attention`) score all rows of a prompt
   against its keys in one matrix product ("cascade" attention);
+* when every row continues its own prompt and none will fork (greedy rows, one per prompt and arm) there is
+  nothing to share, and each row's prompt keys open its own buffer instead, so its attention reads one buffer, not two parts;
 * lets a decoder branch rows in place: :meth:`SlotKVCache.copy_rows` copies the generated part of
   some rows into others (free slots, or new ones beyond the current batch, the buffers keeping spare
   capacity), which is how the sampler forks a shared sample prefix when its rows draw different
@@ -302,22 +304,34 @@ class SlotKVCache:
         return self.length - offset + query_length, offset
 
     # --- batch surgery ---------------------------------------------------------------------------
-    def share(self, group: Int[Tensor, "batch"]) -> None:
-        """Fan the prefilled prompts out to rows without copying: row ``i`` continues prompt ``group[i]``."""
+    def share(self, group: Int[Tensor, "batch"], *, forks: bool = True) -> None:
+        """Fan the prefilled prompts out to rows without copying: row ``i`` continues prompt ``group[i]``.
+
+        ``forks=False`` promises that no row will be copied into another (:meth:`copy_rows`: greedy rows never fork).
+        Then, when every row continues its own prompt (``group`` is ``arange``: greedy rows, one per prompt and arm),
+        there is nothing to share: each row's prompt keys become the start of its own buffer (grown :data:`_GROW` positions
+        at a time, as generated keys are), so attention reads one buffer per row, one product for the scores and one
+        for the values, instead of a prompt part and an own part."""
         if self.shared is not None:
             raise RuntimeError("the cache is already shared")
         if any(w is not None for w in self.windows):
             raise RuntimeError("a cache with sliding-window slots cannot share its prompt part")
-        n_groups = None
-        for s in range(self.n_slots):
+        filled = [s for s in range(self.n_slots) if self._keys[s] is not None and self._values[s] is not None]
+        n_groups = self._keys[filled[0]].shape[0] if filled else int(group.max()) + 1
+        alone = not forks and group.numel() == n_groups and torch.equal(group, torch.arange(n_groups, device=group.device))
+        room = min(self.max_len, -(-self.length // _GROW) * _GROW)
+        for s in filled:
             k, v = self._keys[s], self._values[s]
-            if k is None or v is None:
+            if alone:  # the prompt part opens the row's own buffer; the prompts' part is empty
+                for store, prefix, buf in ((self._keys, self._prefix_keys, k), (self._values, self._prefix_values, v)):
+                    own = buf.new_zeros((n_groups, buf.shape[1], room, buf.shape[-1]))
+                    own[:, :, : self.length] = buf[:, :, : self.length]
+                    store[s], prefix[s] = own, buf.new_empty((n_groups, buf.shape[1], 0, buf.shape[-1]))
                 continue
-            n_groups = k.shape[0]
             self._prefix_keys[s] = k[:, :, : self.length].contiguous()
             self._prefix_values[s] = v[:, :, : self.length].contiguous()
             self._keys[s] = self._values[s] = None
-        self.shared = SharedPrefix.build(group, self.length, n_groups or int(group.max()) + 1)
+        self.shared = SharedPrefix.build(group, 0 if alone else self.length, n_groups)
         self.batch = int(group.shape[0])
 
     def select_rows(self, index: Int[Tensor, "new_batch"]) -> None:

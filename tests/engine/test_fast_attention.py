@@ -157,8 +157,8 @@ def test_grouped_matmul_per_group_path_equals_padded_path():
 
 
 def test_one_row_per_prompt_reads_its_prompt_in_place_after_compaction():
-    """Greedy rows (one per prompt, or per prompt and arm): a compaction moves the prompts' keys with
-    their rows once, so the per-step product needs no gather, and gives exactly what the gather gave."""
+    """Greedy rows left one per prompt (the other rows of each prompt finished): a compaction moves the prompts'
+    keys with their rows once, so the per-step product needs no gather, and gives exactly what the gather gave."""
     from reachlens.engine.kv_cache import SlotKVCache, grouped_matmul
 
     torch.manual_seed(2)
@@ -167,9 +167,9 @@ def test_one_row_per_prompt_reads_its_prompt_in_place_after_compaction():
     cache.append(torch.randn(4, 2, 3, 5), torch.randn(4, 2, 3, 5), 0)
     cache.commit()
     old_k = cache._keys[0][:, :, :3].clone()
-    cache.share(torch.arange(4))
-    assert cache.shared.identity and cache.shared.width == 1
-    cache.select_rows(torch.tensor([3, 1, 2]))  # row 0 finished, the rest reordered
+    cache.share(torch.tensor([0, 1, 2, 3, 0]))  # prompt 0 has two rows: its keys are shared
+    assert not cache.shared.identity and cache.shared.length == 3
+    cache.select_rows(torch.tensor([3, 1, 2]))  # rows 0 and 4 finished, the rest reordered
     assert cache.shared.identity and cache.shared.n_groups == 3
     assert torch.equal(cache.prefix(0)[0], old_k[[3, 1, 2]])
     x = torch.randn(3, 2, 1, 5)
@@ -178,3 +178,52 @@ def test_one_row_per_prompt_reads_its_prompt_in_place_after_compaction():
     assert torch.equal(grouped_matmul(x, cache.prefix(0)[0].mT, cache.shared),
                        grouped_matmul(x, old_k.mT, gathered))
     assert not SharedPrefix.build(torch.tensor([1, 0]), 3, 2).identity  # a permutation is not the identity
+
+
+def test_rows_that_each_continue_their_own_prompt_keep_it_in_their_own_buffer():
+    """share(arange): nothing to share, so each row's prompt keys open its own buffer (the prompts' part is empty);
+    attention over that one buffer equals attention over the prompt and generated parts read separately (and a plain
+    softmax over the concatenated keys), with the padded prompt positions masked."""
+    from reachlens.engine.fast_attention import cascade_attention
+    from reachlens.engine.kv_cache import _GROW, SlotKVCache
+
+    torch.manual_seed(3)
+    b, h, p, d = 3, 2, 5, 4
+    k0, v0 = torch.randn(b, h, p, d), torch.randn(b, h, p, d)
+    merged, split = SlotKVCache(route=(0,), max_len=40), SlotKVCache(route=(0,), max_len=40)
+    for c, extra in ((merged, 0), (split, 1)):  # split: one more prompt, no row on it: the prompt part is read apart
+        c.enter(0)
+        c.append(torch.cat([k0, torch.randn(extra, h, p, d)]), torch.cat([v0, torch.randn(extra, h, p, d)]), 0)
+        c.commit()
+    merged.share(torch.arange(b), forks=False)
+    split.share(torch.arange(b), forks=False)
+    assert not split.shared.identity and split.shared.length == p
+    forking = SlotKVCache(route=(0,), max_len=40)  # rows that may fork keep the prompt part apart (a fork copies a row)
+    forking.enter(0)
+    forking.append(k0, v0, 0)
+    forking.commit()
+    forking.share(torch.arange(b))
+    assert forking.shared.length == p and forking.prefix(0)[0].shape[2] == p
+    assert merged.shared.identity and merged.shared.length == 0 and merged.prefix(0)[0].shape[2] == 0
+    room = merged._keys[0].shape[2]
+    assert room % _GROW == 0 and torch.equal(merged._keys[0][:, :, :p], k0)
+    assert not merged._keys[0][:, :, p:].any()
+    valid = torch.ones(b, p + 20, dtype=torch.bool)
+    valid[0, :2] = False  # row 0's prompt is left-padded by two positions
+    keys, values = [k0], [v0]
+    for step in range(20):  # across two growths of the row buffers
+        k, v, q = torch.randn(b, h, 1, d), torch.randn(b, h, 1, d), torch.randn(b, h, 1, d)
+        keys.append(k)
+        values.append(v)
+        mask = valid[:, None, None, : p + step + 1]
+        outs = []
+        for c in (merged, split):
+            c.enter(0)
+            c.append(k, v, 0)
+            *own_kv, own = c.own_padded(0)
+            outs.append(cascade_attention(q, *c.prefix(0), *own_kv, c.row_shared, mask, d**-0.5, own=own))
+            c.commit()
+        scores = (q @ torch.cat(keys, 2).mT * d**-0.5).masked_fill(~mask, torch.finfo(torch.float32).min)
+        ref = torch.softmax(scores, -1) @ torch.cat(values, 2)
+        torch.testing.assert_close(outs[0], ref)
+        torch.testing.assert_close(outs[0], outs[1])
