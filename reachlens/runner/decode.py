@@ -65,9 +65,13 @@ def grade_samples(protocol: Protocol, questions: Sequence[Question], samples: Se
     rows = []
     for q, outs in zip(questions, samples):
         grader = question_grader(str(protocol.grader), q)
+        graded: dict[str, dict[str, Any]] = {}  # a grade depends on the text and the question only: once per text
         for j, o in enumerate(outs):
+            grade = graded.get(o.text)
+            if grade is None:
+                grade = graded[o.text] = grade_completion(grader, q, o)
             rows.append({"question_id": q.question_id, "candidate_idx": sample_offset + j, "text": o.text,
-                         **grade_completion(grader, q, o), "finish_reason": o.finish_reason,
+                         **grade, "finish_reason": o.finish_reason,
                          "n_tokens": len(o.token_ids), "mean_logprob": o.mean_logprob})
     return canonical(pd.DataFrame(rows, columns=SAMPLE_COLUMNS))
 

@@ -56,6 +56,25 @@ def test_grading_tables_from_hand_made_completions():
     assert r.D == 0.5 and r.O_K == 0.5 and r.gap == 0.0
 
 
+def test_each_distinct_text_of_a_question_is_graded_once_with_the_same_rows(monkeypatch):
+    import reachlens.runner.decode as mod
+    from reachlens.grading.numeric import NumericGrader
+
+    qs = [Question("a", {"expr": "1+1"}, "2"), Question("b", {"expr": "2+2"}, "4")]
+    texts = [["#### 2", "#### 3", "#### 2", "x", "#### 2"], ["#### 2", "#### 4", "#### 4"]]
+    samples = [[Completion(t, (1,), "stop", (-0.5,)) for t in row] for row in texts]
+    protocol = PROTO.resolved(load_task("arith", n=1))
+    graded = []
+    real = NumericGrader.grade
+    monkeypatch.setattr(NumericGrader, "grade", lambda self, text, gold: graded.append((text, gold)) or real(self, text, gold))
+    s = mod.grade_samples(protocol, qs, samples)
+    assert sorted(graded) == sorted({(t, q.gold) for q, row in zip(qs, texts) for t in row})  # once per (text, question)
+    by_hand = [real(NumericGrader(), t, q.gold) for q, row in zip(qs, texts) for t in row]
+    assert s["correct"].tolist() == [bool(g.correct and g.scored) for g in by_hand]
+    assert s["answer"].fillna("-").tolist() == [g.answer if g.answer is not None else "-" for g in by_hand]
+    assert s["candidate_idx"].tolist() == [0, 1, 2, 3, 4, 0, 1, 2]
+
+
 def test_resume_after_interruption_equals_uninterrupted_run(tiny_model, task, tmp_path):
     whole = audit(tiny_model, task, PROTO, out=tmp_path / "whole", exec_config=ExecConfig(max_batch_rows=10))
 
