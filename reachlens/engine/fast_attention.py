@@ -40,7 +40,7 @@ from reachlens.engine.kv_cache import SharedPrefix, SlotKVCache, grouped_matmul
 
 __all__ = [
     "can_fuse", "cascade_attention", "found_once", "fused_attention", "fusable_attentions", "global_hooks", "linear_call",
-    "swap_forward",
+    "points_hooked", "swap_forward", "torch_hooked",
 ]
 
 _CONFIG_FLAGS = (
@@ -125,13 +125,13 @@ def cascade_attention(
 
 def global_hooks() -> bool:
     """Whether a global PyTorch module hook is registered (it would fire on every module call)."""
-    from torch.nn.modules import module as mod
-
+    mod = torch.nn.modules.module
     return bool(mod._global_forward_hooks or mod._global_forward_pre_hooks or mod._global_backward_hooks
                 or mod._global_backward_pre_hooks)
 
 
-def _torch_hooked(m: torch.nn.Module) -> bool:
+def torch_hooked(m: torch.nn.Module) -> bool:
+    """Whether ``m`` carries a PyTorch forward, forward-pre or backward hook of its own."""
     return bool(m._forward_hooks or m._forward_pre_hooks or m._backward_hooks or m._backward_pre_hooks)
 
 
@@ -142,7 +142,7 @@ def linear_call(lin, x: Tensor) -> Tensor:
     module hook, another component class, a pending ``hook_in`` suppression, Accelerate offload) takes ``lin(x)``."""
     inner = lin.original_component
     if (type(lin) is not LinearBridge or type(inner) is not torch.nn.Linear or lin._suppress_next_hook_in
-            or _torch_hooked(lin) or _torch_hooked(inner) or global_hooks() or "_hf_hook" in inner.__dict__):
+            or torch_hooked(lin) or torch_hooked(inner) or global_hooks() or "_hf_hook" in inner.__dict__):
         return lin(x)
     y = lin.hook_out(inner.forward(lin.hook_in(x)))
     object.__setattr__(lin, "_fired_hook_out", True)
@@ -159,12 +159,13 @@ def _skipped_hook_points(attn) -> list[HookPoint]:
     return [m for m in attn.modules() if isinstance(m, HookPoint) and id(m) not in kept]
 
 
-def _hooked(points: list[HookPoint]) -> bool:
+def points_hooked(points: Sequence[HookPoint]) -> bool:
+    """Whether any of ``points`` carries a hook."""
     return any(p._forward_hooks or p._forward_pre_hooks or p._backward_hooks for p in points)
 
 
 def _fused_forward(self, *args, **kwargs):
-    if _hooked(self._reachlens_skipped) or self.training:
+    if points_hooked(self._reachlens_skipped) or self.training:
         return self._reachlens_bridge_forward(*args, **kwargs)
     hidden = kwargs.pop("hidden_states") if "hidden_states" in kwargs else args[0]
     position_embeddings = kwargs.pop("position_embeddings")

@@ -35,7 +35,9 @@ import torch
 from torch import nn
 from transformer_lens.hook_points import HookPoint
 
-from reachlens.engine.fast_attention import found_once, fusable_attentions, global_hooks, linear_call, swap_forward
+from reachlens.engine.fast_attention import (
+    found_once, fusable_attentions, global_hooks, linear_call, points_hooked, swap_forward, torch_hooked,
+)
 
 __all__ = ["fast_blocks", "fusable_blocks"]
 
@@ -93,7 +95,7 @@ def _parts(block) -> _Parts | None:
     # the norms' and the attention's own points: their forward (fused or the bridge's) fires or checks them
     for comp in (ln1, attn, ln2):
         fired |= {id(p) for p in comp.modules() if isinstance(p, HookPoint)}
-    attn_skipped = {id(p) for p in getattr(attn, "_reachlens_skipped", ())}
+    attn_skipped = {id(p) for p in attn._reachlens_skipped}
     watched = tuple(p for p in block.modules() if isinstance(p, HookPoint)
                     and (id(p) not in fired or id(p) in attn_skipped))
     return _Parts(ln1, attn, ln2, mlp, gate, up, down, inner.act_fn, direct, watched)
@@ -105,14 +107,13 @@ def _clear(block, parts: _Parts) -> bool:
     and on ``ln2``, firing ``hook_mlp_in``, which the shortcut fires itself) are not in the way."""
     if global_hooks():
         return False
-    own = None
     for m in parts.direct:
-        for hooks in (m._forward_hooks, m._forward_pre_hooks, m._backward_hooks, m._backward_pre_hooks):
-            if hooks:
-                own = {h.id for h in block._capture_hook_handles} if own is None else own
-                if not own.issuperset(hooks):
-                    return False
-    return not any(p._forward_hooks or p._forward_pre_hooks or p._backward_hooks for p in parts.watched)
+        if torch_hooked(m):
+            own = {h.id for h in block._capture_hook_handles}
+            if not all(own.issuperset(hooks) for hooks in (m._forward_hooks, m._forward_pre_hooks, m._backward_hooks,
+                                                            m._backward_pre_hooks)):
+                return False
+    return not points_hooked(parts.watched)
 
 
 def _fast_forward(self, *args, **kwargs):

@@ -17,17 +17,13 @@ import contextlib
 
 import torch
 
-from reachlens.engine.fast_attention import found_once, swap_forward
+from reachlens.engine.fast_attention import found_once, points_hooked, swap_forward
 
 __all__ = ["fused_norms", "fusable_norms"]
 
 
-def _hooked(point) -> bool:
-    return bool(point._forward_hooks or point._forward_pre_hooks or point._backward_hooks)
-
-
 def _fused_forward(self, hidden_states, **kwargs):
-    if self.training or kwargs or _hooked(self.hook_scale) or _hooked(self.hook_normalized):
+    if self.training or kwargs or points_hooked((self.hook_scale, self.hook_normalized)):
         return self._reachlens_bridge_forward(hidden_states, **kwargs)
     x = self.hook_in(hidden_states)
     out = self.original_component(x)

@@ -481,13 +481,13 @@ def _generate_chunk(
                                  shared=shared if step < 0 else None)[:, -1]
 
     logits = forward(ids, positions, valid if padded else None, -1)
+    seeds, greedy = _seeds(rows, device)
     if share_prefixes and stack.cascade:
         # rows read their prompt's keys in place (no K-fold copy): the fused attention scores all rows of a
         # prompt against them at once ("cascade"); any other attention reads one tensor, a view in the plain
         # layout (a fork copies its parent's row once instead of every step gathering the prompt's keys).
-        cache.share(torch.arange(ids.shape[0], device=device), forks=not all(r.seed is None for r in rows))
+        cache.share(torch.arange(ids.shape[0], device=device), forks=not bool(greedy.all()))
     key_valid, next_pos = _slot_state(valid, positions, protocol.max_new_tokens)
-    seeds, greedy = _seeds(rows, device)
     workspace = Workspace()
 
     for step in range(protocol.max_new_tokens):
