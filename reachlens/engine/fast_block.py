@@ -36,7 +36,7 @@ from torch import nn
 from transformer_lens.hook_points import HookPoint
 
 from reachlens.engine.fast_attention import (
-    found_once, fusable_attentions, global_hooks, linear_call, points_hooked, swap_forward, torch_hooked,
+    fire, found_once, fusable_attentions, global_hooks, linear_call, points_hooked, swap_forward, torch_hooked,
 )
 
 __all__ = ["fast_blocks", "fusable_blocks"]
@@ -62,6 +62,9 @@ class _Parts:
     """Modules whose ``forward`` is called without ``__call__``: any PyTorch hook on one sends the block back."""
     watched: tuple[HookPoint, ...]
     """The block's hook points the shortcut does not fire itself or through a component's forward."""
+    points: tuple[HookPoint, ...]
+    """The hook points it fires itself: the block's ``hook_in``, ``hook_mlp_in``, ``hook_out``, the MLP's
+    ``hook_in``, ``hook_out``."""
 
 
 def _parts(block) -> _Parts | None:
@@ -98,7 +101,8 @@ def _parts(block) -> _Parts | None:
     attn_skipped = {id(p) for p in attn._reachlens_skipped}
     watched = tuple(p for p in block.modules() if isinstance(p, HookPoint)
                     and (id(p) not in fired or id(p) in attn_skipped))
-    return _Parts(ln1, attn, ln2, mlp, gate, up, down, inner.act_fn, direct, watched)
+    points = (block.hook_in, block.hook_mlp_in, block.hook_out, mlp.hook_in, mlp.hook_out)
+    return _Parts(ln1, attn, ln2, mlp, gate, up, down, inner.act_fn, direct, watched, points)
 
 
 def _clear(block, parts: _Parts) -> bool:
@@ -125,13 +129,14 @@ def _fast_forward(self, *args, **kwargs):
         return self._reachlens_bridge_forward(*args, **kwargs)
     rest = dict(kwargs)
     attn_kwargs = {name: rest.pop(name, False if name == "use_cache" else None) for name in _ATTN_ARGS}
-    x = self.hook_in(args[0])
+    hook_in, hook_mlp_in, hook_out, mlp_in, mlp_out = parts.points
+    x = fire(hook_in, args[0])
     h, _ = parts.attn.forward(hidden_states=parts.ln1.forward(x), **attn_kwargs, **rest)
     x = x + h
-    h = parts.mlp.hook_in(parts.ln2.forward(self.hook_mlp_in(x) if self._read_use_hook_mlp_in() else x))
+    h = fire(mlp_in, parts.ln2.forward(fire(hook_mlp_in, x) if self._read_use_hook_mlp_in() else x))
     h = linear_call(parts.down, parts.act(linear_call(parts.gate, h)) * linear_call(parts.up, h))
-    x = x + parts.mlp.hook_out(h)
-    return self.hook_out(x)
+    x = x + fire(mlp_out, h)
+    return fire(hook_out, x)
 
 
 def fusable_blocks(model) -> list:

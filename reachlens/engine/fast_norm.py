@@ -17,7 +17,7 @@ import contextlib
 
 import torch
 
-from reachlens.engine.fast_attention import found_once, points_hooked, swap_forward
+from reachlens.engine.fast_attention import fire, found_once, points_hooked, swap_forward
 
 __all__ = ["fused_norms", "fusable_norms"]
 
@@ -25,11 +25,11 @@ __all__ = ["fused_norms", "fusable_norms"]
 def _fused_forward(self, hidden_states, **kwargs):
     if self.training or kwargs or points_hooked((self.hook_scale, self.hook_normalized)):
         return self._reachlens_bridge_forward(hidden_states, **kwargs)
-    x = self.hook_in(hidden_states)
+    x = fire(self.hook_in, hidden_states)
     out = self.original_component(x)
     if out.dtype != x.dtype:
         out = out.to(x.dtype)
-    return self.hook_out(out)
+    return fire(self.hook_out, out)
 
 
 def fusable_norms(model) -> list:
