@@ -16,8 +16,8 @@ decoder runs one batch entry per *distinct prefix* (a node of the sample tree), 
 row still draws its own token from its node's distribution with its own counter-based uniform, and
 a node whose rows draw different tokens forks (its cache row is copied into a free or new slot).
 K samples of a confident model mostly agree on long stretches, so this computes each shared stretch
-once. Finished nodes (EOS or a stop string) leave free slots that forks reuse; the batch is
-compacted when a quarter of it is free. The tree is :class:`~reachlens.engine.sample_tree.SampleTree`
+once. Finished nodes (EOS or a stop string) leave free slots that forks reuse; the slots still free are filled
+from the end of the batch (only the moved rows' cache is copied), so a forward never computes a free slot. The tree is :class:`~reachlens.engine.sample_tree.SampleTree`
 (bookkeeping, tested without a model); the loop of :func:`_generate_chunk` reads choose -> advance
 the tree -> copy/select cache rows -> forward.
 
@@ -326,7 +326,7 @@ def _slot_state(
 
 def _move_rows(cache, move, key_valid: Bool[Tensor, "slot pos"], next_pos: Int[Tensor, "slot"]):
     """Apply a tree step's moves to the cache and the per-slot key mask and positions: forks copy their parent's
-    rows (into new slots if the tree grew), a compaction keeps the live slots in order."""
+    rows (into new slots if the tree grew), a compaction moves the last slots in use into the free ones."""
     device = key_valid.device
     if move.fork_dst.numel():
         src, dst = move.fork_src.to(device), move.fork_dst.to(device)
@@ -469,7 +469,9 @@ def _generate_chunk(
     ids, valid, positions = _prefill_inputs([all_ids[p] for p in prompts], pad_id, device)
     tree = SampleTree(start_slot, ids.shape[0], protocol.max_new_tokens, stopper, share=share_prefixes, pad_id=pad_id)
     padded = not bool(valid.all())
-    cache = stack.new_cache(ids.shape[1] + protocol.max_new_tokens, runs.entry_routes(tree.slot_of_row, ids.shape[0]))
+    shares = share_prefixes and stack.cascade
+    cache = stack.new_cache(ids.shape[1] + protocol.max_new_tokens, runs.entry_routes(tree.slot_of_row, ids.shape[0]),
+                            grow=shares)
 
     def forward(inputs, pos, mask, step):
         n_entries = int(inputs.shape[0])
@@ -482,7 +484,7 @@ def _generate_chunk(
 
     logits = forward(ids, positions, valid if padded else None, -1)
     seeds, greedy = _seeds(rows, device)
-    if share_prefixes and stack.cascade:
+    if shares:
         # rows read their prompt's keys in place (no K-fold copy): the fused attention scores all rows of a
         # prompt against them at once ("cascade"); any other attention reads one tensor, a view in the plain
         # layout (a fork copies its parent's row once instead of every step gathering the prompt's keys).

@@ -99,6 +99,10 @@ class SlotKVCache:
     Args:
         route: the layer index executed at each step (``range(n_layers)`` for the normal model).
         max_len: the most positions the cache will ever hold (prompt plus new tokens).
+        windows: per slot, the sliding window of its layer (None: full attention).
+        grow: plain-mode buffers hold the positions written so far, rounded up to :data:`_GROW`, and grow as they
+            are written (a cache that :meth:`share` turns into one buffer per row right after the prefill keeps its
+            buffers, with no copy and no ``max_len``-sized allocation); False: ``max_len`` positions at once.
 
     >>> cache = SlotKVCache(route=(0, 1, 1), max_len=16)
     >>> cache.n_slots
@@ -106,11 +110,12 @@ class SlotKVCache:
     """
 
     def __init__(self, route: Sequence[int | frozenset[int]], max_len: int, *,
-                 windows: Sequence[int | None] | None = None) -> None:
+                 windows: Sequence[int | None] | None = None, grow: bool = False) -> None:
         self.route: tuple[int | frozenset[int], ...] = tuple(i if isinstance(i, frozenset) else int(i) for i in route)
         """The layer run at each route step, or the set of layers run there when rows are on different routes
         (:class:`~reachlens.engine.stack.RowRoutes`; each block call then enters the rows that run it)."""
         self.max_len = int(max_len)
+        self.grow = grow
         self.windows: tuple[int | None, ...] = tuple(windows) if windows is not None else (None,) * len(self.route)
         """Per slot, the sliding window of the layer it holds (None: full attention). A sliding slot
         keeps every position but hands attention only the last ``window - 1`` cached ones (what
@@ -182,11 +187,16 @@ class SlotKVCache:
         if self.shared is not None:
             self._append_own(slot, key_states, value_states)
         else:
-            if self._keys[slot] is None:
-                _, h, _, d = key_states.shape
-                self._keys[slot] = key_states.new_empty((self.batch, h, self.max_len, d))
-                self._values[slot] = value_states.new_empty(
-                    (self.batch, value_states.shape[1], self.max_len, value_states.shape[-1]))
+            need = self.length + n_new
+            for store, new in ((self._keys, key_states), (self._values, value_states)):
+                buf = store[slot]
+                if buf is None or need > buf.shape[2]:
+                    room = min(self.max_len, -(-need // _GROW) * _GROW) if self.grow else self.max_len
+                    grown = new.new_empty((self.batch if buf is None else buf.shape[0], new.shape[1], room,
+                                           new.shape[-1]))
+                    if buf is not None:
+                        grown[:, :, : self.length] = buf[:, :, : self.length]
+                    store[slot] = grown
             k_buf, v_buf = self._keys[slot], self._values[slot]
             assert k_buf is not None and v_buf is not None
             rows = slice(None, b) if self._rows is None else self._rows
@@ -317,15 +327,19 @@ class SlotKVCache:
         if any(w is not None for w in self.windows):
             raise RuntimeError("a cache with sliding-window slots cannot share its prompt part")
         filled = [s for s in range(self.n_slots) if self._keys[s] is not None and self._values[s] is not None]
-        n_groups = self._keys[filled[0]].shape[0] if filled else int(group.max()) + 1
+        n_groups = self.batch if filled and self.batch is not None else int(group.max()) + 1
         alone = not forks and group.numel() == n_groups and torch.equal(group, torch.arange(n_groups, device=group.device))
         room = min(self.max_len, -(-self.length // _GROW) * _GROW)
         for s in filled:
-            k, v = self._keys[s], self._values[s]
+            k, v = self._keys[s][:n_groups], self._values[s][:n_groups]  # a compaction in place leaves spare rows
             if alone:  # the prompt part opens the row's own buffer; the prompts' part is empty
                 for store, prefix, buf in ((self._keys, self._prefix_keys, k), (self._values, self._prefix_values, v)):
-                    own = buf.new_zeros((n_groups, buf.shape[1], room, buf.shape[-1]))
-                    own[:, :, : self.length] = buf[:, :, : self.length]
+                    if buf.shape[2] == room and buf.is_contiguous():  # a growing cache's buffer is already one
+                        own = buf
+                        own[:, :, self.length :] = 0
+                    else:
+                        own = buf.new_zeros((n_groups, buf.shape[1], room, buf.shape[-1]))
+                        own[:, :, : self.length] = buf[:, :, : self.length]
                     store[s], prefix[s] = own, buf.new_empty((n_groups, buf.shape[1], 0, buf.shape[-1]))
                 continue
             self._prefix_keys[s] = k[:, :, : self.length].contiguous()
@@ -337,18 +351,32 @@ class SlotKVCache:
     def select_rows(self, index: Int[Tensor, "new_batch"]) -> None:
         """Keep (and repeat) rows: row ``i`` of the result is old row ``index[i]``.
 
-        In plain mode this copies the filled part of each buffer; in shared mode only the rows'
-        own generated part is copied and the prompts' keys stay where they are.
+        When the batch does not grow (a compaction: :class:`~reachlens.engine.sample_tree.SampleTree` fills free
+        rows from the end of the batch), only the rows that move are copied, in place (each moved row's source is
+        read before any is written; the buffers keep their capacity). Otherwise, in plain mode this copies the filled
+        part of each buffer; in shared mode only the rows' own generated part is copied and the prompts' keys stay
+        where they are.
         """
         filled = self.length - (self.shared.length if self.shared else 0)
+        n = int(index.shape[0])
+        in_place = self.batch is not None and n <= self.batch
+        if in_place:
+            moved = (index != torch.arange(n, device=index.device)).nonzero().flatten()
+            src = index.index_select(0, moved)
         for store in (self._keys, self._values):
             for s, buf in enumerate(store):
                 if buf is None:
                     continue
-                if self.shared is not None:  # exactly as long as written (keys) or finite beyond it (values)
+                # shared mode: whole rows (exactly as long as written for keys, finite beyond it for values)
+                width = buf.shape[2] if self.shared is not None else filled
+                if in_place:
+                    if moved.numel():
+                        buf[moved, :, :width] = buf[src, :, :width]
+                    continue
+                if self.shared is not None:
                     store[s] = buf.index_select(0, index)
                     continue
-                new = buf.new_empty((index.shape[0], *buf.shape[1:]))
+                new = buf.new_empty((n, *buf.shape[1:]))
                 new[:, :, :filled] = buf[:, :, :filled].index_select(0, index)
                 store[s] = new
         if self.shared is not None:

@@ -12,8 +12,10 @@ forward:
   token id) continues in the node's slot; each other child is a fork, whose slot is a copy of the
   parent's: ``(src, dst)`` pairs for the cache. A fork takes a free slot (one whose node finished
   or had no child) if there is one, else a new slot appended to the batch (``grown``);
-* **compaction**: when more than a quarter of the slots are free, the slots still in use are
-  gathered to the front (``compaction[i]`` is the old slot of new slot ``i``);
+* **compaction**: when a slot is free after the forks, the slots in use at the end of the batch move
+  into the free ones (``compaction[i]`` is the old slot of new slot ``i``; a slot below the new batch
+  size keeps its place), so a forward never computes a free slot and the cache copies only the moved
+  rows;
 * **inputs**: the token each slot feeds to the next forward (``pad_id`` in a free slot).
 
 With ``share=False`` (one row per sample: what a hook sees when it is not row-agnostic, see
@@ -182,7 +184,7 @@ class SampleTree:
         child_of_row: Int[Tensor, "live"], ended: Bool[Tensor, "child"],
     ) -> TreeStep:
         """Place the children that did not end: a node's first child continues in its slot, the others fork
-        into free or new slots (compacting the slots when most are free)."""
+        into free or new slots, then the last slots in use fill the free ones (compaction)."""
         live = self.live
         empty = live[:0]
         kept = (~ended).nonzero().flatten()
@@ -204,10 +206,21 @@ class SampleTree:
             slot[forks] = dst
             self.n_slots += grown
         compaction = None
-        if self.share and (self.n_slots - kept.numel()) * 4 > self.n_slots:
-            compaction = slot[kept]
-            slot[kept] = torch.arange(kept.numel())
-            self.n_slots = int(kept.numel())
+        n_kept = int(kept.numel())
+        if self.share and self.n_slots > n_kept:
+            # every free slot is filled from the end of the batch: a slot in use below n_kept stays where it is, one
+            # at or above it moves into a free one below (the cache copies the moved rows only)
+            used = slot[kept]
+            occupied = torch.zeros(self.n_slots, dtype=torch.bool)
+            occupied[used] = True
+            holes = (~occupied[:n_kept]).nonzero().flatten()
+            movers = occupied[n_kept:].nonzero().flatten() + n_kept
+            compaction = torch.arange(n_kept)
+            compaction[holes] = movers
+            new_slot = torch.arange(self.n_slots)
+            new_slot[movers] = holes
+            slot[kept] = new_slot[used]
+            self.n_slots = n_kept
         self.slot_of_row[live] = slot[child_of_row]
         inputs = torch.full((self.n_slots,), self.pad_id, dtype=torch.long)
         inputs[slot[kept]] = child_token[kept]

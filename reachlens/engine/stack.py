@@ -475,14 +475,17 @@ class LayerStack:
     def route(self, route: Sequence[int] | None) -> tuple[int, ...]:
         return self.identity if route is None else validate_route(route, self.n_layers)
 
-    def new_cache(self, max_len: int, route: Sequence[int] | RowRoutes | None = None) -> SlotKVCache:
+    def new_cache(self, max_len: int, route: Sequence[int] | RowRoutes | None = None, *,
+                  grow: bool = False) -> SlotKVCache:
+        """A :class:`SlotKVCache` for ``route`` (``grow``: buffers sized to what is written, for a cache shared
+        after its prefill)."""
         if isinstance(route, RowRoutes):
             if any(w is not None for w in self.windows):
                 raise ReachlensError(f"{self.model_type} has sliding-window layers, whose cache slots cannot hold "
                                      "layers of different windows: decode rows of different routes in separate calls")
-            return SlotKVCache(route.slot_layers, max_len)
+            return SlotKVCache(route.slot_layers, max_len, grow=grow)
         steps = self.route(route)
-        return SlotKVCache(steps, max_len, windows=[self.windows[layer] for layer in steps])
+        return SlotKVCache(steps, max_len, windows=[self.windows[layer] for layer in steps], grow=grow)
 
     @property
     def fused(self) -> bool:

@@ -92,10 +92,14 @@ def test_shared_cache_rows_hold_what_was_written_through_forks_and_compaction(mo
             cache.copy_rows(torch.tensor([1]), torch.tensor([3]))
             written_k.append(list(written_k[1]))
             written_v.append(list(written_v[1]))
-        if step == 20:  # row 0 finished: compact to rows 3, 1, 2
+        if step == 20:  # row 0 finished: compact to rows 3, 1, 2 (in place: the last row moves into the free one)
             cache.select_rows(torch.tensor([3, 1, 2]))
             written_k = [written_k[i] for i in (3, 1, 2)]
             written_v = [written_v[i] for i in (3, 1, 2)]
+        if step == 30:  # any reordering that does not grow the batch copies the moved rows in place
+            cache.select_rows(torch.tensor([2, 0]))
+            written_k = [written_k[i] for i in (2, 0)]
+            written_v = [written_v[i] for i in (2, 0)]
         own_k, own_v, own = cache.own_padded(0)
         assert own == step + 1 and own_k.shape[2] % 16 == 0 and own_k.is_contiguous() and own_v.is_contiguous()
         for r in range(cache.batch):
@@ -103,6 +107,40 @@ def test_shared_cache_rows_hold_what_was_written_through_forks_and_compaction(mo
             assert torch.equal(own_v[r, :, :own], torch.stack(written_v[r], 1))
         assert torch.isfinite(own_k).all() and torch.isfinite(own_v).all()
         assert torch.equal(cache.own(0)[0], own_k[:, :, :own])
+
+
+def test_a_growing_cache_holds_what_a_preallocated_one_does_and_shares_without_a_copy():
+    """``grow=True``: plain-mode buffers sized to what is written (rounded up to 16 positions) hold the same keys and
+    values as ``max_len``-sized ones, through growth; shared one row per prompt, each buffer becomes its row's own
+    (the same memory), with zeros past the prompt, and decoding on reads what the preallocated cache reads."""
+    from reachlens.engine.kv_cache import SlotKVCache
+
+    torch.manual_seed(5)
+    grown, fixed = SlotKVCache(route=(0, 1), max_len=50, grow=True), SlotKVCache(route=(0, 1), max_len=50)
+    steps = [torch.randn(3, 2, 5, 4)] + [torch.randn(3, 2, 1, 4) for _ in range(20)]
+    for i, new in enumerate(steps):
+        for cache in (grown, fixed):
+            for slot in (0, 1):
+                cache.enter(slot)
+                cache.append(new + slot, -new, slot)
+            cache.commit()
+        if i == 0:
+            assert grown._keys[0].shape[2] == 16 and fixed._keys[0].shape[2] == 50
+            before = grown._keys[1].data_ptr()
+            for cache in (grown, fixed):
+                cache.share(torch.arange(3), forks=False)
+            assert grown._keys[1].data_ptr() == before and torch.equal(grown._keys[1][:, :, 5:], torch.zeros(3, 2, 11, 4))
+        for slot in (0, 1):
+            for a, b in zip(grown.own_padded(slot), fixed.own_padded(slot)):
+                assert torch.equal(torch.as_tensor(a), torch.as_tensor(b))
+    plain = SlotKVCache(route=(0,), max_len=40, grow=True)
+    written = [torch.randn(2, 1, 7, 3)] + [torch.randn(2, 1, 1, 3) for _ in range(12)]
+    for new in written:  # plain mode throughout: grown at 16, kept whole
+        plain.enter(0)
+        plain.append(new, 2 * new, 0)
+        plain.commit()
+    assert plain._keys[0].shape[2] == 32 and torch.equal(plain.own(0)[0], torch.cat(written, 2))
+    assert torch.equal(plain.own(0)[1], 2 * torch.cat(written, 2))
 
 
 @pytest.mark.parametrize("route", [None, (0, 2), (0, 1, 1, 2)])
@@ -132,6 +170,28 @@ def test_an_attention_internal_hook_takes_the_bridge_path(tiny_model):
         hooked = generate_to_length(tiny_model, [PROMPTS[0]], [Row(0)], params)[0]
     assert len(seen) == 5 and seen[1][-2:] == (1, seen[0][-1] + 1)  # prefill, then one query per step
     assert hooked.token_ids == generate_to_length(tiny_model, [PROMPTS[0]], [Row(0)], params)[0].token_ids
+
+
+def test_an_unhooked_hook_point_is_skipped_and_a_hooked_one_called():
+    """``fire`` returns the tensor itself when nothing is attached, and runs the call when a hook of the point's own,
+    a TransformerLens hook, or a global PyTorch module hook would see it."""
+    from transformer_lens.hook_points import HookPoint
+
+    from reachlens.engine.fast_attention import fire
+
+    point, x = HookPoint(), torch.randn(2, 3)
+    calls = []
+    point.forward = lambda t: calls.append(1) or t  # counts module calls
+    assert fire(point, x) is x and calls == []
+    point.add_hook(lambda t, hook: t * 2)
+    assert torch.equal(fire(point, x), x * 2) and calls == [1]
+    point.remove_hooks()
+    seen = []
+    handle = torch.nn.modules.module.register_module_forward_hook(lambda m, i, o: seen.append(type(m).__name__))
+    try:
+        assert fire(point, x) is x and calls == [1, 1] and seen == ["HookPoint"]
+    finally:
+        handle.remove()
 
 
 def test_fused_path_is_removed_after_a_forward(tiny_model):

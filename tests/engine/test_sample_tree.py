@@ -79,14 +79,21 @@ def test_a_fork_reuses_a_slot_left_free():
     assert tr.slot_of_row.tolist() == [-1, -1, 1, 0]
 
 
-def test_compaction_when_more_than_a_quarter_is_free():
+def test_free_slots_are_filled_from_the_end_of_the_batch():
     tr = tree(list(range(8)), 8)
-    step = tr.advance(t(5, EOS, 5, 5, 5, 5, 5, EOS))  # 2 of 8 free: a quarter, kept as is
-    assert step.compaction is None and step.inputs.tolist() == [5, PAD, 5, 5, 5, 5, 5, PAD]
-    step = tr.advance(t(5, 5, EOS, 5, 5, 5))  # live rows 0, 2-6; row 3 finishes: 3 of 8 free
-    assert step.compaction.tolist() == [0, 2, 4, 5, 6] and tr.n_slots == 5
-    assert tr.slot_of_row.tolist() == [0, -1, 1, -1, 2, 3, 4, -1]
-    assert step.inputs.tolist() == [5, 5, 5, 5, 5]
+    step = tr.advance(t(5, EOS, 5, 5, 5, 5, 5, EOS))  # slots 1 and 7 free: slot 6 moves into 1, the rest stay
+    assert step.compaction.tolist() == [0, 6, 2, 3, 4, 5] and tr.n_slots == 6
+    assert tr.slot_of_row.tolist() == [0, -1, 2, 3, 4, 5, 1, -1] and step.inputs.tolist() == [5] * 6
+    step = tr.advance(t(5, 5, EOS, 5, 5, 6))  # live rows 0, 2-6 (row 6 in slot 1); row 3 (slot 3) finishes
+    assert step.compaction.tolist() == [0, 1, 2, 5, 4] and tr.n_slots == 5
+    assert tr.slot_of_row.tolist() == [0, -1, 2, -1, 4, 3, 1, -1]
+    assert step.inputs.tolist() == [5, 6, 5, 5, 5]
+
+
+def test_no_compaction_while_every_slot_is_in_use():
+    tr = tree([0, 1, 1], 2)
+    step = tr.advance(t(5, 6, 7))  # slot 1 forks into a new slot; none is free
+    assert step.compaction is None and step.grown == 1 and tr.n_slots == 3
 
 
 def test_one_row_per_sample_never_forks_or_compacts():
