@@ -459,6 +459,13 @@ def _generate_chunk(
     tree (first one per (prompt, arm, route)); without, batch entry ``i`` is row ``i`` from the prefill to the end.
     ``runs`` says each row's route and arm (default: the full model, no arm). Reads ``protocol.max_new_tokens``,
     ``protocol.temperature``, ``protocol.top_p`` (``protocol.stop`` is already in ``stopper``)."""
+    with stack.kernels():  # swapped in once for the chunk's forwards, not once per forward
+        return _decode_chunk(stack, all_ids, rows, protocol, stopper, share_prefixes, row_ids, tags, runs)
+
+
+def _decode_chunk(stack: LayerStack, all_ids: list[list[int]], rows: list[Row], protocol: Protocol,
+                  stopper: StopChecker, share_prefixes: bool, row_ids: tuple[int, ...] | None,
+                  tags: Sequence[Hashable] | None, runs: _ChunkRuns | None) -> list[Completion]:
     device = stack.device
     n = len(rows)
     row_ids = tuple(range(n)) if row_ids is None else row_ids

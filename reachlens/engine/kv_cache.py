@@ -371,7 +371,8 @@ class SlotKVCache:
                 width = buf.shape[2] if self.shared is not None else filled
                 if in_place:
                     if moved.numel():
-                        buf[moved, :, :width] = buf[src, :, :width]
+                        part = buf if width == buf.shape[2] else buf[:, :, :width]
+                        part.index_copy_(0, moved, part.index_select(0, src))
                     continue
                 if self.shared is not None:
                     store[s] = buf.index_select(0, index)

@@ -505,11 +505,19 @@ class LayerStack:
         (:mod:`reachlens.engine.fast_linear`, to float32 rounding) and, on the fused path, fused attention
         (:mod:`reachlens.engine.fast_attention`) wherever no attention-internal hook is attached and decoder blocks
         without the bridge's per-call bookkeeping (:mod:`reachlens.engine.fast_block`, exact) wherever no hook it
-        would skip is attached."""
-        with fused_norms(self.model), fast_linears(self.model), \
-                (fused_attention(self.model) if self.fused else contextlib.nullcontext()), \
-                (fast_blocks(self.model) if self.fused else contextlib.nullcontext()):
+        would skip is attached. Nested (a decoding loop enters it once around all its forwards), the inner
+        context does nothing."""
+        if self.__dict__.get("_in_kernels"):
             yield
+            return
+        self._in_kernels = True
+        try:
+            with fused_norms(self.model), fast_linears(self.model), \
+                    (fused_attention(self.model) if self.fused else contextlib.nullcontext()), \
+                    (fast_blocks(self.model) if self.fused else contextlib.nullcontext()):
+                yield
+        finally:
+            self._in_kernels = False
 
     # --- the three parts of a forward ------------------------------------------------------------
     def prepare(
