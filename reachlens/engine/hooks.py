@@ -284,11 +284,10 @@ class BatchRows:
         key = (id(keys), device)
         found = self._index.get(key)
         if found is None:
-            idx = self._lut(keys, torch.device("cpu"))[self.arm_of_entry]
-            if bool((idx < 0).all()):  # on the CPU, where the tree lives
+            if not any(self._lut(keys, None)[a] >= 0 for a in self._arms_present):  # no tensor work for an absent arm
                 found = (None,)
             elif device.type == "cpu":
-                found = (idx,)
+                found = (self._lut(keys, device)[self.arm_of_entry],)
             else:
                 arm = self._index.get(("arm_of_entry", device))
                 if arm is None:
@@ -307,13 +306,19 @@ class BatchRows:
                          self.arm_of_row, None if self.prompt_mask is None else self.prompt_mask[entries.to(
                              self.prompt_mask.device)], self.luts)
 
-    def _lut(self, keys: tuple[Hashable, ...], device: torch.device) -> Int[Tensor, "arms_plus_1"]:
-        """Per arm of the call, its position in ``keys`` (-1: absent), then a -1 that a free slot's -1 reads."""
+    @cached_property
+    def _arms_present(self) -> frozenset[int]:
+        """The indices in :attr:`arms` of the arms some entry of this forward runs."""
+        return frozenset(self.arm_of_entry.tolist()) - {-1}
+
+    def _lut(self, keys: tuple[Hashable, ...], device: torch.device | None) -> Int[Tensor, "arms_plus_1"] | list[int]:
+        """Per arm of the call, its position in ``keys`` (-1: absent), then a -1 that a free slot's -1 reads: a
+        tensor on ``device``, or a list (``device`` None)."""
         lut = self.luts.get((id(keys), device))
         if lut is None or lut[0] is not keys:
             where = {k: i for i, k in enumerate(keys)}
-            table = torch.tensor([where.get(a, -1) for a in self.arms] + [-1], dtype=torch.long)
-            lut = self.luts[(id(keys), device)] = (keys, table.to(device))
+            table = [where.get(a, -1) for a in self.arms] + [-1]
+            lut = self.luts[(id(keys), device)] = (keys, table if device is None else torch.tensor(table, device=device))
         return lut[1]
 
 

@@ -59,11 +59,9 @@ def replace_hook(value: Float[Tensor, "..."] | None = None, *, arm: Hashable = N
     placed: dict[tuple, Tensor] = {}
 
     def filled(tensor: Tensor) -> Tensor:
-        if fixed is None:
-            return tensor.new_zeros(())
         key = (tensor.device, tensor.dtype)
         if key not in placed:
-            placed[key] = fixed.to(device=tensor.device, dtype=tensor.dtype)
+            placed[key] = tensor.new_zeros(()) if fixed is None else fixed.to(device=tensor.device, dtype=tensor.dtype)
         return placed[key]
 
     if arm is None:
