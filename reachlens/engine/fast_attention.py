@@ -40,7 +40,7 @@ from reachlens.engine.kv_cache import SharedPrefix, SlotKVCache, grouped_matmul
 
 __all__ = [
     "can_fuse", "cascade_attention", "fire", "found_once", "fused_attention", "fusable_attentions", "global_hooks", "linear_call",
-    "points_hooked", "swap_forward", "torch_hooked",
+    "points_hooked", "rotary", "rotary_tables", "swap_forward", "torch_hooked",
 ]
 
 _CONFIG_FLAGS = (
@@ -121,6 +121,38 @@ def cascade_attention(
     if n_prefix:
         out = grouped_matmul(probs[..., :n_prefix], prefix_v, shared) + out
     return out.reshape(b, h, 1, d)
+
+
+_TABLES: tuple = (None, None, None)
+"""The last ``(cos, sin, tables)`` of :func:`rotary_tables` kept for reuse (every layer of a forward reads the same
+position embeddings); read and replaced as one tuple."""
+
+
+def rotary_tables(
+    cos: Float[Tensor, "batch pos d_head"], sin: Float[Tensor, "batch pos d_head"], *, reuse: bool = False
+) -> tuple[Tensor, Tensor]:
+    """``cos`` and ``sin`` laid out for :func:`rotary`: ``cos`` with a head axis, ``sin`` with it and with its first
+    half negated. ``reuse``: the tables of the last call are returned when ``cos`` and ``sin`` are the same tensors (the
+    caller guarantees that nothing edited them in place: no hook on the points that hand them out)."""
+    global _TABLES
+    last = _TABLES
+    if reuse and last[0] is cos and last[1] is sin:
+        return last[2]
+    half = sin.shape[-1] // 2
+    tables = (cos.unsqueeze(1), torch.cat((-sin[..., :half], sin[..., half:]), dim=-1).unsqueeze(1))
+    # not reusable: forget the last ones too (a hook that handed these out may have edited them in place)
+    _TABLES = (cos, sin, tables) if reuse else (None, None, None)
+    return tables
+
+
+def rotary(x: Float[Tensor, "batch heads pos d_head"], tables: tuple[Tensor, Tensor]) -> Float[Tensor, "batch heads pos d_head"]:
+    """HuggingFace's rotary embedding (``apply_rotary_pos_emb`` of Llama and its copies), ``x * cos +
+    rotate_half(x) * sin`` with ``rotate_half(x) = cat(-x2, x1)`` of ``x``'s halves, computed as ``x * cos +
+    roll(x, d/2) * sin'`` over :func:`rotary_tables` (``sin'``: the sine with its first half negated). Each element is
+    the same two products of the same magnitudes (a sign moved from one factor to the other is exact) and the same
+    sum: the same bits, in four operations instead of eight. An even head size only."""
+    cos, signed = tables
+    return x * cos + x.roll(x.shape[-1] // 2, dims=-1) * signed
 
 
 def global_hooks() -> bool:
@@ -206,10 +238,15 @@ def _fused_forward(self, *args, **kwargs):
     if phase == "post_reshape":  # Qwen3: RMSNorm over each head, before rotary
         q, k = self.hook_q_normed(self.q_norm(q)), self.hook_k_normed(self.k_norm(k))
     cos, sin = position_embeddings
+    quiet = not points_hooked((self.hook_cos, self.hook_sin))
     cos, sin = fire(self.hook_cos, cos), fire(self.hook_sin, sin)  # the bridge's _apply_position_embedding_hooks
-    from transformers.models.llama.modeling_llama import apply_rotary_pos_emb
+    if head_dim % 2:
+        from transformers.models.llama.modeling_llama import apply_rotary_pos_emb
 
-    q, k = apply_rotary_pos_emb(q, k, cos, sin)
+        q, k = apply_rotary_pos_emb(q, k, cos, sin)
+    else:
+        tables = rotary_tables(cos, sin, reuse=quiet and not global_hooks())
+        q, k = rotary(q, tables), rotary(k, tables)
     scale = getattr(hf, "scaling", head_dim**-0.5)
     cache = kwargs.get("past_key_values")
     if isinstance(cache, SlotKVCache) and cache.shared is not None and q_len == 1:

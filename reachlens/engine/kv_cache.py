@@ -216,7 +216,7 @@ class SlotKVCache:
         for store, new in ((self._keys, key_states), (self._values, value_states)):
             buf = store[slot]
             if buf is None or start + n_new > buf.shape[2]:
-                rows = b if buf is None else max(b, buf.shape[0])
+                rows = b  # spare rows a compaction left go (a fork past them grows the buffer again)
                 room = min(self.max_len - self.shared.length, -(-(start + n_new) // _GROW) * _GROW)
                 grown = new.new_empty((rows, new.shape[1], room, new.shape[-1]))
                 # what was written (a slot of rows on different routes may have gone unwritten for some steps,

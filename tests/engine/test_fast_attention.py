@@ -194,6 +194,45 @@ def test_an_unhooked_hook_point_is_skipped_and_a_hooked_one_called():
         handle.remove()
 
 
+@pytest.mark.parametrize("shape", [(3, 4, 1, 32), (2, 2, 7, 64), (1, 8, 5, 16)])
+def test_rotary_equals_huggingfaces_bit_for_bit(shape):
+    """``x * cos + roll(x) * sin'`` against Llama's ``apply_rotary_pos_emb`` (a sign moved between factors is exact)."""
+    from transformers.models.llama.modeling_llama import apply_rotary_pos_emb
+
+    from reachlens.engine.fast_attention import rotary, rotary_tables
+
+    torch.manual_seed(sum(shape))
+    b, h, t, d = shape
+    q, k = torch.randn(b, h, t, d) * 30, torch.randn(b, 1, t, d)
+    angles = torch.randn(b, t, d // 2) * 100
+    cos, sin = torch.cat([angles.cos()] * 2, -1), torch.cat([angles.sin()] * 2, -1)
+    ref_q, ref_k = apply_rotary_pos_emb(q, k, cos, sin)
+    tables = rotary_tables(cos, sin)
+    assert torch.equal(rotary(q, tables), ref_q) and torch.equal(rotary(k, tables), ref_k)
+    assert rotary_tables(cos, sin, reuse=True) is rotary_tables(cos, sin, reuse=True)  # kept for the next layer
+    kept = rotary_tables(cos, sin, reuse=True)
+    assert rotary_tables(cos, sin) is not kept and rotary_tables(cos, sin, reuse=True) is not kept  # forgotten
+
+
+def test_a_hook_on_the_rotary_tables_acts_in_every_layer(tiny_model):
+    """An edit of ``hook_sin`` in one layer reaches that layer only, fused path or not (the tables prepared once per
+    forward are not reused past a hooked layer)."""
+    edited = []
+
+    def bump(sin, hook):
+        edited.append(hook.name)
+        return sin * 0.5
+
+    params = decode(6)
+    with tiny_model.hooks(fwd_hooks=[("blocks.1.attn.hook_sin", bump)]):
+        fused = generate_to_length(tiny_model, PROMPTS, [Row(p) for p in range(3)], params)
+        generic = generate_to_length(tiny_model, PROMPTS, [Row(p) for p in range(3)], params, fused=False)
+    plain = generate_to_length(tiny_model, PROMPTS, [Row(p) for p in range(3)], params)
+    assert edited and set(edited) == {"blocks.1.attn.hook_sin"}
+    assert [o.token_ids for o in fused] == [o.token_ids for o in generic]
+    assert [o.token_ids for o in fused] != [o.token_ids for o in plain]
+
+
 def test_fused_path_is_removed_after_a_forward(tiny_model):
     with fused_attention(tiny_model) as n:
         assert n == 3 and all("forward" in a.__dict__ for a in fusable_attentions(tiny_model))
