@@ -60,6 +60,7 @@ from torch import Tensor, nn
 
 from reachlens.engine.fast_attention import fusable_attentions, fused_attention
 from reachlens.engine.fast_block import fast_blocks
+from reachlens.engine.fast_call import bare_call, embed
 from reachlens.engine.fast_linear import fast_linears
 from reachlens.engine.fast_norm import fused_norms
 from reachlens.engine.hooks import restricted_rows
@@ -542,11 +543,11 @@ class LayerStack:
                 input_ids.shape[0], -1
             )
         if self.path == "fused":
-            resid = self.model.embed(input_ids)
+            resid = embed(self.model.embed, input_ids)
             kwargs = {
                 "attention_mask": None if attention_mask is None else _fused_mask(attention_mask, input_ids.shape[1]),
                 "position_ids": position_ids,
-                "position_embeddings": self.model.rotary_emb(resid, position_ids),
+                "position_embeddings": bare_call(self.model.rotary_emb, resid, position_ids),
                 "past_key_values": cache,
                 "use_cache": cache is not None,
             }
@@ -584,7 +585,7 @@ class LayerStack:
             if cache is not None:
                 cache.enter(first_step + i)
             args, kwargs = inputs.calls[layer]
-            x = self.model.blocks[layer](x, *args, **kwargs)
+            x = bare_call(self.model.blocks[layer], x, *args, **kwargs)
             if isinstance(x, tuple):
                 x = x[0]
         return x
@@ -603,7 +604,7 @@ class LayerStack:
                 if entries is None:
                     if cache is not None:
                         cache.enter(step, layer=layer)
-                    out = self.model.blocks[layer](x, *args, **kwargs)
+                    out = bare_call(self.model.blocks[layer], x, *args, **kwargs)
                     x = out[0] if isinstance(out, tuple) else out
                     continue
                 idx = on_device.setdefault(id(entries), entries.to(x.device))
@@ -611,7 +612,7 @@ class LayerStack:
                     cache.enter(step, layer=layer, rows=idx)
                 args, kwargs = _per_row((args, kwargs), b, lambda t: t.index_select(0, idx))
                 with restricted_rows(entries):  # the CPU copy: the rows' bookkeeping lives there
-                    out = self.model.blocks[layer](x.index_select(0, idx), *args, **kwargs)
+                    out = bare_call(self.model.blocks[layer], x.index_select(0, idx), *args, **kwargs)
                 x = x.index_copy(0, idx, out[0] if isinstance(out, tuple) else out)
         return x
 
@@ -632,7 +633,7 @@ class LayerStack:
             if run is None:
                 if cache is not None:
                     cache.enter(layer)
-                out = self.model.blocks[layer](x, *args, **kwargs)
+                out = bare_call(self.model.blocks[layer], x, *args, **kwargs)
                 x = out[0] if isinstance(out, tuple) else out
                 continue
             idx = run.to(device)
@@ -640,7 +641,7 @@ class LayerStack:
                 cache.enter(layer, rows=idx)
             args, kwargs = _per_row((args, kwargs), inputs.batch, lambda t: t.index_select(0, idx))
             with restricted_rows(run):
-                out = self.model.blocks[layer](x.index_select(0, idx), *args, **kwargs)
+                out = bare_call(self.model.blocks[layer], x.index_select(0, idx), *args, **kwargs)
             x = x.index_copy(0, idx, out[0] if isinstance(out, tuple) else out)
             if cache is not None:
                 idle = torch.tensor(sorted(set(range(inputs.batch)) - set(run.tolist())), dtype=torch.long)
