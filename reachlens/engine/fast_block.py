@@ -59,7 +59,8 @@ class _Parts:
     down: nn.Module
     act: nn.Module
     direct: tuple[nn.Module, ...]
-    """Modules whose ``forward`` is called without ``__call__``: any PyTorch hook on one sends the block back."""
+    """Modules whose ``forward`` is called without ``__call__`` or not at all (the HuggingFace layer and MLP): any
+    PyTorch hook on one sends the block back."""
     watched: tuple[HookPoint, ...]
     """The block's hook points the shortcut does not fire itself or through a component's forward."""
     points: tuple[HookPoint, ...]
@@ -89,7 +90,10 @@ def _parts(block) -> _Parts | None:
     gate, up, down = mlp_subs["gate"], mlp_subs["in"], mlp_subs["out"]
     if inner.gate_proj is not gate or inner.up_proj is not up or inner.down_proj is not down:
         return None
-    direct = (ln1, attn, ln2, mlp)  # the projections: linear_call checks their own hooks
+    # the HuggingFace layer and MLP whose forwards the shortcut does not call (the bridge's block calls the layer,
+    # firing a PyTorch hook a user put on it) and the components it calls directly; the projections: linear_call
+    # checks their own hooks
+    direct = (ln1, attn, ln2, mlp, hf, inner)
     if any("_hf_hook" in m.__dict__ for m in block.modules()):  # Accelerate offload: keep the bridge's alignment
         return None
     fired = {id(p) for p in (block.hook_in, block.hook_out, block.hook_mlp_in, mlp.hook_in, mlp.hook_out)}

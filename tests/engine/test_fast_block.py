@@ -102,7 +102,7 @@ def test_hooks_fire_in_the_same_order_with_the_same_values_and_edits_act(tiny_mo
 
 
 @torch.no_grad()
-@pytest.mark.parametrize("what", ["attn_internal", "torch_hook", "global_hook"])
+@pytest.mark.parametrize("what", ["attn_internal", "torch_hook", "global_hook", "hf_layer_hook", "hf_mlp_hook"])
 def test_what_the_shortcut_would_skip_sends_the_block_back(tiny_model, what):
     block = tiny_model.blocks[1]
     stack = LayerStack(tiny_model)
@@ -122,6 +122,10 @@ def test_what_the_shortcut_would_skip_sends_the_block_back(tiny_model, what):
             es.enter_context(tiny_model.hooks(fwd_hooks=[("blocks.1.attn.hook_pattern", lambda x, hook: note())]))
         elif what == "torch_hook":
             es.callback(block.ln2.register_forward_hook(lambda m, i, o: note()).remove)
+        elif what == "hf_layer_hook":  # the HuggingFace layer itself, whose forward the shortcut does not call
+            es.callback(block.original_component.register_forward_hook(lambda m, i, o: note()).remove)
+        elif what == "hf_mlp_hook":
+            es.callback(block.mlp.original_component.register_forward_hook(lambda m, i, o: note()).remove)
         else:
             es.callback(torch.nn.modules.module.register_module_forward_hook(
                 lambda m, i, o: note() if m is block.ln2 else None).remove)
