@@ -112,7 +112,8 @@ def cascade_attention(
         s_own = torch.cat([grouped_matmul(qg, prefix_k.transpose(-1, -2), shared), s_own], dim=-1)
     scores = s_own.float() * scale
     if attention_mask is not None:
-        scores = scores.masked_fill(~attention_mask[:, :, -1:, : scores.shape[-1]], torch.finfo(scores.dtype).min)
+        # where rather than masked_fill(~mask): the same values, one operation fewer and a faster broadcast
+        scores = torch.where(attention_mask[:, :, -1:, : scores.shape[-1]], scores, torch.finfo(scores.dtype).min)
     probs = torch.softmax(scores, dim=-1).to(q.dtype)
     p_own = probs[..., n_prefix:]
     if room > own:
@@ -226,9 +227,10 @@ def _fused_forward(self, *args, **kwargs):
     attention_mask = kwargs.pop("attention_mask", None)
     hf = self.original_component
     head_dim = hf.head_dim
-    hidden = fire(self.hook_in, hidden)
+    hook_in, q_map, k_map, v_map, o_map, hook_cos, hook_sin, hook_out = self._reachlens_points
+    hidden = fire(hook_in, hidden)
     b, q_len = hidden.shape[:2]
-    q, k, v = linear_call(self.q, hidden), linear_call(self.k, hidden), linear_call(self.v, hidden)
+    q, k, v = linear_call(q_map, hidden), linear_call(k_map, hidden), linear_call(v_map, hidden)
     phase = self._qk_norm_phase if "q_norm" in self.submodules else None
     if phase == "pre_reshape":  # OLMo 2: one RMSNorm over all heads, before rotary (as the bridge does)
         q, k = self.hook_q_normed(self.q_norm(q)), self.hook_k_normed(self.k_norm(k))
@@ -238,8 +240,8 @@ def _fused_forward(self, *args, **kwargs):
     if phase == "post_reshape":  # Qwen3: RMSNorm over each head, before rotary
         q, k = self.hook_q_normed(self.q_norm(q)), self.hook_k_normed(self.k_norm(k))
     cos, sin = position_embeddings
-    quiet = not points_hooked((self.hook_cos, self.hook_sin))
-    cos, sin = fire(self.hook_cos, cos), fire(self.hook_sin, sin)  # the bridge's _apply_position_embedding_hooks
+    quiet = not points_hooked((hook_cos, hook_sin))
+    cos, sin = fire(hook_cos, cos), fire(hook_sin, sin)  # the bridge's _apply_position_embedding_hooks
     if head_dim % 2:
         from transformers.models.llama.modeling_llama import apply_rotary_pos_emb
 
@@ -253,7 +255,7 @@ def _fused_forward(self, *args, **kwargs):
         slot = cache.append(k, v, self._layer_idx)
         *own_kv, own = cache.own_padded(slot)
         out = cascade_attention(q, *cache.prefix(slot), *own_kv, cache.row_shared, attention_mask, scale, own=own)
-        return fire(self.hook_out, linear_call(self.o, out.transpose(1, 2).reshape(b, q_len, -1))), None
+        return fire(hook_out, linear_call(o_map, out.transpose(1, 2).reshape(b, q_len, -1))), None
     k, v = self._update_kv_cache(k, v, **kwargs)
     kv_len = k.shape[-2]
     causal = False
@@ -272,7 +274,7 @@ def _fused_forward(self, *args, **kwargs):
         enable_gqa=k.shape[1] != q.shape[1],
     )
     out = out.transpose(1, 2).reshape(b, q_len, -1)
-    out = fire(self.hook_out, linear_call(self.o, out))
+    out = fire(hook_out, linear_call(o_map, out))
     return out, None
 
 
@@ -295,6 +297,9 @@ def fusable_attentions(model) -> list:
             attn = getattr(block, "attn", None)
             if attn is not None and can_fuse(attn):
                 attn._reachlens_skipped = _skipped_hook_points(attn)
+                # the components the fused path calls, looked up once (a bridge's submodule lookups are not free)
+                object.__setattr__(attn, "_reachlens_points", tuple(getattr(attn, n) for n in (
+                    "hook_in", "q", "k", "v", "o", "hook_cos", "hook_sin", "hook_out")))
                 found.append(attn)
         return found
 
