@@ -216,17 +216,13 @@ class SlotKVCache:
         for store, new in ((self._keys, key_states), (self._values, value_states)):
             buf = store[slot]
             if buf is None or start + n_new > buf.shape[2]:
-                rows = b  # spare rows a compaction left go (a fork past them grows the buffer again)
+                # b rows: spare rows a compaction left go (a fork past them grows the buffer again)
                 room = min(self.max_len - self.shared.length, -(-(start + n_new) // _GROW) * _GROW)
-                grown = new.new_empty((rows, new.shape[1], room, new.shape[-1]))
                 # what was written (a slot of rows on different routes may have gone unwritten for some steps,
-                # while no row's route ran it: those positions are zeros, and no row reads them)
+                # while no row's route ran it: those positions are zeros, and no row reads them), then zeros
                 keep = 0 if buf is None else min(start, buf.shape[2])
-                if keep:
-                    assert buf is not None
-                    grown[:b, :, :keep] = buf[:b, :, :keep]
-                grown[:b, :, keep:] = 0  # rows past the batch are written whole before they are read
-                store[slot] = buf = grown
+                zeros = new.new_zeros((b, new.shape[1], room - keep, new.shape[-1]))
+                store[slot] = buf = zeros if buf is None or not keep else torch.cat((buf[:b, :, :keep], zeros), dim=2)
             buf[slice(None, b) if self._rows is None else self._rows, :, start : start + n_new] = new
 
     def copy_pending(self, slot: int, src: Int[Tensor, "n"], dst: Int[Tensor, "n"]) -> None:
