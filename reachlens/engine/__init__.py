@@ -1,7 +1,9 @@
 """The engine: the one way reachlens runs a hooked model (prefill, decode, routes, scoring)."""
 
 from reachlens.engine.generate import Completion, Row, generate, tokenize_prompts
-from reachlens.engine.hooks import BatchRows, arm_index, arms_served, current_rows, per_arm, row_agnostic, user_hooks
+from reachlens.engine.hooks import (
+    BatchRows, arm_entries, arm_index, arms_served, current_rows, per_arm, row_agnostic, user_hooks,
+)
 from reachlens.engine.kv_cache import SlotKVCache
 from reachlens.engine.scoring import LoglikResult, encode_pair, loglikelihoods
 from reachlens.engine.rng import counter_normals, intervention_seed, row_seed, sample_inverse_cdf, uniforms
@@ -35,6 +37,7 @@ __all__ = [
     "StopChecker",
     "TreeStep",
     "UnsupportedModelError",
+    "arm_entries",
     "arm_index",
     "arms_served",
     "check_architecture",

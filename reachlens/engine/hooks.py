@@ -70,7 +70,7 @@ from torch import Tensor
 from reachlens.errors import ReachlensError
 
 __all__ = [
-    "BatchRows", "FwdHook", "HookFn", "arm_index", "arms_served", "current_rows", "keyed_arms", "per_arm",
+    "BatchRows", "FwdHook", "HookFn", "arm_entries", "arm_index", "arms_served", "current_rows", "keyed_arms", "per_arm",
     "plain_below", "row_agnostic", "user_hooks",
 ]
 
@@ -296,6 +296,20 @@ class BatchRows:
             self._index[key] = found
         return found[0]
 
+    def arm_entries(self, keys: tuple[Hashable, ...], device: torch.device | str = "cpu") -> Int[Tensor, "n"] | None:
+        """The batch entries that run one of ``keys``, ascending, on ``device``; None when no entry of this forward
+        does. Found on the CPU (no wait on an accelerator), once per forward and ``keys`` tuple: what a hook that
+        writes its arms' rows only (``tensor.index_fill(0, entries, 0)``) indexes with."""
+        device = torch.device(device)
+        key = ("entries", id(keys), device)
+        found = self._index.get(key)
+        if found is None:
+            idx = self.arm_index(keys, "cpu")
+            entries = None if idx is None else (idx >= 0).nonzero().squeeze(1)
+            found = self._index[key] = (entries if entries is None or device.type == "cpu"
+                                        else entries.to(device, non_blocking=True),)
+        return found[0]
+
     def restrict(self, entries: Int[Tensor, "sub"]) -> BatchRows:
         """The same forward seen by a block called on some of its entries only (rows on different routes, see
         :class:`~reachlens.engine.stack.RowRoutes`): entry ``i`` of the result is entry ``entries[i]`` here."""
@@ -337,8 +351,8 @@ def current_rows() -> BatchRows:
     return rows
 
 
-def arm_index(keys: tuple[Hashable, ...], device: torch.device | str = "cpu") -> Int[Tensor, "entries"] | None:
-    """:meth:`BatchRows.arm_index` of the running forward (call it from inside a per-arm hook).
+def _running(keys: tuple[Hashable, ...]) -> BatchRows:
+    """The batch rows of the running forward, for a per-arm hook serving ``keys``.
 
     Raises:
         ReachlensError: outside :func:`reachlens.engine.generate` (a per-arm hook acts on rows'
@@ -349,7 +363,25 @@ def arm_index(keys: tuple[Hashable, ...], device: torch.device | str = "cpu") ->
         raise ReachlensError(f"a hook for arms {list(keys)!r} ran outside reachlens.engine.generate; per-arm hooks act "
                              "on the rows' arms (Row.arm) of a generate call; build the hook without arm= to act on "
                              "every row of any forward")
-    return rows.arm_index(keys, device)
+    return rows
+
+
+def arm_index(keys: tuple[Hashable, ...], device: torch.device | str = "cpu") -> Int[Tensor, "entries"] | None:
+    """:meth:`BatchRows.arm_index` of the running forward (call it from inside a per-arm hook).
+
+    Raises:
+        ReachlensError: outside :func:`reachlens.engine.generate`.
+    """
+    return _running(keys).arm_index(keys, device)
+
+
+def arm_entries(keys: tuple[Hashable, ...], device: torch.device | str = "cpu") -> Int[Tensor, "n"] | None:
+    """:meth:`BatchRows.arm_entries` of the running forward (call it from inside a per-arm hook).
+
+    Raises:
+        ReachlensError: outside :func:`reachlens.engine.generate`.
+    """
+    return _running(keys).arm_entries(keys, device)
 
 
 @contextlib.contextmanager

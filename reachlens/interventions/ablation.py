@@ -32,7 +32,7 @@ import torch
 from jaxtyping import Float
 from torch import Tensor
 
-from reachlens.engine.hooks import FwdHook, HookFn, arm_index, per_arm, row_agnostic
+from reachlens.engine.hooks import FwdHook, HookFn, arm_entries, per_arm, row_agnostic
 from reachlens.engine.sites import hook_name, site_shape, sites_of
 from reachlens.errors import ReachlensError
 
@@ -43,11 +43,6 @@ __all__ = ["ablated", "mean_ablation", "replace_hook", "site_means", "zero_ablat
 def zero_hook(tensor: Float[Tensor, "..."], *, hook) -> Float[Tensor, "..."]:
     """A hook function that replaces the activation with zeros (same shape, dtype and device)."""
     return torch.zeros_like(tensor)
-
-
-def _entries(idx: Tensor, tensor: Tensor) -> Tensor:
-    """``idx >= 0`` shaped to broadcast over ``tensor``'s non-batch dimensions."""
-    return (idx >= 0).view(-1, *([1] * (tensor.ndim - 1)))
 
 
 def replace_hook(value: Float[Tensor, "..."] | None = None, *, arm: Hashable = None) -> HookFn:
@@ -74,10 +69,14 @@ def replace_hook(value: Float[Tensor, "..."] | None = None, *, arm: Hashable = N
 
     @per_arm(keys)
     def arm_rows(tensor: Float[Tensor, "..."], *, hook) -> Float[Tensor, "..."] | None:
-        idx = arm_index(keys, tensor.device)
-        if idx is None:
+        entries = arm_entries(keys, tensor.device)
+        if entries is None:
             return None
-        return torch.where(_entries(idx, tensor), filled(tensor), tensor)
+        if fixed is None:  # writes the arm's rows only (a where over the whole batch reads and writes every row)
+            return tensor.index_fill(0, entries, 0)
+        out = tensor.clone()
+        out[entries] = filled(tensor)
+        return out
 
     return arm_rows
 

@@ -170,6 +170,10 @@ def test_rows_of_different_arms_never_share_an_entry(model):
         idx = where.arm_index(("b", "zz"))
         assert idx.tolist() == [0 if e >= 0 and where.arms[e] == "b" else -1 for e in where.arm_of_entry.tolist()]
         assert where.arm_index(("zz",)) is None
+        b_entries = [e for e, a in enumerate(where.arm_of_entry.tolist()) if a >= 0 and where.arms[a] == "b"]
+        found = where.arm_entries(("b", "zz"))
+        assert (found.tolist() if found is not None else []) == b_entries
+        assert where.arm_entries(("zz",)) is None
 
 
 def test_an_arm_no_hook_serves_is_refused_before_decoding(model):
