@@ -300,15 +300,24 @@ class BatchRows:
         """The batch entries that run one of ``keys``, ascending, on ``device``; None when no entry of this forward
         does. Found on the CPU (no wait on an accelerator), once per forward and ``keys`` tuple: what a hook that
         writes its arms' rows only (``tensor.index_fill(0, entries, 0)``) indexes with."""
-        device = torch.device(device)
         key = ("entries", id(keys), device)
         found = self._index.get(key)
         if found is None:
-            idx = self.arm_index(keys, "cpu")
-            entries = None if idx is None else (idx >= 0).nonzero().squeeze(1)
-            found = self._index[key] = (entries if entries is None or device.type == "cpu"
-                                        else entries.to(device, non_blocking=True),)
+            lut = self._lut(keys, None)
+            parts = [entries for a, entries in self._entries_of_arm.items() if lut[a] >= 0]
+            entries = None if not parts else parts[0] if len(parts) == 1 else torch.cat(parts).sort().values
+            if entries is not None and torch.device(device).type != "cpu":
+                entries = entries.to(device, non_blocking=True)
+            found = self._index[key] = (entries,)
         return found[0]
+
+    @cached_property
+    def _entries_of_arm(self) -> dict[int, Int[Tensor, "n"]]:
+        """Per arm some entry of this forward runs (its index in :attr:`arms`), those entries, ascending."""
+        arm = self.arm_of_entry
+        order = torch.argsort(arm, stable=True)
+        counts = torch.bincount(arm + 1, minlength=len(self.arms) + 1).tolist()
+        return {a - 1: part for a, part in enumerate(torch.split(order, counts)) if a and counts[a]}
 
     def restrict(self, entries: Int[Tensor, "sub"]) -> BatchRows:
         """The same forward seen by a block called on some of its entries only (rows on different routes, see

@@ -174,6 +174,9 @@ def test_rows_of_different_arms_never_share_an_entry(model):
         found = where.arm_entries(("b", "zz"))
         assert (found.tolist() if found is not None else []) == b_entries
         assert where.arm_entries(("zz",)) is None
+        both = [e for e, a in enumerate(where.arm_of_entry.tolist()) if a >= 0 and where.arms[a] in ("a", "b")]
+        found = where.arm_entries(("b", "a"))
+        assert (found.tolist() if found is not None else []) == both
 
 
 def test_an_arm_no_hook_serves_is_refused_before_decoding(model):
