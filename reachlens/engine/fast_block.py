@@ -127,9 +127,11 @@ def _clear(block, parts: _Parts) -> bool:
 def _fast_forward(self, *args, **kwargs):
     parts: _Parts = self._reachlens_parts
     if (self.training or len(args) != 1 or not isinstance(args[0], torch.Tensor) or "hidden_states" in kwargs
-            or not kwargs or getattr(self, "_stop_at_layer_idx", None) is not None
-            or getattr(self, "_start_at_layer_idx", None) is not None
-            or getattr(parts.mlp, "_use_processed_weights", False) or not _clear(self, parts)):
+            # a bridge keeps "_" attributes in its own __dict__ (a getattr that misses raises inside the bridge's
+            # __getattr__: microseconds, three times a call)
+            or not kwargs or self.__dict__.get("_stop_at_layer_idx") is not None
+            or self.__dict__.get("_start_at_layer_idx") is not None
+            or parts.mlp.__dict__.get("_use_processed_weights", False) or not _clear(self, parts)):
         return self._reachlens_bridge_forward(*args, **kwargs)
     rest = dict(kwargs)
     attn_kwargs = {name: rest.pop(name, False if name == "use_cache" else None) for name in _ATTN_ARGS}

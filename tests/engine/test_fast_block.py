@@ -139,6 +139,34 @@ def test_what_the_shortcut_would_skip_sends_the_block_back(tiny_model, what):
     assert fired
 
 
+@pytest.mark.parametrize("attribute", ["_stop_at_layer_idx", "_start_at_layer_idx"])
+def test_a_bounded_run_sends_the_block_back(tiny_model, attribute):
+    """The shortcut reads the bridge's run bounds from the block's own __dict__, where TransformerLens' setattr puts
+    them (a layer index no block has: the bridge's forward runs the block unchanged)."""
+    block = tiny_model.blocks[1]
+    stack = LayerStack(tiny_model)
+    entered = []
+    kept = type(block).forward
+
+    def spy(self, *a, **k):
+        entered.append(self)
+        return kept(self, *a, **k)
+
+    setattr(block, attribute, 99)  # as TransformerLens' forward sets it
+    try:
+        assert attribute in block.__dict__
+        with pytest.MonkeyPatch.context() as mp, torch.no_grad():
+            mp.setattr(type(block), "forward", spy)
+            fast = stack.forward(_ids(tiny_model))
+            in_fast_run = list(entered)
+            with bridge_blocks():
+                ref = stack.forward(_ids(tiny_model))
+    finally:
+        setattr(block, attribute, None)
+    assert in_fast_run == [block]  # block 0, unbounded, kept the shortcut
+    assert torch.equal(fast, ref)
+
+
 @torch.no_grad()
 def test_hook_mlp_in_fires_under_the_shortcut_when_switched_on(tiny_dir):
     from reachlens.models import load_model
