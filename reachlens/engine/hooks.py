@@ -70,8 +70,8 @@ from torch import Tensor
 from reachlens.errors import ReachlensError
 
 __all__ = [
-    "BatchRows", "FwdHook", "HookFn", "arm_entries", "arm_index", "arms_served", "current_rows", "keyed_arms", "per_arm",
-    "plain_below", "row_agnostic", "user_hooks",
+    "BatchRows", "FwdHook", "HookFn", "arm_entries", "arm_index", "arms_served", "current_rows", "keyed_arms",
+    "per_arm", "plain_below", "row_agnostic", "user_hooks",
 ]
 
 F = TypeVar("F", bound=Callable)

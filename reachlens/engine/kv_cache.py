@@ -216,8 +216,8 @@ class SlotKVCache:
         for store, new in ((self._keys, key_states), (self._values, value_states)):
             buf = store[slot]
             if buf is None or start + n_new > buf.shape[2]:
-                # b rows: spare rows a compaction left go (a fork past them grows the buffer again)
                 room = min(self.max_len - self.shared.length, -(-(start + n_new) // _GROW) * _GROW)
+                # the batch's b rows (spare rows a compaction left go; a fork past them grows the buffer again):
                 # what was written (a slot of rows on different routes may have gone unwritten for some steps,
                 # while no row's route ran it: those positions are zeros, and no row reads them), then zeros
                 keep = 0 if buf is None else min(start, buf.shape[2])
