@@ -51,6 +51,10 @@ entry, stops that at its block: from there every entry runs, and every hook sees
 on the entries whose route runs it at that step, and its hooks see those entries only: inside such a
 block :func:`current_rows` describes them (:meth:`BatchRows.restrict`), so ``entries``, ``tags`` and
 :func:`arm_index` stay aligned with the hook's tensor.
+
+One module: the marks a hook carries (:func:`row_agnostic`, :func:`per_arm`) and what the engine tells it while a
+forward runs (:class:`BatchRows`, :func:`current_rows`, :func:`arm_index`, :func:`arm_entries`) are the two sides of
+one contract, which the engine reads as a whole (:func:`user_hooks`, :func:`plain_below`).
 """
 
 from __future__ import annotations
