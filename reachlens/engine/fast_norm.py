@@ -23,11 +23,7 @@ __all__ = ["fused_norms", "fusable_norms"]
 
 
 def _fused_forward(self, hidden_states, **kwargs):
-    parts = self.__dict__.get("_reachlens_norm")
-    if parts is None:  # looked up once per bridge: a bridge's submodule lookups are not free
-        parts = (self.hook_scale, self.hook_normalized), self.hook_in, self.original_component, self.hook_out
-        object.__setattr__(self, "_reachlens_norm", parts)  # a bridge forwards attribute writes to the HF module
-    statistics, hook_in, norm, hook_out = parts
+    statistics, hook_in, norm, hook_out = self._reachlens_norm
     if self.training or kwargs or points_hooked(statistics) or norm is not self.original_component:
         return self._reachlens_bridge_forward(hidden_states, **kwargs)
     x = fire(hook_in, hidden_states)
@@ -41,11 +37,18 @@ def fusable_norms(model) -> list:
     """The normalisation bridges of ``model`` that run the HuggingFace norm themselves (found once)."""
     from transformer_lens.model_bridge.generalized_components.normalization import NormalizationBridge
 
-    return found_once(model, "_reachlens_fusable_norms", lambda: [
-        m for m in model.modules()
-        if isinstance(m, NormalizationBridge) and getattr(m, "use_native_layernorm_autograd", False)
-        and m.original_component is not None and not isinstance(m.original_component, torch.nn.Identity)
-    ])
+    def find() -> list:
+        found = [
+            m for m in model.modules()
+            if isinstance(m, NormalizationBridge) and getattr(m, "use_native_layernorm_autograd", False)
+            and m.original_component is not None and not isinstance(m.original_component, torch.nn.Identity)
+        ]
+        for m in found:  # the parts the fused forward calls, looked up once (a bridge's submodule lookups are not free)
+            object.__setattr__(m, "_reachlens_norm", ((m.hook_scale, m.hook_normalized), m.hook_in,
+                                                      m.original_component, m.hook_out))
+        return found
+
+    return found_once(model, "_reachlens_fusable_norms", find)
 
 
 def fused_norms(model) -> contextlib.AbstractContextManager[int]:
