@@ -468,6 +468,8 @@ class LayerStack:
         """Per layer, its sliding window (None: full attention), as the family's config declares."""
         if self.path == "generic":
             _layer_list(model)  # refuse an unroutable layout now, not mid-run
+        self._in_kernels = False
+        """Whether :meth:`kernels` is entered (a nested entry does nothing)."""
 
     @property
     def device(self) -> torch.device:
@@ -508,7 +510,7 @@ class LayerStack:
         without the bridge's per-call bookkeeping (:mod:`reachlens.engine.fast_block`, exact) wherever no hook it
         would skip is attached. Nested (a decoding loop enters it once around all its forwards), the inner
         context does nothing."""
-        if self.__dict__.get("_in_kernels"):
+        if self._in_kernels:
             yield
             return
         self._in_kernels = True
