@@ -42,8 +42,8 @@ that alternates (``--rounds 0``: the checked run is the timed one, after a warm-
 of two tokens: for a GPU machine's short lease); on a CPU the figure is this process's CPU seconds (``--threads 1`` by default: steady on a shared
 host), on CUDA wall seconds between synchronisations. Prints each tool's median and, last, ``ratio: N.NNx``:
 the fastest peer's median over reachlens' on the sweep (the capture's ratio the line before, against reachlens'
-faster way). A tool that cannot
-run here (nnsight not installed) gets a row saying why.
+faster way), with the same ratio within each timed round beside it (the host's drift between rounds shows there;
+the quoted ratio stays the medians'). A tool that cannot run here (nnsight not installed) gets a row saying why.
 
 Shapes: ``--shape zoo`` is zoo:base itself (trained: 6 layers, d=128, 26-symbol vocabulary); ``--shape
 qwen2.5-0.5b`` (or ``llama3-1b``) a random model of that shape (``bench_sampling.build_shape``: the config class
@@ -458,7 +458,8 @@ def experiment(s: Setup, which: str, args) -> dict:
     if args.rounds:
         times = race(s, calls(s, which, args), args.rounds)
     clock = 0 if s.device.type == "cuda" else 1
-    return {**res, "medians": {name: statistics.median(t[clock] for t in ts) for name, ts in times.items()}}
+    return {**res, "medians": {name: statistics.median(t[clock] for t in ts) for name, ts in times.items()},
+            "rounds": {name: [t[clock] for t in ts] for name, ts in times.items()}}
 
 
 def report(which: str, res: dict) -> float | None:
@@ -476,6 +477,10 @@ def report(which: str, res: dict) -> float | None:
         elif name in res["missing"]:
             print(f"  {name:28s} not run: {res['missing'][name]}")
     print(f"  {which}: {fastest} (the fastest peer) over {best}: {peers[fastest] / ours[best]:.2f}x")
+    rounds = res["rounds"]
+    if len(rounds[best]) > 1:  # the ratio of each round's two times: how far the host's drift moves it
+        print(f"  {which}: the same within each round: "
+              + ", ".join(f"{p / o:.2f}x" for p, o in zip(rounds[fastest], rounds[best])))
     return peers[fastest] / ours[best]
 
 
