@@ -304,13 +304,14 @@ class BatchRows:
         """The batch entries that run one of ``keys``, ascending, on ``device``; None when no entry of this forward
         does. Found on the CPU (no wait on an accelerator), once per forward and ``keys`` tuple: what a hook that
         writes its arms' rows only (``tensor.index_fill(0, entries, 0)``) indexes with."""
+        device = torch.device(device)
         key = ("entries", id(keys), device)
         found = self._index.get(key)
         if found is None:
             lut = self._lut(keys, None)
             parts = [entries for a, entries in self._entries_of_arm.items() if lut[a] >= 0]
             entries = None if not parts else parts[0] if len(parts) == 1 else torch.cat(parts).sort().values
-            if entries is not None and torch.device(device).type != "cpu":
+            if entries is not None and device.type != "cpu":
                 entries = entries.to(device, non_blocking=True)
             found = self._index[key] = (entries,)
         return found[0]
