@@ -23,7 +23,7 @@ import shutil
 import stat
 from pathlib import Path
 
-__all__ = ["DiskFullError", "MissingFileError", "ReachlensError", "ReachlensWarning", "UnknownNameError", "disk_full",
+__all__ = ["DiskFullError", "MissingFileError", "ModelLoadError", "ReachlensError", "ReachlensWarning", "UnknownNameError", "disk_full",
            "regular_file"]
 
 DISK_FULL = (errno.ENOSPC, errno.EDQUOT)
@@ -97,3 +97,7 @@ def regular_file(path: str | os.PathLike, what: str, *, follow_links: bool = Fal
     if not stat.S_ISREG(mode):
         raise ReachlensError(f"{what} {str(p)!r} is not a regular file (a link, a FIFO, a device or a folder); {fix}")
     return p
+
+
+class ModelLoadError(ReachlensError):
+    """A model spec that cannot be loaded; the message says why and what to do."""

