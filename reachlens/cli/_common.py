@@ -112,8 +112,12 @@ def stops_from_args(args: argparse.Namespace, task) -> tuple[str, ...] | None:
 
 
 
+MODEL_HELP = ("zoo:NAME, real:NAME (`reachlens zoo real`), a local HuggingFace folder, a GGUF file, a PEFT adapter "
+              "folder (on the base its adapter_config.json names), or a hub name")
+
+
 def add_model_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("model", help="zoo:NAME, a local HuggingFace folder, or a hub name")
+    p.add_argument("model", help=MODEL_HELP)
     p.add_argument("--device", default="cpu", help="where the model runs: cpu, cuda, cuda:1, mps (default cpu)")
     p.add_argument("--dtype", default="float32", choices=DTYPES,
                    help="weights and activations (default float32; bfloat16 on a GPU halves memory)")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from reachlens.cli._common import comma_list, echo
+from reachlens.cli._common import MODEL_HELP, comma_list, echo
 
 NAME = "prune"
 HELP = "unstructured magnitude pruning of chosen layers, saved as a loadable HuggingFace folder"
@@ -12,7 +12,7 @@ HELP = "unstructured magnitude pruning of chosen layers, saved as a loadable Hug
 
 def register(sub) -> argparse.ArgumentParser:
     p = sub.add_parser(NAME, help=HELP)
-    p.add_argument("model", help="zoo:NAME, a local HuggingFace folder, or a hub name")
+    p.add_argument("model", help=MODEL_HELP)
     p.add_argument("--layers", type=comma_list("--layers", int), required=True, help="e.g. 3 or 2,3")
     p.add_argument("--fraction", type=float, default=0.5, help="share of each matrix's smallest |w| set to zero")
     p.add_argument("--components", type=comma_list("--components", str), default=["mlp"], help="mlp, attn and/or layer (both)")

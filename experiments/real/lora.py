@@ -1,0 +1,132 @@
+"""Shared pieces of the real checkpoints' LoRA training scripts (grpo_lora.py, sft_lora.py).
+
+The base is a reachlens spec (``real:smollm2-135m-instruct``): its cached HuggingFace folder is what TRL trains
+on, through peft's LoRA; prompts are the task's ``qa`` text as the user turn of the model's chat template (chat
+format, as the model is deployed and audited). A run works in ``--work`` (a durable folder outside the repository):
+TRL's checkpoints (adapter, optimizer, scheduler, RNG, trainer state) every ``--save-every`` steps, so a killed run
+started again with the same command resumes from its last checkpoint; the finished adapter is written to ``--out``
+with ``base_model_name_or_path`` set to the base's spec, so ``load_model(out)`` finds its base by name.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+REPO = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(REPO / "experiments" / "zoo"))
+from common import PrintLogs, hf_trainer_args, library_versions, positive  # noqa: E402
+
+__all__ = ["PrintLogs", "add_args", "base_model", "chat_prompt", "last_checkpoint", "lora_config", "positive",
+           "save_adapter", "train_task", "trainer_args"]
+
+TIERS = {"one": ("one", 1, 1), "easy": ("easy", 2, 2), "medium": ("medium", 3, 3)}
+"""Arith variants by their number of operations (see experiments/real/pilot.py); ``arith`` is the default mix."""
+
+
+def add_args(ap: argparse.ArgumentParser, *, steps: int, lr: float, save_every: int) -> None:
+    ap.add_argument("--base", default="real:smollm2-135m-instruct", help="the base's reachlens spec")
+    ap.add_argument("--task", default="easy", choices=[*TIERS, "arith"],
+                    help="arith variant whose train split the prompts come from (default easy: 2 operations)")
+    ap.add_argument("--n-train", type=positive(int), default=5000, help="size of the arith train split")
+    ap.add_argument("--work", required=True, help="durable folder for TRL's checkpoints (resumed when present)")
+    ap.add_argument("--out", required=True, help="folder for the finished adapter and its training.json")
+    ap.add_argument("--steps", type=positive(int), default=steps, help=f"optimizer steps (default {steps})")
+    ap.add_argument("--lr", type=positive(float), default=lr, help=f"learning rate (default {lr:g})")
+    ap.add_argument("--rank", type=positive(int), default=8, help="LoRA rank (default 8)")
+    ap.add_argument("--alpha", type=positive(int), default=16, help="LoRA alpha (default 16)")
+    ap.add_argument("--save-every", type=positive(int), default=save_every,
+                    help=f"checkpoint (and adapter snapshot) every N steps (default {save_every})")
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--threads", type=positive(int), default=2, help="torch threads (default 2)")
+    ap.add_argument("--log-every", type=positive(int), default=1, help="print metrics every N steps (default 1)")
+
+
+def train_task(variant: str, n_train: int):
+    """The train split of an arith variant (disjoint from its test split, which the audits read)."""
+    from reachlens.tasks import load_task
+    from reachlens.tasks.arith import Tier
+
+    options = {} if variant == "arith" else {"tiers": (Tier(*TIERS[variant]),)}
+    return load_task("arith", split="train", n_train=n_train, **options)
+
+
+def chat_prompt(task, question) -> list[dict[str, str]]:
+    """The conversational prompt TRL renders with the model's chat template (generation prompt added)."""
+    return [{"role": "user", "content": task.prompt(question, "qa")}]
+
+
+def base_model(spec: str):
+    """``(folder, model, tokenizer)``: the base's cached folder, float32, left padding."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from reachlens.models import resolve_spec
+
+    folder, _ = resolve_spec(spec)
+    tok = AutoTokenizer.from_pretrained(folder)
+    tok.padding_side = "left"
+    model = AutoModelForCausalLM.from_pretrained(folder, use_safetensors=True, dtype=torch.float32)
+    return folder, model, tok
+
+
+def lora_config(args):
+    from peft import LoraConfig
+
+    return LoraConfig(r=args.rank, lora_alpha=args.alpha, lora_dropout=0.0, bias="none", task_type="CAUSAL_LM",
+                      target_modules=["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"])
+
+
+def trainer_args(args, *, scheduler: str, warmup_steps: int) -> dict:
+    """The zoo's TrainingArguments (CPU, float32, no reporting) with checkpoints every ``--save-every`` steps."""
+    d = hf_trainer_args(output_dir=str(Path(args.work) / "trainer"), steps=args.steps, lr=args.lr, seed=args.seed,
+                        log_every=args.log_every, scheduler=scheduler, warmup_steps=warmup_steps)
+    return {**d, "save_strategy": "steps", "save_steps": args.save_every, "save_total_limit": 2,
+            "save_only_model": False}
+
+
+def last_checkpoint(args) -> str | None:
+    """The newest TRL checkpoint in ``--work`` (a resumed run starts there), or None."""
+    from transformers.trainer_utils import get_last_checkpoint
+
+    folder = Path(args.work) / "trainer"
+    return get_last_checkpoint(str(folder)) if folder.is_dir() else None
+
+
+def snapshot_callback(args, base_spec: str):
+    """Keeps the adapter at every checkpoint step as ``WORK/snapshots/sSTEP`` (the training trajectory)."""
+    from transformers import TrainerCallback
+
+    class Snapshots(TrainerCallback):
+        def on_save(self, targs, state, control, model=None, **kwargs):
+            save_adapter(model, Path(args.work) / "snapshots" / f"s{state.global_step}", base_spec,
+                         {"snapshot_step": state.global_step})
+
+    return Snapshots()
+
+
+def save_adapter(model, out: Path, base_spec: str, card: dict) -> None:
+    """The adapter (safetensors) with its base named by spec, and ``training.json``."""
+    out.mkdir(parents=True, exist_ok=True)
+    model.save_pretrained(out, safe_serialization=True)
+    cfg_path = out / "adapter_config.json"
+    cfg = json.loads(cfg_path.read_text())
+    cfg["base_model_name_or_path"] = base_spec
+    cfg_path.write_text(json.dumps(cfg, indent=2, sort_keys=True) + "\n")
+    (out / "training.json").write_text(json.dumps(card, indent=2, sort_keys=True, default=str) + "\n")
+
+
+def run_card(args, recipe: str, script: str, trainer, wall: float, extra: dict) -> dict:
+    """What ``training.json`` records: the command, seed, recipe, the trainer's log (restored across resumes)."""
+    return {
+        "recipe": recipe, "command": f"python experiments/real/{script} " + " ".join(sys.argv[1:]), "seed": args.seed,
+        "parent": args.base, "train_task": f"arith ({args.task}) train split, chat format", "prompt_format": "chat",
+        "task_variant": args.task, "n_train": args.n_train, "steps": args.steps, "lr": args.lr, "lora_rank": args.rank,
+        "lora_alpha": args.alpha, "threads": args.threads, "wall_seconds_this_session": round(wall, 1),
+        "log": [row for row in trainer.state.log_history if "train_runtime" not in row],
+        "versions": library_versions(), "finished": time.strftime("%Y-%m-%dT%H:%M:%S"), **extra,
+    }
