@@ -28,8 +28,8 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from lora import (  # noqa: E402
-    PrintLogs, add_args, base_model, chat_prompt, last_checkpoint, lora_config, positive, run_card, save_adapter,
-    snapshot_callback, train_task, trainer_args,
+    PrintLogs, add_args, base_model, chat_prompt, finished, last_checkpoint, lora_config, positive, run_card,
+    save_adapter, snapshot_callback, train_task, trainer_args,
 )
 
 LOG_KEYS = {"reward": "reward", "reward_std": "reward_std", "frac_reward_zero_std": "zero_std_groups",
@@ -59,6 +59,8 @@ def make_reward(grader):
 
 def main(argv=None) -> None:
     args = parse_args(argv)
+    if finished(args):
+        return
     torch.set_num_threads(args.threads)
     from datasets import Dataset
     from transformers import PrinterCallback

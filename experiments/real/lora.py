@@ -22,8 +22,8 @@ REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO / "experiments" / "zoo"))
 from common import PrintLogs, hf_trainer_args, library_versions, positive  # noqa: E402
 
-__all__ = ["PrintLogs", "add_args", "base_model", "chat_prompt", "last_checkpoint", "lora_config", "positive",
-           "save_adapter", "train_task", "trainer_args"]
+__all__ = ["PrintLogs", "add_args", "base_model", "chat_prompt", "finished", "last_checkpoint", "lora_config",
+           "positive", "save_adapter", "train_task", "trainer_args"]
 
 TIERS = {"one": ("one", 1, 1), "easy": ("easy", 2, 2), "medium": ("medium", 3, 3)}
 """Arith variants by their number of operations (see experiments/real/pilot.py); ``arith`` is the default mix."""
@@ -95,6 +95,15 @@ def last_checkpoint(args) -> str | None:
 
     folder = Path(args.work) / "trainer"
     return get_last_checkpoint(str(folder)) if folder.is_dir() else None
+
+
+def finished(args) -> bool:
+    """Whether ``--out`` already holds this run's adapter at ``--steps`` (a chain of runs started again skips it)."""
+    card = Path(args.out) / "training.json"
+    if card.is_file() and json.loads(card.read_text()).get("steps") == args.steps:
+        print(f"{args.out} already holds the adapter after {args.steps} steps; nothing to do", flush=True)
+        return True
+    return False
 
 
 def snapshot_callback(args, base_spec: str):

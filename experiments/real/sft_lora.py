@@ -23,8 +23,8 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from lora import (  # noqa: E402
-    PrintLogs, add_args, base_model, chat_prompt, last_checkpoint, lora_config, positive, run_card, save_adapter,
-    snapshot_callback, train_task, trainer_args,
+    PrintLogs, add_args, base_model, chat_prompt, finished, last_checkpoint, lora_config, positive, run_card,
+    save_adapter, snapshot_callback, train_task, trainer_args,
 )
 
 LOG_KEYS = {"loss": "loss", "mean_token_accuracy": "token_acc", "learning_rate": "lr", "grad_norm": "grad_norm"}
@@ -40,6 +40,8 @@ def parse_args(argv):
 
 def main(argv=None) -> None:
     args = parse_args(argv)
+    if finished(args):
+        return
     torch.set_num_threads(args.threads)
     from datasets import Dataset
     from transformers import PrinterCallback

@@ -97,7 +97,8 @@ def merged_folder(base_folder: str | os.PathLike, base_fingerprint: str, adapter
     """The folder of the base at ``base_folder`` with the adapter at ``adapter`` merged in, made once in the
     model cache (keyed by the base's fingerprint and the adapter's files).
 
-    >>> merged_folder(resolve_spec("zoo:base")[0], model_identity("zoo:base").fingerprint, "runs/lora")  # doctest: +SKIP
+    >>> base = "zoo:base"
+    >>> merged_folder(resolve_spec(base)[0], model_identity(base).fingerprint, "runs/lora")  # doctest: +SKIP
     """
     adapter, base_folder = Path(adapter), Path(base_folder)
     spec = str(adapter) if spec is None else spec

@@ -92,7 +92,8 @@ class ModelIdentity:
     gguf_sha256: str | None = None
     """The SHA-256 (64 hex digits) of that GGUF file."""
     base: str | None = None
-    """For a base + adapter (:mod:`reachlens.models.adapters`): the base's spec and fingerprint (``SPEC sha256:...``)."""
+    """For a base + adapter (:mod:`reachlens.models.adapters`): the base's spec and fingerprint
+    (``SPEC sha256:...``)."""
     adapter: str | None = None
     """For a base + adapter: the fingerprint of the adapter's files (the identity's own fingerprint covers both)."""
 

@@ -174,11 +174,13 @@ if __name__ == "__main__":  # python -m reachlens.models.testing FAMILY FOLDER
 
 
 TINY_CHAT_TEMPLATE = (
-    "{% for message in messages %}{{ '<|im_start|>' + message['role'] + '\\n' + message['content'] + '<|im_end|>' + '\\n' }}"
-    "{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}"
+    "{% for message in messages %}"
+    "{{ '<|im_start|>' + message['role'] + '\\n' + message['content'] + '<|im_end|>' + '\\n' }}{% endfor %}"
+    "{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}"
 )
 """A ChatML template, SmolLM2's shape without its default system turn."""
-_TINY_CORPUS = "Q: What is 17 + 25?\nA: 17 + 25 = 42. The answer is 42.\n" * 4 + "the quick brown fox jumps over 0123456789"
+_TINY_CORPUS = ("Q: What is 17 + 25?\nA: 17 + 25 = 42. The answer is 42.\n" * 4
+                + "the quick brown fox jumps over 0123456789")
 
 
 def _tiny_byte_bpe(vocab_size: int):
