@@ -1,7 +1,7 @@
 """GRPO (the zoo's recipe, experiments/zoo/rl_grpo.py, TRL's GRPOTrainer) as a LoRA adapter on a real checkpoint.
 
     nice -n 10 python experiments/real/grpo_lora.py --base real:smollm2-135m-instruct --task easy \\
-        --work /work/i54-train/grpo --out /work/i54-train/grpo/adapter --steps 150 --seed 0
+        --work /work/i54-train/easy/grpo --out /work/i54-train/easy/grpo/adapter --steps 100 --seed 0
 
 Started again with the same command, it resumes from the newest checkpoint in ``--work`` (TRL's own: adapter,
 optimizer, scheduler, RNG and trainer state, every ``--save-every`` steps; the adapter at each of those steps is
@@ -38,7 +38,7 @@ LOG_KEYS = {"reward": "reward", "reward_std": "reward_std", "frac_reward_zero_st
 
 def parse_args(argv):
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    add_args(ap, steps=150, lr=1e-4, save_every=5)
+    add_args(ap, steps=100, lr=1e-4, save_every=5)
     ap.add_argument("--num-generations", type=int, default=8, help="group size: completions per prompt (>= 2)")
     ap.add_argument("--prompts-per-step", type=positive(int), default=4, help="distinct prompts per batch (default 4)")
     ap.add_argument("--temperature", type=positive(float), default=1.0, help="sampling temperature (default 1.0)")

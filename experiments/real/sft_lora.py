@@ -1,7 +1,7 @@
 """SFT on gold worked solutions (the zoo's sft.py, TRL's SFTTrainer) as a LoRA adapter on a real checkpoint.
 
     nice -n 10 python experiments/real/sft_lora.py --base real:smollm2-135m-instruct --task easy \\
-        --work /work/i54-train/sft --out /work/i54-train/sft/adapter --steps 300 --seed 0
+        --work /work/i54-train/easy/sft --out /work/i54-train/easy/sft/adapter --steps 150 --seed 0
 
 The data are the arith variant's train split as chat conversations: the user turn is the question's ``qa`` text
 (as deployed and audited), the assistant turn its gold worked solution (``94+2=96;96-39=57;57-48=9 #### 9``, the
@@ -32,7 +32,7 @@ LOG_KEYS = {"loss": "loss", "mean_token_accuracy": "token_acc", "learning_rate":
 
 def parse_args(argv):
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    add_args(ap, steps=300, lr=2e-4, save_every=25)
+    add_args(ap, steps=150, lr=2e-4, save_every=10)
     ap.add_argument("--batch", type=positive(int), default=16, help="conversations per step (default 16)")
     ap.add_argument("--warmup-steps", type=int, default=10, help="linear warm-up steps (default 10)")
     return ap.parse_args(argv)

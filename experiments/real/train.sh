@@ -15,6 +15,6 @@ WORK=${WORK:-/work/i54-train/$TASK}
 LOGS=${LOGS:-/tmp/i54}
 mkdir -p "$WORK" "$LOGS"
 nice -n 10 "$PY" experiments/real/sft_lora.py --base real:smollm2-135m-instruct --task "$TASK" \
-    --work "$WORK/sft" --out "$WORK/sft/adapter" --steps 300 --seed 0 >> "$LOGS/sft.log" 2>&1
+    --work "$WORK/sft" --out "$WORK/sft/adapter" --steps 150 --seed 0 >> "$LOGS/sft.log" 2>&1
 nice -n 10 "$PY" experiments/real/grpo_lora.py --base real:smollm2-135m-instruct --task "$TASK" \
-    --work "$WORK/grpo" --out "$WORK/grpo/adapter" --steps 150 --seed 0 >> "$LOGS/grpo.log" 2>&1
+    --work "$WORK/grpo" --out "$WORK/grpo/adapter" --steps 100 --seed 0 >> "$LOGS/grpo.log" 2>&1
