@@ -79,12 +79,10 @@ def main(argv=None) -> None:
 def check_first_example(trainer, tok) -> None:
     """Fail early unless the loss covers the assistant's reply (the worked solution and its end of turn) alone."""
     row = trainer.train_dataset[0]
-    mask = row.get("completion_mask") or row.get("assistant_masks")
-    if mask is None:
-        return  # this TRL masks at collation; its own tests cover it
-    reply = tok.decode([t for t, m in zip(row["input_ids"], mask) if m])
-    if "####" not in reply or "user" in reply:
-        raise SystemExit(f"unexpected SFT loss mask: the loss covers {reply!r}; want the worked solution alone")
+    reply = tok.decode([label for label in row["labels"] if label != -100])
+    if "####" not in reply or "user" in reply or not reply.rstrip().endswith(tok.eos_token):
+        raise SystemExit(f"unexpected SFT labels: the loss covers {reply!r}; want the worked solution and its "
+                         f"{tok.eos_token!r} alone")
 
 
 if __name__ == "__main__":
