@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# The real RL and SFT descendants of SmolLM2-135M-Instruct (issue 54, item 3): SFT on gold worked solutions, then
-# GRPO, each a LoRA adapter, one after the other (one long computation at a time), niced, logs in $LOGS.
+# The real RL and SFT descendants of SmolLM2-135M-Instruct (issue 54, item 3): GRPO, then SFT on gold worked
+# solutions, each a LoRA adapter, one after the other (one long computation at a time), niced, logs in $LOGS.
 #
 #     nohup bash experiments/real/train.sh > /tmp/i54/train.log 2>&1 &
 #
@@ -14,7 +14,7 @@ TASK=${TASK:-easy}
 WORK=${WORK:-/work/i54-train/$TASK}
 LOGS=${LOGS:-/tmp/i54}
 mkdir -p "$WORK" "$LOGS"
-nice -n 10 "$PY" experiments/real/sft_lora.py --base real:smollm2-135m-instruct --task "$TASK" \
-    --work "$WORK/sft" --out "$WORK/sft/adapter" --steps 150 --seed 0 >> "$LOGS/sft.log" 2>&1
 nice -n 10 "$PY" experiments/real/grpo_lora.py --base real:smollm2-135m-instruct --task "$TASK" \
     --work "$WORK/grpo" --out "$WORK/grpo/adapter" --steps 100 --seed 0 >> "$LOGS/grpo.log" 2>&1
+nice -n 10 "$PY" experiments/real/sft_lora.py --base real:smollm2-135m-instruct --task "$TASK" \
+    --work "$WORK/sft" --out "$WORK/sft/adapter" --steps 150 --seed 0 >> "$LOGS/sft.log" 2>&1
