@@ -4,8 +4,9 @@
         --work /work/i54-train/easy/grpo --out /work/i54-train/easy/grpo/adapter --steps 100 --seed 0
 
 Started again with the same command, it resumes from the newest checkpoint in ``--work`` (TRL's own: adapter,
-optimizer, scheduler, RNG and trainer state, every ``--save-every`` steps; the adapter at each of those steps is
-kept in ``WORK/snapshots/sSTEP``, the training trajectory). The finished adapter goes to ``--out``
+optimizer, scheduler, RNG and trainer state, every ``--save-every`` steps, by default every step: a step costs
+minutes on a CPU; the adapter every ``--snapshot-every`` steps is kept in ``WORK/snapshots/sSTEP``, the training
+trajectory). The finished adapter goes to ``--out``
 (``adapter_config.json`` naming the base by its spec, ``adapter_model.safetensors``, ``training.json`` with the
 command, seed and the reward curve); ``reachlens audit OUT ...`` loads it on its base.
 
@@ -38,7 +39,7 @@ LOG_KEYS = {"reward": "reward", "reward_std": "reward_std", "frac_reward_zero_st
 
 def parse_args(argv):
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    add_args(ap, steps=100, lr=1e-4, save_every=5)
+    add_args(ap, steps=100, lr=1e-4, save_every=1)
     ap.add_argument("--num-generations", type=int, default=8, help="group size: completions per prompt (>= 2)")
     ap.add_argument("--prompts-per-step", type=positive(int), default=4, help="distinct prompts per batch (default 4)")
     ap.add_argument("--temperature", type=positive(float), default=1.0, help="sampling temperature (default 1.0)")

@@ -41,7 +41,9 @@ def add_args(ap: argparse.ArgumentParser, *, steps: int, lr: float, save_every: 
     ap.add_argument("--rank", type=positive(int), default=8, help="LoRA rank (default 8)")
     ap.add_argument("--alpha", type=positive(int), default=16, help="LoRA alpha (default 16)")
     ap.add_argument("--save-every", type=positive(int), default=save_every,
-                    help=f"checkpoint (and adapter snapshot) every N steps (default {save_every})")
+                    help=f"checkpoint every N steps (default {save_every}): a stopped run loses at most N-1 steps")
+    ap.add_argument("--snapshot-every", type=positive(int), default=10,
+                    help="keep the adapter every N steps in WORK/snapshots (the training trajectory; default 10)")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--threads", type=positive(int), default=2, help="torch threads (default 2)")
     ap.add_argument("--log-every", type=positive(int), default=1, help="print metrics every N steps (default 1)")
@@ -107,11 +109,14 @@ def finished(args) -> bool:
 
 
 def snapshot_callback(args, base_spec: str):
-    """Keeps the adapter at every checkpoint step as ``WORK/snapshots/sSTEP`` (the training trajectory)."""
+    """Keeps the adapter every ``--snapshot-every`` steps (and the last) as ``WORK/snapshots/sSTEP``: the training
+    trajectory (a checkpoint step that is a multiple of it; ``--save-every`` should divide it)."""
     from transformers import TrainerCallback
 
     class Snapshots(TrainerCallback):
         def on_save(self, targs, state, control, model=None, **kwargs):
+            if state.global_step % args.snapshot_every and state.global_step != args.steps:
+                return
             save_adapter(model, Path(args.work) / "snapshots" / f"s{state.global_step}", base_spec,
                          {"snapshot_step": state.global_step})
 
