@@ -22,15 +22,13 @@ from __future__ import annotations
 
 import argparse
 import sys
-import time
 from pathlib import Path
 
-import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from lora import (  # noqa: E402
-    PrintLogs, add_args, base_model, chat_prompt, finished, last_checkpoint, lora_config, positive, run_card,
-    save_adapter, snapshot_callback, train_task, trainer_args,
+    PrintLogs, add_args, chat_prompt, lora_config, positive, prepare, run_card, save_adapter, snapshot_callback,
+    train, trainer_args,
 )
 
 LOG_KEYS = {"reward": "reward", "reward_std": "reward_std", "frac_reward_zero_std": "zero_std_groups",
@@ -60,19 +58,16 @@ def make_reward(grader):
 
 def main(argv=None) -> None:
     args = parse_args(argv)
-    if finished(args):
+    if (ready := prepare(args)) is None:
         return
-    torch.set_num_threads(args.threads)
+    task, model, tok = ready
     from datasets import Dataset
-    from transformers import PrinterCallback
     from trl import GRPOConfig, GRPOTrainer
 
     from reachlens.grading import get_grader
 
-    task = train_task(args.task, args.n_train)
     data = Dataset.from_dict({"prompt": [chat_prompt(task, q) for q in task.questions],
                               "gold": [q.gold for q in task.questions]})
-    _, model, tok = base_model(args.base)
     config = GRPOConfig(
         **trainer_args(args, scheduler="constant", warmup_steps=0),
         per_device_train_batch_size=args.prompts_per_step * args.num_generations,
@@ -84,16 +79,8 @@ def main(argv=None) -> None:
     trainer = GRPOTrainer(model=model, reward_funcs=make_reward(get_grader("numeric")), args=config, train_dataset=data,
                           processing_class=tok, peft_config=lora_config(args),
                           callbacks=[printer, snapshot_callback(args, args.base)])
-    trainer.remove_callback(PrinterCallback)
-    resume = last_checkpoint(args)
-    trainable = sum(p.numel() for p in trainer.model.parameters() if p.requires_grad)
-    print(f"grpo-lora on {args.base}: {trainable:,} trainable parameters, {args.steps} steps x {args.prompts_per_step} "
-          f"prompts x {args.num_generations} generations, lr {args.lr:g}, T {args.temperature:g}, "
-          f"{torch.get_num_threads()} thread(s); " + (f"resuming from {resume}" if resume else "from the start"),
-          flush=True)
-    t0 = time.perf_counter()
-    trainer.train(resume_from_checkpoint=resume)
-    wall = time.perf_counter() - t0
+    wall, trainable = train(trainer, args, f"grpo-lora, {args.steps} steps x {args.prompts_per_step} prompts x "
+                            f"{args.num_generations} generations, lr {args.lr:g}, T {args.temperature:g}")
     rewards = [(row["step"], row["reward"]) for row in trainer.state.log_history if "reward" in row]
     save_adapter(trainer.model, Path(args.out), args.base, run_card(args, "grpo", "grpo_lora.py", trainer, wall, {
         "reward": "numeric grader on the whole reply (1 correct, 0 not)", "loss_type": "grpo", "epsilon": 0.2,

@@ -23,7 +23,8 @@ sys.path.insert(0, str(REPO / "experiments" / "zoo"))
 from common import PrintLogs, hf_trainer_args, library_versions, positive  # noqa: E402
 
 __all__ = ["PrintLogs", "add_args", "base_model", "chat_prompt", "finished", "last_checkpoint", "lora_config",
-           "positive", "save_adapter", "train_task", "trainer_args"]
+           "positive", "prepare", "run_card", "save_adapter", "snapshot_callback", "train", "train_task",
+           "trainer_args"]
 
 TIERS = {"one": ("one", 1, 1), "easy": ("easy", 2, 2), "medium": ("medium", 3, 3)}
 """Arith variants by their number of operations (see experiments/real/pilot.py); ``arith`` is the default mix."""
@@ -106,6 +107,32 @@ def finished(args) -> bool:
         print(f"{args.out} already holds the adapter after {args.steps} steps; nothing to do", flush=True)
         return True
     return False
+
+
+def prepare(args):
+    """``(task, model, tokenizer)`` of a run: torch's threads set, the train split, the base loaded; None when
+    ``--out`` already holds the finished adapter (:func:`finished`)."""
+    if finished(args):
+        return None
+    torch.set_num_threads(args.threads)
+    task = train_task(args.task, args.n_train)
+    _, model, tok = base_model(args.base)
+    return task, model, tok
+
+
+def train(trainer, args, what: str) -> tuple[float, int]:
+    """Run ``trainer`` from the newest checkpoint in ``--work`` (or the start), printing ``what`` first; returns
+    (seconds this session, trainable parameters)."""
+    from transformers import PrinterCallback
+
+    trainer.remove_callback(PrinterCallback)  # disable_tqdm adds it; it prints every raw log dict
+    resume = last_checkpoint(args)
+    trainable = sum(p.numel() for p in trainer.model.parameters() if p.requires_grad)
+    print(f"{what} on {args.base}: {trainable:,} trainable parameters, {torch.get_num_threads()} thread(s); "
+          + (f"resuming from {resume}" if resume else "from the start"), flush=True)
+    t0 = time.perf_counter()
+    trainer.train(resume_from_checkpoint=resume)
+    return time.perf_counter() - t0, trainable
 
 
 def snapshot_callback(args, base_spec: str):

@@ -16,15 +16,13 @@ from __future__ import annotations
 
 import argparse
 import sys
-import time
 from pathlib import Path
 
-import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from lora import (  # noqa: E402
-    PrintLogs, add_args, base_model, chat_prompt, finished, last_checkpoint, lora_config, positive, run_card,
-    save_adapter, snapshot_callback, train_task, trainer_args,
+    PrintLogs, add_args, chat_prompt, lora_config, positive, prepare, run_card, save_adapter, snapshot_callback,
+    train, trainer_args,
 )
 
 LOG_KEYS = {"loss": "loss", "mean_token_accuracy": "token_acc", "learning_rate": "lr", "grad_norm": "grad_norm"}
@@ -40,35 +38,25 @@ def parse_args(argv):
 
 def main(argv=None) -> None:
     args = parse_args(argv)
-    if finished(args):
+    if (ready := prepare(args)) is None:
         return
-    torch.set_num_threads(args.threads)
+    task, model, tok = ready
     from datasets import Dataset
-    from transformers import PrinterCallback
     from trl import SFTConfig, SFTTrainer
 
-    task = train_task(args.task, args.n_train)
     data = Dataset.from_dict({
         "prompt": [chat_prompt(task, q) for q in task.questions],
         "completion": [[{"role": "assistant", "content": q.solution.strip()}] for q in task.questions],
     })
-    _, model, tok = base_model(args.base)
     config = SFTConfig(**trainer_args(args, scheduler="cosine", warmup_steps=args.warmup_steps),
                        per_device_train_batch_size=args.batch, completion_only_loss=True, packing=False,
                        max_length=256, dataset_num_proc=None)
     printer = PrintLogs(LOG_KEYS)
     trainer = SFTTrainer(model=model, args=config, train_dataset=data, processing_class=tok,
                          peft_config=lora_config(args), callbacks=[printer, snapshot_callback(args, args.base)])
-    trainer.remove_callback(PrinterCallback)
     check_first_example(trainer, tok)
-    resume = last_checkpoint(args)
-    trainable = sum(p.numel() for p in trainer.model.parameters() if p.requires_grad)
-    print(f"sft-lora on {args.base}: {trainable:,} trainable parameters, {args.steps} steps x {args.batch}, "
-          f"lr {args.lr:g} (cosine), {len(data):,} conversations, {torch.get_num_threads()} thread(s); "
-          + (f"resuming from {resume}" if resume else "from the start"), flush=True)
-    t0 = time.perf_counter()
-    trainer.train(resume_from_checkpoint=resume)
-    wall = time.perf_counter() - t0
+    wall, trainable = train(trainer, args, f"sft-lora, {args.steps} steps x {args.batch}, lr {args.lr:g} (cosine), "
+                                           f"{len(data):,} conversations")
     save_adapter(trainer.model, Path(args.out), args.base, run_card(args, "sft", "sft_lora.py", trainer, wall, {
         "data": "gold worked solutions as the assistant turn, loss on it only", "batch": args.batch,
         "warmup_steps": args.warmup_steps, "trainable_parameters": trainable,
