@@ -1,7 +1,7 @@
 """GRPO (the zoo's recipe, experiments/zoo/rl_grpo.py, TRL's GRPOTrainer) as a LoRA adapter on a real checkpoint.
 
-    nice -n 10 python experiments/real/grpo_lora.py --base real:smollm2-135m-instruct --task easy \\
-        --work /work/i54-train/easy/grpo --out /work/i54-train/easy/grpo/adapter --steps 100 --seed 0
+    nice -n 10 python experiments/real/grpo_lora.py --base real:smollm2-135m-instruct --task arith_small \\
+        --work /work/real-train/arith_small/grpo --out /work/real-train/arith_small/grpo/adapter --steps 100 --seed 0
 
 Started again with the same command, it resumes from the newest checkpoint in ``--work`` (TRL's own: adapter,
 optimizer, scheduler, RNG and trainer state, every ``--save-every`` steps, by default every step: a step costs
@@ -12,8 +12,9 @@ command, seed and the reward curve); ``reachlens audit OUT ...`` loads it on its
 
 The recipe is the zoo's ``grpo``: TRL's ``loss_type="grpo"``, one on-policy step per generated batch, clip 0.2,
 no KL term (``beta`` 0), group-scaled rewards, temperature 1.0, no top-k. What differs, because this model is an
-instruct model deployed in chat: the prompts are the train split's ``qa`` text as the user turn of its chat template
-(TRL renders conversational prompts with the tokenizer's template), completions run to EOS (``<|im_end|>``) or
+instruct model deployed in chat: the prompts are the train split's questions in the task's default format as the
+user turn of its chat template (TRL renders conversational prompts with the tokenizer's template), completions run
+to EOS (``<|im_end|>``) or
 ``--max-completion-length``, and the reward is the project's numeric grader on the whole reply (the audit's
 protocol: chat format, no ``"\\n"`` stop). Only the LoRA matrices train (peft, every linear map of every block).
 """

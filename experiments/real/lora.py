@@ -1,7 +1,8 @@
 """Shared pieces of the real checkpoints' LoRA training scripts (grpo_lora.py, sft_lora.py).
 
 The base is a reachlens spec (``real:smollm2-135m-instruct``): its cached HuggingFace folder is what TRL trains
-on, through peft's LoRA; prompts are the task's ``qa`` text as the user turn of the model's chat template (chat
+on, through peft's LoRA; prompts are the task's default format (``arith_small``'s
+``what`` question) as the user turn of the model's chat template (chat
 format, as the model is deployed and audited). A run works in ``--work`` (a durable folder outside the repository):
 TRL's checkpoints (adapter, optimizer, scheduler, RNG, trainer state) every ``--save-every`` steps, so a killed run
 started again with the same command resumes from its last checkpoint; the finished adapter is written to ``--out``
@@ -22,19 +23,21 @@ REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO / "experiments" / "zoo"))
 from common import PrintLogs, hf_trainer_args, library_versions, positive  # noqa: E402
 
-__all__ = ["PrintLogs", "add_args", "base_model", "chat_prompt", "finished", "last_checkpoint", "lora_config",
+__all__ = ["TASKS", "PrintLogs", "add_args", "base_model", "chat_prompt", "finished", "last_checkpoint", "lora_config",
            "positive", "prepare", "run_card", "save_adapter", "snapshot_callback", "train", "train_task",
            "trainer_args"]
 
-TIERS = {"one": ("one", 1, 1), "easy": ("easy", 2, 2), "medium": ("medium", 3, 3)}
-"""Arith variants by their number of operations (see experiments/real/pilot.py); ``arith`` is the default mix."""
+TASKS = ("arith_small", "arith", "arith_hard")
+"""The generated tasks a run may train on (its train split, disjoint from the test split the audits read);
+``arith_small`` is the one the pilot chose for SmolLM2-135M-Instruct (notes/real-checkpoints.md)."""
 
 
 def add_args(ap: argparse.ArgumentParser, *, steps: int, lr: float, save_every: int) -> None:
     ap.add_argument("--base", default="real:smollm2-135m-instruct", help="the base's reachlens spec")
-    ap.add_argument("--task", default="easy", choices=[*TIERS, "arith"],
-                    help="arith variant whose train split the prompts come from (default easy: 2 operations)")
-    ap.add_argument("--n-train", type=positive(int), default=5000, help="size of the arith train split")
+    ap.add_argument("--task", default="arith_small", choices=TASKS,
+                    help="the task whose train split the prompts come from (default arith_small)")
+    ap.add_argument("--n-train", type=positive(int), default=None,
+                    help="the first N questions of the train split (default: the task's whole train split)")
     ap.add_argument("--work", required=True, help="durable folder for TRL's checkpoints (resumed when present)")
     ap.add_argument("--out", required=True, help="folder for the finished adapter and its training.json")
     ap.add_argument("--steps", type=positive(int), default=steps, help=f"optimizer steps (default {steps})")
@@ -50,18 +53,18 @@ def add_args(ap: argparse.ArgumentParser, *, steps: int, lr: float, save_every: 
     ap.add_argument("--log-every", type=positive(int), default=1, help="print metrics every N steps (default 1)")
 
 
-def train_task(variant: str, n_train: int):
-    """The train split of an arith variant (disjoint from its test split, which the audits read)."""
+def train_task(name: str, n: int | None = None):
+    """The train split of a generated task (disjoint from its test split, which the audits read), its first ``n``
+    questions where given."""
     from reachlens.tasks import load_task
-    from reachlens.tasks.arith import Tier
 
-    options = {} if variant == "arith" else {"tiers": (Tier(*TIERS[variant]),)}
-    return load_task("arith", split="train", n_train=n_train, **options)
+    return load_task(name, split="train", n=n)
 
 
 def chat_prompt(task, question) -> list[dict[str, str]]:
-    """The conversational prompt TRL renders with the model's chat template (generation prompt added)."""
-    return [{"role": "user", "content": task.prompt(question, "qa")}]
+    """The conversational prompt TRL renders with the model's chat template (generation prompt added): the task's
+    default format as the user turn, as ``prompt_format="chat"`` deploys it."""
+    return [{"role": "user", "content": task.prompt(question)}]
 
 
 def base_model(spec: str):
@@ -165,8 +168,8 @@ def run_card(args, recipe: str, script: str, trainer, wall: float, extra: dict) 
     """What ``training.json`` records: the command, seed, recipe, the trainer's log (restored across resumes)."""
     return {
         "recipe": recipe, "command": f"python experiments/real/{script} " + " ".join(sys.argv[1:]), "seed": args.seed,
-        "parent": args.base, "train_task": f"arith ({args.task}) train split, chat format", "prompt_format": "chat",
-        "task_variant": args.task, "n_train": args.n_train, "steps": args.steps, "lr": args.lr, "lora_rank": args.rank,
+        "parent": args.base, "train_task": f"{args.task} train split, chat format", "prompt_format": "chat",
+        "task": args.task, "n_train": args.n_train, "steps": args.steps, "lr": args.lr, "lora_rank": args.rank,
         "lora_alpha": args.alpha, "threads": args.threads, "wall_seconds_this_session": round(wall, 1),
         "log": [row for row in trainer.state.log_history if "train_runtime" not in row],
         "versions": library_versions(), "finished": time.strftime("%Y-%m-%dT%H:%M:%S"), **extra,

@@ -1,9 +1,9 @@
 """SFT on gold worked solutions (the zoo's sft.py, TRL's SFTTrainer) as a LoRA adapter on a real checkpoint.
 
-    nice -n 10 python experiments/real/sft_lora.py --base real:smollm2-135m-instruct --task easy \\
-        --work /work/i54-train/easy/sft --out /work/i54-train/easy/sft/adapter --steps 150 --seed 0
+    nice -n 10 python experiments/real/sft_lora.py --base real:smollm2-135m-instruct --task arith_small \\
+        --work /work/real-train/arith_small/sft --out /work/real-train/arith_small/sft/adapter --steps 150 --seed 0
 
-The data are the arith variant's train split as chat conversations: the user turn is the question's ``qa`` text
+The data are the task's train split as chat conversations: the user turn is the question in the task's default format
 (as deployed and audited), the assistant turn its gold worked solution (``94+2=96;96-39=57;57-48=9 #### 9``, the
 slip-free solution the zoo's SFT trains on); TRL renders both with the tokenizer's chat template and puts the loss
 on the assistant turn only (its closing ``<|im_end|>`` included). Only the LoRA matrices train (peft). Started

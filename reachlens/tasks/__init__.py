@@ -1,6 +1,6 @@
 """Tasks: questions, prompt formats and loaders (``load_task``). Importing registers every built-in."""
 
-from reachlens.tasks import arith as _arith  # noqa: F401  (registers "arith", "arith_hard")
+from reachlens.tasks import arith as _arith  # noqa: F401  (registers "arith", "arith_hard", "arith_small")
 from reachlens.tasks import arith_mc as _arith_mc  # noqa: F401  (registers "arith_mc")
 from reachlens.tasks import arith_null as _arith_null  # noqa: F401  (registers "arith_null", the negative control)
 from reachlens.tasks._file_loaders import (

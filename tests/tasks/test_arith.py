@@ -318,3 +318,22 @@ def test_arith_hard_is_its_own_tier_with_its_own_disjoint_splits():
     assert load_task("arith", n=1).questions[0].question_id == "arith-test-00000"
     with pytest.raises(ReachlensError, match="family"):
         load_task("arith_hard", family="arith")
+
+
+def test_arith_small_is_one_operation_on_small_operands_asked_in_english():
+    """``arith_small`` (the real checkpoints' task): one + or - of operands in 1..20, asked "What is a - b?" by
+    default, no stop string (an instruct model answers to its end of turn), disjoint 300 test and 480 train
+    questions that together hold all but 20 of the 800 expressions, each gold the expression's value."""
+    test, train = load_task("arith_small"), load_task("arith_small", split="train")
+    assert (len(test), len(train), test.stop, test.default_format, test.max_new_tokens) == (300, 480, (), "what", 96)
+    q = test.questions[0]
+    assert q.question_id == "arith_small-test-00000" and test.prompt(q) == f"What is {q.fields['expr_spaced']}?"
+    assert test.prompt(q, "qa") == f"Q: {q.fields['expr']}=?\nA:"
+    exprs = [q.fields["expr"] for q in test.questions + train.questions]
+    assert len(set(exprs)) == 780
+    for q in test.questions + train.questions:
+        a, op, b = re.fullmatch(r"(\d+)([+-])(\d+)", q.fields["expr"]).groups()
+        assert 1 <= int(a) <= 20 and 1 <= int(b) <= 20
+        assert int(q.gold) == (int(a) + int(b) if op == "+" else int(a) - int(b))
+    with pytest.raises(ReachlensError, match="ran out"):
+        load_task("arith_small", split="train", n_train=600)
