@@ -213,7 +213,6 @@ def make_tiny_gguf(path: str | Path, *, n_layers: int = 2, d_model: int = 64, n_
     >>> reference = make_tiny_gguf(tmp_path / "tiny.gguf")  # doctest: +SKIP
     """
     import gguf
-    import numpy as np
     import torch
     from transformers import LlamaConfig, LlamaForCausalLM
 
@@ -229,19 +228,38 @@ def make_tiny_gguf(path: str | Path, *, n_layers: int = 2, d_model: int = 64, n_
     file_type = {"F32": gguf.LlamaFileType.ALL_F32, "Q8_0": gguf.LlamaFileType.MOSTLY_Q8_0}[quantization]
 
     w = gguf.GGUFWriter(str(path), "llama")
-    w.add_name("tiny-llama"), w.add_block_count(n_layers), w.add_context_length(512)
-    w.add_embedding_length(d_model), w.add_feed_forward_length(d_mlp), w.add_head_count(n_heads)
-    w.add_head_count_kv(n_kv_heads), w.add_layer_norm_rms_eps(1e-5), w.add_rope_freq_base(10000.0)
-    w.add_rope_dimension_count(d_model // n_heads), w.add_vocab_size(vocab), w.add_file_type(file_type)
-    w.add_tokenizer_model("gpt2"), w.add_tokenizer_pre("smollm")
-    w.add_token_list([tok.id_to_token(i) for i in range(vocab)])
-    w.add_token_types([gguf.TokenType.CONTROL if i < 3 else gguf.TokenType.NORMAL for i in range(vocab)])
+    _gguf_metadata(w, tok, cfg, file_type)
+    _gguf_tensors(w, model.state_dict(), cfg, qtype)
+    w.write_header_to_file(), w.write_kv_data_to_file(), w.write_tensors_to_file()
+    w.close()
+    return model
+
+
+def _gguf_metadata(w, tok, cfg, file_type) -> None:
+    """The ``llama`` metadata and the byte-level BPE vocabulary of :func:`make_tiny_gguf`'s file."""
     import json
 
+    import gguf
+
+    vocab = tok.get_vocab_size()
+    w.add_name("tiny-llama"), w.add_block_count(cfg.num_hidden_layers), w.add_context_length(512)
+    w.add_embedding_length(cfg.hidden_size), w.add_feed_forward_length(cfg.intermediate_size)
+    w.add_head_count(cfg.num_attention_heads), w.add_head_count_kv(cfg.num_key_value_heads)
+    w.add_layer_norm_rms_eps(1e-5), w.add_rope_freq_base(10000.0)
+    w.add_rope_dimension_count(cfg.hidden_size // cfg.num_attention_heads), w.add_vocab_size(vocab)
+    w.add_file_type(file_type), w.add_tokenizer_model("gpt2"), w.add_tokenizer_pre("smollm")
+    w.add_token_list([tok.id_to_token(i) for i in range(vocab)])
+    w.add_token_types([gguf.TokenType.CONTROL if i < 3 else gguf.TokenType.NORMAL for i in range(vocab)])
     merges = json.loads(tok.to_str())["model"]["merges"]
     w.add_token_merges([m if isinstance(m, str) else " ".join(m) for m in merges])
     w.add_bos_token_id(1), w.add_eos_token_id(2), w.add_unk_token_id(0), w.add_pad_token_id(2)
     w.add_add_bos_token(False), w.add_chat_template(TINY_CHAT_TEMPLATE)
+
+
+def _gguf_tensors(w, sd, cfg, qtype) -> None:
+    """A Llama state dict as GGUF tensors (Q and K permuted as llama.cpp does; norms never quantized)."""
+    import gguf
+    import numpy as np
 
     def tensor(name: str, value, quantize: bool = True) -> None:
         data = value.detach().float().numpy().astype(np.float32)
@@ -250,20 +268,15 @@ def make_tiny_gguf(path: str | Path, *, n_layers: int = 2, d_model: int = 64, n_
         else:
             w.add_tensor(name, data)
 
-    sd = model.state_dict()
     tensor("token_embd.weight", sd["model.embed_tokens.weight"])
     tensor("output_norm.weight", sd["model.norm.weight"], quantize=False)
-    for i in range(n_layers):
+    for i in range(cfg.num_hidden_layers):
         p = f"model.layers.{i}."
         tensor(f"blk.{i}.attn_norm.weight", sd[p + "input_layernorm.weight"], quantize=False)
         tensor(f"blk.{i}.ffn_norm.weight", sd[p + "post_attention_layernorm.weight"], quantize=False)
-        tensor(f"blk.{i}.attn_q.weight", _llama_cpp_permute(sd[p + "self_attn.q_proj.weight"], n_heads))
-        tensor(f"blk.{i}.attn_k.weight", _llama_cpp_permute(sd[p + "self_attn.k_proj.weight"], n_kv_heads))
-        tensor(f"blk.{i}.attn_v.weight", sd[p + "self_attn.v_proj.weight"])
-        tensor(f"blk.{i}.attn_output.weight", sd[p + "self_attn.o_proj.weight"])
-        tensor(f"blk.{i}.ffn_gate.weight", sd[p + "mlp.gate_proj.weight"])
-        tensor(f"blk.{i}.ffn_up.weight", sd[p + "mlp.up_proj.weight"])
-        tensor(f"blk.{i}.ffn_down.weight", sd[p + "mlp.down_proj.weight"])
-    w.write_header_to_file(), w.write_kv_data_to_file(), w.write_tensors_to_file()
-    w.close()
-    return model
+        tensor(f"blk.{i}.attn_q.weight", _llama_cpp_permute(sd[p + "self_attn.q_proj.weight"], cfg.num_attention_heads))
+        tensor(f"blk.{i}.attn_k.weight", _llama_cpp_permute(sd[p + "self_attn.k_proj.weight"], cfg.num_key_value_heads))
+        for gguf_name, hf_name in (("attn_v", "self_attn.v_proj"), ("attn_output", "self_attn.o_proj"),
+                                   ("ffn_gate", "mlp.gate_proj"), ("ffn_up", "mlp.up_proj"),
+                                   ("ffn_down", "mlp.down_proj")):
+            tensor(f"blk.{i}.{gguf_name}.weight", sd[p + hf_name + ".weight"])
