@@ -46,7 +46,7 @@ def register(sub) -> argparse.ArgumentParser:
 
 def run(args: argparse.Namespace) -> int:
     from reachlens.execution import ExecConfig
-    from reachlens.runner import check_budget
+    from reachlens.engine.memory import check_budget
     from reachlens.store import RunDir
     from reachlens.studies import FineTune, elicit
     from reachlens.tasks import load_task
