@@ -5,7 +5,8 @@ from __future__ import annotations
 import argparse
 import sys
 
-from reachlens.cli._common import add_format_args, add_model_args, add_stop_arg, add_task_args, echo, positive_int, stops_from_args
+from reachlens.cli._common import add_model_args, add_task_args, echo, stops_from_args
+from reachlens.cli.flags import ProtocolFlags, add_flags
 from reachlens.cli._scale_args import add_scale_args, exec_from_args, source_from_args
 
 NAME = "probe"
@@ -23,13 +24,7 @@ def register(sub) -> argparse.ArgumentParser:
     p.add_argument("--union", action="append", default=None, metavar="A+B",
                    help="a named union to report, e.g. sampling+graft (repeatable; default: greedy with each "
                         "family, and all families together)")
-    p.add_argument("--max-new-tokens", type=positive_int("--max-new-tokens"), default=None,
-                   help="decode length of every candidate (default: the task's own, else 256)")
-    add_format_args(p)
-    p.add_argument("--seed", type=int, default=0, help="seed of every probe that names none")
-    add_stop_arg(p)
-    p.add_argument("--max-batch-rows", type=positive_int("--max-batch-rows"), default=1024,
-                   help="most completions decoded together (fixes the slices a resumed run decodes)")
+    add_flags(p, ProtocolFlags, only=("max_new_tokens", "prompt_format", "system", "stop", "seed"))
     p.add_argument("--out", required=True, help="probe run directory (re-running resumes it)")
     add_scale_args(p, backend=False)
     return p
