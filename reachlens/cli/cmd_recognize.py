@@ -21,7 +21,7 @@ def register(sub) -> argparse.ArgumentParser:
     add_flags(p, ProtocolFlags, only=("max_new_tokens", "prompt_format", "system"))
     p.add_argument("--fewshot-as-multiturn", action="store_true",
                    help="lm-eval's --fewshot_as_multiturn: refused, reachlens' tasks are zero-shot (nothing to turn)")
-    p.add_argument("--batch-size", type=positive_int("--batch-size"), default=32, help="rows per scoring forward")
+    p.add_argument("--batch-size", type=positive_int("--batch-size"), default=32, help="rows per scoring forward of the option likelihoods (lm-eval's batch_size; default 32)")
     p.add_argument("--max-length", type=positive_int("--max-length"), default=None,
                    help="scoring window in tokens, lm-eval's max_length: longer inputs lose their left end "
                         "(default: the model config's window; the run records the one used)")
