@@ -106,3 +106,34 @@ def test_a_registered_family_is_listed_by_probe_help(monkeypatch):
     with pytest.raises(ReachlensError, match="echo_test seed=18446744073709551616 is beyond 64 bits"):
         parse_probe("echo_test:seed=18446744073709551616")
     assert "echo_test" in families_help()
+
+
+def test_one_slice_rule_for_every_unit():
+    from reachlens.runner.decode import question_slices
+
+    assert question_slices(5, 3, 7) == [(0, 2), (2, 4), (4, 5)]  # 7 // 3 = 2 questions a slice
+    assert question_slices(3, 10, 4) == [(0, 1), (1, 2), (2, 3)]  # at least one question a slice
+    assert question_slices(0, 1, 8) == []
+    for n, per, rows in [(10, 4, 9), (7, 1, 3), (64, 65, 1024)]:
+        slices = question_slices(n, per, rows)
+        assert [q for a, b in slices for q in range(a, b)] == list(range(n))  # every question once, in order
+        assert all(b - a == max(1, rows // per) for a, b in slices[:-1])
+
+
+def test_a_candidate_row_is_the_candidate_columns_in_order_and_a_bank_row_keeps_them():
+    from types import SimpleNamespace
+
+    from reachlens.probes.bank import bank_frame, bank_row, bank_rows
+    from reachlens.records import BANK_COLUMNS, CANDIDATE_COLUMNS, SAMPLE_COLUMNS, candidate_frame, candidate_row
+
+    done = SimpleNamespace(text="x = 4", token_ids=(5, 6, 7), finish_reason="stop", mean_logprob=-0.25)
+    row = candidate_row("q1", 3, done, {"answer": "4", "correct": 1, "scored": True})
+    assert list(row) == CANDIDATE_COLUMNS
+    assert row == {"question_id": "q1", "candidate_idx": 3, "text": "x = 4", "answer": "4", "correct": True,
+                   "scored": True, "finish_reason": "stop", "n_tokens": 3, "mean_logprob": -0.25}
+    samples = candidate_frame([row, {**row, "candidate_idx": 4}], SAMPLE_COLUMNS)
+    rows = bank_rows(samples, "sampling", "sampling", False, lambda r: f"i={r['candidate_idx']}")
+    assert bank_frame(rows).equals(bank_frame([bank_row(row, "sampling", "sampling", False, "i=3"),
+                                               bank_row({**row, "candidate_idx": 4}, "sampling", "sampling", False,
+                                                        "i=4")]))
+    assert list(bank_frame(rows).columns) == BANK_COLUMNS
