@@ -120,6 +120,11 @@ def arith_chain(expr: str) -> list[tuple[Fraction, str, Fraction, Fraction]]:
     return steps
 
 
+def _side(e: Equation) -> str:
+    """An equation's left side for a message, cut to 40 characters."""
+    return e.lhs if len(e.lhs) <= 40 else e.lhs[:37] + "..."
+
+
 def _fmt(x: Fraction) -> str:
     return str(x.numerator) if x.denominator == 1 else str(x)
 
@@ -144,21 +149,26 @@ class ArithTraceGrader(TraceGrader):
             raise ValueError("arith_trace needs the question's expression (fields['expr'])")
         chain = arith_chain(expr)
         body = text.split("####", 1)[0]
-        steps = _as_steps(equations(body))
+        eqs = equations(body)
+        stray = sorted(set(m.start() for m in re.finditer("=", body)) - {e.at for e in eqs})
+        steps = _as_steps([e for e in eqs if not stray or e.at < stray[0]])
+        if stray:
+            return bool(steps), False, len(steps), len(steps), f"step {len(steps) + 1} cannot be read"
         if not steps:
             return False, False, 0, -1, "no step written"
         for i, e in enumerate(steps):
             if e.value is None or e.rhs is None:
-                return True, False, len(steps), i, f"step {i + 1}: {e.lhs} cannot be read"
+                return True, False, len(steps), i, f"step {i + 1}: {_side(e)} cannot be read"
             if i >= len(chain):
-                return True, False, len(steps), i, f"step {i + 1}: {e.lhs}: more steps than the {len(chain)} operations"
+                return (True, False, len(steps), i,
+                        f"step {i + 1}: {_side(e)}: more steps than the {len(chain)} operations")
             a, op, b, c = chain[i]
             if len(e.terms) != 3 or e.terms[1] != op or e.terms[2] != b:
-                return True, False, len(steps), i, f"step {i + 1}: {e.lhs} is not the next operation ({op}{_fmt(b)})"
+                return True, False, len(steps), i, f"step {i + 1}: {_side(e)} is not the next operation ({op}{_fmt(b)})"
             if e.terms[0] != a:
-                return True, False, len(steps), i, f"step {i + 1}: {e.lhs} does not start from {_fmt(a)}"
+                return True, False, len(steps), i, f"step {i + 1}: {_side(e)} does not start from {_fmt(a)}"
             if e.rhs != e.value:
-                return True, False, len(steps), i, f"step {i + 1}: {e.lhs} is {_fmt(e.value)}, written {_fmt(e.rhs)}"
+                return True, False, len(steps), i, f"step {i + 1}: {_side(e)} is {_fmt(e.value)}, written {_fmt(e.rhs)}"
         if len(steps) < len(chain):
             return True, False, len(steps), -1, f"{len(steps)} of the {len(chain)} steps written"
         if answer is None or number_key(answer) != chain[-1][3]:
@@ -190,13 +200,14 @@ class Gsm8kTraceGrader(TraceGrader):
 
     def _verify(self, text, expr, answer):
         eqs = equations(text)
-        if not eqs:
-            return False, False, 0, -1, "no checkable step"
+        if not any(e.is_operation for e in eqs):  # "5 = 5" restates, it computes nothing: no checkable step
+            return False, False, len(eqs), -1, "no checkable step"
         for i, e in enumerate(eqs):
             if e.value is None or e.rhs is None:
-                return True, False, len(eqs), i, f"step {i + 1}: {e.lhs} cannot be read"
+                return True, False, len(eqs), i, f"step {i + 1}: {_side(e)} cannot be read"
             if not _rounds_to(e.value, e.rhs, _decimals(e, text)):
-                return True, False, len(eqs), i, f"step {i + 1}: {e.lhs} is {float(e.value):g}, written {_fmt(e.rhs)}"
+                return (True, False, len(eqs), i,
+                        f"step {i + 1}: {_side(e)} is {float(e.value):g}, written {_fmt(e.rhs)}")
         return True, True, len(eqs), -1, ""
 
 

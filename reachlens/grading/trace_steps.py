@@ -68,6 +68,13 @@ class Equation:
     """The left side's tokens: numbers (a leading sign folded into the first) and operators."""
     start: int
     """Where the left side starts in the text."""
+    at: int
+    """Where its ``=`` is in the text."""
+
+    @property
+    def is_operation(self) -> bool:
+        """Whether its left side has an operator (``5 = 5`` restates a value; it computes nothing)."""
+        return any(isinstance(t, str) and t not in "()" for t in self.terms)
 
     @property
     def holds(self) -> bool:
@@ -181,25 +188,35 @@ def evaluate(terms: Sequence[Fraction | str]) -> Fraction | None:
     return values[0] if len(values) == 1 and not expect_value else None
 
 
-def _rhs(tokens: Sequence[Token], i: int) -> tuple[Fraction | None, bool]:
-    """The number right after the ``=`` at ``i`` (a sign allowed): ``(value, found)``."""
+def _rhs(tokens: Sequence[Token], i: int) -> tuple[Fraction | None, int, int]:
+    """The number right after the ``=`` at ``i`` (a sign allowed): ``(value, first token, end)``; end 0: none."""
     j = i + 1
     while j < len(tokens) and tokens[j].kind == "sp":
         j += 1
-    sign = 1
+    first, sign = j, 1
     if j < len(tokens) and tokens[j].kind == "op" and tokens[j].text in "+-":
         sign, j = (-1 if tokens[j].text == "-" else 1), j + 1
     if j >= len(tokens) or tokens[j].kind != "num":
-        return None, False
+        return None, first, 0
     value = _number(tokens[j].text)
-    return (None if value is None else sign * value), True
+    if j + 2 < len(tokens) and tokens[j + 1].text == "/" and tokens[j + 2].kind == "num":  # a fraction, "3/4"
+        den = _number(tokens[j + 2].text)
+        value = None if value is None or not den else value / den
+        j += 2
+    return (None if value is None else sign * value), first, j + 1
 
 
 def _lhs_start(tokens: Sequence[Token], i: int, floor: int) -> int:
     """The first token of the run of expression tokens (numbers, operators, parentheses, spaces) ending before
-    ``i``, not before ``floor`` (the previous ``=``: ``a = b = c`` reads ``b = c`` as its own equation)."""
-    j = i
+    ``i``, not before ``floor`` (just after the previous ``=``: ``a = b = c`` reads ``b = c`` as its own equation),
+    and not across two operands with no operator between them (``96 96-39``: the left side is ``96-39``)."""
+    j, right = i, None  # right: the nearest non-space token to the right of j
     while j > floor and tokens[j - 1].kind in _EXPR_KINDS:
+        t = tokens[j - 1]
+        if t.kind != "sp":
+            if t.kind in ("num", ")") and right is not None and right.kind in ("num", "("):
+                break
+            right = t
         j -= 1
     while j < i and tokens[j].kind == "sp":
         j += 1
@@ -225,12 +242,12 @@ def equations(text: str) -> list[Equation]:
             continue
         start = _lhs_start(tokens, i, floor)
         floor = i + 1
-        rhs, found = _rhs(tokens, i)
+        rhs, _, end = _rhs(tokens, i)
         side = tokens[start:i]
-        if not found or not any(s.kind == "num" for s in side):
+        if not end or not any(s.kind == "num" for s in side):
             continue
         terms = _terms(side)
         value = evaluate(terms) if terms is not None else None
         out.append(Equation("".join(s.text for s in side if s.kind != "sp"), rhs, value,
-                            tuple(terms or ()), tokens[start].start))
+                            tuple(terms or ()), tokens[start].start, t.start))
     return out

@@ -31,7 +31,8 @@ from reachlens.selectors import select
 from reachlens.stats import wilson_interval
 from reachlens.studies.metrics import budget_grid, pass_at_k_curve
 
-__all__ = ["DEPLOYED_IDX", "TRACE_COLUMNS", "solved_table", "trace_figures", "trace_of", "trace_table", "verified_questions"]
+__all__ = ["DEPLOYED_IDX", "TRACE_COLUMNS", "solved_table", "trace_figures", "trace_of", "trace_table",
+           "verified_questions"]
 
 DEPLOYED_IDX = -1
 """The ``candidate_idx`` of the greedy deployment in a trace table."""
