@@ -8,7 +8,8 @@ optimizer steps per generated batch make 400 steps the same sampling budget as G
 
 Each generation round samples ``--num-generations`` completions for each of ``--prompts-per-step`` prompts of
 the task's *train* split (``--task``: ``arith`` or ``arith_hard``; ``--prompt-format``, "qa" by default), grades
-each with ``get_grader("numeric").grade(text, q.gold)`` and takes policy-gradient steps with group-normalised
+each with ``get_grader("numeric").grade(text, q.gold)`` (``--reward trace``: 1 only for a right answer on a valid
+worked solution, ``reachlens.grading.trace``'s ``arith_trace``) and takes policy-gradient steps with group-normalised
 advantages. Two recipes:
 
 * ``grpo``: TRL's ``loss_type="grpo"`` (per-sequence token mean), one on-policy step per batch
@@ -86,6 +87,10 @@ def parse_args(argv):
                     help="dapo: most extra generation rounds per batch to replace zero-spread groups (default 3)")
     ap.add_argument("--optim", default="adamw_torch", choices=["adamw_torch", "sgd"],
                     help="optimizer (default adamw_torch; sgd: plain SGD, no per-parameter step normalisation)")
+    ap.add_argument("--reward", default="answer", choices=["answer", "trace"],
+                    help="answer: 1 when the final answer is right (default); trace: 1 when it is right on a valid "
+                         "worked solution (the task's trace grader, reachlens.grading.trace), so RL that reinforces "
+                         "lucky answers can be told apart from RL that reinforces solutions")
     ap.add_argument("--beta", type=float, default=0.0, help="KL coefficient to the parent (default 0: none)")
     ap.add_argument("--temperature", type=positive(float), default=1.0, help="sampling temperature (default 1.0)")
     ap.add_argument("--max-completion-length", type=positive(int), default=128, help="max new tokens (default 128)")
@@ -117,6 +122,29 @@ def make_reward(grader):
         """1.0 when the text before the first newline grades correct against ``gold``, else 0.0."""
         return [float(grader.grade(text.split("\n", 1)[0], g).correct) for text, g in zip(completions, gold)]
     return numeric_correct
+
+
+def make_trace_reward(grader):
+    def trace_solved(prompts, completions, gold, expr, **kwargs) -> list[float]:
+        """1.0 when the text before the first newline has a right answer on a valid solution, else 0.0."""
+        return [float(grader.grade(text.split("\n", 1)[0], g, expr=e).solved)
+                for text, g, e in zip(completions, gold, expr)]
+    return trace_solved
+
+
+def reward_of(args, task):
+    """The reward function and its card line for ``--reward``."""
+    from reachlens.grading import get_grader
+    from reachlens.grading.trace import get_trace_grader, trace_grader_for_task
+
+    if args.reward == "answer":
+        return (make_reward(get_grader("numeric")),
+                "numeric grader on the completion up to the first newline (1 correct, 0 not)")
+    name = trace_grader_for_task(task.name)
+    if name is None:
+        raise SystemExit(f"--reward trace: task {task.name!r} has no trace grader; use --reward answer")
+    return make_trace_reward(get_trace_grader(name)), (
+        f"{name} on the completion up to the first newline (1 a right answer on a valid worked solution, 0 not)")
 
 
 def _merge(parts: list[dict], pad_id: int) -> dict:
@@ -242,9 +270,9 @@ def main(argv=None) -> None:
     from transformers import PrinterCallback
     from trl import GRPOConfig, GRPOTrainer
 
-    from reachlens.grading import get_grader
-
-    rows = {"prompt": [task.prompt(q, args.prompt_format) for q in task.questions], "gold": [q.gold for q in task.questions]}
+    rows = {"prompt": [task.prompt(q, args.prompt_format) for q in task.questions],
+            "gold": [q.gold for q in task.questions], "expr": [q.fields.get("expr") for q in task.questions]}
+    reward, reward_card = reward_of(args, task)
     data = Dataset.from_dict(rows)
     model, tok = load_parent(args.init)
     newline_id = tok.convert_tokens_to_ids("\n")
@@ -258,7 +286,7 @@ def main(argv=None) -> None:
         "recipe": args.recipe, "command": command, "seed": args.seed, "parent": str(args.init),
         "parent_card": parent_summary(args.init), "steps": args.steps, "task": f"{task.name} train split, {args.prompt_format} format",
         "train_task": task.name, "prompt_format": args.prompt_format,
-        "reward": "numeric grader on the completion up to the first newline (1 correct, 0 not)",
+        "reward": reward_card, "reward_kind": args.reward,
         "loss_type": loss_type, "epsilon": epsilon, "epsilon_high": epsilon_high if epsilon_high is not None else epsilon,
         "num_iterations": args.num_iterations, "overlong_filtering": overlong_filter, "dynamic_sampling": dynamic,
         "max_refills": args.max_refills if dynamic else 0,
@@ -285,10 +313,10 @@ def main(argv=None) -> None:
             mask_truncated_completions=overlong_filter, scale_rewards="group", shuffle_dataset=True,
             optim=args.optim,
         )
-        kwargs = dict(model=model, reward_funcs=make_reward(get_grader("numeric")), args=config, train_dataset=data,
+        kwargs = dict(model=model, reward_funcs=reward, args=config, train_dataset=data,
                       processing_class=tok, callbacks=callbacks)
         if dynamic:
-            refill = [{"prompt": p, "gold": g} for p, g in zip(rows["prompt"], rows["gold"])]
+            refill = [{"prompt": p, "gold": g, "expr": e} for p, g, e in zip(rows["prompt"], rows["gold"], rows["expr"])]
             trainer = dapo_trainer_class()(**kwargs, refill_rows=refill, max_refills=args.max_refills,
                                            refill_seed=args.seed)
         else:

@@ -54,6 +54,22 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
+def _verified_lines(s: dict, rate, ci, seen) -> list[str]:
+    """The lucky-guess nulls and, when both audits are trace-graded, the verified deltas."""
+    lines = [f"  O_K lucky-guess null (candidates against another question's gold): {s['O_K_null_base']:.3f} "
+             f"(95th pct {s['O_K_null_p95_base']:.3f}) -> {s['O_K_null_trained']:.3f} "
+             f"(95th pct {s['O_K_null_p95_trained']:.3f})"]
+    if "delta_O_K_trace" not in s:
+        return lines + ["  verified (trace-graded) figures: none (`reachlens rescore DIR --trace` on both audits)"]
+    for key, what, fates in (("D_trace", "D^trace (deployment solves)", ("gained", "lost")),
+                             ("O_K_trace", "O_K^trace (a sample solves)", ("entered", "left"))):
+        lines += [f"  {what}: {rate(key + '_base')} -> {rate(key + '_trained')}   delta {s['delta_' + key]:+.3f} "
+                  f"{ci(s['delta_' + key + '_ci'])}: {seen('delta_' + key)}",
+                  f"    {fates[0]} {s[key + '_' + fates[0]]}, {fates[1]} {s[key + '_' + fates[1]]}: exact McNemar "
+                  f"p = {s['mcnemar_' + key + '_p']:.3g}"]
+    return lines
+
+
 def summary_text(s: dict) -> str:
     """The lines ``reachlens compare`` prints for a :meth:`Comparison.summary`."""
     def ci(pair) -> str:
@@ -88,6 +104,7 @@ def summary_text(s: dict) -> str:
         f"    {'exact McNemar' if s['majority_test'] == 'mcnemar' else 'sign-flip (fractional ties)'} "
         f"p = {s['majority_p']:.3g}",
     ]
+    lines += _verified_lines(s, rate, ci, seen)
     lines.append("  pass@k delta [95 % CI], sign-flip p (Holm over the ks):")
     for k, d in s["delta_pass_at_k"].items():
         lines.append(f"    k={k:<4d} {d['delta']:+.3f} {ci(d['ci'])}  p = {d['p']:.3g} (Holm {d['p_holm']:.3g}): "

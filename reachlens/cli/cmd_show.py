@@ -56,6 +56,27 @@ def _model(model: dict) -> str:
                      for role, m in model.items()) or "-"
 
 
+def _reach_lines(s: dict) -> list[str]:
+    """An audit's reach beside its lucky-guess null and, when trace-graded, its verified reach (one line each)."""
+    def num(key: str) -> str:
+        x = s.get(key)
+        return "undefined" if not isinstance(x, (int, float)) or x != x else f"{x:.3f}"
+
+    if "O_K" not in s or "O_K_null" not in s:
+        return []
+    k = s.get("k", "K")
+    ci = s.get("O_K_minus_null_ci") or [None, None]
+    lines = [f"  reach:    O_{_value(k)}={num('O_K')}  lucky-guess null O_{_value(k)}^null={num('O_K_null')} (95th pct "
+             f"{num('O_K_null_p95')})  O_K - null={num('O_K_minus_null')} [{_value(ci[0])}, {_value(ci[1])}]"]
+    if "O_K_trace" in s:
+        lines.append(f"  verified: D^trace={num('D_trace')}  O_{_value(k)}^trace={num('O_K_trace')}  maj^trace="
+                     f"{num('maj_K_trace')}  reached only through invalid solutions={num('O_K_minus_O_K_trace')}  "
+                     f"checkable samples={num('checkable_share')} ({_value(s.get('trace_grader'))})")
+    else:
+        lines.append("  verified: not trace-graded (`reachlens rescore DIR --trace` adds D^trace, O_K^trace)")
+    return lines
+
+
 def format_run(record, summary: dict | None) -> str:
     """The lines ``reachlens show`` prints for one run."""
     from reachlens.store import FORMAT_VERSION
@@ -86,6 +107,7 @@ def format_run(record, summary: dict | None) -> str:
         lines.append(f"summary:    none ({'the run has not finished' if record.status != 'failed' else 'the run failed'})")
     else:
         lines.append("summary:")
+        lines += _reach_lines(summary)
         for key, value in summary.items():
             if key in ("model", "model_fingerprint", "data", "protocol_hash", "task"):
                 continue  # in the header already

@@ -132,6 +132,12 @@ def _headline(study: StudyView) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFram
     return realized, reachable, majority
 
 
+def _verified(d: float, o: float, checkable: float) -> str:
+    if o != o:
+        return "not trace-graded"
+    return f"{d:.3f}, {o:.3f} ({checkable:.0%})"
+
+
 def _checkpoints(study: StudyView) -> pd.DataFrame:
     c = study.checkpoints()
     if c.empty:
@@ -142,6 +148,9 @@ def _checkpoints(study: StudyView) -> pd.DataFrame:
         "O_K [95% Wilson]": _cis(c, "O_K", signed=False),
         "maj_K [95% Wilson]": _cis(c, "maj_K", signed=False),
         "selection gap O_K - maj_K [95% CI]": _cis(c, "selection_gap"),
+        "O_K lucky-guess null (95th pct)": [f"{m:.3f} ({p:.3f})" for m, p in zip(c["O_K_null"], c["O_K_null_p95"])],
+        "D^trace, O_K^trace (checkable)": [_verified(d, o, x) for d, o, x in
+                                           zip(c["D_trace"], c["O_K_trace"], c["checkable_share"])],
         "samples cut at max_new_tokens": c["truncated_samples"].map(_pct),
         "deployed cut at max_new_tokens": c["truncated_deployed"].map(_pct),
     })

@@ -27,13 +27,15 @@ from typing import Any, ClassVar
 
 import pandas as pd
 
-from reachlens.errors import ReachlensError
+from reachlens.errors import MissingFileError, ReachlensError
 from reachlens.protocol import Protocol
 from reachlens.records import update_question_table
 from reachlens.selectors import SelectionGap, select, selection_gap
 from reachlens.stats import wilson_interval
 from reachlens.store import PartsDir, Run, RunDir, RunRecord, audit_tables, register_kind
+from reachlens.studies.lucky_null import LuckyNull, lucky_null
 from reachlens.studies.metrics import budget_grid, pass_at_k_curve
+from reachlens.studies.trace_reach import trace_figures
 
 __all__ = ["AuditResult"]
 
@@ -50,6 +52,8 @@ class AuditResult(Run):
 
     questions: pd.DataFrame = field(repr=False)
     samples: pd.DataFrame = field(repr=False)
+    trace: pd.DataFrame | None = field(default=None, repr=False)
+    """The trace grader's verdict on each candidate (:mod:`reachlens.studies.trace_reach`), None until trace-graded."""
 
     @classmethod
     def new(cls, protocol: Protocol, model: dict[str, Any], questions: pd.DataFrame, samples: pd.DataFrame,
@@ -175,7 +179,16 @@ class AuditResult(Run):
             "n_unscored_deployed": int((~self.questions["deployed_scored"]).sum()) if self.n else 0,
             "data": dict(self.data) or None,
             "pass_at_k": {int(r.k): r.pass_at_k for r in curve.itertuples()},
+            **self.lucky_null().summary(), **trace_figures(self.questions, self.samples, self.trace, self.k),
         }
+
+    def lucky_null(self) -> LuckyNull:
+        """The lucky-guess null of :attr:`O_K` (:mod:`reachlens.studies.lucky_null`)."""
+        return self._lucky_null
+
+    @functools.cached_property
+    def _lucky_null(self) -> LuckyNull:
+        return lucky_null(self.questions, self.samples)
 
     def restrict_k(self, k: int) -> AuditResult:
         """This audit as if it had been run with budget ``k`` <= K: the first k samples of each question.
@@ -187,17 +200,28 @@ class AuditResult(Run):
             raise ReachlensError(f"k={k!r} must lie in 1..{self.k} (this audit's budget)")
         samples = self.samples[self.samples["candidate_idx"] < k].reset_index(drop=True)
         q = update_question_table(self.questions, samples, k)
-        return AuditResult(q, samples, record=dataclasses.replace(self.record, protocol=self.protocol.with_k(k)))
+        trace = None if self.trace is None else self.trace[self.trace["candidate_idx"] < k].reset_index(drop=True)
+        return AuditResult(q, samples, trace, record=dataclasses.replace(self.record, protocol=self.protocol.with_k(k)))
 
     # --- as a run ------------------------------------------------------------------------------------
     def tables(self) -> dict[str, pd.DataFrame]:
-        return {"samples": self.samples, "questions": self.questions}
+        trace = {} if self.trace is None else {"trace": self.trace}
+        return {"samples": self.samples, "questions": self.questions, **trace}
 
     @classmethod
     def read(cls, run: PartsDir) -> AuditResult:
         """A finished audit directory, or as much of an unfinished one as it holds (:func:`audit_tables`)."""
         questions, samples = audit_tables(run)
-        return cls(questions, samples, record=run.record(), location=run.path)
+        trace = _trace_table(run) if run.is_complete() else None
+        return cls(questions, samples, trace, record=run.record(), location=run.path)
+
+
+def _trace_table(run: PartsDir) -> pd.DataFrame | None:
+    """The run's trace table when it has one (written by ``reachlens rescore --trace``)."""
+    try:
+        return run.read_table("trace")
+    except MissingFileError:
+        return None
 
 
 def _mean_and_wilson(correct: pd.Series) -> tuple[float, tuple[float, float]]:

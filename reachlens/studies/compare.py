@@ -39,6 +39,7 @@ from reachlens.protocol import Protocol, ProtocolMismatch
 from reachlens.store import Run, RunDir, RunRecord, register_kind, run_differences
 from reachlens.studies.auditing import AuditResult
 from reachlens.studies.metrics import budget_grid, pass_at_k_matrix, sign_changes
+from reachlens.studies.trace_compare import verified_delta
 from reachlens.stats import (
     N_BOOT,
     holm,
@@ -182,6 +183,7 @@ class Comparison(Run):
             "left_bound": self.left_bounds(),
             "truncation": truncation_parity(self.base, self.trained),
             "protocol_hash": self.base.protocol.hash,
+            **verified_delta(self.base, self.trained, n_boot=self.n_boot, seed=self.seed),
         }
 
     def left_bounds(self) -> dict[str, Any]:

@@ -19,16 +19,20 @@ from reachlens.protocol import ProtocolMismatch
 from reachlens.records import canonical, update_question_table
 from reachlens.store import PartsDir
 from reachlens.studies.auditing import AuditResult
+from reachlens.studies.trace_reach import trace_of
 
 __all__ = ["rescore"]
 
 
-def rescore(path: str | Path, grader: str | None = None) -> AuditResult:
+def rescore(path: str | Path, grader: str | None = None, trace: str | None = None) -> AuditResult:
     """Re-grade every stored sample and deployed output of the audit at ``path``; rewrite its tables.
 
     Args:
         path: an audit directory.
         grader: a grader name to use instead of the protocol's (the protocol records the change).
+        trace: also trace-grade every candidate (:mod:`reachlens.studies.trace_reach`): a trace grader's name
+            (``arith_trace``, ``gsm8k_trace``) or ``"auto"``, the task's own; the audit then holds a ``trace``
+            table and its summary the verified figures. None keeps the trace table it has (if any).
 
     >>> result = rescore("runs/base")  # doctest: +SKIP
     """
@@ -40,6 +44,8 @@ def rescore(path: str | Path, grader: str | None = None) -> AuditResult:
                                  "by running the same audit command into it, then rescore it")
         old = AuditResult.read(store)
         _check_identity(store, old)
+        if trace is not None:
+            old = dataclasses.replace(old, trace=trace_of(old, trace))
         return _rescore(store, old, grader)
 
 
@@ -84,6 +90,6 @@ def _rescore(store: PartsDir, old: AuditResult, grader: str | None) -> AuditResu
     if name != protocol.grader:
         protocol = dataclasses.replace(protocol, grader=name)
         record = dataclasses.replace(old.record, protocol=protocol)
-    result = AuditResult(q, canonical(s), record=record or old.record, location=store.path)
-    store.rewrite({"samples": result.samples, "questions": q}, result.summary(), record)  # the record last
+    result = AuditResult(q, canonical(s), old.trace, record=record or old.record, location=store.path)
+    store.rewrite(result.tables(), result.summary(), record)  # the record last
     return result

@@ -27,6 +27,7 @@ import pandas as pd
 
 from reachlens.errors import ReachlensError
 from reachlens.studies.auditing import AuditResult
+from reachlens.studies.trace_reach import trace_figures
 from reachlens.studies.compare import Comparison, compare, crossovers, delta_row, truncation_parity
 from reachlens.studies.controls import left_reachable, length_table, temperature_table
 from reachlens.studies.metrics import pass_at_k_matrix
@@ -41,6 +42,14 @@ def _selection_columns(r: AuditResult) -> dict[str, float]:
     gap = r.selection_gap()
     return {"maj_K": r.maj_K, "maj_K_lo": r.maj_K_ci[0], "maj_K_hi": r.maj_K_ci[1],
             "selection_gap": gap.gap, "selection_gap_lo": gap.gap_ci[0], "selection_gap_hi": gap.gap_ci[1]}
+
+
+def _verified_columns(r: AuditResult) -> dict[str, float]:
+    """An audit's lucky-guess null of O_K and, once trace-graded, its D^trace, O_K^trace, maj_K^trace (else NaN)."""
+    null = r.lucky_null()
+    t = trace_figures(r.questions, r.samples, r.trace, r.k)
+    return {"O_K_null": null.O_K_null, "O_K_null_p95": null.O_K_null_p95,
+            **{key: t.get(key, math.nan) for key in ("D_trace", "O_K_trace", "maj_K_trace", "checkable_share")}}
 
 
 @dataclass(frozen=True)
@@ -126,7 +135,7 @@ class StudyView:
         for name, r in self.audits.items():
             (d_lo, d_hi), (o_lo, o_hi) = r.D_ci, r.O_K_ci
             rows.append({"model": name, "n": r.n, "D": r.D, "D_lo": d_lo, "D_hi": d_hi, "O_K": r.O_K,
-                         "O_K_lo": o_lo, "O_K_hi": o_hi, **_selection_columns(r),
+                         "O_K_lo": o_lo, "O_K_hi": o_hi, **_selection_columns(r), **_verified_columns(r),
                          "truncated_samples": r.truncated_samples, "truncated_deployed": r.truncated_deployed})
         return pd.DataFrame(rows)
 

@@ -212,6 +212,14 @@ def test_rl_reward_is_the_numeric_grader_up_to_the_first_newline():
     assert reward(["Q: 1+2=?\nA:"] * 5, texts, ["3"] * 5) == [1.0, 0.0, 0.0, 1.0, 0.0]
 
 
+def test_rl_trace_reward_pays_a_right_answer_on_a_valid_solution_only():
+    from reachlens.grading.trace import get_trace_grader
+
+    reward = rl_grpo.make_trace_reward(get_trace_grader("arith_trace"))
+    texts = [" 1+2=3;3+4=7 #### 7", " 1+2=4;4+4=7 #### 7", " #### 7", " 1+2=3;3+4=7 #### 8", " 1+2=3;3+4=7 #### 7\nx"]
+    assert reward(["Q: 1+2+4=?\nA:"] * 5, texts, ["7"] * 5, ["1+2+4"] * 5) == [1.0, 0.0, 0.0, 0.0, 1.0]
+
+
 @pytest.mark.parametrize("fmt", ["qa", "verbose"])
 def test_sft_trains_on_completions_and_saves_a_clean_checkpoint(parent, tmp_path, capsys, fmt):
     out = tmp_path / "sft"
