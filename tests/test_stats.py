@@ -153,7 +153,8 @@ def test_wilson_bounds_at_zero_and_n_are_exact(n):
 
 
 def test_an_audit_with_no_correct_question_reports_zero(tiny_model):
-    """The summary a user reads: D_ci, O_K_ci and maj_K_ci of an audit of arith_null (no model reaches it) start at 0."""
+    """The summary a user reads: D_ci, O_K_ci and maj_K_ci of an audit of arith_null (no model reaches it) start
+    at 0."""
     from reachlens import Protocol, audit, load_task
 
     task = load_task("arith_null", n=10)

@@ -39,8 +39,8 @@ class RunProgress:
     """The progress line of one run: ``done(done, total)`` as the run reports finished units, the engine's steps
     as it decodes (while the ``with`` block runs)."""
 
-    def __init__(self, label: str, unit: str = "q", *, stream: Any = None, every: float = EVERY,
-                 redraw: float = 0.5, delay: float = 0.5, clock: Callable[[], float] | None = None) -> None:
+    def __init__(self, label: str, unit: str = "q", *, stream: Any = None, every: float | int = EVERY,
+                 redraw: float | int = 0.5, delay: float | int = 0.5, clock: Callable[[], float] | None = None) -> None:
         self.label, self.unit = visible(label), unit
         self.stream = stream or sys.stderr
         self.live = bool(getattr(self.stream, "isatty", lambda: False)())

@@ -79,7 +79,8 @@ def plan_text(p) -> str:
     })
     lines = [f"pilot {p.pilot}: {'a comparison' if p.kind == 'comparison' else 'an audit'} of {who} on {p.task}, "
              f"n={p.n}, K={p.k_pilot}{full}",
-             f"power {p.power:.0%}, two-sided alpha {p.alpha:g}: exact McNemar for D and O_{p.k} (Connor's approximation "
+             f"power {p.power:.0%}, two-sided alpha {p.alpha:g}: exact McNemar for D and O_{p.k} "
+             "(Connor's approximation "
              f"past {EXACT_BELOW:,} changed questions), the z test of the mean per-question difference for pass@1",
              "", q.to_string(index=False), ""]
     if p.kind == "audit":

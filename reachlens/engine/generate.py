@@ -508,7 +508,7 @@ def _decode_chunk(stack: LayerStack, all_ids: list[list[int]], rows: list[Row], 
         before = int(tree.live.numel())
         move = tree.advance(chosen.cpu(), logp.cpu())
         after = 0 if tree.done else int(tree.live.numel())
-        stopped = before - int(tree.live.numel())  # ended by EOS or a stop string (at the last step the rest end by length)
+        stopped = before - int(tree.live.numel())  # by EOS or a stop string (at the last step the rest: by length)
         decode_step(before, before - after, stopped * (protocol.max_new_tokens - step - 1))
         if move.done:
             break

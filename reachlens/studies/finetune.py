@@ -7,9 +7,9 @@ chat template included) and the demonstration's target (:func:`~reachlens.tasks.
 then the tokenizer's EOS, the loss on the completion only. TRL is given token ids, not strings
 (:func:`demonstration_ids`): the prompt's ids are the audit's own (its text as data, one BOS, a chat template's
 control tokens only where the template wrote them), so a question holding special-token text trains on the
-sequence the audit deploys, and a template that writes the BOS gets no second one. Every step sees every demonstration (a full batch)
-unless ``batch`` is smaller; AdamW at a constant learning rate after ``warmup_steps``; float32; no gradient
-checkpointing; the seed fixes TRL's data order and any dropout.
+sequence the audit deploys, and a template that writes the BOS gets no second one. Every step sees every
+demonstration (a full batch) unless ``batch`` is smaller; AdamW at a constant learning rate after
+``warmup_steps``; float32; no gradient checkpointing; the seed fixes TRL's data order and any dropout.
 
 Why TRL's ``SFTTrainer`` (installed; the zoo's own SFT checkpoint is made with it, ``experiments/zoo/sft.py``):
 a maintained trainer whose pre-tokenized datasets (``input_ids`` and ``completion_mask``) mask the prompt's tokens,
