@@ -21,9 +21,12 @@ probability ``p01`` and 1 -> 0 with ``p10``; the effect is ``delta = p01 - p10``
 * Exact: the number of discordant questions ``m ~ Binomial(n, psi)``; given m, those going 0 -> 1 ``b ~
   Binomial(m, p01 / psi)``; the exact test rejects when ``min(b, m - b) <= c_m``, ``c_m`` the largest c with
   ``2 P(X <= c) <= alpha`` for ``X ~ Binomial(m, 1/2)``. The power is that rejection probability summed over m
-  (the m within 10 standard deviations of ``n psi``; what lies outside weighs under 1e-20). It is the power
-  of the test reachlens runs, at any count: below 6 discordant questions the test cannot reject at 5 %.
-  ``method="auto"`` computes it exactly when ``n psi`` is below :data:`EXACT_BELOW`, else by Connor.
+  (the m within 10 standard deviations of ``n psi``, and for each the b within 10 of theirs; what lies outside
+  weighs under 1e-20): time and memory grow with ``n psi``, never with n. It is the power of the test reachlens
+  runs, at any count: below 6 discordant questions the test cannot reject at 5 %. ``method="auto"`` computes it
+  exactly when ``n psi`` is below :data:`EXACT_BELOW` (5,000: a few seconds an MDE at worst), else by Connor,
+  whose MDE is within 0.5 % of the exact one there (at 80 %: its exact power is 0.796; at 300 expected
+  discordant questions Connor's is 1.8 % small, exact power 0.785).
 
 Assumptions: questions are independent draws from the population the test split samples; the discordance is
 held at the value given whatever delta is (a planning value: a comparison's measured one, or an assumed one).
@@ -74,8 +77,9 @@ ALPHA = 0.05
 """The two-sided level every reported MDE assumes."""
 POWER = 0.8
 """The power every reported MDE assumes."""
-EXACT_BELOW = 200
-"""Expected discordant questions (``n * psi``) below which ``method="auto"`` computes McNemar's power exactly."""
+EXACT_BELOW = 5000
+"""Expected discordant questions (``n * psi``) below which ``method="auto"`` computes McNemar's power exactly (past
+it Connor's MDE is within 0.5 % of the exact one)."""
 
 _N = NormalDist()
 _METHODS = ("auto", "exact", "normal")
@@ -101,9 +105,21 @@ def _exact(n: int, psi: float, method: str) -> bool:
     return bool(method == "exact" or (method == "auto" and n * psi < EXACT_BELOW))
 
 
-@functools.lru_cache(maxsize=64)
+_LF = np.zeros(1)
+"""log(i!) for i up to its length - 1, grown on demand (shared: every exact sum reads it)."""
+_LF_MAX = 1 << 27
+"""The largest count a log-factorial table is grown to (1 GiB); the exact sums need counts near ``n psi`` only."""
+
+
 def _log_factorials(n: int) -> np.ndarray:
-    return np.concatenate([[0.0], np.cumsum(np.log(np.arange(1, n + 1, dtype=float)))])
+    """log(i!) for i = 0..n at least (a shared table, grown geometrically; never a copy per call)."""
+    global _LF
+    if n >= len(_LF):
+        if n > _LF_MAX:
+            raise ReachlensError(f"{n:,} discordant questions are beyond an exact sum; use method='normal'")
+        size = min(_LF_MAX, max(n, 2 * len(_LF))) + 1
+        _LF = np.concatenate([[0.0], np.cumsum(np.log(np.arange(1, size, dtype=float)))])
+    return _LF
 
 
 def mcnemar_critical(m: int, alpha: float = ALPHA) -> int:
@@ -137,23 +153,44 @@ def _log_pmf(lf: np.ndarray, m: np.ndarray, b: np.ndarray, p: float) -> np.ndarr
     return np.where((b >= 0) & (b <= m), out, -np.inf)
 
 
+def _discordant_weights(n: int, psi: float, lo: int, hi: int, lf: np.ndarray) -> np.ndarray:
+    """P(m discordant questions) for m = lo..hi, m ~ Binomial(n, psi): ``m log(n psi) + sum_{i<m} log1p(-i/n)
+    - log m! + (n - m) log1p(-psi)``, each term of the size of ``n psi`` (no lgamma of n: at n = 10^12 its
+    rounding alone moves a probability by 3e-3; no table of n entries)."""
+    m = np.arange(lo, hi + 1)
+    falling = np.concatenate([[0.0], np.cumsum(np.log1p(-np.arange(hi, dtype=float) / n))])
+    with np.errstate(divide="ignore", invalid="ignore"):
+        rest = (n - m) * math.log1p(-psi) if psi < 1 else np.where(m < n, -np.inf, 0.0)
+        return np.exp(m * math.log(n * psi) + falling[m] - lf[m] + rest)
+
+
 def _exact_power(n: int, psi: float, delta: float, alpha: float) -> float:
-    """The exact McNemar test's power (module docstring), summed over the likely numbers of discordant questions."""
+    """The exact McNemar test's power (module docstring), summed over the likely numbers m of discordant questions
+    (within 10 standard deviations of ``n psi``; what lies outside weighs under 1e-20): for each m, one less the
+    chance that the count going 0 -> 1 falls in the test's acceptance region ``(c_m, m - c_m)`` (summed where it
+    meets 10 standard deviations of that count). Time and memory grow with ``n psi``, not n."""
     if n == 0 or psi == 0:
         return 0.0
     sd = math.sqrt(n * psi * (1 - psi))
     lo, hi = max(0, math.floor(n * psi - 10 * sd) - 1), min(n, math.ceil(n * psi + 10 * sd) + 1)
-    lf = _log_factorials(n)
+    lf = _log_factorials(hi)
     pi = min(1.0, (psi + abs(delta)) / (2 * psi))
+    weights = _discordant_weights(n, psi, lo, hi, lf)
     total = 0.0
-    for start in range(lo, hi + 1, 256):  # rows of m, columns of b: at most 256 x (hi + 1)
-        m = np.arange(start, min(hi, start + 255) + 1)
-        weight = np.exp(_log_pmf(lf, np.full_like(m, n), m, psi))  # P(m discordant questions)
-        c = np.array([_critical(int(x), alpha) for x in m])[:, None]
-        mm, b = m[:, None], np.arange(hi + 1)[None, :]
-        reject = (b <= c) | (b >= mm - c)
-        total += float(np.sum(weight * np.sum(np.exp(_log_pmf(lf, mm, b, pi)) * reject, axis=1)))
-    return min(1.0, total)
+    for start in range(lo, hi + 1, 32):  # rows of m, columns of b: the acceptance region near m pi
+        m = np.arange(start, min(hi, start + 31) + 1)
+        weight = weights[start - lo: start - lo + len(m)]
+        c = np.array([_critical(int(x), alpha) for x in m])
+        width = 10 * math.sqrt(m[-1] * pi * (1 - pi)) + 2
+        b0 = max(int(c.min()) + 1, math.floor(m[0] * pi - width))
+        b1 = min(int((m - c).max()) - 1, math.ceil(m[-1] * pi + width))
+        accept = np.zeros(len(m))
+        if b1 >= b0:
+            mm, b = m[:, None], np.arange(b0, b1 + 1)[None, :]
+            inside = (b > c[:, None]) & (b < (m - c)[:, None])
+            accept = np.sum(np.exp(_log_pmf(lf, mm, b, pi)) * inside, axis=1)
+        total += float(np.sum(weight * (1.0 - accept)))
+    return min(1.0, max(0.0, total))
 
 
 def _binary_power(n: int, psi: float, delta: float, alpha: float, method: str) -> float:
@@ -191,8 +228,10 @@ def mcnemar_power(n: int, discordance: float, delta: float, *, alpha: float = AL
 
 
 def _bisect(ok, lo: float, hi: float) -> float:
-    """The smallest x in (lo, hi] with ``ok(x)``, for ``ok`` false up to a point and true after (to 1e-7)."""
-    while hi - lo > 1e-7 * max(hi, 1e-3):
+    """The smallest x in (lo, hi] with ``ok(x)``, for ``ok`` false up to a point and true after (to 1e-7 of it)."""
+    for _ in range(200):
+        if hi - lo <= 1e-7 * hi:
+            break
         mid = (lo + hi) / 2
         lo, hi = (lo, mid) if ok(mid) else (mid, hi)
     return hi

@@ -82,7 +82,8 @@ def mcnemar_exact_p(b: int, c: int) -> float:
 def wilson_interval(successes, n, level: float = 0.95):
     """The Wilson score interval ``(lo, hi)`` of ``successes`` out of ``n`` (scalars or arrays).
 
-    Undefined (NaN) where ``n`` is 0.
+    Undefined (NaN) where ``n`` is 0. At 0 successes the lower bound is exactly 0 and at ``n`` the upper bound
+    exactly 1 (the formula's cancellation would leave 2.8e-17 there).
 
     >>> tuple(round(x, 4) for x in wilson_interval(0, 10))
     (0.0, 0.2775)
@@ -101,6 +102,7 @@ def wilson_interval(successes, n, level: float = 0.95):
         centre = (p + z**2 / (2 * m)) / denom
         half = z * np.sqrt(p * (1 - p) / m + z**2 / (4 * m**2)) / denom
         lo, hi = np.clip(centre - half, 0.0, 1.0), np.clip(centre + half, 0.0, 1.0)
+    lo, hi = np.where(x == 0, 0.0, lo), np.where(x == m, 1.0, hi)
     lo, hi = np.where(m > 0, lo, np.nan), np.where(m > 0, hi, np.nan)
     if lo.ndim == 0:
         return float(lo), float(hi)

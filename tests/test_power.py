@@ -171,3 +171,43 @@ def test_verdict_wording():
     assert mde_verdict([0.01, 0.05], 0.03) == "detected (MDE at this n: 0.030)"
     assert mde_verdict([-0.09, -0.01], 0.05).startswith("detected")
     assert mde_verdict([None, None], 0.05) == "undefined"
+
+
+def scipy_exact_power(n: int, psi: float, delta: float, alpha: float = 0.05) -> float:
+    """The exact McNemar test's power summed with scipy: over every m of Binomial(n, psi) with weight above 1e-30,
+    the chance that Binomial(m, (psi + delta) / (2 psi)) falls in the rejection region scipy's binomtest draws
+    (c_m from its p-values)."""
+    ms = np.arange(n + 1)
+    w = scipy_stats.binom.pmf(ms, n, psi)
+    pi = (psi + abs(delta)) / (2 * psi)
+    total = 0.0
+    for m in ms[w > 1e-30]:
+        c = int(scipy_stats.binom.ppf(alpha / 2, m, 0.5))
+        while c >= 0 and 2 * scipy_stats.binom.cdf(c, m, 0.5) > alpha * (1 + 1e-12):
+            c -= 1
+        if c >= 0:
+            total += w[m] * (scipy_stats.binom.cdf(c, m, pi) + scipy_stats.binom.sf(m - c - 1, m, pi))
+    return float(total)
+
+
+@pytest.mark.parametrize("n,psi", [(1000, 0.3), (2000, 0.25), (4000, 0.5)])
+def test_the_reported_mde_past_200_discordant_is_the_exact_test_s(n, psi):
+    """Issue 53, finding 11: at n = 1,000 and psi 0.3 the reported MDE was Connor's 0.0485, whose exact power is
+    0.785 (exact MDE 0.0493). The reported one now has the exact test's power, by a sum written with scipy: at
+    least 0.8 there, under it a hair below."""
+    mde = mcnemar_mde(n, psi)
+    assert scipy_exact_power(n, psi, mde) >= 0.8 - 1e-9
+    assert scipy_exact_power(n, psi, mde * (1 - 1e-4)) < 0.8
+    if (n, psi) == (1000, 0.3):
+        assert mde == pytest.approx(0.0493, abs=1e-4)
+        assert scipy_exact_power(n, psi, mcnemar_mde(n, psi, method="normal")) == pytest.approx(0.785, abs=1e-3)
+
+
+def test_huge_counts_are_computed_without_a_table_of_n():
+    """Issue 53, finding 9: ``plan --effect 1e-12`` asked for 57 TiB and ``--at 1e12`` for 7 TiB (a log-factorial
+    table of n entries): the sums need counts near n psi only."""
+    n = mcnemar_sample_size(1e-12, 0.0)  # every change one way, at psi = 1e-12: about 8 changes' worth of n
+    assert n * 1e-12 == pytest.approx(7.9, abs=0.3)
+    mde = mcnemar_mde(10**12, 0.0)
+    assert scipy_stats.binom.sf(5, 10**12, mde) == pytest.approx(0.8, abs=1e-4)
+    assert mcnemar_mde(10**12, 0.2) == pytest.approx(mcnemar_mde(10**12, 0.2, method="normal"))

@@ -139,3 +139,26 @@ def test_unreachability_bound_is_the_rule_of_three():
     assert unreachability_bound(200) == pytest.approx(3 / 200, rel=0.01)  # about 3/K for large K
     assert unreachability_bound(0) == 1.0
     assert unreachability_bound(np.array([4, 0])).tolist() == pytest.approx([1 - 0.05 ** 0.25, 1.0])
+
+
+@pytest.mark.parametrize("n", [1, 3, 10, 20, 57, 300, 10_000])
+def test_wilson_bounds_at_zero_and_n_are_exact(n):
+    """Issue 53, finding 3: 0 successes reported a lower bound of 2.776e-17 (n=10); the bound is exactly 0 (and
+    exactly 1 at n successes), as statsmodels' closed form says at those ends."""
+    assert wilson_interval(0, n)[0] == 0.0 and wilson_interval(n, n)[1] == 1.0
+    lo, hi = wilson_interval(np.array([0, n]), np.array([n, n]))
+    assert lo[0] == 0.0 and hi[1] == 1.0
+    ref = proportion.proportion_confint(0, n, method="wilson")
+    assert wilson_interval(0, n)[1] == pytest.approx(ref[1], abs=1e-12)
+
+
+def test_an_audit_with_no_correct_question_reports_zero(tiny_model):
+    """The summary a user reads: D_ci, O_K_ci and maj_K_ci of an audit of arith_null (no model reaches it) start
+    at 0."""
+    from reachlens import Protocol, audit, load_task
+
+    task = load_task("arith_null", n=10)
+    r = audit(tiny_model, task, Protocol("arith_null", k=2, temperature=1.0, max_new_tokens=4))
+    s = r.summary()
+    assert s["D"] == s["O_K"] == 0.0
+    assert s["D_ci"][0] == 0.0 and s["O_K_ci"][0] == 0.0 and s["maj_K_ci"][0] == 0.0

@@ -112,7 +112,7 @@ def summary_text(s: dict) -> str:
     lines.append(f"  intervals: {s['bootstrap_resamples']} paired bootstrap resamples over questions (seed "
                  f"{s['bootstrap_seed']}); rates: Wilson; detectable: the minimum detectable effect of the delta's "
                  f"test at this n ({s['mde_power']:.0%} power, two-sided {s['mde_alpha']:g}; exact McNemar, or "
-                 "Connor's approximation past 200 changed questions; pass@k: z test of the mean difference)")
+                 "Connor's approximation past 5,000 changed questions; pass@k: z test of the mean difference)")
     flag = (f"FLAGGED: the gap exceeds {t['margin']:.0%}; rerun both at a longer decode with `reachlens control "
             "length`") if t["flagged"] else f"within the {t['margin']:.0%} margin"
     lines.append(f"  cut at max_new_tokens={t['max_new_tokens']}: samples {t['samples_base']:.1%} -> "

@@ -61,6 +61,8 @@ def plan_text(p) -> str:
     """The tables ``reachlens plan`` prints for a :class:`~reachlens.studies.planning.PowerPlan`."""
     import pandas as pd
 
+    from reachlens.power import EXACT_BELOW
+
     who = " -> ".join(p.models)
     full = f"; full split {p.full_n} questions" if p.full_n is not None else "; full split unknown (--full-n N)"
     sizes = p.sizes
@@ -81,8 +83,9 @@ def plan_text(p) -> str:
     })
     lines = [f"pilot {p.pilot}: {'a comparison' if p.kind == 'comparison' else 'an audit'} of {who} on {p.task}, "
              f"n={p.n}, K={p.k_pilot}{full}",
-             f"power {p.power:.0%}, two-sided alpha {p.alpha:g}: exact McNemar for D and O_{p.k} (Connor's approximation "
-             "past 200 changed questions), the z test of the mean per-question difference for pass@1",
+             f"power {p.power:.0%}, two-sided alpha {p.alpha:g}: exact McNemar for D and O_{p.k} "
+             "(Connor's approximation "
+             f"past {EXACT_BELOW:,} changed questions), the z test of the mean per-question difference for pass@1",
              "", q.to_string(index=False), ""]
     if p.kind == "audit":
         lines += ["spread assumed: one audit cannot measure how a descendant's outcomes pair with it, so the two "

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import sys
 
 from reachlens.cli._common import add_model_args, add_task_args, echo, stops_from_args
 from reachlens.cli.flags import ProtocolFlags, add_flags
@@ -31,8 +30,7 @@ def register(sub) -> argparse.ArgumentParser:
 
 
 def run(args: argparse.Namespace) -> int:
-    from tqdm import tqdm
-
+    from reachlens.cli._progress import RunProgress
     from reachlens.probes import parse_probe, probe
     from reachlens.protocol import Protocol
     from reachlens.tasks import load_task
@@ -42,19 +40,10 @@ def run(args: argparse.Namespace) -> int:
     length = {} if args.max_new_tokens is None else {"max_new_tokens": args.max_new_tokens}
     protocol = Protocol.deployment(task, split=args.split, prompt_format=args.prompt_format, system=args.system, seed=args.seed,
                                    stop=stops_from_args(args, task), **length)
-    bars: list = []  # the bar starts with the first slice, after every check has passed
-
-    def progress(done: int, total: int) -> None:
-        if not bars:
-            bars.append(tqdm(total=total, unit="q", desc=f"probe {args.model}", file=sys.stderr))
-        bars[0].update(done - bars[0].n)
-
-    try:  # the runner refuses a bad --out or another run in it before the model loads
+    # the runner refuses a bad --out or another run in it before the model loads (the line shows after 0.5 s)
+    with RunProgress(f"probe {args.model}", "q") as bar:
         result = probe(source_from_args(args), task, probes, out=args.out, protocol=protocol, unions=args.union,
-                       exec_config=exec_from_args(args), progress=progress)
-    finally:
-        for bar in bars:
-            bar.close()
+                       exec_config=exec_from_args(args), progress=bar.done)
     s = result.summary()
     echo(f"{args.model} on {args.task} (n={s['n']}): D={_num(s['D'])} [{_num(s['D_ci'][0])}, {_num(s['D_ci'][1])}]"
           f"   -> {args.out}")

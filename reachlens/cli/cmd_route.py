@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import sys
 
 from reachlens.cli._common import CLIError, add_model_args, add_task_args, echo, load_model_from_args
 from reachlens.cli.flags import ProtocolFlags, add_flags, renamed
@@ -40,8 +39,7 @@ def register(sub) -> argparse.ArgumentParser:
 
 
 def run(args: argparse.Namespace) -> int:
-    from tqdm import tqdm
-
+    from reachlens.cli._progress import RunProgress
     from reachlens.protocol import Protocol
     from reachlens.routing import STRATEGIES, RoutingConfig, format_recovery, make_space, run_routing
     from reachlens.store import RunDir
@@ -60,18 +58,9 @@ def run(args: argparse.Namespace) -> int:
     options = {"max_skip": args.max_skip, "max_repeat": args.max_repeat, "window": args.window}
     given = {k: v for k, v in options.items() if v is not None}
     space = make_space(args.space, len(model.blocks), **given)
-    bars: list = []  # the bar starts with the search, after the run directory has been checked
-
-    def progress(done: int) -> None:
-        if not bars:
-            bars.append(tqdm(total=len(task) * args.k, unit="eval", desc=f"route {args.search} {space}",
-                             file=sys.stderr))
-        bars[0].update(done - bars[0].n)
-
-    result = run_routing(model, task, space, args.search, protocol=protocol, config=config, out=args.out,
-                         progress=progress)
-    for bar in bars:
-        bar.close()
+    with RunProgress(f"route {args.search} {space}", "evals") as bar:  # the base decode shows its tokens too
+        result = run_routing(model, task, space, args.search, protocol=protocol, config=config, out=args.out,
+                             progress=lambda done: bar.done(done, len(task) * args.k))
     s = result.summary()
     echo(f"{args.model} on {args.task} (n={s['n']}, {space}, {args.search}, K={args.k}): "
           f"D={s['D']:.3f}  O_{args.k}={s['O_K']:.3f}   -> {args.out}")

@@ -72,6 +72,7 @@ from torch import Tensor
 
 from reachlens.engine.hooks import BatchRows, _rows, arms_served, plain_below, user_hooks
 from reachlens.engine.memory import keep_freed_memory, no_gc
+from reachlens.engine.progress import decode_started, decode_step
 from reachlens.engine.rng import Workspace, sample_inverse_cdf
 from reachlens.engine.sample_tree import FinishReason, SampleTree
 from reachlens.engine.stack import LayerStack, RowRoutes, SharedBelow
@@ -237,6 +238,7 @@ def generate(
     arms, arm_ids = _arm_ids(model, rows)
     luts, below = {}, plain_below(model, arms) if share_prefixes and routes == (stack.identity,) else None
     results: dict[int, Completion] = {}
+    decode_started(len(rows), protocol.max_new_tokens)
     for chunk in _chunks(rows, [len(p) for p in ids], max_batch_rows):
         runs = _ChunkRuns(routes, torch.tensor([route_ids[i] for i in chunk]), arms,
                           torch.tensor([arm_ids[i] for i in chunk]), luts, below)
@@ -503,7 +505,11 @@ def _decode_chunk(stack: LayerStack, all_ids: list[list[int]], rows: list[Row], 
         live = tree.live.to(device)
         chosen, logp = _choose(logits, tree.live_slots().to(device), seeds[live], greedy[live], step, protocol,
                                workspace)
+        before = int(tree.live.numel())
         move = tree.advance(chosen.cpu(), logp.cpu())
+        after = 0 if tree.done else int(tree.live.numel())
+        stopped = before - int(tree.live.numel())  # by EOS or a stop string (at the last step the rest: by length)
+        decode_step(before, before - after, stopped * (protocol.max_new_tokens - step - 1))
         if move.done:
             break
         key_valid, next_pos = _move_rows(cache, move, key_valid, next_pos)

@@ -19,8 +19,14 @@ tokens (a BOS where it adds one), with one BOS: a chat prompt whose template sta
 appends to every text (some OLMo tokenizers do) is dropped from a *prompt*, as TransformerLens'
 ``to_tokens`` drops it: a prompt that ends the document asks for nothing.
 
-``load_model`` makes the bridge's ``to_tokens`` this encoding (:func:`bridge_to_tokens`): TransformerLens'
-own would add a second BOS to a chat prompt and needs a PAD token the shipped tokenizer may lack.
+The data-is-text rule is reachlens' own, for the prompts it renders (a :class:`Prompt`, or a :class:`ChatPrompt`)
+and every text its engine encodes. A TransformerLens-named method keeps TransformerLens' meaning: ``load_model``
+makes the bridge's ``to_tokens`` (and so ``model(text)``, ``run_with_cache(text)``, ``generate(text)``,
+``to_str_tokens``, ``to_single_token``) :func:`bridge_to_tokens`, which reads a plain ``str``'s special-token text
+as those tokens, as ``tokenizer(text)`` and TransformerLens do (a chat transcript rendered by
+``apply_chat_template(tokenize=False)`` gives ``apply_chat_template(tokenize=True)``'s ids, one BOS), and a
+:class:`Prompt` as the engine encodes it, so ``model.to_tokens(render_prompts(...)[i])`` is what the audit decoded.
+TransformerLens' own would add a second BOS to a chat prompt and needs a PAD token the shipped tokenizer may lack.
 """
 
 from __future__ import annotations
@@ -35,8 +41,8 @@ from torch import Tensor
 from reachlens.errors import ReachlensError
 
 __all__ = [
-    "ChatPrompt", "bridge_to_tokens", "chat_ids", "encode", "encode_prompts", "special_ids", "special_tokens_added", "text_ids",
-    "tokenizer_of",
+    "ChatPrompt", "Prompt", "bridge_to_tokens", "chat_ids", "encode", "encode_prompts", "special_ids",
+    "special_tokens_added", "text_ids", "tokenizer_of", "transformer_lens_ids",
 ]
 
 
@@ -62,7 +68,22 @@ def special_tokens_added(tokenizer) -> tuple[bool, bool]:
     return prepends, appends
 
 
-class ChatPrompt(str):
+class Prompt(str):
+    """A prompt reachlens rendered from a task's text: its text is data (a special token's text in it is encoded
+    as text, by the engine and by ``model.to_tokens`` alike). Equal to its text as a ``str``; a plain ``str``
+    given to ``model.to_tokens`` keeps TransformerLens' meaning (see the module's docstring).
+
+    >>> Prompt("Q: 1+2=?\\nA:") == "Q: 1+2=?\\nA:"
+    True
+    """
+
+    __slots__ = ()
+
+    def __reduce__(self):
+        return Prompt, (str(self),)
+
+
+class ChatPrompt(Prompt):
     """The text a chat template rendered, with the spans ``template`` (``(start, stop)`` pairs) that are the
     template's own: a special token's text there is that token; every other character (a turn's content) is
     data, encoded as text. Built by :func:`reachlens.tasks.render_prompts`; equal to its text as a ``str``.
@@ -138,24 +159,46 @@ def text_ids(tokenizer, text: str) -> list[int]:
     return list(tokenizer(text, add_special_tokens=False, split_special_tokens=True)["input_ids"])
 
 
+def transformer_lens_ids(tokenizer, text: str, *, special: bool = True) -> list[int]:
+    """The ids TransformerLens' ``to_tokens`` means for a plain ``str``: its special-token text read as those
+    tokens; with ``special``, the tokenizer's default special tokens, one BOS (a text that starts with the BOS
+    token's text, as a rendered Llama 3 or Gemma chat does, gets no second one) and no appended EOS."""
+    if not special:
+        return list(tokenizer(text, add_special_tokens=False)["input_ids"])
+    ids = list(tokenizer(text)["input_ids"])
+    prepends_bos, appends_eos = special_tokens_added(tokenizer)
+    bos = tokenizer.bos_token_id
+    if prepends_bos and bos is not None and ids[:2] == [bos, bos]:
+        ids = ids[1:]
+    if appends_eos and len(ids) > 1 and ids[-1] == tokenizer.eos_token_id:
+        ids = ids[:-1]
+    return ids
+
+
+def _to_token_ids(tok, text: str, prepend_bos: bool | None) -> list[int]:
+    """One text's ids under ``to_tokens``: a :class:`Prompt` as the engine encodes it, a plain ``str`` as
+    TransformerLens does (:func:`transformer_lens_ids`)."""
+    if isinstance(text, Prompt):
+        return text_ids(tok, text) if prepend_bos is False else encode_prompts(tok, [text])[0]
+    return transformer_lens_ids(tok, text, special=prepend_bos is not False)
+
+
 def bridge_to_tokens(
     self, input: str | list[str], prepend_bos: bool | None = None, padding_side: str | None = None,
     move_to_device: bool = True, truncate: bool = True,
 ) -> Int[Tensor, "batch pos"]:
-    """``TransformerBridge.to_tokens`` as the engine encodes (installed on the models ``load_model`` returns).
+    """``TransformerBridge.to_tokens`` with TransformerLens' meaning on the shipped tokenizer (installed on the
+    models ``load_model`` returns): a plain ``str``'s special-token text is those tokens; a :class:`Prompt`
+    (what :func:`reachlens.tasks.render_prompts` returns) is encoded as the engine encodes it, its text as data.
 
-    ``prepend_bos`` None: :func:`encode_prompts` (the shipped tokenizer's defaults, one BOS). True: the
-    same with the BOS (a BOS-less tokenizer: its EOS, TransformerLens' stand-in) first if it is not
-    already; False: no special token added. Several texts are padded on
-    ``padding_side`` (default: the tokenizer's) with its PAD, else its EOS, else 0. ``truncate`` keeps
-    the first ``cfg.n_ctx`` tokens.
+    ``prepend_bos`` None: the shipped tokenizer's defaults, one BOS. True: the same with the BOS (a BOS-less
+    tokenizer: its EOS, TransformerLens' stand-in) first if it is not already; False: no special token added.
+    Several texts are padded on ``padding_side`` (default: the tokenizer's) with its PAD, else its EOS, else 0.
+    ``truncate`` keeps the first ``cfg.n_ctx`` tokens.
     """
     tok = tokenizer_of(self)
     texts = [input] if isinstance(input, str) else list(input)
-    if prepend_bos is False:
-        rows = [text_ids(tok, t) for t in texts]
-    else:
-        rows = encode_prompts(tok, texts)
+    rows = [_to_token_ids(tok, t, prepend_bos) for t in texts]
     if prepend_bos:
         bos = tok.bos_token_id if tok.bos_token_id is not None else tok.eos_token_id
         rows = [r if (r[:1] == [bos] or bos is None) else [bos, *r] for r in rows]
@@ -173,5 +216,6 @@ def bridge_to_tokens(
 
 
 def encode(model, texts: Sequence[str]) -> list[list[int]]:
-    """Token ids of each text as the engine encodes a prompt (equal to ``model.to_tokens(text)``)."""
+    """Token ids of each text as the engine encodes a prompt, its text as data (equal to ``model.to_tokens(p)``
+    for a prompt reachlens rendered, a :class:`Prompt`)."""
     return encode_prompts(tokenizer_of(model), texts)

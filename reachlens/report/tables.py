@@ -52,7 +52,7 @@ DETECTABLE = f"detectable at this n ({POWER:.0%} power)"
 """The heading of the column that gives each delta's minimum detectable effect."""
 MDE_NOTE = (f"{DETECTABLE}: the smallest change the delta's test detects with {POWER:.0%} power at two-sided "
             f"{ALPHA:g} at this n and the measured share of questions that changed (exact McNemar; Connor's normal "
-            "approximation past 200 changed questions; a mean of per-question differences: the z test from their "
+            "approximation past 5,000 changed questions; a mean of per-question differences: the z test from their "
             "standard deviation), in either direction; when fewer questions changed than that, the smallest "
             "change made of questions all moving one way. A delta whose interval holds 0 is not detected: it rules "
             "out effects of that size, not smaller ones.")

@@ -4,13 +4,17 @@ Greenblatt et al. (arXiv 2405.19550) unlock a password-locked model with a handf
 :func:`finetune_on_demonstrations` is that step: a full fine-tune of a copy of ``parent`` on ``n`` worked
 demonstrations of the task, each the prompt exactly as the audit deploys it (the protocol's prompt format, a
 chat template included) and the demonstration's target (:func:`~reachlens.tasks.fewshot.demonstration_target`)
-then the tokenizer's EOS, the loss on the completion only. Every step sees every demonstration (a full batch)
-unless ``batch`` is smaller; AdamW at a constant learning rate after ``warmup_steps``; float32; no gradient
-checkpointing; the seed fixes TRL's data order and any dropout.
+then the tokenizer's EOS, the loss on the completion only. TRL is given token ids, not strings
+(:func:`demonstration_ids`): the prompt's ids are the audit's own (its text as data, one BOS, a chat template's
+control tokens only where the template wrote them), so a question holding special-token text trains on the
+sequence the audit deploys, and a template that writes the BOS gets no second one. Every step sees every
+demonstration (a full batch) unless ``batch`` is smaller; AdamW at a constant learning rate after
+``warmup_steps``; float32; no gradient checkpointing; the seed fixes TRL's data order and any dropout.
 
 Why TRL's ``SFTTrainer`` (installed; the zoo's own SFT checkpoint is made with it, ``experiments/zoo/sft.py``):
-a maintained trainer whose prompt-completion datasets mask the prompt's tokens, tested on the zoo's character
-tokenizer. Full fine-tuning, because at the zoo's size (1.6M parameters) a copy costs nothing; LoRA through
+a maintained trainer whose pre-tokenized datasets (``input_ids`` and ``completion_mask``) mask the prompt's tokens,
+tested on the zoo's character tokenizer. A tokenizer without a PAD token pads the batch with its EOS (masked out),
+as TRL does. Full fine-tuning, because at the zoo's size (1.6M parameters) a copy costs nothing; LoRA through
 ``peft`` (not installed here) would be the way for a real checkpoint.
 
 The copy is written as a checkpoint folder like any other model (safetensors weights, config, the parent's
@@ -35,6 +39,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from reachlens.engine.tokens import encode_prompts, text_ids
 from reachlens.errors import ReachlensError
 from reachlens.models.loading import model_identity, resolve_spec
 from reachlens.protocol import Protocol, chat_inner
@@ -42,11 +47,11 @@ from reachlens.tasks.base import Question, Task
 from reachlens.tasks.chat import render_prompts
 from reachlens.tasks.fewshot import demonstration_target
 
-__all__ = ["CARD", "FineTune", "demonstration_pairs", "finetune_on_demonstrations", "read_card"]
+__all__ = ["CARD", "FineTune", "demonstration_ids", "demonstration_pairs", "finetune_on_demonstrations", "read_card"]
 
 CARD = "training.json"
 """The card of a fine-tuned copy (the zoo's name for it)."""
-RECIPE = "elicitation_sft"
+RECIPE = "elicitation_sft_ids"
 
 
 @dataclass(frozen=True)
@@ -95,6 +100,18 @@ def demonstration_pairs(task: Task, protocol: Protocol, demos: Sequence[Question
             for p, d in zip(prompts, demos)]
 
 
+def demonstration_ids(pairs: Sequence[tuple[str, str]], tokenizer) -> list[tuple[list[int], list[int]]]:
+    """(prompt ids, completion ids) of each demonstration: the prompt as the audit encodes it (its text as data,
+    one BOS: :func:`~reachlens.engine.tokens.encode_prompts`) and the target as text then the EOS id. These ids, not
+    the strings, go to TRL, so a question's special-token text trains as the text the audit deploys."""
+    eos = tokenizer.eos_token
+    out = []
+    for prompt, completion in pairs:
+        target = completion[: -len(eos)] if eos and completion.endswith(eos) else completion
+        out.append((encode_prompts(tokenizer, [prompt])[0], [*text_ids(tokenizer, target), tokenizer.eos_token_id]))
+    return out
+
+
 def read_card(folder: str | Path) -> dict[str, Any] | None:
     """The card of a fine-tuned copy, or None where the folder has none."""
     path = Path(folder) / CARD
@@ -139,10 +156,14 @@ def _train(folder: Path, pairs: list[tuple[str, str]], config: FineTune, work: P
     from trl import SFTConfig, SFTTrainer
 
     tok = AutoTokenizer.from_pretrained(folder)
-    if tok.eos_token is None or tok.pad_token is None:
-        raise ReachlensError(f"the tokenizer of {str(folder)!r} lacks an EOS or pad token; it cannot be fine-tuned here")
+    if tok.eos_token is None:
+        raise ReachlensError(f"the tokenizer of {str(folder)!r} lacks an EOS token; it cannot be fine-tuned here")
+    if tok.pad_token is None:  # pads only the batch (masked out of the loss), as TRL does for such a tokenizer
+        tok.pad_token = tok.eos_token
     model = AutoModelForCausalLM.from_pretrained(folder, use_safetensors=True, dtype=torch.float32)
-    data = Dataset.from_dict({"prompt": [p for p, _ in pairs], "completion": [c for _, c in pairs]})
+    ids = demonstration_ids(pairs, tok)
+    data = Dataset.from_dict({"input_ids": [p + c for p, c in ids],
+                              "completion_mask": [[0] * len(p) + [1] * len(c) for p, c in ids]})
     args = SFTConfig(
         output_dir=str(work), max_steps=config.steps, learning_rate=config.lr, lr_scheduler_type="constant_with_warmup",
         warmup_steps=config.warmup_steps, weight_decay=config.weight_decay, seed=config.seed, data_seed=config.seed,
@@ -154,7 +175,7 @@ def _train(folder: Path, pairs: list[tuple[str, str]], config: FineTune, work: P
     with _quiet():
         trainer = SFTTrainer(model=model, args=args, train_dataset=data, processing_class=tok)
         trainer.remove_callback(PrinterCallback)  # disable_tqdm adds it: it prints every raw log dict
-        _check_masking(trainer, tok, pairs[0][1])
+        _check_masking(trainer, tok, *ids[0])
         stop = None if score is None else _early_stop(lambda m: score(m, tok), config.eval_every)
         if stop is not None:
             stop.measure(0, model)
@@ -209,13 +230,14 @@ def _quiet() -> Iterator[None]:
             datasets.enable_progress_bars()
 
 
-def _check_masking(trainer, tok, completion: str) -> None:
-    """Fail unless TRL trains exactly the first demonstration's completion tokens (its target and EOS)."""
+def _check_masking(trainer, tok, prompt: list[int], completion: list[int]) -> None:
+    """Fail unless TRL trains on the first demonstration's ids as given (the audit's prompt ids, then the
+    completion's) with the loss on exactly the completion's."""
     row = trainer.train_dataset[0]
     trained = [label for label in row["labels"] if label != -100]
-    if not trained or row["input_ids"][-len(trained):] != trained or tok.decode(trained) != completion:
+    if list(row["input_ids"]) != prompt + completion or trained != completion:
         raise RuntimeError(f"TRL's data trains {tok.decode(trained)!r} of {tok.decode(row['input_ids'])!r}, not the "
-                           f"completion {completion!r}")
+                           f"completion {tok.decode(completion)!r} after the audit's prompt ids")
 
 
 def finetune_on_demonstrations(

@@ -42,7 +42,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from reachlens.engine.tokens import ChatPrompt
+from reachlens.engine.tokens import ChatPrompt, Prompt
 from reachlens.errors import ReachlensError
 from reachlens.protocol import CHAT, chat_inner
 from reachlens.tasks.base import Question, Task
@@ -94,7 +94,8 @@ def bind_chat(protocol: Protocol, tokenizer, *, model: str = "the model") -> Pro
 
 def render_prompts(task: Task, protocol: Protocol, questions: Sequence[Question], tokenizer=None, *,
                    history: Sequence[Sequence[dict[str, str]]] | None = None) -> list[str]:
-    """The prompt of each question under ``protocol.prompt_format``: the task's template, or for a chat
+    """The prompt of each question under ``protocol.prompt_format``: the task's template (a
+    :class:`~reachlens.engine.tokens.Prompt`: its text is data, for the engine and ``model.to_tokens``), or for a chat
     format that text as the user turn of ``tokenizer``'s chat template (checked against the protocol's), a
     :class:`~reachlens.engine.tokens.ChatPrompt` whose turns' contents are data, after ``history[i]``'s turns
     where given (few-shot demonstrations: :mod:`reachlens.tasks.fewshot`)."""
@@ -104,7 +105,7 @@ def render_prompts(task: Task, protocol: Protocol, questions: Sequence[Question]
                              "plain; use prompt_format='chat'")
     if inner is None:
         fmt = task.format(protocol.prompt_format)
-        return [fmt.render(q) for q in questions]
+        return [Prompt(fmt.render(q)) for q in questions]
     if tokenizer is None:
         raise ReachlensError(f"prompt_format={protocol.prompt_format!r} renders with the model's tokenizer; "
                              "none was given")

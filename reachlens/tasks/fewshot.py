@@ -30,6 +30,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from reachlens.engine.tokens import Prompt
 from reachlens.errors import ReachlensError
 from reachlens.protocol import chat_inner
 from reachlens.tasks.base import Question, Task
@@ -174,5 +175,5 @@ def fewshot_prompts(
                    for ds in demos]
         return render_prompts(task, protocol, questions, tokenizer, history=history)
     plain = render_prompts(task, protocol, questions, tokenizer)
-    return [fewshot.delimiter.join([*(pool.prompt(d, fmt_name) + demonstration_target(d) for d in ds), prompt])
+    return [Prompt(fewshot.delimiter.join([*(pool.prompt(d, fmt_name) + demonstration_target(d) for d in ds), prompt]))
             for ds, prompt in zip(demos, plain)]
