@@ -1,10 +1,12 @@
 """A view of a question set: its rows under a filter, a text search and a sort, and the paired figures of them.
 
-The page's address holds the view (``?set=0/comparisons/base--grpo&filter=realized_fate == "gained"&sort=-base_propensity``);
-:func:`questions_of` takes the same words in Python and returns the same rows, so a view seen in the browser is a
-DataFrame one call away:
+The page's address holds the view
+(``?set=0/comparisons/base--grpo&filter=realized_fate == "gained"&sort=-base_propensity``); :func:`questions_of`
+takes the same words in Python and returns the same rows, so a view seen in the browser is a DataFrame one call
+away:
 
->>> questions_of("runs/demo", "0/comparisons/base--grpo", 'realized_fate == "gained" and base_reachable')  # doctest: +SKIP
+>>> questions_of("runs/demo", "0/comparisons/base--grpo",
+...              'realized_fate == "gained" and base_reachable')  # doctest: +SKIP
 
 For a comparison, :func:`paired_figures` are the realized and reachable halves of ``reachlens compare``'s summary
 (:func:`~reachlens.studies.compare.paired_deltas`) on the rows shown. When a filter or a search chose those rows

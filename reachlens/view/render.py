@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 import numbers
 from typing import Any
-from urllib.parse import urlencode
+from urllib.parse import quote, urlencode
 
 import numpy as np
 import pandas as pd
@@ -109,7 +109,8 @@ def list_fragment(qs: QuestionSet, view: View) -> str:
     body = []
     for rec in rows.head(ROWS_SHOWN).itertuples(index=False):
         r = rec._asdict()
-        body.append(f'<tr data-qid="{h(r["question_id"])}">' + "".join(_cell(r[c]) for c in cols) + "</tr>")
+        qid = h(quote(str(r["question_id"]), safe=""))  # the id as the address holds it (control bytes too)
+        body.append(f'<tr data-qid="{qid}">' + "".join(_cell(r[c]) for c in cols) + "</tr>")
     more = f'<p class="count">the first {ROWS_SHOWN} shown</p>' if len(rows) > ROWS_SHOWN else ""
     header = "".join(f"<th>{h(c)}</th>" for c in cols)
     return (f'{head}{stats}<table id="questions"><thead><tr>{header}</tr></thead><tbody>{"".join(body)}</tbody>'

@@ -86,7 +86,7 @@ document.addEventListener("DOMContentLoaded", () => {
     const row = e.target.closest("tr[data-qid]");
     if (!row) return;
     const p = state();
-    p.set("question", row.dataset.qid);
+    p.set("question", decodeURIComponent(row.dataset.qid));
     window.history.pushState(null, "", `?${p.toString()}`);
     showQuestion(p);
   });
