@@ -1,32 +1,78 @@
-"""`reachlens view` in a real browser (Playwright driving the system Chromium), on a training audit of the zoo
-decoded here at a small n and K: the list, the fate filter, one question and its base samples that were correct,
+"""`reachlens view` in a real browser (Playwright driving the system Chromium), on a training audit of zoo:base
+and zoo:grpo at a small n and K (made by hand, as the report tests make theirs): the list, the fate filter, one question and its base samples that were correct,
 every number on the page read back against the parquet tables (issue 58)."""
 
 from __future__ import annotations
 
 import re
 from pathlib import Path
-from urllib.parse import parse_qs, urlsplit
+from urllib.parse import parse_qs, quote, urlsplit
 
+import numpy as np
 import pandas as pd
 import pytest
 
 from reachlens import Protocol
-from reachlens.store import read_run
-from reachlens.studies.training_audit import StudyPlan, run_training_audit
+from reachlens.store import RunDir, RunRecord, read_run
+from reachlens.studies import AuditResult, compare
+from reachlens.studies.training_audit import StudyLayout, StudyPlan
+from reachlens.tasks import load_task
 from reachlens.view import serve
 
-N, K = 30, 8
-"""Questions and samples of the zoo's study here: enough for base-reachable gains of grpo (6 at this size)."""
+expect = pytest.importorskip("playwright.sync_api", reason="needs Playwright for Python to drive Chromium "
+                             "(pip install 'reachlens[test]'): absent").expect
+
+N, K = 40, 16
+"""The study's size: small, so the test stays fast; its audits are made by hand, as the report tests make theirs."""
+
+
+def _audit(task, protocol, spec: str, rate, realized, seed: int) -> AuditResult:
+    """An audit of ``task`` by hand: question i's K samples correct at ``rate[i]`` (drawn), its deployment as
+    ``realized[i]``; a wrong sample answers gold + 1 or gold - 10 (two wrong answers to group), texts as the zoo
+    writes them."""
+    rng = np.random.default_rng(seed)
+    rows, questions = [], []
+    for q, r, dep in zip(task.questions, rate, realized):
+        gold = int(q.gold)
+        correct = rng.uniform(0, 1, K) < r
+        for j, c in enumerate(correct):
+            answer = gold if c else gold + 1 if j % 3 else gold - 10
+            rows.append({"question_id": q.question_id, "candidate_idx": j, "text": f"{q.fields['question']} "
+                         f"#### {answer}", "answer": str(answer), "correct": bool(c), "scored": True,
+                         "finish_reason": "stop", "n_tokens": 30 + j, "mean_logprob": -0.3})
+        questions.append({"question_id": q.question_id, "realized": bool(dep), "reachable": bool(correct.any()),
+                          "n_correct": int(correct.sum()), "n_scored": K, "k": K, "propensity": correct.mean(),
+                          "deployed_answer": str(gold if dep else gold + 1),
+                          "deployed_text": f"#### {gold if dep else gold + 1}", "deployed_scored": True,
+                          "deployed_finish": "stop", "gold": q.gold, "labels": None})
+    return AuditResult.new(protocol, {"spec": spec, "fingerprint": spec}, pd.DataFrame(questions),
+                           pd.DataFrame(rows), dict(task.data_identity))
 
 
 @pytest.fixture(scope="module")
 def zoo_study(tmp_path_factory) -> Path:
-    """base -> grpo of the shipped zoo on arith_hard, n=30, K=8 (no controls)."""
+    """A training audit zoo:base -> zoo:grpo on the first 40 arith_hard test questions, K=16, as the report tests
+    build theirs: the audits made by hand (grpo realizes more, the base reaches some of those), written where the
+    study keeps them, the comparison saved beside them, the study completed."""
     out = tmp_path_factory.mktemp("view") / "study"
-    plan = StudyPlan({"base": "zoo:base", "grpo": "zoo:grpo"}, (("base", "grpo"),),
-                     Protocol("arith_hard", k=K, temperature=0.8, max_new_tokens=128), n=N)
-    run_training_audit(plan, out, log=lambda s: None)
+    task = load_task("arith_hard", n=N)
+    protocol = Protocol("arith_hard", k=K, temperature=0.8, max_new_tokens=128).resolved(task)
+    rng = np.random.default_rng(0)
+    rate = rng.uniform(0, 0.6, N) ** 2
+    base_dep = rng.uniform(0, 1, N) < rate * 1.5
+    grpo_dep = base_dep | (rng.uniform(0, 1, N) < 0.4)
+    plan = StudyPlan({"base": "zoo:base", "grpo": "zoo:grpo"}, (("base", "grpo"),), protocol, n=N)
+    record = RunRecord.new("training_audit", plan.protocol, dict(plan.models), None,
+                           {k: v for k, v in plan.to_dict().items() if k != "protocol"})
+    run = RunDir(out)
+    run.begin(record)
+    layout = StudyLayout(out)
+    _audit(task, protocol, "zoo:base", rate, base_dep, 1).save(layout.audit("base"))
+    _audit(task, protocol, "zoo:grpo", np.minimum(rate * 1.8, 1), grpo_dep, 2).save(layout.audit("grpo"))
+    compare(layout.audit("base"), layout.audit("grpo")).save(layout.comparison("base", "grpo"))
+    with run.writer():
+        run.start(record)
+        run.finish({"wall_seconds": {}})
     return out
 
 
@@ -61,7 +107,8 @@ def test_list_filter_question_and_the_base_samples_that_were_correct(page, zoo_s
     pg.select_option("select[data-menu='fate']", label="fate: gained, already base-reachable")
     want = q[(q["realized_fate"] == "gained") & q["base_reachable"]]
     assert len(want) >= 1
-    pg.wait_for_function(f"document.getElementById('count').textContent.startsWith('{len(want)} of')")
+    expect(pg.locator("#count")).to_have_text(f"{len(want)} of {N} questions")  # (the page forbids eval: no
+    # wait_for_function with a string)
     assert _rows(pg) == want["question_id"].tolist()
     expr = parse_qs(urlsplit(pg.url).query)["filter"][0]
     assert expr == 'realized_fate == "gained" and base_reachable'
@@ -72,6 +119,8 @@ def test_list_filter_question_and_the_base_samples_that_were_correct(page, zoo_s
     pg.locator("#questions tbody tr").first.locator("td").first.click()
     pg.wait_for_selector(".side[data-side='1']")
     assert parse_qs(urlsplit(pg.url).query)["question"][0] == qid
+    question = next(x for x in load_task("arith_hard", n=N).questions if x.question_id == qid)
+    assert pg.inner_text("pre.prompt") == f"Q: {question.fields['question']}\nA:"  # the zoo's format, no BOS
     base = cmp.base.samples[cmp.base.samples["question_id"] == qid]
     right = base[base["correct"] & base["scored"]]
     assert len(right) == want["base_n_correct"].iloc[0] >= 1
@@ -105,13 +154,10 @@ def test_sort_by_propensity_and_search(page, zoo_study) -> None:
     q = read_run(zoo_study / "comparisons" / "base--grpo").questions
     pg.select_option("#sort-menu", "-base_propensity")
     pg.wait_for_url(re.compile(r"sort=-base_propensity"))
-    pg.wait_for_function("document.querySelector('#questions tbody tr') !== null")
     want = q.sort_values("base_propensity", ascending=False, kind="stable")["question_id"].tolist()
-    pg.wait_for_function(f"document.querySelector('#questions tbody tr').dataset.qid === "
-                         f"encodeURIComponent({want[0]!r})")
+    expect(pg.locator("#questions tbody tr").first).to_have_attribute("data-qid", quote(want[0], safe=""))
     assert _rows(pg) == want
     pg.fill("#search", q["question_id"].iloc[3])
     pg.click("button[type=submit]")
-    pg.wait_for_function("document.getElementById('count').textContent.endsWith('of 30 questions') && "
-                         "!document.getElementById('count').textContent.startsWith('30')")
+    expect(pg.locator("#count")).not_to_have_text(f"{N} of {N} questions")
     assert q["question_id"].iloc[3] in _rows(pg)
