@@ -9,10 +9,12 @@ comparisons saved beside them (``reachlens compare --out``), so the viewer finds
 sets and tables. The tables are made by hand (random grades), which changes nothing the viewer reads: it reads
 the same files in the same way. Each figure is measured in a fresh process (``python -c``), so nothing is warm:
 
-* ``list``: from nothing to the first set's question list over HTTP (the server started on every set, the
+* ``import``: ``import reachlens.view`` (reachlens and torch), apart;
+* ``list``: from the import to the first set's question list over HTTP (the server started on every set, the
   comparison's join and both audits' question tables read, the list fragment rendered); target under 2 s;
 * ``question``: one question of that set opened (both sides' samples read from the parquet files, grouped and
-  rendered), the last question of the table (the farthest in the file); target under 0.5 s;
+  rendered), the last question of the table (the farthest in the file; the first opened builds the index of where
+  each question's rows are), then one in the middle; target under 0.5 s;
 * ``memory``: the peak resident memory the process gained opening that question (the peak ``VmHWM``, reset through
   ``/proc/self/clear_refs`` just before, minus the resident memory then), at K and at 10 x K; target: 10 x K costs
   no more than 2 x. The last line is all of it as JSON.
@@ -30,8 +32,10 @@ from pathlib import Path
 PROBE = r"""
 import json, sys, time, urllib.request
 from urllib.parse import quote
-t0 = time.perf_counter()
+t_start = time.perf_counter()
 from reachlens.view import serve
+t0 = time.perf_counter()
+t_import = t0 - t_start
 server = serve([sys.argv[1]])
 first = server.sets[0]
 body = urllib.request.urlopen(server.url + "frag/list?set=" + quote(first.key)).read()
@@ -47,7 +51,11 @@ page = urllib.request.urlopen(server.url + "frag/question?set=" + quote(first.ke
 t_q = time.perf_counter() - t1
 peak = status("VmHWM")
 assert b"samples correct" in page, page[:500]
-print(json.dumps({"list_s": t_list, "question_s": t_q, "sets": len(server.sets), "rss_before": before,
+t2 = time.perf_counter()
+other = first.table()["question_id"].iloc[len(first.table()) // 2]
+urllib.request.urlopen(server.url + "frag/question?set=" + quote(first.key) + "&question=" + quote(other)).read()
+t_q2 = time.perf_counter() - t2
+print(json.dumps({"import_s": t_import, "list_s": t_list, "question_s": t_q, "next_question_s": t_q2, "sets": len(server.sets), "rss_before": before,
                   "peak_gain": max(0, peak - before), "peak": peak}))
 """
 
@@ -111,7 +119,8 @@ def main() -> None:
             runs[f"K={k}"] = root
     results = {name: probe(path) for name, path in runs.items()}
     for name, r in results.items():
-        print(f"{name}: {r['sets']} sets; list {r['list_s']:.2f} s; question {r['question_s']:.3f} s; "
+        print(f"{name}: {r['sets']} sets; import {r['import_s']:.1f} s; list {r['list_s']:.2f} s; question "
+              f"{r['question_s']:.3f} s (first; the next {r['next_question_s']:.3f} s); "
               f"memory gained opening it {r['peak_gain'] / 2**20:.1f} MiB (resident before {r['rss_before'] / 2**20:.0f}"
               f" MiB)")
     if len(results) == 2:

@@ -127,7 +127,8 @@ def _paired(rows: pd.DataFrame, view: View) -> str:
 
     def delta(name: str) -> str:
         lo, hi = f[f"{name}_ci"]
-        return f"{f[name]:+.3f} [{lo:+.3f}, {hi:+.3f}], MDE {f[f'{name}_mde']:.3f}"
+        mde = f[f"{name}_mde"]
+        return f"{f[name]:+.3f} [{lo:+.3f}, {hi:+.3f}], MDE {'undefined at this n' if math.isnan(mde) else f'{mde:.3f}'}"
 
     items = [("n", f["n"]), ("gained", f["gained"]), ("lost", f["lost"]),
              ("McNemar p (realized)", f"{f['mcnemar_realized_p']:.3g}"), ("delta D [95% CI]", delta("delta_D")),
