@@ -128,7 +128,8 @@ def _paired(rows: pd.DataFrame, view: View) -> str:
     def delta(name: str) -> str:
         lo, hi = f[f"{name}_ci"]
         mde = f[f"{name}_mde"]
-        return f"{f[name]:+.3f} [{lo:+.3f}, {hi:+.3f}], MDE {'undefined at this n' if math.isnan(mde) else f'{mde:.3f}'}"
+        mde_text = "undefined at this n" if math.isnan(mde) else f"{mde:.3f}"
+        return f"{f[name]:+.3f} [{lo:+.3f}, {hi:+.3f}], MDE {mde_text}"
 
     items = [("n", f["n"]), ("gained", f["gained"]), ("lost", f["lost"]),
              ("McNemar p (realized)", f"{f['mcnemar_realized_p']:.3g}"), ("delta D [95% CI]", delta("delta_D")),
