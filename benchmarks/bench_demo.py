@@ -78,7 +78,7 @@ def main() -> None:
     from reachlens.cli.main import main as cli
     from reachlens.store import read_run
 
-    argv = ["demo", "--out", str(out), "--n", str(args.n), "--k", str(args.k), "--budget-k", str(args.budget_k),
+    argv = ["demo", "--out", str(out), "--n", str(args.n), "--k", str(args.k), "--extended-k", str(args.budget_k),
             "--workers", str(args.workers)]
     t0 = time.perf_counter()
     self0, kids0 = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)

@@ -37,7 +37,7 @@ from reachlens.escape import md_text
 __all__ = [
     "BANK_COLUMNS", "CANDIDATE_COLUMNS", "CAUSAL_COLUMNS", "GENERATION_COLUMNS", "OPTION_COLUMNS", "QUESTION_COLUMNS",
     "RECOGNITION_COLUMNS", "ROUTE_CANDIDATE_COLUMNS", "ROUTE_QUESTION_COLUMNS", "SAMPLE_COLUMNS", "SELECTOR_COLUMNS",
-    "candidate_frame", "canonical", "in_task_order", "markdown_table", "update_question_table",
+    "candidate_frame", "candidate_row", "canonical", "in_task_order", "markdown_table", "update_question_table",
 ]
 
 QUESTION_COLUMNS = [
@@ -52,6 +52,25 @@ CANDIDATE_COLUMNS = [
 """Every candidate of every study, first in its table: its question, its index within the question (an audit's
 sample j, a route evaluation's order, a probe's candidate), raw text, extracted answer (NaN: none), grade
 (``correct`` only when ``scored``), why decoding stopped, tokens generated and their mean log-probability."""
+
+def candidate_row(question_id: str, candidate_idx: int, completion: Any, graded: Mapping[str, Any],
+                  **extra: Any) -> dict[str, Any]:
+    """One candidate (:data:`CANDIDATE_COLUMNS`, then ``extra``'s columns) of ``completion`` (its ``text``,
+    ``token_ids``, ``finish_reason`` and ``mean_logprob``: a :class:`~reachlens.engine.Completion`), ``graded`` its
+    ``answer``, ``correct`` and ``scored`` (:func:`~reachlens.grading.grade_completion`): the one way every study
+    builds a candidate from a completion.
+
+    >>> from types import SimpleNamespace as NS
+    >>> row = candidate_row("q0", 2, NS(text="4", token_ids=(7,), finish_reason="stop", mean_logprob=-0.5),
+    ...                     {"answer": "4", "correct": True, "scored": True}, probe="greedy")
+    >>> list(row) == CANDIDATE_COLUMNS + ["probe"], row["n_tokens"]
+    (True, 1)
+    """
+    return {"question_id": question_id, "candidate_idx": candidate_idx, "text": completion.text,
+            "answer": graded["answer"], "correct": bool(graded["correct"]), "scored": bool(graded["scored"]),
+            "finish_reason": completion.finish_reason, "n_tokens": len(completion.token_ids),
+            "mean_logprob": completion.mean_logprob, **extra}
+
 
 SELECTOR_COLUMNS = ("question_id", "candidate_idx", "answer", "correct", "scored")
 """The columns of a candidate every selector reads (:mod:`reachlens.selectors`): a subset of :data:`CANDIDATE_COLUMNS`."""

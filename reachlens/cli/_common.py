@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import argparse
 
+from reachlens.cli._types import comma_list, nonneg_float, positive_int
+from reachlens.cli.flags import ModelFlags, ProtocolFlags, TaskFlags, add_flags
 from reachlens.errors import ReachlensError
 from reachlens.escape import visible
 from reachlens.execution import DTYPES
@@ -26,69 +28,25 @@ def echo(*parts: object, file=None) -> None:
     print(visible(" ".join(map(str, parts)), newlines=True), file=file)
 
 
-def positive_int(name: str):
-    def parse(s: str) -> int:
-        try:
-            v = int(s)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"{name} must be an integer, got {s!r}") from None
-        if v < 1:
-            raise argparse.ArgumentTypeError(f"{name} must be >= 1, got {v}")
-        return v
-
-    return parse
-
-
-def nonneg_float(name: str):
-    def parse(s: str) -> float:
-        try:
-            v = float(s)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"{name} must be a number, got {s!r}") from None
-        if not v >= 0:
-            raise argparse.ArgumentTypeError(f"{name} must be >= 0, got {v}")
-        return v
-
-    return parse
-
-
 def add_task_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--task", required=True, help="task name (arith, gsm8k, arc, math500, piqa, logiqa, jsonl, csv)")
-    p.add_argument("--data", default=None,
-                   help="a local data file (or a copy of the hub dataset's folder); without it gsm8k, arc, math500, "
-                        "piqa and logiqa are read from the Hugging Face hub, as lm-eval-harness reads them")
-    p.add_argument("--split", default="test", help="the split to read (default test)")
-    p.add_argument("--n", type=positive_int("--n"), default=None, help="use the first N questions")
+    """The task group of the flag table (:class:`~reachlens.cli.flags.TaskFlags`)."""
+    add_flags(p, TaskFlags)
 
 
-def add_protocol_args(p: argparse.ArgumentParser, *, k_default: int = 64) -> None:
-    """The probe's flags: budget, temperature, top-p, decode length, prompt format, seed, stops."""
-    p.add_argument("--k", type=positive_int("--k"), default=k_default, help="samples per question (budget K)")
-    p.add_argument("--temperature", type=nonneg_float("--temperature"), default=0.8,
-                   help="sampling temperature of the K samples (default 0.8; the deployment is greedy)")
-    p.add_argument("--top-p", type=float, default=1.0, help="nucleus sampling of the K samples (default 1.0: off)")
-    p.add_argument("--max-new-tokens", type=positive_int("--max-new-tokens"), default=None,
-                   help="decode length of deployment and samples (default: the task's own, else 256)")
-    add_format_args(p)
-    p.add_argument("--seed", type=int, default=0,
-                   help="seed of the sample stream: sample j of question q depends on (seed, q, j) alone (default 0)")
-    add_stop_arg(p)
+def add_protocol_args(p: argparse.ArgumentParser) -> None:
+    """The protocol group of the flag table (:class:`~reachlens.cli.flags.ProtocolFlags`): budget, temperature,
+    top-p, decode length, prompt format, seed, stops."""
+    add_flags(p, ProtocolFlags)
 
 
 def add_format_args(p: argparse.ArgumentParser) -> None:
     """``--prompt-format`` (the task's, or ``chat[:NAME]``: the model's chat template) and ``--system``."""
-    p.add_argument("--prompt-format", default="default",
-                   help="the task's prompt format (default: its own); chat: its text as the user turn of the "
-                        "model's chat template (chat:NAME: format NAME's text), as an instruct model is deployed")
-    p.add_argument("--system", default=None,
-                   help="system turn of --prompt-format chat (default: the chat template's own)")
+    add_flags(p, ProtocolFlags, only=("prompt_format", "system"))
 
 
 def add_stop_arg(p: argparse.ArgumentParser) -> None:
     """``--stop STR`` (repeatable): stop strings added to the task's own (:func:`stops_from_args`)."""
-    p.add_argument("--stop", action="append", default=None, metavar="STR",
-                   help="also stop at STR (repeatable; added to the task's own stop strings; escapes such as \\n "
-                        "are decoded)")
+    add_flags(p, ProtocolFlags, only=("stop",))
 
 
 def _unescaped(s: str) -> str:
@@ -112,16 +70,9 @@ def stops_from_args(args: argparse.Namespace, task) -> tuple[str, ...] | None:
 
 
 
-MODEL_HELP = ("zoo:NAME, real:NAME (`reachlens zoo real`), a local HuggingFace folder, a GGUF file, a PEFT adapter "
-              "folder (on the base its adapter_config.json names), or a hub name")
-
-
 def add_model_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("model", help=MODEL_HELP)
-    p.add_argument("--device", default="cpu", help="where the model runs: cpu, cuda, cuda:1, mps (default cpu)")
-    p.add_argument("--dtype", default="float32", choices=DTYPES,
-                   help="weights and activations (default float32; bfloat16 on a GPU halves memory)")
-    p.add_argument("--trust-remote-code", action="store_true", help="allow the model's own code to run")
+    """The model group of the flag table (:class:`~reachlens.cli.flags.ModelFlags`)."""
+    add_flags(p, ModelFlags)
 
 
 def load_model_from_args(args: argparse.Namespace):
@@ -150,18 +101,6 @@ def protocol_from_args(args: argparse.Namespace, task):
         tokenizer = load_tokenizer(args.model, trust_remote_code=getattr(args, "trust_remote_code", False))
         protocol = bind_chat(protocol, tokenizer, model=args.model)
     return protocol
-
-
-def comma_list(name: str, kind):
-    """An argparse type: ``"0,1,2"`` -> ``[0, 1, 2]`` with ``kind`` applied to each item."""
-
-    def parse(s: str) -> list:
-        try:
-            return [kind(x) for x in s.split(",") if x.strip()]
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"{name} must be a comma-separated list, got {s!r}") from None
-
-    return parse
 
 
 def add_study_args(p: argparse.ArgumentParser) -> None:

@@ -1,31 +1,19 @@
-"""The flags that take a command past one process: ``--backend``, ``--device-map``, ``--ray``, ``--workers``."""
+"""The execution flags of a command whose study decodes on the runner, and the objects they make."""
 
 from __future__ import annotations
 
 import argparse
 
-from reachlens.cli._common import positive_int
+from reachlens.cli.flags import BackendFlags, ExecutionFlags, add_flags
 
 
-def add_scale_args(p: argparse.ArgumentParser, *, backend: bool = True, workers: bool = True) -> None:
-    """``--ray``, ``--gpus-per-worker``; ``--workers`` unless the command has its own; ``--backend`` and
-    ``--device-map`` unless the command loads several models its own way."""
+def add_scale_args(p: argparse.ArgumentParser, *, backend: bool = True) -> None:
+    """The execution group of the flag table (:class:`~reachlens.cli.flags.ExecutionFlags`: ``--max-batch-rows``,
+    ``--workers``, ``--ray``, ``--gpus-per-worker``), and ``--backend`` and ``--device-map``
+    (:class:`~reachlens.cli.flags.BackendFlags`) unless the command loads several models its own way."""
+    add_flags(p, ExecutionFlags)
     if backend:
-        p.add_argument("--backend", default="engine", choices=("engine", "vllm"),
-                       help="who draws the completions: reachlens' engine (hooks live) or vLLM (no hooks; see "
-                            "docs/scale.md for its install); part of the run's identity")
-        p.add_argument("--device-map", default=None, metavar="MAP",
-                       help="spread a model larger than one GPU over several (HuggingFace device_map, e.g. auto); "
-                            "replaces --device")
-    p.add_argument("--ray", nargs="?", const="local", default=None, metavar="ADDRESS",
-                   help="send the question slices to Ray actors: a cluster's address (HOST:PORT, auto), or none "
-                        "to start a local cluster (needs reachlens[ray])")
-    if workers:
-        p.add_argument("--workers", type=positive_int("--workers"), default=None,
-                       help="processes decoding side by side, one model replica and one torch thread each (with "
-                            "--ray: Ray actors, default 2; without: default 1, this process)")
-    p.add_argument("--gpus-per-worker", type=float, default=0.0, metavar="G",
-                   help="with --ray: GPUs each actor reserves (default 0: CPU)")
+        add_flags(p, BackendFlags)
 
 
 def exec_from_args(args: argparse.Namespace):

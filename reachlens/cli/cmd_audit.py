@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from reachlens.cli._common import add_model_args, add_protocol_args, add_task_args, echo, positive_int, protocol_from_args
+from reachlens.cli._common import add_model_args, add_protocol_args, add_task_args, echo, protocol_from_args
 from reachlens.cli._scale_args import add_scale_args, exec_from_args, source_from_args
 
 NAME = "audit"
@@ -17,8 +17,6 @@ def register(sub) -> argparse.ArgumentParser:
     add_model_args(p)
     add_task_args(p)
     add_protocol_args(p)
-    p.add_argument("--max-batch-rows", type=positive_int("--max-batch-rows"), default=1024,
-                   help="most completions decoded together (memory bound; rows sharing a prefix share compute)")
     p.add_argument("--out", required=True, help="audit directory (re-running resumes it)")
     add_scale_args(p)
     return p

@@ -15,7 +15,11 @@ from __future__ import annotations
 import argparse
 
 from reachlens.cli._common import echo
+from reachlens.cli.flags import ProtocolFlags, add_flags
 from reachlens.power import mde_verdict
+
+PRESETS = {"--k": "a comparison reads its audits' K unless told to cut them"}
+"""Shared flags this command presets to another default (:mod:`reachlens.cli.flags`), and why."""
 
 NAME = "compare"
 HELP = "join two audits question by question (refuses unmatched protocols)"
@@ -25,7 +29,8 @@ def register(sub) -> argparse.ArgumentParser:
     p = sub.add_parser(NAME, help=HELP)
     p.add_argument("base", help="the parent's audit directory")
     p.add_argument("trained", help="the descendant's audit directory")
-    p.add_argument("--k", type=int, default=None, help="cut both audits to their first k samples")
+    add_flags(p, ProtocolFlags, only=("k",), defaults={"k": None},
+              help={"k": "the budget K: cut both audits to their first K samples (default: their own K)"})
     p.add_argument("--allow", action="append", default=[],
                    help="protocol field (or dtype, device) allowed to differ (a control); repeatable")
     p.add_argument("--out", default=None, help="save the comparison (a run directory) here")

@@ -17,8 +17,19 @@ import argparse
 import time
 from pathlib import Path
 
-from reachlens.cli._common import DTYPES, comma_list, echo, positive_int
-from reachlens.cli._scale_args import add_scale_args, exec_from_args
+from reachlens.cli._common import comma_list, echo, positive_int
+from reachlens.cli._scale_args import exec_from_args
+from reachlens.cli.flags import ExecutionFlags, ModelFlags, ProtocolFlags, TaskFlags, add_flags, renamed
+
+PRESETS = {
+    "--task": "the demo is the zoo's study: its test tier",
+    "--n": "the paper's protocol shape, n=300",
+    "--k": "the paper's protocol shape, K=200",
+    "--out": "the study's own folder, runs/demo",
+    "--max-batch-rows": "the zoo's models are tiny: 4096 rows a batch (20 questions of K+1 rows a slice)",
+    "--workers": "its checkpoints audited side by side, two processes",
+}
+"""Shared flags this command presets to another default (:mod:`reachlens.cli.flags`), and why."""
 
 NAME = "demo"
 HELP = "the main job: training audit of the shipped zoo with its report"
@@ -48,29 +59,25 @@ def register(sub) -> argparse.ArgumentParser:
     p = sub.add_parser(NAME, help=HELP)
     p.add_argument("--out", default="runs/demo",
                    help="the study's directory (default runs/demo; re-running resumes)")
-    p.add_argument("--n", type=positive_int("--n"), default=300, help="questions of the test split (default 300)")
-    p.add_argument("--k", type=positive_int("--k"), default=200,
-                   help="samples per question, the budget K of O_K (default 200)")
-    p.add_argument("--budget-k", dest="extended_k", type=positive_int("--budget-k"), default=400,
+    add_flags(p, TaskFlags, only=("task", "n"), defaults={"task": "arith_hard", "n": 300},
+              help={"task": "the zoo's test tier: arith_hard (3-6 operations, room both ways; default) or arith (the "
+                            "pretraining mix, near the reachable ceiling)",
+                    "n": "questions of the test split (default 300)"})
+    add_flags(p, ProtocolFlags, only=("k", "max_new_tokens"), defaults={"k": 200},
+              help={"k": "samples per question, the budget K of O_K (default 200)"})
+    p.add_argument("--extended-k", type=positive_int("--extended-k"), default=400,
                    help="budget control: extend every audit to this K from the same seed stream (default 400)")
-    p.add_argument("--task", default="arith_hard", choices=["arith_hard", "arith"],
-                   help="the zoo's test tier: arith_hard (3-6 operations, room both ways; default) or arith (the "
-                        "pretraining mix, near the reachable ceiling)")
-    p.add_argument("--max-new-tokens", type=positive_int("--max-new-tokens"), default=None,
-                   help="decode length (default the task's own: arith 96, arith_hard 128)")
     p.add_argument("--temperatures", type=comma_list("--temperatures", float), default=[0.6, 1.0, 1.2],
                    help="temperature control: re-probe each pair's left questions at these (default 0.6,1.0,1.2)")
     p.add_argument("--length-max-new-tokens", type=positive_int("--length-max-new-tokens"), default=None,
                    help="length control: rerun flagged pairs at this decode length (default twice --max-new-tokens, "
                         "at most what the zoo's context leaves after the longest prompt)")
-    p.add_argument("--max-batch-rows", type=positive_int("--max-batch-rows"), default=4096,
-                   help="most completions decoded together (the zoo's models are tiny)")
-    p.add_argument("--workers", type=positive_int("--workers"), default=2,
-                   help="checkpoints audited side by side, one process and one torch thread each (with --ray: "
-                        "Ray actors, each holding one model replica)")
-    p.add_argument("--device", default="cpu", help="where the checkpoints run: cpu, cuda, ... (default cpu)")
-    p.add_argument("--dtype", default="float32", choices=DTYPES, help="weights and activations (default float32)")
-    add_scale_args(p, backend=False, workers=False)  # with --ray, --workers counts Ray actors
+    add_flags(p, ModelFlags, only=("device", "dtype"))
+    add_flags(p, ExecutionFlags, defaults={"max_batch_rows": 4096, "workers": 2},
+              help={"max_batch_rows": "most completions decoded together (the zoo's models are tiny; default 4096)",
+                    "workers": "checkpoints audited side by side, one process and one torch thread each (with --ray: "
+                               "Ray actors, each holding one model replica; default 2)"})
+    renamed(p, "--budget-k", "--extended-k")  # the budget is spelled k
     return p
 
 
@@ -91,6 +98,8 @@ def run(args: argparse.Namespace) -> int:
     models = {**DEMO_MODELS, **{name: f"zoo:{name}" for name in steps}}
     # each checkpoint's native prompt format, as its training recorded it; the audits share "qa"
     native = {name: native_format(spec) or "qa" for name, spec in models.items()}
+    if args.task not in ("arith_hard", "arith"):
+        raise CLIError(f"--task {args.task!r} is not one of the zoo's tiers; use arith_hard or arith")
     task = load_task(args.task, n=args.n)
     max_new = args.max_new_tokens or task.max_new_tokens
     length_max_new = args.length_max_new_tokens or min(2 * max_new, _room(task, native.values()))

@@ -13,6 +13,7 @@ from reachlens.cli._common import (
     positive_int,
     protocol_from_args,
 )
+from reachlens.cli._scale_args import add_scale_args, exec_from_args
 
 NAME = "elicit"
 HELP = ("training-based reach: fine-tune copies of MODEL and a never-locked control on the same few train "
@@ -38,22 +39,20 @@ def register(sub) -> argparse.ArgumentParser:
                    help="steps between two held-out measurements (default 5)")
     p.add_argument("--train-seed", type=int, default=0,
                    help="seed of the demonstrations' draw and of the fine-tunes (default 0)")
-    p.add_argument("--max-batch-rows", type=positive_int("--max-batch-rows"), default=1024,
-                   help="most completions decoded together (memory bound)")
     p.add_argument("--out", required=True, help="run directory (re-running resumes it)")
+    add_scale_args(p, backend=False)
     return p
 
 
 def run(args: argparse.Namespace) -> int:
-    from reachlens.execution import ExecConfig
-    from reachlens.runner import check_budget
+    from reachlens.engine.memory import check_budget
     from reachlens.store import RunDir
     from reachlens.studies import FineTune, elicit
     from reachlens.tasks import load_task
 
     task = load_task(args.task, args.data, split=args.split, n=args.n)
     protocol = protocol_from_args(args, task)
-    exec_config = ExecConfig(max_batch_rows=args.max_batch_rows, device=args.device, dtype=args.dtype)
+    exec_config = exec_from_args(args)
     check_budget(protocol, exec_config.max_batch_rows)
     RunDir(args.out).check_target()  # a file or a folder of other files: refused before anything trains
     pool = None if args.train_data is None and args.data is None else load_task(

@@ -16,6 +16,10 @@ import json
 import math
 
 from reachlens.cli._common import comma_list, echo, nonneg_float, positive_int
+from reachlens.cli.flags import ProtocolFlags, add_flags
+
+PRESETS = {"--k": "a plan reads its pilot's K unless told another"}
+"""Shared flags this command presets to another default (:mod:`reachlens.cli.flags`), and why."""
 
 NAME = "plan"
 HELP = "questions needed and effects detectable, from a pilot audit or comparison"
@@ -28,8 +32,8 @@ def register(sub) -> argparse.ArgumentParser:
                    help="the change to detect in D, O_K and pass@1 (default 0.03: 3 points)")
     p.add_argument("--power", type=nonneg_float("--power"), default=0.8, help="the power (default 0.8)")
     p.add_argument("--alpha", type=nonneg_float("--alpha"), default=0.05, help="the two-sided level (default 0.05)")
-    p.add_argument("--k", type=positive_int("--k"), default=None,
-                   help="the budget of the O_K row, at most the pilot's K (default the pilot's K)")
+    add_flags(p, ProtocolFlags, only=("k",), defaults={"k": None},
+              help={"k": "the budget K of the O_K row, at most the pilot's K (default the pilot's K)"})
     p.add_argument("--at", type=comma_list("--at", int), default=[100, 300, 1000],
                    help="the numbers of questions to give the detectable effect at (default 100,300,1000; the "
                         "task's full split is added)")

@@ -5,24 +5,18 @@ from __future__ import annotations
 import argparse
 import sys
 
-from reachlens.cli._common import add_format_args, add_model_args, add_stop_arg, add_task_args, echo, positive_int, stops_from_args
+from reachlens.cli._common import add_model_args, add_task_args, echo, stops_from_args
+from reachlens.cli.flags import ProtocolFlags, add_flags
 from reachlens.cli._scale_args import add_scale_args, exec_from_args, source_from_args
 
 NAME = "probe"
-HELP = "reachable under which probe? sampling, routes, grafts, embedding noise, steering: one candidate bank"
-
-_EPILOG = """probe specs (NAME[:key=value[:key=value...]]; lists comma-separated):
-  sampling:k=6:temperature=0.7          K samples (the audit's probe)
-  routes:space=skip:search=random:budget=8   K layer routes (routing's probe)
-  graft:kind=zero,noise:layer=3         activation grafts at the last prompt token (an intervention)
-  graft:kind=zero:layer=3:placebo=true  the same grafts at a random prompt position (the control)
-  embedding_noise:ratio=0.1:k=4         noise on the prompt's embeddings (an intervention)
-  steer:layer=2:alphas=-4,4             a random unit direction added at every step (an intervention)
-A bad key names the keys its family knows."""
-
+HELP = "reachable under which probe? sampling, routes, few-shot, grafts, noise, steering: one candidate bank"
 
 def register(sub) -> argparse.ArgumentParser:
-    p = sub.add_parser(NAME, help=HELP, epilog=_EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
+    from reachlens.probes.spec import families_help
+
+    # the families as registered when the parser is built: every family reachlens ships, and any a plug-in added
+    p = sub.add_parser(NAME, help=HELP, epilog=families_help(), formatter_class=argparse.RawDescriptionHelpFormatter)
     add_model_args(p)
     add_task_args(p)
     p.add_argument("--probe", action="append", required=True, metavar="SPEC",
@@ -30,13 +24,7 @@ def register(sub) -> argparse.ArgumentParser:
     p.add_argument("--union", action="append", default=None, metavar="A+B",
                    help="a named union to report, e.g. sampling+graft (repeatable; default: greedy with each "
                         "family, and all families together)")
-    p.add_argument("--max-new-tokens", type=positive_int("--max-new-tokens"), default=None,
-                   help="decode length of every candidate (default: the task's own, else 256)")
-    add_format_args(p)
-    p.add_argument("--seed", type=int, default=0, help="seed of every probe that names none")
-    add_stop_arg(p)
-    p.add_argument("--max-batch-rows", type=positive_int("--max-batch-rows"), default=1024,
-                   help="most completions decoded together (fixes the slices a resumed run decodes)")
+    add_flags(p, ProtocolFlags, only=("max_new_tokens", "prompt_format", "system", "stop", "seed"))
     p.add_argument("--out", required=True, help="probe run directory (re-running resumes it)")
     add_scale_args(p, backend=False)
     return p

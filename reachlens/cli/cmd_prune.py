@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import argparse
 
-from reachlens.cli._common import MODEL_HELP, comma_list, echo
+from reachlens.cli._common import comma_list, echo
+from reachlens.cli.flags import MODEL_HELP
 
 NAME = "prune"
 HELP = "unstructured magnitude pruning of chosen layers, saved as a loadable HuggingFace folder"

@@ -5,7 +5,8 @@ from __future__ import annotations
 import argparse
 import dataclasses
 
-from reachlens.cli._common import add_format_args, add_model_args, add_task_args, echo, load_model_from_args, positive_int
+from reachlens.cli._common import add_model_args, add_task_args, echo, load_model_from_args, positive_int
+from reachlens.cli.flags import ProtocolFlags, add_flags, renamed
 
 NAME = "recognize"
 HELP = "score options by likelihood (lm-eval acc/acc_norm) and generate greedily; pick the failure set"
@@ -15,14 +16,12 @@ def register(sub) -> argparse.ArgumentParser:
     p = sub.add_parser(NAME, help=HELP)
     add_model_args(p)
     add_task_args(p)
-    p.add_argument("--seed", type=int, default=0, help="task seed (generated tasks such as arith_mc)")
+    p.add_argument("--task-seed", type=int, default=0, help="seed of a generated task (such as arith_mc; default 0)")
     p.add_argument("--recognition-format", default=None, help="prompt format scored as context (default: the task's)")
-    add_format_args(p)
+    add_flags(p, ProtocolFlags, only=("max_new_tokens", "prompt_format", "system"))
     p.add_argument("--fewshot-as-multiturn", action="store_true",
                    help="lm-eval's --fewshot_as_multiturn: refused, reachlens' tasks are zero-shot (nothing to turn)")
-    p.add_argument("--max-new-tokens", type=positive_int("--max-new-tokens"), default=96,
-                   help="decode length of the greedy generation (default 96)")
-    p.add_argument("--batch-size", type=positive_int("--batch-size"), default=32, help="rows per scoring forward")
+    p.add_argument("--batch-size", type=positive_int("--batch-size"), default=32, help="rows per scoring forward of the option likelihoods (lm-eval's batch_size; default 32)")
     p.add_argument("--max-length", type=positive_int("--max-length"), default=None,
                    help="scoring window in tokens, lm-eval's max_length: longer inputs lose their left end "
                         "(default: the model config's window; the run records the one used)")
@@ -34,6 +33,7 @@ def register(sub) -> argparse.ArgumentParser:
     p.add_argument("--max-healthy", type=positive_int("--max-healthy"), default=None,
                    help="keep at most this many healthy questions, the first in task order (default all)")
     p.add_argument("--out", required=True, help="run directory (tables, summary, sets.json)")
+    renamed(p, "--seed", "--task-seed")  # --seed is the sample stream's in every command that samples
     return p
 
 
@@ -60,10 +60,11 @@ def run(args: argparse.Namespace) -> int:
     if args.fewshot_as_multiturn:
         raise CLIError("--fewshot-as-multiturn turns few-shot examples into chat turns, and reachlens' recognition "
                        "contexts are zero-shot (lm-eval renders 0 shots the same with or without it); drop it")
-    spec = TaskSpec(args.task, args.data, args.split, args.n, args.seed)
+    spec = TaskSpec(args.task, args.data, args.split, args.n, args.task_seed)
     task = spec.load()
-    protocol = generation_protocol(task, Protocol.greedy(args.task, split=args.split, max_new_tokens=args.max_new_tokens,
-                                                         prompt_format=args.prompt_format, system=args.system))
+    length = {} if args.max_new_tokens is None else {"max_new_tokens": args.max_new_tokens}
+    protocol = generation_protocol(task, Protocol.deployment(task, split=args.split, prompt_format=args.prompt_format,
+                                                             system=args.system, **length))
     config = RecognitionConfig(args.recognition_format, batch_size=args.batch_size,
                                max_length=args.max_length).resolved(task)
     rule = FailureRule(args.metric, args.min_failures, args.max_failures, args.max_healthy)

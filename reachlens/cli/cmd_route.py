@@ -1,19 +1,15 @@
-"""``reachlens route MODEL --task T --space SPACE --search STRATEGY --budget K --out DIR``: one routing cell."""
+"""``reachlens route MODEL --task T --space SPACE --search STRATEGY --k K --out DIR``: one routing cell."""
 
 from __future__ import annotations
 
 import argparse
 import sys
 
-from reachlens.cli._common import (
-    CLIError,
-    add_format_args,
-    add_model_args,
-    add_task_args,
-    echo,
-    load_model_from_args,
-    positive_int,
-)
+from reachlens.cli._common import CLIError, add_model_args, add_task_args, echo, load_model_from_args
+from reachlens.cli.flags import ProtocolFlags, add_flags, renamed
+
+PRESETS = {"--k": "a route search's budget: 8 route evaluations a question, as the routes probe's"}
+"""Shared flags this command presets to another default (:mod:`reachlens.cli.flags`), and why."""
 
 NAME = "route"
 HELP = "search layer routes at a matched budget; reachable (O_K) vs answer-blind selection"
@@ -25,20 +21,21 @@ def register(sub) -> argparse.ArgumentParser:
     add_task_args(p)
     p.add_argument("--space", required=True, help="route space: skip, native or reorder")
     p.add_argument("--search", required=True, help="strategy: random, hill_climb, genetic or mcts")
-    p.add_argument("--budget", type=positive_int("--budget"), required=True,
-                   help="K: route evaluations per question (duplicates count; the identity route is the first)")
+    add_flags(p, ProtocolFlags, only=("k",), defaults={"k": 8},
+              help={"k": "the budget K: route evaluations per question (duplicates count; the identity route is the "
+                         "first; default 8)"})
     p.add_argument("--objective", default="confidence", help="answer-blind objective: confidence or lowest_window")
     p.add_argument("--oracle", action="store_true", help="search for correct answers instead (reads the gold answer)")
     p.add_argument("--max-skip", type=int, default=None, help="skip/native: most layers left out (default 2)")
     p.add_argument("--max-repeat", type=int, default=None, help="native: most layers run twice (default 1)")
     p.add_argument("--window", type=int, default=None,
                    help="reorder: a layer moves at most WINDOW-1 places (default 2)")
-    p.add_argument("--max-new-tokens", type=positive_int("--max-new-tokens"), default=96,
-                   help="decode length of each route's greedy decode (default 96)")
-    add_format_args(p)
+    add_flags(p, ProtocolFlags, only=("max_new_tokens", "prompt_format", "system"))
     p.add_argument("--verification", default="rescore", help="self-verification prompt: rescore or yes_no")
-    p.add_argument("--seed", type=int, default=0, help="seed of the route search (default 0)")
+    p.add_argument("--search-seed", type=int, default=0, help="seed of the route search (default 0)")
     p.add_argument("--out", required=True, help="result directory")
+    renamed(p, "--budget", "--k")
+    renamed(p, "--seed", "--search-seed")  # --seed is the sample stream's in every command that samples
     return p
 
 
@@ -53,9 +50,10 @@ def run(args: argparse.Namespace) -> int:
     if args.search not in STRATEGIES:
         raise CLIError(f"unknown --search {args.search!r}; known: {', '.join(STRATEGIES.names())}")
     task = load_task(args.task, args.data, split=args.split, n=args.n)
-    protocol = Protocol.greedy(args.task, split=args.split, max_new_tokens=args.max_new_tokens,
-                               prompt_format=args.prompt_format, system=args.system).resolved(task)
-    config = RoutingConfig(budget=args.budget, objective=args.objective, oracle=args.oracle, seed=args.seed,
+    length = {} if args.max_new_tokens is None else {"max_new_tokens": args.max_new_tokens}
+    protocol = Protocol.deployment(task, split=args.split, prompt_format=args.prompt_format, system=args.system,
+                                   **length).resolved(task)
+    config = RoutingConfig(budget=args.k, objective=args.objective, oracle=args.oracle, seed=args.search_seed,
                            verification=args.verification)
     RunDir(args.out).check_target()  # a file or a folder of other files: refused before the model loads
     model = load_model_from_args(args)
@@ -66,7 +64,7 @@ def run(args: argparse.Namespace) -> int:
 
     def progress(done: int) -> None:
         if not bars:
-            bars.append(tqdm(total=len(task) * args.budget, unit="eval", desc=f"route {args.search} {space}",
+            bars.append(tqdm(total=len(task) * args.k, unit="eval", desc=f"route {args.search} {space}",
                              file=sys.stderr))
         bars[0].update(done - bars[0].n)
 
@@ -75,8 +73,8 @@ def run(args: argparse.Namespace) -> int:
     for bar in bars:
         bar.close()
     s = result.summary()
-    echo(f"{args.model} on {args.task} (n={s['n']}, {space}, {args.search}, K={args.budget}): "
-          f"D={s['D']:.3f}  O_{args.budget}={s['O_K']:.3f}   -> {args.out}")
+    echo(f"{args.model} on {args.task} (n={s['n']}, {space}, {args.search}, K={args.k}): "
+          f"D={s['D']:.3f}  O_{args.k}={s['O_K']:.3f}   -> {args.out}")
     for name in result.selectors:
         echo(f"  {name:<14} {s[name]:.3f}   gap recovery {format_recovery(s[f'recovery_{name}'])}")
     return 0

@@ -6,6 +6,9 @@ import argparse
 
 from reachlens.cli._common import add_study_args, comma_list, echo, open_study
 
+PRESETS = {"--components": "a sweep silences each kind of component, one condition each (prune: the MLPs)"}
+"""Shared flags this command presets to another default (:mod:`reachlens.cli.flags`), and why."""
+
 NAME = "silence"
 HELP = "zero-ablate MLP / attention / whole layer per layer; repair (failure set) and break (healthy panel)"
 

@@ -5,6 +5,7 @@ from reachlens.engine.hooks import (
     BatchRows, arm_entries, arm_index, arms_served, current_rows, per_arm, row_agnostic, user_hooks,
 )
 from reachlens.engine.kv_cache import SlotKVCache
+from reachlens.engine.memory import check_budget, check_rows, machine_memory
 from reachlens.engine.scoring import LoglikResult, encode_pair, loglikelihoods
 from reachlens.engine.rng import counter_normals, intervention_seed, row_seed, sample_inverse_cdf, uniforms
 from reachlens.engine.sample_tree import SampleTree, TreeStep
@@ -41,6 +42,8 @@ __all__ = [
     "arm_index",
     "arms_served",
     "check_architecture",
+    "check_budget",
+    "check_rows",
     "counter_normals",
     "current_rows",
     "describe",
@@ -49,6 +52,7 @@ __all__ = [
     "generate",
     "intervention_seed",
     "loglikelihoods",
+    "machine_memory",
     "per_arm",
     "row_agnostic",
     "row_seed",

@@ -24,6 +24,10 @@ came mid-decode (measured in ``benchmarks/README.md``). :func:`no_gc` pauses the
 for the length of a decode loop (whose objects are freed by reference counting) and restores it after.
 
 Numerics: neither changes what is computed; only where memory comes from and when the collector runs.
+
+**Limits.** :func:`machine_memory` is what this process may use (the least of the machine's memory, its cgroups'
+limits and ``ulimit -v``); :func:`check_rows` refuses, before any is built, completions held together that cannot fit
+in half of it, and :func:`check_budget` applies it to an audit's budget and batch bound.
 """
 
 from __future__ import annotations
@@ -33,9 +37,14 @@ import ctypes
 import gc
 import os
 import platform
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from pathlib import Path
 
-__all__ = ["keep_freed_memory", "no_gc"]
+from reachlens.errors import ReachlensError
+from reachlens.protocol import Protocol
+
+__all__ = ["ROW_BYTES", "ROW_BYTES_PER_TOKEN", "check_budget", "check_rows", "keep_freed_memory", "machine_memory",
+           "no_gc"]
 
 _M_TRIM_THRESHOLD, _M_MMAP_MAX = -1, -4  # glibc's malloc.h
 _INT_MAX = 2**31 - 1
@@ -76,3 +85,102 @@ def no_gc() -> Iterator[None]:
     finally:
         if was:
             gc.enable()
+
+
+ROW_BYTES = 1024
+"""Memory one completion holds while its batch is decoded and graded, before its tokens: its row, its
+``Completion``, its grade and its row of the sample table (about 1 KiB, measured with ``tracemalloc``)."""
+ROW_BYTES_PER_TOKEN = 64
+"""Memory per generated token of a completion: its id and log-probability as Python objects and its
+text (about 64 bytes, measured with ``tracemalloc``)."""
+
+
+def machine_memory(*, proc: Path = Path("/proc/self"), cgroups: Path = Path("/sys/fs/cgroup")) -> int:
+    """Bytes of memory this process may use: the smallest of the machine's physical memory, the limit of its
+    own cgroup and of every cgroup above it (v2 ``memory.max``; v1 ``memory.limit_in_bytes``, nested ones
+    included) and the address space its ``RLIMIT_AS`` (``ulimit -v``) leaves it beyond what it maps already.
+
+    >>> machine_memory() > 0
+    True
+    """
+    total = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    return min([total, *_cgroup_limits(proc, cgroups), *_address_space_left(proc)])
+
+
+def _cgroup_limits(proc: Path, cgroups: Path) -> list[int]:
+    """The memory limits of this process's cgroup and its ancestors, v2 and v1 (``/proc/self/cgroup``'s paths
+    under ``cgroups``); none where there is no limit or nothing can be read."""
+    try:
+        lines = (proc / "cgroup").read_text().splitlines()
+    except OSError:
+        return []
+    limits = []
+    for line in lines:
+        _, controllers, path = (line.split(":", 2) + ["", ""])[:3]
+        if controllers == "":  # v2: one unified hierarchy
+            folder, name = cgroups, "memory.max"
+        elif "memory" in controllers.split(","):  # v1: the memory controller's own hierarchy
+            folder, name = cgroups / "memory", "memory.limit_in_bytes"
+        else:
+            continue
+        parts = [q for q in path.split("/") if q not in ("", ".", "..")]
+        for depth in range(len(parts) + 1):  # the root, then each cgroup down to this process's own
+            try:
+                value = (folder.joinpath(*parts[:depth]) / name).read_text().strip()
+            except OSError:
+                continue
+            if value.isdigit():
+                limits.append(int(value))
+    return limits
+
+
+def _address_space_left(proc: Path) -> list[int]:
+    """The address space ``RLIMIT_AS`` leaves beyond what this process maps now (none when unlimited)."""
+    import resource
+
+    soft, _ = resource.getrlimit(resource.RLIMIT_AS)
+    if soft == resource.RLIM_INFINITY:
+        return []
+    try:
+        mapped = int((proc / "statm").read_text().split()[0]) * resource.getpagesize()
+    except (OSError, ValueError, IndexError):
+        mapped = 0
+    return [max(soft - mapped, 0)]
+
+
+def _gib(n: int) -> str:
+    return f"{n / (1 << 30):.1f} GiB"
+
+
+def check_budget(protocol: Protocol, max_batch_rows: int) -> None:
+    """Refuse a budget whose completions cannot fit in memory, before any is built.
+
+    A slice of the audit (:func:`~reachlens.runner.batch_slices`) holds ``max(K + 1, max_batch_rows)`` completions at
+    most until it is graded (:func:`check_rows`). The message names the largest ``k`` (or ``max_batch_rows``) that
+    fits. The decode itself runs ``max_batch_rows`` rows at a time, whatever K is.
+    """
+    if isinstance(max_batch_rows, bool) or not isinstance(max_batch_rows, int) or max_batch_rows < 1:
+        raise ReachlensError(f"max_batch_rows={max_batch_rows!r} must be an integer >= 1")
+    check_rows(protocol.k + 1, protocol.max_new_tokens, f"k={protocol.k}: one question's",
+               lambda fit: f"use k <= {max(fit - 1, 0)}, or a shorter max_new_tokens")
+    check_rows(max_batch_rows, protocol.max_new_tokens, f"max_batch_rows={max_batch_rows}: a batch of",
+               lambda fit: f"use max_batch_rows <= {fit}")
+
+
+def check_rows(rows: int, max_new_tokens: int, what: str, fix: Callable[[int], str]) -> None:
+    """Refuse ``rows`` completions held together until they are graded when they cannot fit in memory, before any
+    is built: each holds about :data:`ROW_BYTES` + :data:`ROW_BYTES_PER_TOKEN` per token of ``max_new_tokens``, and
+    together they must stay under half of :func:`machine_memory` (the model, its cache and the finished tables need
+    the rest). ``what`` names the rows in the message, ``fix(fit)`` says how to fit (``fit``: the most that do).
+
+    >>> check_rows(10, 16, "ten rows:", lambda fit: f"use at most {fit}")
+    """
+    per_row = ROW_BYTES + ROW_BYTES_PER_TOKEN * max_new_tokens
+    memory = machine_memory()
+    fit = memory // 2 // per_row
+    if rows > fit:
+        raise ReachlensError(
+            f"{what} {rows:,} completions need about {_gib(rows * per_row)} in memory until they are graded "
+            f"({ROW_BYTES} bytes + {ROW_BYTES_PER_TOKEN} per token of max_new_tokens={max_new_tokens} each), more "
+            f"than half of the {_gib(memory)} this process may use (the least of the machine's memory, its cgroup's "
+            f"limit and ulimit -v); {fix(fit)}")

@@ -21,7 +21,7 @@ from reachlens.grading.extract import (
 )
 from reachlens.grading.math_equiv import MathGrader, normalize_math_answer
 from reachlens.grading.numeric import NumericGrader
-from reachlens.grading.question import grader_for, question_grader
+from reachlens.grading.question import grade_completion, grader_for, question_grader
 
 __all__ = [
     "GRADERS",
@@ -36,6 +36,7 @@ __all__ = [
     "extract_math_answer",
     "extract_numeric_answer",
     "get_grader",
+    "grade_completion",
     "grader_for",
     "normalize_math_answer",
     "parse_number",

@@ -14,7 +14,7 @@ from typing import Any
 from reachlens.grading.base import Grader, get_grader
 from reachlens.grading.choice import ChoiceGrader
 
-__all__ = ["grader_for", "question_grader"]
+__all__ = ["grade_completion", "grader_for", "question_grader"]
 
 
 def grader_for(name: str, labels: str | None) -> Grader:
@@ -31,3 +31,16 @@ def grader_for(name: str, labels: str | None) -> Grader:
 def question_grader(name: str, question: Any) -> Grader:
     """The grader ``name`` for ``question`` (a :class:`~reachlens.tasks.Question`: its ``labels``)."""
     return grader_for(name, "".join(question.labels) if question.labels else None)
+
+
+def grade_completion(grader: Grader, question: Any, completion: Any) -> dict[str, Any]:
+    """``answer``, ``correct`` and ``scored`` of one completion (anything with a ``text``: a
+    :class:`~reachlens.engine.Completion`) of ``question`` (its ``gold``): the one grading of every study, so
+    ``realized`` means the same thing in every table. A grader that cannot decide: not scored, never correct.
+
+    >>> from types import SimpleNamespace as NS
+    >>> grade_completion(get_grader("numeric"), NS(gold="4"), NS(text="#### 4"))
+    {'answer': '4', 'correct': True, 'scored': True}
+    """
+    g = grader.grade(completion.text, question.gold)
+    return {"answer": g.answer, "correct": bool(g.correct and g.scored), "scored": bool(g.scored)}

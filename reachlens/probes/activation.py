@@ -42,7 +42,7 @@ import torch
 from reachlens.engine import counter_normals, encode, intervention_seed
 from reachlens.errors import ReachlensError
 from reachlens.execution import ExecConfig
-from reachlens.grading import question_grader
+from reachlens.grading import grade_completion, question_grader
 from reachlens.interventions import (
     GRAFT_KINDS,
     RANDOM_KINDS,
@@ -58,7 +58,8 @@ from reachlens.interventions import (
 from reachlens.probes.bank import GREEDY, bank_row
 from reachlens.probes.spec import Probe, register_probe
 from reachlens.protocol import Protocol
-from reachlens.runner.decode import decode_rows, grade_completion
+from reachlens.records import candidate_row
+from reachlens.runner.decode import decode_rows, question_slices
 from reachlens.tasks.base import Question, Task
 from reachlens.tasks.chat import render_prompts
 
@@ -95,10 +96,6 @@ class ArmProbe(Probe):
     :class:`ArmGroup`). A family is one subclass: its keys, :meth:`candidates` and :meth:`hooks`."""
 
     intervention = True
-    seed: int | None
-
-    def run_seed(self, protocol: Protocol) -> int:
-        return protocol.seed if self.seed is None else self.seed
 
     def candidates(self, question_id: str, n_tokens: int, seed: int) -> list[ArmCandidate]:
         """This probe's candidates on one question whose prompt has ``n_tokens`` tokens."""
@@ -139,6 +136,7 @@ class GraftProbe(ArmProbe):
     """Activation grafts (``graft:kind=zero,noise:layer=3``): one candidate per kind, layer and draw."""
 
     family = "graft"
+    example = "graft:kind=zero,noise:layer=3"
 
     kind: tuple[str, ...] = field(metadata={"help": f"graft kind(s): {', '.join(GRAFT_KINDS)}"})
     layer: tuple[int, ...] = field(metadata={"help": "the block(s) whose site is replaced"})
@@ -148,14 +146,11 @@ class GraftProbe(ArmProbe):
     placebo: bool = field(default=False, metadata={"help": "graft at a seeded random prompt position instead"})
     seed: int | None = field(default=None, metadata={"help": "seed of the draws (none: the run's)"})
 
-    def __post_init__(self) -> None:
-        super().__post_init__()
+    def validate(self) -> None:
         for kind in self.kind:
             Graft(kind, layer=0)  # an unknown kind is refused naming the known ones
         if len(set(self.kind)) < len(self.kind) or len(set(self.layer)) < len(self.layer):
             raise ReachlensError(f"graft probe {self.label!r} names a kind or a layer twice; name each once")
-        if self.k < 1:
-            raise ReachlensError(f"graft k={self.k!r} must be >= 1")
         if self.placebo and self.position != -1:
             raise ReachlensError("a placebo graft draws its own position; drop position= (or placebo=true)")
         random = sorted(RANDOM_KINDS)
@@ -210,20 +205,18 @@ class EmbeddingNoiseProbe(ArmProbe):
     """Gaussian noise on the prompt's input embeddings (``embedding_noise:ratio=0.1:k=4``): k draws."""
 
     family = "embedding_noise"
+    example = "embedding_noise:ratio=0.1:k=4"
 
     ratio: float = field(default=0.1, metadata={"help": "expected noise norm over each token embedding's norm"})
     k: int = field(default=4, metadata={"help": "draws per question"})
     seed: int | None = field(default=None, metadata={"help": "seed of the draws (none: the run's)"})
 
-    def __post_init__(self) -> None:
-        super().__post_init__()
+    def validate(self) -> None:
         EmbeddingNoise(self.ratio)  # refuses a ratio that is not a finite number > 0
         if self.ratio > MAX_NOISE_RATIO:
             raise ReachlensError(f"embedding_noise ratio={self.ratio:g} drowns the prompt (noise {self.ratio:g} times "
                                  f"each embedding's norm: every candidate decodes noise alone); use ratio <= "
                                  f"{MAX_NOISE_RATIO:g}")
-        if self.k < 1:
-            raise ReachlensError(f"embedding_noise k={self.k!r} must be >= 1")
 
     @property
     def budget(self) -> int:
@@ -248,6 +241,7 @@ class SteerProbe(ArmProbe):
     """Steering along a unit direction over a grid of alphas (``steer:layer=2:alphas=-4,4``): every step."""
 
     family = "steer"
+    example = "steer:layer=2:alphas=-4,4"
 
     layer: int = field(metadata={"help": "the block steered"})
     alphas: tuple[float, ...] = field(metadata={"help": "multiples of the unit direction added, one candidate each"})
@@ -257,8 +251,7 @@ class SteerProbe(ArmProbe):
     loaded: np.ndarray | None = field(default=None, init=False, repr=False, compare=False)
     """The direction file's vector, once read (:meth:`read_inputs`): what travels to the workers."""
 
-    def __post_init__(self) -> None:
-        super().__post_init__()
+    def validate(self) -> None:
         if len(set(self.alphas)) < len(self.alphas):
             raise ReachlensError(f"steer alphas={self.alphas!r} names an alpha twice; name each once")
         big = [a for a in self.alphas if abs(a) > MAX_ALPHA]
@@ -358,8 +351,7 @@ class ArmGroup:
         return {GREEDY: 1, **{p.label: p.budget for _, p in self.probes}}
 
     def slices(self, task: Task, protocol: Protocol, max_batch_rows: int) -> list[tuple[int, int]]:
-        group = max(1, max_batch_rows // (1 + sum(p.budget for _, p in self.probes)))
-        return [(start, min(start + group, len(task))) for start in range(0, len(task), group)]
+        return question_slices(len(task), 1 + sum(p.budget for _, p in self.probes), max_batch_rows)
 
     def decode(self, model, task: Task, protocol: Protocol, start: int, stop: int,
                exec_config: ExecConfig) -> list[dict[str, Any]]:
@@ -389,5 +381,5 @@ class ArmGroup:
 
 
 def _arm_row(grader, q: Question, label: str, arm: str, idx: int, c, intervention: bool, detail: str = "") -> dict:
-    return bank_row(q.question_id, label, arm, idx, grade_completion(grader, q, c), c.text, c.finish_reason,
-                    len(c.token_ids), c.mean_logprob, intervention, detail)
+    return bank_row(candidate_row(q.question_id, idx, c, grade_completion(grader, q, c)), label, arm, intervention,
+                    detail)

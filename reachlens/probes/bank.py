@@ -21,17 +21,17 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
 import pandas as pd
 
 from reachlens.errors import ReachlensError
-from reachlens.records import BANK_COLUMNS, candidate_frame
+from reachlens.records import BANK_COLUMNS, CANDIDATE_COLUMNS, candidate_frame, candidate_row
 
 __all__ = [
-    "BANK_COLUMNS", "GREEDY", "ORDER", "bank_frame", "bank_row", "family_of", "question_ids", "reach", "realized",
+    "BANK_COLUMNS", "GREEDY", "ORDER", "bank_frame", "bank_row", "bank_rows", "family_of", "question_ids", "reach", "realized",
     "source_is_intervention", "source_mask", "union_name", "union_terms",
 ]
 
@@ -43,13 +43,20 @@ ORDER = ["question_order", "probe_order", "candidate_idx"]
 _UNION = re.compile(r"O\[(.+)\]")
 
 
-def bank_row(question_id: str, probe: str, arm: str, candidate_idx: int, graded: Mapping[str, Any], text: str,
-             finish_reason: str, n_tokens: int, mean_logprob: float, intervention: bool, detail: str = "") -> dict:
-    """One candidate of the bank (``graded``: its ``answer``, ``correct`` and ``scored``)."""
-    return {"question_id": question_id, "candidate_idx": candidate_idx, "text": text, "answer": graded["answer"],
-            "correct": bool(graded["correct"]), "scored": bool(graded["scored"]), "finish_reason": finish_reason,
-            "n_tokens": n_tokens, "mean_logprob": mean_logprob, "probe": probe, "arm": arm,
-            "intervention": intervention, "detail": detail}
+def bank_row(candidate: Mapping[str, Any], probe: str, arm: str, intervention: bool, detail: str = "") -> dict:
+    """One row of the bank: ``candidate``'s :data:`~reachlens.records.CANDIDATE_COLUMNS` (a
+    :func:`~reachlens.records.candidate_row`, or a row of a study's candidate table), then which probe and arm made
+    it, whether an activation probe did and what varies per question."""
+    return {**{c: candidate[c] for c in CANDIDATE_COLUMNS}, "probe": probe, "arm": arm, "intervention": intervention,
+            "detail": detail}
+
+
+def bank_rows(candidates: pd.DataFrame, probe: str, arm: str, intervention: bool,
+              detail: Callable[[Mapping[str, Any]], str] | None = None) -> list[dict]:
+    """The bank rows of a study's candidate table (an audit's samples, a routing search's evaluations), each
+    :func:`bank_row` of its candidate columns; ``detail(row)`` says what varies per question (none by default)."""
+    return [bank_row(row, probe, arm, intervention, "" if detail is None else detail(row))
+            for row in candidates.to_dict("records")]
 
 
 def bank_frame(rows: Sequence[Mapping[str, Any]]) -> pd.DataFrame:
@@ -120,8 +127,10 @@ def reach(bank: pd.DataFrame, source: str) -> pd.Series:
     """Per question (the bank's order), 1.0 if a candidate of ``source`` is correct, 0.0 if some were graded and
     none is, NaN if none could be graded.
 
-    >>> bank = bank_frame([bank_row("q0", "greedy", "greedy", 0, {"answer": "1", "correct": False, "scored": True},
-    ...                             "", "stop", 2, -1.0, False)])
+    >>> from types import SimpleNamespace as NS
+    >>> done = NS(text="", token_ids=(1, 2), finish_reason="stop", mean_logprob=-1.0)
+    >>> cand = candidate_row("q0", 0, done, {"answer": "1", "correct": False, "scored": True})
+    >>> bank = bank_frame([bank_row(cand, "greedy", "greedy", False)])
     >>> reach(bank, "greedy").tolist()
     [0.0]
     """

@@ -21,7 +21,7 @@ from typing import Any
 
 from reachlens.errors import ReachlensError
 from reachlens.execution import ExecConfig
-from reachlens.probes.bank import bank_row
+from reachlens.probes.bank import bank_rows
 from reachlens.probes.spec import Probe, register_probe
 from reachlens.protocol import Protocol
 from reachlens.routing import OBJECTIVES, STRATEGIES, RouteEvaluator, RoutingConfig, make_space, run_search
@@ -32,10 +32,6 @@ from reachlens.tasks.base import Task
 __all__ = ["Routes", "Sampling"]
 
 
-def _seed_of(seed: int | None, protocol: Protocol) -> int:
-    return protocol.seed if seed is None else seed
-
-
 @register_probe
 @dataclass(frozen=True, kw_only=True)
 class Sampling(Probe):
@@ -43,16 +39,14 @@ class Sampling(Probe):
 
     family = "sampling"
     intervention = False
+    example = "sampling:k=6:temperature=0.7"
 
     k: int = field(default=6, metadata={"help": "samples per question (the budget K)"})
     temperature: float = field(default=0.8, metadata={"help": "sampling temperature (> 0)"})
     top_p: float = field(default=1.0, metadata={"help": "nucleus mass, in (0, 1]"})
     seed: int | None = field(default=None, metadata={"help": "seed of the sample stream (none: the run's)"})
 
-    def __post_init__(self) -> None:
-        super().__post_init__()
-        if self.k < 1:
-            raise ReachlensError(f"sampling k={self.k!r} must be >= 1")
+    def validate(self) -> None:
         if not self.temperature > 0:
             raise ReachlensError(f"sampling temperature={self.temperature!r} must be > 0 (the deployment is the greedy "
                                  "candidate, always in the bank)")
@@ -66,7 +60,7 @@ class Sampling(Probe):
     def protocol(self, base: Protocol) -> Protocol:
         """The audit protocol whose samples are this probe's candidates: ``base`` with its k, T, top-p, seed."""
         return dataclasses.replace(base, k=self.k, temperature=self.temperature, top_p=self.top_p,
-                                   seed=_seed_of(self.seed, base))
+                                   seed=self.run_seed(base))
 
     def expected(self) -> dict[str, int]:
         return {self.label: self.k}
@@ -79,9 +73,7 @@ class Sampling(Probe):
                exec_config: ExecConfig) -> list[dict[str, Any]]:
         """The samples of the audit's slice under :meth:`protocol` (its deployment is not decoded)."""
         samples = sample_slice(model, task, self.protocol(protocol), start, stop, exec_config)
-        return [bank_row(s.question_id, self.label, self.label, int(s.candidate_idx),
-                         {"answer": s.answer, "correct": s.correct, "scored": s.scored}, s.text, s.finish_reason,
-                         int(s.n_tokens), float(s.mean_logprob), False) for s in samples.itertuples()]
+        return bank_rows(samples, self.label, self.label, False)
 
 
 @register_probe
@@ -91,6 +83,7 @@ class Routes(Probe):
 
     family = "routes"
     intervention = False
+    example = "routes:space=skip:search=random:budget=8"
 
     space: str = field(default="skip", metadata={"help": "route space: skip, native or reorder"})
     search: str = field(default="random", metadata={"help": "strategy: random, hill_climb, genetic or mcts"})
@@ -100,8 +93,7 @@ class Routes(Probe):
     max_repeat: int | None = field(default=None, metadata={"help": "native: most layers run twice"})
     seed: int | None = field(default=None, metadata={"help": "seed of the search (none: the run's)"})
 
-    def __post_init__(self) -> None:
-        super().__post_init__()
+    def validate(self) -> None:
         if self.search not in STRATEGIES:
             raise ReachlensError(f"routes search={self.search!r} is not a strategy; known: {', '.join(STRATEGIES.names())}")
         if self.objective == "oracle" or self.objective not in OBJECTIVES:
@@ -111,7 +103,7 @@ class Routes(Probe):
 
     def config(self, protocol: Protocol) -> RoutingConfig:
         """The routing options of this probe's search."""
-        return RoutingConfig(budget=self.budget, objective=self.objective, seed=_seed_of(self.seed, protocol))
+        return RoutingConfig(budget=self.budget, objective=self.objective, seed=self.run_seed(protocol))
 
     def route_space(self, n_layers: int) -> RouteSpace:
         return make_space(self.space, n_layers, max_skip=self.max_skip, max_repeat=self.max_repeat)
@@ -130,9 +122,7 @@ class Routes(Probe):
         evaluator = RouteEvaluator(model, task, protocol, window=config.window,
                                    max_batch_rows=exec_config.max_batch_rows)
         cands = run_search(evaluator, self.route_space(len(model.blocks)), self.search, config)
-        return [bank_row(c.question_id, self.label, self.label, int(c.candidate_idx),
-                         {"answer": c.answer, "correct": c.correct, "scored": c.scored}, c.text, c.finish_reason,
-                         int(c.n_tokens), float(c.mean_logprob), False, f"route={c.route}") for c in cands.itertuples()]
+        return bank_rows(cands, self.label, self.label, False, lambda c: f"route={c['route']}")
 
     def check(self, model, protocol: Protocol) -> None:
         self.route_space(len(model.blocks))

@@ -18,15 +18,16 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from reachlens.engine import Row, encode
+from reachlens.engine import Row
 from reachlens.engine.backends import generate_rows
-from reachlens.errors import ReachlensError
 from reachlens.execution import ExecConfig
-from reachlens.grading import question_grader
+from reachlens.grading import grade_completion, question_grader
 from reachlens.probes.bank import bank_row
 from reachlens.probes.spec import Probe, register_probe
 from reachlens.protocol import Protocol
-from reachlens.runner.decode import grade_completion
+from reachlens.records import candidate_row
+from reachlens.runner.context import check_fits
+from reachlens.runner.decode import question_slices
 from reachlens.tasks.base import Question, Task
 from reachlens.tasks.fewshot import FewShot, fewshot_prompts, train_pool
 
@@ -40,16 +41,15 @@ class FewShotProbe(Probe):
 
     family = "fewshot"
     intervention = False
+    example = "fewshot:n=4:k=6"
 
     n: int = field(default=4, metadata={"help": "demonstrations before each question"})
     k: int = field(default=6, metadata={"help": "candidates per question, each with its own demonstrations"})
     train: str = field(default="auto", metadata={"help": "the train split: auto (a generated task's) or a data file"})
     seed: int | None = field(default=None, metadata={"help": "seed of the draws (none: the run's)"})
 
-    def __post_init__(self) -> None:
+    def validate(self) -> None:
         FewShot(self.n)  # refuses n < 1 in its own words
-        if self.k < 1:
-            raise ReachlensError(f"fewshot k={self.k!r} must be >= 1")
 
     @property
     def budget(self) -> int:
@@ -65,13 +65,12 @@ class FewShotProbe(Probe):
     def prompts(self, task: Task, protocol: Protocol, questions: Sequence[Question], candidate: int,
                 tokenizer=None) -> list[str]:
         """The prompt of candidate ``candidate`` of each question."""
-        fewshot = FewShot(self.n, protocol.seed if self.seed is None else self.seed)
+        fewshot = FewShot(self.n, self.run_seed(protocol))
         return fewshot_prompts(task, self.pool(task), protocol, questions, fewshot, candidate=candidate,
                                tokenizer=tokenizer)
 
     def slices(self, task: Task, protocol: Protocol, max_batch_rows: int) -> list[tuple[int, int]]:
-        group = max(1, max_batch_rows // self.k)
-        return [(start, min(start + group, len(task))) for start in range(0, len(task), group)]
+        return question_slices(len(task), self.k, max_batch_rows)
 
     def decode(self, model, task: Task, protocol: Protocol, start: int, stop: int,
                exec_config: ExecConfig) -> list[dict[str, Any]]:
@@ -80,7 +79,8 @@ class FewShotProbe(Probe):
         tokenizer = getattr(model, "tokenizer", None)
         by_candidate = [self.prompts(task, protocol, questions, c, tokenizer) for c in range(self.k)]
         prompts = [by_candidate[c][i] for i in range(len(questions)) for c in range(self.k)]
-        self._check_fits(model, prompts, protocol)
+        check_fits(model, prompts, protocol.max_new_tokens, f"probe {self.label!r}: a few-shot prompt",
+                   lambda room: "lower n (or max_new_tokens)")
         rows = [Row(i * self.k + c, None, tag=(q.question_id, c)) for i, q in enumerate(questions) for c in range(self.k)]
         outs = generate_rows(model, prompts, rows, protocol, max_batch_rows=exec_config.max_batch_rows,
                              share_prefixes=exec_config.share_prefixes)
@@ -89,16 +89,6 @@ class FewShotProbe(Probe):
             grader = question_grader(str(protocol.grader), q)
             for c in range(self.k):
                 comp = outs[i * self.k + c]
-                out.append(bank_row(q.question_id, self.label, self.label, c, grade_completion(grader, q, comp),
-                                    comp.text, comp.finish_reason, len(comp.token_ids), comp.mean_logprob, False))
+                cand = candidate_row(q.question_id, c, comp, grade_completion(grader, q, comp))
+                out.append(bank_row(cand, self.label, self.label, False))
         return out
-
-    def _check_fits(self, model, prompts: Sequence[str], protocol: Protocol) -> None:
-        n_ctx = getattr(getattr(model, "cfg", None), "n_ctx", None)
-        if not isinstance(n_ctx, int) or not prompts:
-            return
-        longest = max(len(ids) for ids in encode(model, prompts))
-        if longest + protocol.max_new_tokens > n_ctx:
-            raise ReachlensError(f"probe {self.label!r}: a few-shot prompt of {longest} tokens plus max_new_tokens="
-                                 f"{protocol.max_new_tokens} exceeds the model's context of {n_ctx} tokens; lower n "
-                                 "(or max_new_tokens)")

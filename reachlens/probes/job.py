@@ -24,6 +24,7 @@ from typing import Any
 
 import pandas as pd
 
+from reachlens.engine.memory import check_budget, check_rows
 from reachlens.engine.tokens import encode_prompts
 from reachlens.errors import ReachlensError
 from reachlens.execution import ExecConfig
@@ -40,10 +41,8 @@ from reachlens.runner import (
     Opened,
     ResolvedModel,
     Slice,
-    check_budget,
     check_context,
     check_replica,
-    check_rows,
     resolve_model,
     run_jobs,
 )

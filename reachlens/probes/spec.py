@@ -10,8 +10,10 @@ fields are its keys, registered in :data:`PROBES` by name. A spec string builds 
 2
 
 Values: integers, numbers (ASCII digits: ``k=١٢`` is refused, not read as 12), names, ``true``/``false``,
-and comma-separated lists where a key takes several (``kind=zero,noise``, ``alphas=-4,4``); a seed is one of
-64 bits, as the protocol's. A bad key or value is one line naming it and the keys the family knows
+and comma-separated lists where a key takes several (``kind=zero,noise``, ``alphas=-4,4``). The base class owns what
+every family shares (:meth:`Probe.__post_init__`, which no family overrides): a ``seed`` is one of 64 bits, as the
+protocol's, and ``None`` means the run's (:meth:`Probe.run_seed`, the one seed rule); a ``k`` is at least 1. A family
+adds its own checks in :meth:`Probe.validate`. A bad key or value is one line naming it and the keys the family knows
 (:class:`~reachlens.errors.ReachlensError`). A budget is arithmetic (:attr:`Probe.budget` builds no candidate), so
 a run bounds its rows before anything is made (:class:`~reachlens.probes.ProbeJob`).
 
@@ -35,7 +37,7 @@ from reachlens._registry import Registry
 from reachlens.errors import ReachlensError
 from reachlens.protocol import SEED_RANGE
 
-__all__ = ["PROBES", "Probe", "keys_of", "parse_probe", "register_probe"]
+__all__ = ["PROBES", "Probe", "families_help", "keys_of", "parse_probe", "register_probe"]
 
 
 class Probe:
@@ -50,6 +52,16 @@ class Probe:
     """The family's name (the spec's NAME)."""
     intervention: ClassVar[bool]
     """True for an activation probe (it changes the model's computation): reported apart, always labelled."""
+    example: ClassVar[str]
+    """A spec of the family that parses (``reachlens probe --help`` shows it; the tests build the family from it)."""
+    seed: int | None
+    """Every family's key: the seed of what it draws (None: the run's, :meth:`run_seed`)."""
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        if "__post_init__" in vars(cls):
+            raise TypeError(f"probe family {cls.__name__} overrides __post_init__; put its checks in validate() "
+                            "(the base class's __post_init__ checks the seed and k of every family, then calls it)")
 
     @property
     def budget(self) -> int:
@@ -67,11 +79,22 @@ class Probe:
         return ":".join(parts)
 
     def __post_init__(self) -> None:
-        """What every family checks (each family's ``__post_init__`` calls it first): a seed of 64 bits, as the
-        protocol's (:data:`~reachlens.protocol.SEED_RANGE`)."""
+        """What every family checks, before its own :meth:`validate`: a seed of 64 bits, as the protocol's
+        (:data:`~reachlens.protocol.SEED_RANGE`), and a ``k`` of at least 1 where the family has one."""
         seed = getattr(self, "seed", None)
         if seed is not None and not SEED_RANGE[0] <= seed < SEED_RANGE[1]:
             raise ReachlensError(f"{self.family} seed={seed!r} is beyond 64 bits; use a seed from -2**63 to 2**63 - 1")
+        k = getattr(self, "k", 1)
+        if k < 1:
+            raise ReachlensError(f"{self.family} k={k!r} must be >= 1")
+        self.validate()
+
+    def validate(self) -> None:
+        """The family's own checks of its keys (one line naming the bad value and the fix). None, by default."""
+
+    def run_seed(self, protocol: Any) -> int:
+        """The seed this probe draws with under ``protocol``: its own, else the run's (``protocol.seed``)."""
+        return protocol.seed if self.seed is None else self.seed
 
     def arms(self) -> list[str]:
         """The names of the arms this probe's candidates carry in the bank (what a union's ``arm:NAME`` names): a
@@ -154,16 +177,18 @@ def _listed(parse: Callable[[str], Any]) -> Callable[[str], tuple]:
     return items
 
 
-_PARSERS: dict[str, tuple[Callable[[str], Any], str]] = {
-    "int": (_int, "an integer (digits 0-9)"),
-    "float": (_float, "a finite number (digits 0-9, e.g. 0.5 or 1e-3)"),
-    "str": (str, "a name"),
-    "bool": (_bool, "true or false"),
-    "int | None": (_optional(_int), "an integer (digits 0-9) or none"),
-    "tuple[int, ...]": (_listed(_int), "a comma-separated list of integers (digits 0-9)"),
-    "tuple[str, ...]": (_listed(str), "a comma-separated list of names"),
-    "tuple[float, ...]": (_listed(_float), "a comma-separated list of numbers (digits 0-9)"),
+_PARSERS: dict[str, tuple[Callable[[str], Any], str, str]] = {
+    "int": (_int, "an integer (digits 0-9)", "INT"),
+    "float": (_float, "a finite number (digits 0-9, e.g. 0.5 or 1e-3)", "NUM"),
+    "str": (str, "a name", "NAME"),
+    "bool": (_bool, "true or false", "true|false"),
+    "int | None": (_optional(_int), "an integer (digits 0-9) or none", "INT|none"),
+    "tuple[int, ...]": (_listed(_int), "a comma-separated list of integers (digits 0-9)", "INT,..."),
+    "tuple[str, ...]": (_listed(str), "a comma-separated list of names", "NAME,..."),
+    "tuple[float, ...]": (_listed(_float), "a comma-separated list of numbers (digits 0-9)", "NUM,..."),
 }
+"""A key's type (as its field states it) -> how a spec's text is read, what it must be (for a refusal), and how
+``reachlens probe --help`` shows it."""
 
 
 def parse_probe(spec: str) -> Probe:
@@ -192,7 +217,7 @@ def parse_probe(spec: str) -> Probe:
             raise ReachlensError(f"probe {spec!r}: unknown key {key!r} for {name}; known: {', '.join(fields)}")
         if key in values:
             raise ReachlensError(f"probe {spec!r}: key {key!r} is given twice; give it once")
-        parse, what = _PARSERS[str(fields[key].type)]
+        parse, what, _ = _PARSERS[str(fields[key].type)]
         try:
             values[key] = parse(text)
         except ValueError:
@@ -201,3 +226,21 @@ def parse_probe(spec: str) -> Probe:
     if missing:
         raise ReachlensError(f"probe {spec!r}: {name} needs {', '.join(f'{k}=...' for k in missing)}")
     return cls(**values)
+
+
+def families_help() -> str:
+    """Every registered family in words, for ``reachlens probe --help``: its name, what it is, an example spec and
+    each key with its default and help (from the dataclass fields' metadata, as :func:`parse_probe` reads them)."""
+    lines = ["probe families (a spec: NAME[:key=value[:key=value...]]; lists comma-separated; a bad key names the "
+             "keys its family knows):"]
+    for name in PROBES.names():
+        cls = PROBES[name]
+        summary = re.sub(r" \(``[^`]*``\)", "", (cls.__doc__ or "").strip().splitlines()[0]).replace("``", "").rstrip(".")
+        kind = "an intervention" if cls.intervention else "a decoding probe"
+        lines.append(f"  {name}: {summary} ({kind})")
+        lines.append(f"      e.g. {cls.example}")
+        for f in keys_of(cls):
+            default = ("required" if f.default is dataclasses.MISSING
+                       else f"default {'none' if f.default is None else _format(f.default)}")
+            lines.append(f"      {f.name}={_PARSERS[str(f.type)][2]}  {f.metadata.get('help', '')} ({default})")
+    return "\n".join(lines)

@@ -43,6 +43,7 @@ class WeightNoiseProbe(ArmProbe):
     """Gaussian noise on the weights over a sigma grid, ``k`` draws each (``weight_noise:sigma=0.01,0.1:k=5``)."""
 
     family = "weight_noise"
+    example = "weight_noise:sigma=0.01,0.02:k=5"
 
     sigma: tuple[float, ...] = field(metadata={"help": "noise std over each weight tensor's own std, one or more"})
     k: int = field(default=5, metadata={"help": "draws at each sigma (a draw: one noised model for every question)"})
@@ -50,7 +51,9 @@ class WeightNoiseProbe(ArmProbe):
     targets: str = field(default=_DEFAULT_TARGETS, metadata={"help": "linear maps noised: attn, mlp, q, ..., unembed"})
     seed: int | None = field(default=None, metadata={"help": "seed of the draws (none: the run's)"})
 
-    def __post_init__(self) -> None:
+    def validate(self) -> None:
+        if self.seed is not None and self.seed < 0:
+            raise ReachlensError(f"weight_noise seed={self.seed!r} must be >= 0 (a draw's stream is named by it)")
         if len(set(self.sigma)) < len(self.sigma):
             raise ReachlensError(f"weight_noise sigma={self.sigma!r} names a sigma twice; name each once")
         self.draws(0)  # refuses a negative sigma, k < 1, a bad rank or target in the intervention's words

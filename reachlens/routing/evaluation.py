@@ -23,11 +23,10 @@ from typing import Any
 
 from reachlens.engine import Completion
 from reachlens.errors import ReachlensError
-from reachlens.grading import question_grader
+from reachlens.grading import grade_completion, question_grader
 from reachlens.protocol import Protocol
 from reachlens.routing.executor import RouteRequest, generate_along_routes
 from reachlens.routing.routes import Route, identity_route
-from reachlens.runner.decode import grade_completion
 from reachlens.selectors import lowest_window_mean
 from reachlens.tasks.base import Task
 from reachlens.tasks.chat import bind_chat, render_prompts

@@ -5,7 +5,9 @@
   of local processes (:class:`ProcessPool`) or Ray actors (:class:`RayExecutor`), the one :func:`executor_for`
   an :class:`~reachlens.execution.ExecConfig` asks for. The driver holds every directory's lock and writes its
   parts; executors only decode, each worker holding one model :class:`Replica`.
-* :mod:`reachlens.runner.decode` is the one path from questions to their graded deployment and samples.
+* :mod:`reachlens.runner.decode` is the one path from questions to their graded deployment and samples;
+  :mod:`reachlens.runner.context` refuses what cannot fit the model's context (memory bounds:
+  :mod:`reachlens.engine.memory`).
 
 Sample j of question q depends only on (seed, q, j), and the slices decoded together are fixed
 (:func:`batch_slices`), so a run made here, in a pool, on Ray, or resumed by any of them after a crash gives
@@ -15,16 +17,14 @@ the same tables, bit for bit on the same hardware and dtype.
 from reachlens.runner.decode import (
     audit_slice,
     batch_slices,
-    check_budget,
-    check_context,
-    check_rows,
     deploy_and_grade,
     deploy_arms_and_grade,
-    grade_completion,
     grade_questions,
     grade_samples,
+    question_slices,
     sample_slice,
 )
+from reachlens.runner.context import check_context, check_fits
 from reachlens.runner.executor import Executor, Replica, Shard, Slice, SliceResult, check_replica
 from reachlens.runner.executors import InProcessExecutor, ProcessPool
 from reachlens.runner.jobs import Job, Opened, ResolvedModel, executor_for, resolve_model, run_jobs
@@ -32,7 +32,7 @@ from reachlens.runner.ray_executor import RayExecutor
 
 __all__ = [
     "Executor", "InProcessExecutor", "Job", "Opened", "ProcessPool", "RayExecutor", "Replica", "ResolvedModel",
-    "Shard", "Slice", "SliceResult", "audit_slice", "batch_slices", "check_budget", "check_context", "check_replica", "check_rows",
-    "deploy_and_grade", "deploy_arms_and_grade", "executor_for", "grade_completion", "grade_questions",
-    "grade_samples", "resolve_model", "run_jobs", "sample_slice",
+    "Shard", "Slice", "SliceResult", "audit_slice", "batch_slices", "check_context", "check_fits", "check_replica",
+    "deploy_and_grade", "deploy_arms_and_grade", "executor_for", "grade_questions", "grade_samples", "question_slices",
+    "resolve_model", "run_jobs", "sample_slice",
 ]

@@ -2,8 +2,11 @@
 
 Every study that decodes goes through here: the audit (the deployment and K samples per question,
 :func:`audit_slice`), recognition's generation side and every causal condition (the deployment alone,
-:func:`deploy_and_grade`). A completion is graded in one place (:func:`grade_completion`), so
-``realized`` means the same thing in every table.
+:func:`deploy_and_grade`). A completion is graded in one place (:func:`~reachlens.grading.grade_completion`),
+so ``realized`` means the same thing in every table, and made a candidate row in one
+(:func:`~reachlens.records.candidate_row`). The slices decoded together are fixed by :func:`question_slices`.
+What a decode may hold in memory is bounded in :mod:`reachlens.engine.memory`; what fits the model's context, in
+:mod:`reachlens.runner.context`.
 
 The deployment is the greedy decode of the protocol's prompt; sample j of question q is drawn with the seed
 ``row_seed(seed, q, sample_offset + j)`` and depends on nothing else, so a question decodes the same rows
@@ -13,43 +16,23 @@ in any batch, process or executor. Hooks the caller attached to the model are li
 from __future__ import annotations
 
 import math
-import os
-from collections.abc import Callable, Hashable, Sequence, Set
-from pathlib import Path
+from collections.abc import Hashable, Sequence, Set
 from typing import Any
 
 import pandas as pd
 
-from reachlens.engine import Completion, Row, encode, row_seed, tokenizer_of
+from reachlens.engine import Completion, Row, row_seed
 from reachlens.engine.backends import generate_rows
-from reachlens.errors import ReachlensError, UnknownNameError
+from reachlens.errors import UnknownNameError
 from reachlens.execution import ExecConfig
-from reachlens.grading import question_grader
+from reachlens.grading import grade_completion, question_grader
 from reachlens.protocol import Protocol
-from reachlens.records import GENERATION_COLUMNS, QUESTION_COLUMNS, SAMPLE_COLUMNS, canonical
+from reachlens.records import GENERATION_COLUMNS, QUESTION_COLUMNS, SAMPLE_COLUMNS, candidate_row, canonical
 from reachlens.tasks.base import Question, Task
 from reachlens.tasks.chat import render_prompts
 
-__all__ = ["audit_slice", "batch_slices", "check_budget", "check_context", "check_rows", "decode_rows",
-           "deploy_and_grade", "deploy_arms_and_grade", "grade_completion", "grade_questions", "grade_samples",
-           "machine_memory", "questions_by_id", "sample_slice"]
-
-ROW_BYTES = 1024
-"""Memory one completion holds while its batch is decoded and graded, before its tokens: its row, its
-``Completion``, its grade and its row of the sample table (about 1 KiB, measured with ``tracemalloc``)."""
-ROW_BYTES_PER_TOKEN = 64
-"""Memory per generated token of a completion: its id and log-probability as Python objects and its
-text (about 64 bytes, measured with ``tracemalloc``)."""
-CHARS_PER_TOKEN_MARGIN = 4
-"""Slack on "a token spans at most as many characters as the tokenizer's longest vocabulary entry":
-a normalizer can merge characters (NFC composes one Hangul syllable from three jamo)."""
-
-
-def grade_completion(grader, question: Question, completion: Completion) -> dict[str, Any]:
-    """``answer``, ``correct`` and ``scored`` of one completion (a grader that cannot decide: not scored,
-    never correct)."""
-    g = grader.grade(completion.text, question.gold)
-    return {"answer": g.answer, "correct": bool(g.correct and g.scored), "scored": bool(g.scored)}
+__all__ = ["audit_slice", "batch_slices", "decode_rows", "deploy_and_grade", "deploy_arms_and_grade", "grade_questions",
+           "grade_samples", "question_slices", "questions_by_id", "sample_slice"]
 
 
 def _deployed(grader, question: Question, completion: Completion) -> dict[str, Any]:
@@ -70,9 +53,7 @@ def grade_samples(protocol: Protocol, questions: Sequence[Question], samples: Se
             grade = graded.get(o.text)
             if grade is None:
                 grade = graded[o.text] = grade_completion(grader, q, o)
-            rows.append({"question_id": q.question_id, "candidate_idx": sample_offset + j, "text": o.text,
-                         **grade, "finish_reason": o.finish_reason,
-                         "n_tokens": len(o.token_ids), "mean_logprob": o.mean_logprob})
+            rows.append(candidate_row(q.question_id, sample_offset + j, o, grade))
     return canonical(pd.DataFrame(rows, columns=SAMPLE_COLUMNS))
 
 
@@ -198,15 +179,26 @@ def deploy_arms_and_grade(
     return [pd.DataFrame(rows[a:b], columns=GENERATION_COLUMNS) for a, b in spans]
 
 
+def question_slices(n_questions: int, per_question: int, max_batch_rows: int) -> list[tuple[int, int]]:
+    """The fixed slices ``(start, stop)`` of ``n_questions`` questions of ``per_question`` rows each decoded together:
+    ``max_batch_rows // per_question`` questions a slice (at least one), counted from the first question whatever
+    is done already. The one slice rule of every unit (an audit's, a probe run's).
+
+    >>> question_slices(5, 3, 7)
+    [(0, 2), (2, 4), (4, 5)]
+    """
+    group = max(1, max_batch_rows // per_question)
+    return [(start, min(start + group, n_questions)) for start in range(0, n_questions, group)]
+
+
 def batch_slices(task: Task, protocol: Protocol, max_batch_rows: int, done: Set[str] = frozenset()) -> list[tuple[int, int]]:
     """The fixed slices ``(start, stop)`` of ``task`` decoded together, less those wholly in ``done``.
 
-    A slice holds ``max_batch_rows // (K + 1)`` questions (at least one), counted from the task's
-    first question whatever is done already. So a resumed run, and every executor, decodes exactly
-    the batches an uninterrupted single-process run would have: same shapes, same numbers, bit for bit.
+    A slice holds ``max_batch_rows // (K + 1)`` questions (:func:`question_slices`). So a resumed run, and every
+    executor, decodes exactly the batches an uninterrupted single-process run would have: same shapes, same
+    numbers, bit for bit.
     """
-    group = max(1, max_batch_rows // (protocol.k + 1))
-    slices = [(start, min(start + group, len(task))) for start in range(0, len(task), group)]
+    slices = question_slices(len(task), protocol.k + 1, max_batch_rows)
     return [(a, b) for a, b in slices if any(q.question_id not in done for q in task.questions[a:b])]
 
 
@@ -229,139 +221,3 @@ def sample_slice(
     _, samples = _decode(model, task, protocol, batch, exec_config, k=protocol.k, sample_offset=sample_offset,
                          deploy=False)
     return grade_samples(protocol, batch, samples, sample_offset)
-
-
-def machine_memory(*, proc: Path = Path("/proc/self"), cgroups: Path = Path("/sys/fs/cgroup")) -> int:
-    """Bytes of memory this process may use: the smallest of the machine's physical memory, the limit of its
-    own cgroup and of every cgroup above it (v2 ``memory.max``; v1 ``memory.limit_in_bytes``, nested ones
-    included) and the address space its ``RLIMIT_AS`` (``ulimit -v``) leaves it beyond what it maps already.
-
-    >>> machine_memory() > 0
-    True
-    """
-    total = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
-    return min([total, *_cgroup_limits(proc, cgroups), *_address_space_left(proc)])
-
-
-def _cgroup_limits(proc: Path, cgroups: Path) -> list[int]:
-    """The memory limits of this process's cgroup and its ancestors, v2 and v1 (``/proc/self/cgroup``'s paths
-    under ``cgroups``); none where there is no limit or nothing can be read."""
-    try:
-        lines = (proc / "cgroup").read_text().splitlines()
-    except OSError:
-        return []
-    limits = []
-    for line in lines:
-        _, controllers, path = (line.split(":", 2) + ["", ""])[:3]
-        if controllers == "":  # v2: one unified hierarchy
-            folder, name = cgroups, "memory.max"
-        elif "memory" in controllers.split(","):  # v1: the memory controller's own hierarchy
-            folder, name = cgroups / "memory", "memory.limit_in_bytes"
-        else:
-            continue
-        parts = [q for q in path.split("/") if q not in ("", ".", "..")]
-        for depth in range(len(parts) + 1):  # the root, then each cgroup down to this process's own
-            try:
-                value = (folder.joinpath(*parts[:depth]) / name).read_text().strip()
-            except OSError:
-                continue
-            if value.isdigit():
-                limits.append(int(value))
-    return limits
-
-
-def _address_space_left(proc: Path) -> list[int]:
-    """The address space ``RLIMIT_AS`` leaves beyond what this process maps now (none when unlimited)."""
-    import resource
-
-    soft, _ = resource.getrlimit(resource.RLIMIT_AS)
-    if soft == resource.RLIM_INFINITY:
-        return []
-    try:
-        mapped = int((proc / "statm").read_text().split()[0]) * resource.getpagesize()
-    except (OSError, ValueError, IndexError):
-        mapped = 0
-    return [max(soft - mapped, 0)]
-
-
-def _gib(n: int) -> str:
-    return f"{n / (1 << 30):.1f} GiB"
-
-
-def check_budget(protocol: Protocol, max_batch_rows: int) -> None:
-    """Refuse a budget whose completions cannot fit in memory, before any is built.
-
-    A slice of the audit (:func:`batch_slices`) holds ``max(K + 1, max_batch_rows)`` completions at
-    most until it is graded (:func:`check_rows`). The message names the largest ``k`` (or ``max_batch_rows``) that
-    fits. The decode itself runs ``max_batch_rows`` rows at a time, whatever K is.
-    """
-    if isinstance(max_batch_rows, bool) or not isinstance(max_batch_rows, int) or max_batch_rows < 1:
-        raise ReachlensError(f"max_batch_rows={max_batch_rows!r} must be an integer >= 1")
-    check_rows(protocol.k + 1, protocol.max_new_tokens, f"k={protocol.k}: one question's",
-               lambda fit: f"use k <= {max(fit - 1, 0)}, or a shorter max_new_tokens")
-    check_rows(max_batch_rows, protocol.max_new_tokens, f"max_batch_rows={max_batch_rows}: a batch of",
-               lambda fit: f"use max_batch_rows <= {fit}")
-
-
-def check_rows(rows: int, max_new_tokens: int, what: str, fix: Callable[[int], str]) -> None:
-    """Refuse ``rows`` completions held together until they are graded when they cannot fit in memory, before any
-    is built: each holds about :data:`ROW_BYTES` + :data:`ROW_BYTES_PER_TOKEN` per token of ``max_new_tokens``, and
-    together they must stay under half of :func:`machine_memory` (the model, its cache and the finished tables need
-    the rest). ``what`` names the rows in the message, ``fix(fit)`` says how to fit (``fit``: the most that do).
-
-    >>> check_rows(10, 16, "ten rows:", lambda fit: f"use at most {fit}")
-    """
-    per_row = ROW_BYTES + ROW_BYTES_PER_TOKEN * max_new_tokens
-    memory = machine_memory()
-    fit = memory // 2 // per_row
-    if rows > fit:
-        raise ReachlensError(
-            f"{what} {rows:,} completions need about {_gib(rows * per_row)} in memory until they are graded "
-            f"({ROW_BYTES} bytes + {ROW_BYTES_PER_TOKEN} per token of max_new_tokens={max_new_tokens} each), more "
-            f"than half of the {_gib(memory)} this process may use (the least of the machine's memory, its cgroup's "
-            f"limit and ulimit -v); {fix(fit)}")
-
-
-def check_context(model, task: Task, protocol: Protocol) -> None:
-    """Refuse a decode that cannot fit the model's context window (``model.cfg.n_ctx``): the longest
-    prompt of ``task`` plus ``protocol.max_new_tokens``. The runner calls it before anything runs.
-
-    A prompt longer in characters than ``n_ctx`` tokens can span is refused before anything is
-    tokenized (a 20 MB question would take minutes): no token of the tokenizer spans more characters
-    than its longest vocabulary entry (times :data:`CHARS_PER_TOKEN_MARGIN`)."""
-    n_ctx = getattr(getattr(model, "cfg", None), "n_ctx", None)
-    if not isinstance(n_ctx, int) or not len(task):
-        return
-    if protocol.max_new_tokens >= n_ctx:
-        raise ReachlensError(
-            f"max_new_tokens={protocol.max_new_tokens} does not fit the model's context of {n_ctx} tokens "
-            f"(with the prompt); use max_new_tokens below {n_ctx}"
-        )
-    prompts = render_prompts(task, protocol, task.questions, getattr(model, "tokenizer", None))
-    _check_characters(model, task, prompts, n_ctx)
-    longest = max(len(ids) for ids in encode(model, prompts))
-    if longest + protocol.max_new_tokens > n_ctx:
-        raise ReachlensError(
-            f"the longest prompt ({longest} tokens) plus max_new_tokens={protocol.max_new_tokens} exceeds the "
-            f"model's context of {n_ctx} tokens; use max_new_tokens <= {max(n_ctx - longest, 0)}"
-        )
-
-
-def _check_characters(model, task: Task, prompts: Sequence[str], n_ctx: int) -> None:
-    """Refuse, untokenized, a prompt with more characters than ``n_ctx`` tokens of the model's
-    tokenizer can span (see :func:`check_context`)."""
-    i = max(range(len(prompts)), key=lambda j: len(prompts[j]))
-    if len(prompts[i]) <= n_ctx:  # within the bound of any tokenizer (a token spans >= 1 character)
-        return
-    try:
-        span = max(map(len, tokenizer_of(model).get_vocab()))
-    except (AttributeError, TypeError, ValueError, ReachlensError):  # no vocabulary to bound by
-        return
-    bound = n_ctx * span * CHARS_PER_TOKEN_MARGIN
-    if len(prompts[i]) > bound:
-        raise ReachlensError(
-            f"question {task.questions[i].question_id!r} makes a prompt of {len(prompts[i]):,} characters, more "
-            f"than the model's {n_ctx}-token context can hold: a token of its tokenizer spans at most {span} "
-            f"characters (its longest vocabulary entry), so the context holds at most {bound:,} ({n_ctx} x {span} "
-            f"x {CHARS_PER_TOKEN_MARGIN}, the last for normalization). Shorten or drop that question"
-        )

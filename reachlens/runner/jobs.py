@@ -11,8 +11,10 @@ from them; workers never write, so they need no shared disk.
 
 Executors (:mod:`reachlens.runner.executor`) are chosen by :func:`executor_for` from the jobs'
 :class:`~reachlens.execution.ExecConfig`: ``workers=1`` decodes in this process, more in a
-:class:`~reachlens.runner.ProcessPool`, ``ray=`` on :class:`~reachlens.runner.RayExecutor` actors. Every entry
-point (an audit, a rerun, a probe run, a training study, the CLI) goes through :func:`run_jobs`.
+:class:`~reachlens.runner.ProcessPool`, ``ray=`` on :class:`~reachlens.runner.RayExecutor` actors. Every audit and
+probe run goes through :func:`run_jobs` (an audit, a rerun, a probe run, a training study, an elicitation, the CLI);
+a routing study, a recognition run and a causal sweep still decode in the caller's process, without resume or
+workers (the ``routes`` probe runs routing's search as a job).
 """
 
 from __future__ import annotations

@@ -18,6 +18,7 @@ from typing import Any
 
 import pandas as pd
 
+from reachlens.engine.memory import check_budget
 from reachlens.execution import ExecConfig
 from reachlens.models import ModelSource
 from reachlens.protocol import Protocol
@@ -28,7 +29,6 @@ from reachlens.runner import (
     Slice,
     audit_slice,
     batch_slices,
-    check_budget,
     check_context,
     check_replica,
     resolve_model,

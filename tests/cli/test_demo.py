@@ -12,7 +12,7 @@ from reachlens.store import list_runs, read_run
 
 def test_demo_audits_the_lineage_and_prints_every_table(tmp_path, capfd):
     out = tmp_path / "demo"
-    assert main(["demo", "--out", str(out), "--n", "4", "--k", "4", "--budget-k", "8", "--workers", "2"]) == 0
+    assert main(["demo", "--out", str(out), "--n", "4", "--k", "4", "--extended-k", "8", "--workers", "2"]) == 0
     printed, err = capfd.readouterr()
     # one progress line per audit (a closing line where the output is no terminal), and nothing from the
     # libraries, the worker processes' included
@@ -79,6 +79,6 @@ def test_demo_audits_the_lineage_and_prints_every_table(tmp_path, capfd):
 
 def test_demo_refuses_a_budget_control_below_k(tmp_path, capsys):
     with pytest.raises(SystemExit) as exc:
-        raise SystemExit(main(["demo", "--out", str(tmp_path / "d"), "--k", "8", "--budget-k", "8"]))
+        raise SystemExit(main(["demo", "--out", str(tmp_path / "d"), "--k", "8", "--extended-k", "8"]))
     assert exc.value.code == 2
     assert "extended_k=8 must exceed the protocol's k=8" in capsys.readouterr().err

@@ -28,7 +28,7 @@ def test_every_study_runs_from_the_cli(family, tmp_path, capsys):
     assert summary["n"] == 2
 
     code, out, err = run(capsys, "route", model, "--task", "arith", "--n", 2, "--space", "native", "--search",
-                         "random", "--budget", 3, "--max-new-tokens", 6, "--out", tmp_path / "route")
+                         "random", "--k", 3, "--max-new-tokens", 6, "--out", tmp_path / "route")
     assert code == 0, err
     assert "O_3=" in out and (tmp_path / "route" / "candidates.parquet").is_file()
 
@@ -52,7 +52,7 @@ def test_every_study_runs_from_the_cli(family, tmp_path, capsys):
                          "--out", tmp_path / "steer")
     assert code == 0, err
     assert (tmp_path / "steer" / "steer.parquet").is_file()
-    code, out, err = run(capsys, "units", model, "--sets", tmp_path / "sets.json", "--layer", 1, "--k", 4,
+    code, out, err = run(capsys, "units", model, "--sets", tmp_path / "sets.json", "--layer", 1, "--units", 4,
                          "--out", tmp_path / "units")
     assert code == 0, err
     assert (tmp_path / "units" / "units_ranking.parquet").is_file()
@@ -79,7 +79,7 @@ def test_an_encoder_only_model_is_refused_at_load(tmp_path, capsys):
     capsys.readouterr()  # save_pretrained's progress bar
     for argv in (["audit", tmp_path / "bert", "--task", "arith", "--n", 1, "--k", 1, "--out", tmp_path / "out"],
                  ["route", tmp_path / "bert", "--task", "arith", "--n", 1, "--space", "skip", "--search", "random",
-                  "--budget", 2, "--out", tmp_path / "out"],
+                  "--k", 2, "--out", tmp_path / "out"],
                  ["recognize", tmp_path / "bert", "--task", "arith_mc", "--n", 2, "--out", tmp_path / "out"]):
         code, out, err = run(capsys, *argv)
         assert code == 2 and out == ""
@@ -102,5 +102,5 @@ def test_dtype_and_device_flags(tmp_path, capsys):
         assert code == 2 and err.count("\n") == 1 and "sees no CUDA GPU; use --device cpu" in err
         assert not (tmp_path / "cuda").exists()
     code, out, err = run(capsys, "route", model, "--task", "arith", "--n", 1, "--space", "skip", "--search", "random",
-                         "--budget", 2, "--device", "gpu", "--out", tmp_path / "gpu")
+                         "--k", 2, "--device", "gpu", "--out", tmp_path / "gpu")
     assert code == 2 and "device 'gpu' is not a torch device" in err

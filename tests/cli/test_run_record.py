@@ -31,7 +31,7 @@ def runs(tiny_dir, tmp_path_factory):
     assert main(["audit", model, "--task", "arith", "--n", "3", "--k", "2", "--max-new-tokens", "6",
                  "--out", str(root / "audit")]) == 0
     assert main(["route", model, "--task", "arith", "--n", "2", "--space", "skip", "--search", "random",
-                 "--budget", "3", "--max-new-tokens", "6", "--out", str(root / "route")]) == 0
+                 "--k", "3", "--max-new-tokens", "6", "--out", str(root / "route")]) == 0
     assert main(["recognize", model, "--task", "arith_mc", "--n", "6", "--max-new-tokens", "6",
                  "--min-failures", "1", "--out", str(root / "recognize")]) == 0
     return root
@@ -123,7 +123,7 @@ def test_a_rerun_with_other_options_is_refused(capsys, runs, tiny_dir, tmp_path)
     out = tmp_path / "route"
     shutil.copytree(runs / "route", out)
     code, _, err = run(capsys, "route", tiny_dir, "--task", "arith", "--n", "2", "--space", "skip", "--search",
-                       "random", "--budget", "4", "--max-new-tokens", "6", "--out", out)
+                       "random", "--k", "4", "--max-new-tokens", "6", "--out", out)
     assert code == 2 and "holds another run" in err and "options.config" in err and err.count("\n") == 1
     assert "--out" in err  # the library's out= as the command's flag
 

@@ -111,7 +111,7 @@ def test_the_site_builds_strict(tmp_path):
     cards = (site / "zoo-cards" / "index.html").read_text()
     assert "zoo:base" in cards and "zoo:grpo" in cards  # generated from the shipped cards
     cli = (site / "cli" / "index.html").read_text()
-    assert "--budget-k" in cli and "budget control" in cli  # every command's --help, from the parser
+    assert "--extended-k" in cli and "budget control" in cli  # every command's --help, from the parser
     assert "placebo=true" in cli  # reachlens probe's epilog: the probe specs
     api = (site / "api" / "selectors" / "index.html").read_text()
     assert "selection_gap" in api and "selector_table" in api  # the API reference resolved from the docstrings

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from reachlens.runner.decode import machine_memory
+from reachlens.engine.memory import machine_memory
 
 GiB = 1 << 30
 REPO = Path(__file__).resolve().parents[2]
@@ -78,7 +78,7 @@ def _limited(bytes_: int):
 
 
 def test_rlimit_as_bounds_what_is_left_beyond_what_the_process_maps() -> None:
-    code = ("import resource; from reachlens.runner.decode import machine_memory; "
+    code = ("import resource; from reachlens.engine.memory import machine_memory; "
             "mapped = int(open('/proc/self/statm').read().split()[0]) * resource.getpagesize(); "
             "print(machine_memory(), mapped)")
     limit = 3 * GiB

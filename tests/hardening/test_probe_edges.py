@@ -35,7 +35,7 @@ MEMORY = 16 << 30
 def no_load(monkeypatch):
     """The model must not load: every refusal here comes before it; and a fixed memory to bound by."""
     monkeypatch.setattr(ModelSource, "load", lambda self: pytest.fail(f"{self.spec!r} was loaded"))
-    monkeypatch.setattr("reachlens.runner.decode.machine_memory", lambda: MEMORY)
+    monkeypatch.setattr("reachlens.engine.memory.machine_memory", lambda: MEMORY)
 
 
 def refused(capsys, model: Path, out: Path, probes: list[str], *extra: str) -> str:

@@ -100,7 +100,7 @@ def test_a_run_killed_with_sigkill_resumes_to_the_same_bank(tiny_dir, run, tmp_p
 
 @pytest.mark.parametrize("spec, match", [("weight_noise:sigma=0.1,0.1", "names a sigma twice"),
                                          ("weight_noise:sigma=-1", "must be a finite number >= 0"),
-                                         ("weight_noise:sigma=0.1:k=0", "must be an integer >= 1"),
+                                         ("weight_noise:sigma=0.1:k=0", "weight_noise k=0 must be >= 1"),
                                          ("fewshot:n=0", "must be an integer >= 1"),
                                          ("fewshot:k=0", "must be >= 1")])
 def test_bad_specs_are_refused_in_one_line(spec, match):

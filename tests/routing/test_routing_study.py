@@ -54,7 +54,7 @@ def test_cli_route(tiny_dir, tmp_path, capsys):
     out = tmp_path / "run"
     rc = main([
         "route", str(tiny_dir), "--task", "arith", "--n", "2", "--space", "reorder", "--search", "mcts",
-        "--budget", "4", "--max-new-tokens", "6", "--out", str(out),
+        "--k", "4", "--max-new-tokens", "6", "--out", str(out),
     ])
     assert rc == 0
     printed = capsys.readouterr().out
@@ -68,7 +68,7 @@ def test_cli_route(tiny_dir, tmp_path, capsys):
     (["--space", "skip", "--search", "mcts", "--window", "3"], "the skip space has no option(s) ['window']"),
 ])
 def test_cli_route_bad_arguments_exit_2(tiny_dir, tmp_path, capsys, args, message):
-    rc = main(["route", str(tiny_dir), "--task", "arith", "--n", "2", "--budget", "4", "--out", str(tmp_path / "x"),
+    rc = main(["route", str(tiny_dir), "--task", "arith", "--n", "2", "--k", "4", "--out", str(tmp_path / "x"),
                *args])
     assert rc == 2
     assert message in capsys.readouterr().err

@@ -88,7 +88,7 @@ def test_a_killed_ray_driver_resumes_in_one_process(isolated, single, tmp_path):
 def test_demo_ray_schedules_the_lineage_on_the_cluster_with_the_same_tables(isolated, tmp_path):
     from reachlens.cli import main
 
-    size = ["--n", "4", "--k", "4", "--budget-k", "8", "--max-new-tokens", "48", "--max-batch-rows", "10"]
+    size = ["--n", "4", "--k", "4", "--extended-k", "8", "--max-new-tokens", "48", "--max-batch-rows", "10"]
     run = isolated([sys.executable, "-m", "reachlens", "demo", "--ray", "--workers", "2", "--out", str(tmp_path / "ray"),
                     *size], _scratch(), timeout=900)
     assert run.returncode == 0, run.stderr[-3000:]

@@ -57,7 +57,7 @@ def runs(tiny_dir, tmp_path_factory):
     run_training_audit(plan, root / "training_audit", exec_config=TINY, log=lambda s: None)
     elicit(model, task, P, out=root / "elicitation", demos=(1,), control=model, finetune=FineTune(steps=1),
            exec_config=TINY)
-    for argv in (["route", model, "--task", "arith", "--n", "2", "--space", "skip", "--search", "random", "--budget", "2",
+    for argv in (["route", model, "--task", "arith", "--n", "2", "--space", "skip", "--search", "random", "--k", "2",
                   "--max-new-tokens", "6", "--out", root / "routing"],
                  ["recognize", model, "--task", "arith_mc", "--n", "6", "--max-new-tokens", "6", "--min-failures", "1",
                   "--out", root / "recognition"],

@@ -15,6 +15,8 @@ import pytest
 from reachlens import Protocol, audit, load_task
 from reachlens.errors import ReachlensError
 from reachlens.execution import ExecConfig
+from reachlens.engine import memory
+from reachlens.runner import context
 from reachlens.runner import decode as auditing
 
 
@@ -47,8 +49,8 @@ def test_a_budget_beyond_the_machine_is_refused_before_any_row_is_built(tiny_mod
     task = load_task("arith", n=1)
     with pytest.raises(ReachlensError, match=r"k=1000000000000: .* use k <= \d+"):
         audit(tiny_model, task, Protocol("arith", k=10**12, temperature=1.0, max_new_tokens=4))
-    monkeypatch.setattr(auditing, "machine_memory", lambda: 1 << 30)  # a 1 GiB machine
-    per_row = auditing.ROW_BYTES + auditing.ROW_BYTES_PER_TOKEN * 4
+    monkeypatch.setattr(memory, "machine_memory", lambda: 1 << 30)  # a 1 GiB machine
+    per_row = memory.ROW_BYTES + memory.ROW_BYTES_PER_TOKEN * 4
     k_max = (1 << 29) // per_row - 1
     with pytest.raises(ReachlensError, match=rf"k=1000000: .*1\.0 GiB.* use k <= {k_max}"):
         audit(tiny_model, task, Protocol("arith", k=10**6, temperature=1.0, max_new_tokens=4))
@@ -72,19 +74,19 @@ def test_a_prompt_too_long_for_the_context_is_refused_before_tokenizing(tiny_mod
 
     n_ctx = tiny_model.cfg.n_ctx
     longest = max(len(t) for t in tiny_model.tokenizer.get_vocab())
-    size = n_ctx * longest * auditing.CHARS_PER_TOKEN_MARGIN + 1
+    size = n_ctx * longest * context.CHARS_PER_TOKEN_MARGIN + 1
     data = tmp_path / "q.jsonl"
     data.write_text(json.dumps({"question": "1+1=?", "answer": "2"}) + "\n"
                     + json.dumps({"question": "9" * size, "answer": "9"}) + "\n")
     task = load_task("jsonl", str(data))
     seen: list[int] = []
-    real = auditing.encode
+    real = context.encode
 
     def spy(model, texts):
         seen.extend(len(t) for t in texts)
         return real(model, texts)
 
-    monkeypatch.setattr(auditing, "encode", spy)
+    monkeypatch.setattr(context, "encode", spy)
     with pytest.raises(ReachlensError, match=rf"prompt of [\d,]+ characters.*{n_ctx}-token context.*at most {longest}"):
-        auditing.check_context(tiny_model, task, Protocol.greedy("jsonl", max_new_tokens=8).resolved(task))
+        context.check_context(tiny_model, task, Protocol.greedy("jsonl", max_new_tokens=8).resolved(task))
     assert all(n < size for n in seen), "the long prompt was tokenized"
