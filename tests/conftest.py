@@ -146,6 +146,20 @@ def chromium() -> str:
 
 
 @pytest.fixture(scope="session")
+def browser(chromium):
+    """Playwright for Python driving the system Chromium (``executable_path``: no browser download; ``pip install
+    'reachlens[test]'`` installs Playwright), one browser per session."""
+    try:
+        from playwright.sync_api import sync_playwright
+    except ImportError:
+        pytest.skip("needs Playwright for Python to drive Chromium (pip install 'reachlens[test]'): absent")
+    with sync_playwright() as p:
+        b = p.chromium.launch(executable_path=chromium, args=["--no-sandbox", "--disable-gpu"])
+        yield b
+        b.close()
+
+
+@pytest.fixture(scope="session")
 def isolated():
     """Run a command where Ray and vLLM cannot reach outside: :func:`run_isolated` (needs root and
     ``unshare``/``ip``, which CI has)."""

@@ -35,6 +35,7 @@ LAYERS = (
     ("reachlens.routing",),
     ("reachlens.probes",),
     ("reachlens.report",),
+    ("reachlens.view",),
     ("reachlens.cli",),
     ("reachlens", "reachlens.__main__"),
 )

@@ -16,7 +16,7 @@ deliberately differs in one field (the prompt format control) names it in ``allo
 before reachlens recorded data identity is compared with a warning, on its golds alone. Budgets may differ only when both are cut to a common ``k``,
 which is exact because sample j of a question depends on (seed, question, j) alone.
 
-One module (about 460 lines) because the join, its summary and the tests of its deltas are one concept:
+One module (about 490 lines) because the join, its summary and the tests of its deltas are one concept:
 every function here reads the joined question table.
 """
 
@@ -50,7 +50,8 @@ from reachlens.stats import (
     wilson_interval,
 )
 
-__all__ = ["Comparison", "compare", "crossovers", "delta_row", "majority_delta", "propensity_bins", "truncation_parity",
+__all__ = ["Comparison", "compare", "crossovers", "delta_row", "majority_delta", "paired_deltas", "propensity_bins",
+           "truncation_parity",
            "DEFAULT_BINS",
            "EXEC_FIELDS", "REALIZED_FATES", "REACH_FATES", "TRUNCATION_MARGIN"]
 
@@ -144,37 +145,12 @@ class Comparison(Run):
     @functools.cached_property
     def _summary(self) -> dict[str, Any]:
         q = self.questions
-        n = len(q)
-        gained = q["realized_fate"] == "gained"
-        n_gained, n_lost = int(gained.sum()), int((q["realized_fate"] == "lost").sum())
-        n_entered, n_left = int((q["reach_fate"] == "entered").sum()), int((q["reach_fate"] == "left").sum())
-        counts = {col: int(q[col].sum()) for col in ("base_realized", "trained_realized", "base_reachable",
-                                                   "trained_reachable")}
-        rate = {col: c / n if n else math.nan for col, c in counts.items()}
-        ci = {col: list(wilson_interval(c, n)) for col, c in counts.items()}
-        d_real = (q["trained_realized"].astype(float) - q["base_realized"].astype(float)).to_numpy()
-        d_reach = (q["trained_reachable"].astype(float) - q["base_reachable"].astype(float)).to_numpy()
         curve = self.pass_at_k_curve()
         return {
-            "base": self.base.model.get("spec"), "trained": self.trained.model.get("spec"),
-            "n": n, "k": self.base.k,
-            "D_base": rate["base_realized"], "D_base_ci": ci["base_realized"],
-            "D_trained": rate["trained_realized"], "D_trained_ci": ci["trained_realized"],
-            "delta_D": rate["trained_realized"] - rate["base_realized"],
-            "delta_D_ci": list(paired_bootstrap_ci(d_real, n_boot=self.n_boot, seed=self.seed)),
-            "delta_D_mde": detectable(d_real),
-            "gained": n_gained, "lost": n_lost, "mcnemar_realized_p": mcnemar_exact_p(n_gained, n_lost),
-            "net": n_gained - n_lost,
-            "O_K_base": rate["base_reachable"], "O_K_base_ci": ci["base_reachable"],
-            "O_K_trained": rate["trained_reachable"], "O_K_trained_ci": ci["trained_reachable"],
-            "delta_O_K": rate["trained_reachable"] - rate["base_reachable"],
-            "delta_O_K_ci": list(paired_bootstrap_ci(d_reach, n_boot=self.n_boot, seed=self.seed)),
-            "delta_O_K_mde": detectable(d_reach),
-            "entered": n_entered, "left": n_left, "mcnemar_reachable_p": mcnemar_exact_p(n_entered, n_left),
+            "base": self.base.model.get("spec"), "trained": self.trained.model.get("spec"), "n": len(q),
+            "k": self.base.k,
+            **paired_deltas(q, n_boot=self.n_boot, seed=self.seed),
             **majority_delta(q, n_boot=self.n_boot, seed=self.seed),
-            "gained_from_base_reachable": int((gained & q["base_reachable"]).sum()),
-            "gained_outside_base_reachable": int((gained & ~q["base_reachable"]).sum()),
-            "all_gains_base_reachable": bool((q.loc[gained, "base_reachable"]).all()),
             "delta_pass_at_k": {int(r.k): {"delta": r.delta, "ci": [r.delta_lo, r.delta_hi], "mde": r.mde, "p": r.p,
                                            "p_holm": r.p_holm} for r in curve.itertuples()},
             "holm_family": f"the {len(curve)} ks of this pair's pass@k curve",
@@ -265,6 +241,42 @@ def crossovers(curve: pd.DataFrame, *, outside_noise: bool = False) -> list[int]
 
 def _as_result(a: AuditResult | str | Path) -> AuditResult:
     return a if isinstance(a, AuditResult) else AuditResult.load(a)
+
+
+def paired_deltas(q: pd.DataFrame, *, n_boot: int = N_BOOT, seed: int = 0) -> dict[str, Any]:
+    """The realized and reachable halves of :meth:`Comparison.summary` from a join's rows (any subset of them: the
+    viewer's filtered questions): ``n``, each side's D and O_K with its Wilson interval, ``delta_D`` and
+    ``delta_O_K`` with their paired bootstrap intervals and minimum detectable effects, the McNemar counts and
+    exact p of each (``gained``/``lost``, ``entered``/``left``), and how many gains the base could already reach."""
+    n = len(q)
+    gained = q["realized_fate"] == "gained"
+    n_gained, n_lost = int(gained.sum()), int((q["realized_fate"] == "lost").sum())
+    n_entered, n_left = int((q["reach_fate"] == "entered").sum()), int((q["reach_fate"] == "left").sum())
+    counts = {col: int(q[col].sum()) for col in ("base_realized", "trained_realized", "base_reachable",
+                                               "trained_reachable")}
+    rate = {col: c / n if n else math.nan for col, c in counts.items()}
+    ci = {col: list(wilson_interval(c, n)) for col, c in counts.items()}
+    d_real = (q["trained_realized"].astype(float) - q["base_realized"].astype(float)).to_numpy()
+    d_reach = (q["trained_reachable"].astype(float) - q["base_reachable"].astype(float)).to_numpy()
+    return {
+        "n": n,
+        "D_base": rate["base_realized"], "D_base_ci": ci["base_realized"],
+        "D_trained": rate["trained_realized"], "D_trained_ci": ci["trained_realized"],
+        "delta_D": rate["trained_realized"] - rate["base_realized"],
+        "delta_D_ci": list(paired_bootstrap_ci(d_real, n_boot=n_boot, seed=seed)),
+        "delta_D_mde": detectable(d_real),
+        "gained": n_gained, "lost": n_lost, "mcnemar_realized_p": mcnemar_exact_p(n_gained, n_lost),
+        "net": n_gained - n_lost,
+        "O_K_base": rate["base_reachable"], "O_K_base_ci": ci["base_reachable"],
+        "O_K_trained": rate["trained_reachable"], "O_K_trained_ci": ci["trained_reachable"],
+        "delta_O_K": rate["trained_reachable"] - rate["base_reachable"],
+        "delta_O_K_ci": list(paired_bootstrap_ci(d_reach, n_boot=n_boot, seed=seed)),
+        "delta_O_K_mde": detectable(d_reach),
+        "entered": n_entered, "left": n_left, "mcnemar_reachable_p": mcnemar_exact_p(n_entered, n_left),
+        "gained_from_base_reachable": int((gained & q["base_reachable"]).sum()),
+        "gained_outside_base_reachable": int((gained & ~q["base_reachable"]).sum()),
+        "all_gains_base_reachable": bool((q.loc[gained, "base_reachable"]).all()),
+    }
 
 
 def majority_delta(q: pd.DataFrame, *, n_boot: int = N_BOOT, seed: int = 0) -> dict[str, Any]:

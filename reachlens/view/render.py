@@ -1,0 +1,232 @@
+"""The viewer's HTML fragments: the set chooser, the filter bar, the question list and one question.
+
+Every string from a run goes through :func:`reachlens.escape.html_text` here, and nowhere else is run text put in
+a page: the static page's script puts these fragments in place and adds no text of its own. The fragments carry no
+script and no style attribute (the page's content security policy allows neither), only ``data-*`` attributes the
+script reads.
+"""
+
+from __future__ import annotations
+
+import math
+import numbers
+from typing import Any
+from urllib.parse import quote, urlencode
+
+import numpy as np
+import pandas as pd
+
+from reachlens.errors import ReachlensError
+from reachlens.escape import html_text as h
+from reachlens.view.query import View, paired_figures, select
+from reachlens.view.source import QuestionSet
+
+__all__ = ["controls_fragment", "list_fragment", "problem_fragment", "question_fragment", "sample_fragment",
+           "sets_fragment", "FATE_FILTERS", "STATUS_FILTERS"]
+
+ROWS_SHOWN = 2000
+"""The most rows the list shows at once (the count says how many matched)."""
+
+FATE_FILTERS = {
+    "gained, already base-reachable": 'realized_fate == "gained" and base_reachable',
+    "gained, outside base-reachable": 'realized_fate == "gained" and not base_reachable',
+    "lost": 'realized_fate == "lost"', "kept": 'realized_fate == "kept"', "never realized": 'realized_fate == "never"',
+    "left the reachable set": 'reach_fate == "left"', "entered the reachable set": 'reach_fate == "entered"',
+}
+"""A comparison's fate filters: what the page's menu says, and the expression it writes in the address."""
+STATUS_FILTERS = {"realized": "{p}realized", "reachable, not realized": "{p}reachable and not {p}realized",
+                  "not reachable": "not {p}reachable"}
+"""Status filters of one side (``{p}``: ``base_``, ``trained_`` or nothing for an audit)."""
+
+_LIST_COLUMNS = {
+    "audit": ["question_id", "question", "gold", "deployed_answer", "status", "n_correct", "n_scored", "propensity"],
+    "comparison": ["question_id", "question", "gold", "realized_fate", "reach_fate", "base_answer", "trained_answer",
+                   "base_n_correct", "trained_n_correct", "base_n_scored", "base_propensity", "trained_propensity"],
+}
+
+
+def _cell(value: Any) -> str:
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return '<td class="na">-</td>'
+    if isinstance(value, (bool, np.bool_)):
+        return f"<td>{'yes' if value else 'no'}</td>"
+    if isinstance(value, numbers.Integral):
+        return f'<td class="num">{int(value)}</td>'
+    if isinstance(value, float):
+        return f'<td class="num">{value:.3f}</td>'
+    return f"<td>{h(value)}</td>"
+
+
+def problem_fragment(message: str) -> str:
+    return f'<p class="problem">{h(message)}</p>'
+
+
+def sets_fragment(sets: list[QuestionSet], current: str | None) -> str:
+    """The menu of question sets (comparisons first)."""
+    opts = []
+    for s in sets:
+        mark = "" if s.status == "complete" else f" [{s.status}]"
+        chosen = " selected" if s.key == current else ""
+        opts.append(f'<option value="{h(s.key)}"{chosen}>{h(s.title + mark)}</option>')
+    return f'<select id="set-menu" name="set">{"".join(opts)}</select>'
+
+
+def controls_fragment(qs: QuestionSet) -> str:
+    """The set's filter menus (each writes its expression into the filter) and its sort menu."""
+    menus = []
+    if qs.paired:
+        menus.append(_menu("fate", "fate", FATE_FILTERS))
+        for side in ("base", "trained"):
+            menus.append(_menu(f"status-{side}", f"{side} status",
+                               {k: v.format(p=f"{side}_") for k, v in STATUS_FILTERS.items()}))
+        sorts = ["base_propensity", "trained_propensity", "base_n_correct", "trained_n_correct"]
+    else:
+        menus.append(_menu("status", "status", {k: v.format(p="") for k, v in STATUS_FILTERS.items()}))
+        sorts = ["propensity", "n_correct"]
+    sort = ['<option value="">task order</option>'] + [
+        f'<option value="{h(d + c)}">{h(c)} {"high first" if d else "low first"}</option>' for c in sorts
+        for d in ("-", "")]
+    return "".join(menus) + f'<label>sort <select id="sort-menu">{"".join(sort)}</select></label>'
+
+
+def _menu(name: str, label: str, choices: dict[str, str]) -> str:
+    opts = [f'<option value="">{h(label)}: any</option>'] + [
+        f'<option value="{h(expr)}">{h(label)}: {h(words)}</option>' for words, expr in choices.items()]
+    return f'<select class="preset" data-menu="{h(name)}">{"".join(opts)}</select>'
+
+
+def _banner(qs: QuestionSet) -> str:
+    return "" if qs.problem is None else f'<p class="problem">{h(qs.problem)}</p>'
+
+
+def list_fragment(qs: QuestionSet, view: View) -> str:
+    """The set's question list under ``view``: how many rows, a comparison's paired figures of them, the rows."""
+    table = qs.table()
+    rows = select(table, view)
+    head = f'<h2>{h(qs.title)}</h2>{_banner(qs)}<p class="count" id="count">{len(rows)} of {len(table)} questions</p>'
+    stats = _paired(rows, view) if qs.paired else ""
+    cols = [c for c in _LIST_COLUMNS[qs.kind] if c in rows.columns]
+    body = []
+    for rec in rows.head(ROWS_SHOWN).itertuples(index=False):
+        r = rec._asdict()
+        qid = h(quote(str(r["question_id"]), safe=""))  # the id as the address holds it (control bytes too)
+        body.append(f'<tr data-qid="{qid}">' + "".join(_cell(r[c]) for c in cols) + "</tr>")
+    more = f'<p class="count">the first {ROWS_SHOWN} shown</p>' if len(rows) > ROWS_SHOWN else ""
+    header = "".join(f"<th>{h(c)}</th>" for c in cols)
+    return (f'{head}{stats}<table id="questions"><thead><tr>{header}</tr></thead><tbody>{"".join(body)}</tbody>'
+            f"</table>{more}")
+
+
+def _paired(rows: pd.DataFrame, view: View) -> str:
+    if not len(rows):
+        return ""
+    f = paired_figures(rows)
+    mark = ('<span class="posthoc">post hoc: these questions were chosen after the data was seen; the intervals '
+            "and p-values describe them, they do not test a hypothesis made before</span>") if view.post_hoc else \
+        '<span class="prereg">every question of the comparison</span>'
+
+    def delta(name: str) -> str:
+        lo, hi = f[f"{name}_ci"]
+        mde = f[f"{name}_mde"]
+        mde_text = "undefined at this n" if math.isnan(mde) else f"{mde:.3f}"
+        return f"{f[name]:+.3f} [{lo:+.3f}, {hi:+.3f}], MDE {mde_text}"
+
+    items = [("n", f["n"]), ("gained", f["gained"]), ("lost", f["lost"]),
+             ("McNemar p (realized)", f"{f['mcnemar_realized_p']:.3g}"), ("delta D [95% CI]", delta("delta_D")),
+             ("entered", f["entered"]), ("left", f["left"]),
+             ("McNemar p (reachable)", f"{f['mcnemar_reachable_p']:.3g}"), ("delta O_K [95% CI]", delta("delta_O_K")),
+             ("gained from base-reachable", f["gained_from_base_reachable"])]
+    dl = "".join(f'<dt>{h(k)}</dt><dd data-stat="{h(k)}">{h(v)}</dd>' for k, v in items)
+    return f'<section id="paired"><h3>Paired figures of these questions</h3>{mark}<dl>{dl}</dl></section>'
+
+
+def _answer_groups(samples: pd.DataFrame) -> list[dict[str, Any]]:
+    """The samples grouped by extracted answer (no answer: one group), most frequent first; the majority's pick
+    (the answers tied for the most votes among graded samples with an answer, :mod:`reachlens.selectors`) marked."""
+    groups = []
+    for answer, g in samples.groupby(samples["answer"].astype(object).where(samples["answer"].notna(), None),
+                                     dropna=False, sort=False):
+        eligible = int((g["scored"].astype(bool) & g["answer"].notna()).sum())
+        groups.append({"answer": answer, "n": len(g), "eligible": eligible,
+                       "correct": int((g["correct"].astype(bool) & g["scored"].astype(bool)).sum()),
+                       "idx": g["candidate_idx"].tolist(), "rows": g})
+    top = max((g["eligible"] for g in groups), default=0)
+    for g in groups:
+        g["majority"] = top > 0 and g["eligible"] == top
+    return sorted(groups, key=lambda g: (-g["n"], str(g["answer"])))
+
+
+def _side_column(qs: QuestionSet, i: int, qid: str) -> str:
+    side = qs.sides[i]
+    row = side.questions()
+    row = row[row["question_id"] == qid]
+    if not len(row):
+        return f'<div class="side"><h3>{h(side.name)}</h3>{problem_fragment("no such question in this audit")}</div>'
+    r = row.iloc[0]
+    grade = "correct" if bool(r["realized"]) else "wrong" if bool(r["deployed_scored"]) else "ungraded"
+    samples = side.samples(qid)
+    groups = _answer_groups(samples)
+    n_ok = int((samples["correct"].astype(bool) & samples["scored"].astype(bool)).sum())
+    parts = [f'<div class="side" data-side="{i}"><h3>{h(side.name)}</h3>',
+             f'<p>deployed (greedy): <b class="{grade}">{h(r["deployed_answer"])}</b> ({grade}, '
+             f'{h(r["deployed_finish"])})</p>',
+             f'<details class="sample" data-side="{i}" data-idx="deployed"><summary>deployed text</summary>'
+             f'<pre></pre></details>',
+             f'<p class="k">{n_ok} of {len(samples)} samples correct, {len(groups)} distinct answers</p>',
+             '<table class="groups"><thead><tr><th>answer</th><th>samples</th><th>correct</th><th></th></tr></thead>'
+             '<tbody>']
+    for g in groups:
+        mark = '<span class="majority">majority</span>' if g["majority"] else ""
+        ok = "correct" if g["correct"] else "wrong"
+        answer = "(no answer)" if g["answer"] is None else g["answer"]
+        each = "".join(f'<details class="sample" data-side="{i}" data-idx="{int(j)}"><summary>#{int(j)}</summary>'
+                       f"<pre></pre></details>" for j in g["idx"])
+        parts.append(f'<tr class="{ok}"><td>{h(answer)}</td><td class="num">{g["n"]}</td>'
+                     f'<td class="num">{g["correct"]}</td><td>{mark}<details><summary>texts</summary>{each}'
+                     f"</details></td></tr>")
+    parts.append("</tbody></table></div>")
+    return "".join(parts)
+
+
+def question_fragment(qs: QuestionSet, qid: str) -> str:
+    """One question: its prompt as the model saw it, its gold, and each side's deployment and samples."""
+    from reachlens.view.prompt import prompt_pieces
+
+    table = qs.table()
+    row = table[table["question_id"] == qid]
+    if not len(row):
+        raise ReachlensError(f"question {qid!r} is not in {qs.title}")
+    try:
+        pieces = prompt_pieces(qs.sides[0].record, qid)
+        prompt = "".join(f'<span class="special">{h(t)}</span>' if special else h(t) for t, special in pieces)
+        prompt = f'<pre class="prompt">{prompt}</pre>'
+    except ReachlensError as err:
+        prompt = problem_fragment(f"prompt not shown: {err}")
+    fate = ""
+    if qs.paired:
+        r = row.iloc[0]
+        fate = f'<p>fate: <b>{h(r["realized_fate"])}</b> (reach: {h(r["reach_fate"])})</p>'
+    sides = "".join(_side_column(qs, i, qid) for i in range(len(qs.sides)))
+    link = h("?" + urlencode({"set": qs.key, "question": qid}))
+    return (f'<h2>question {h(qid)}</h2><p><a href="{link}">link to this question</a></p>'
+            f'<p>gold: <b>{h(row.iloc[0]["gold"])}</b></p>{fate}'
+            f'<h3>prompt, as the model saw it (special tokens marked)</h3>{prompt}<div class="sides">{sides}</div>')
+
+
+def sample_fragment(qs: QuestionSet, qid: str, side: int, idx: str) -> str:
+    """One sample's full text (``idx`` a sample index, or ``deployed`` for the greedy deployment's)."""
+    if not 0 <= side < len(qs.sides):
+        raise ReachlensError(f"side={side!r} is not one of this set's {len(qs.sides)}")
+    audit = qs.sides[side]
+    if idx == "deployed":
+        row = audit.questions()
+        row = row[row["question_id"] == qid]
+        return h(row.iloc[0]["deployed_text"]) if len(row) else problem_fragment("no such question")
+    samples = audit.samples(qid)
+    hit = samples[samples["candidate_idx"] == int(idx)] if idx.isdigit() else samples.iloc[0:0]
+    if not len(hit):
+        raise ReachlensError(f"sample {idx!r} of question {qid!r} is not in {audit.name}")
+    r = hit.iloc[0]
+    return (f'{h(r["text"])}\n<span class="meta">[answer {h(r["answer"])}, '
+            f'{"correct" if bool(r["correct"]) else "wrong" if bool(r["scored"]) else "ungraded"}, '
+            f'{h(r["finish_reason"])}, {h(r["n_tokens"])} tokens]</span>')
