@@ -98,6 +98,10 @@ class TraceGrader:
         raise NotImplementedError
 
 
+_VERBAL_EQ_RE = re.compile(r"([0-9]\s*[-+*/\u2212\u00d7]\s*[0-9]+)\s+(?:equals|is equal to|is)\s+(?=[-\u2212]?[0-9])")
+"""An operation of two numbers said equal to a number in words (``14 - 2 equals 12``, ``14 - 2 is 12``): read as
+``=`` by ``arith_trace`` (an instruct model's sentence); a number alone (``the answer is 12``) is no equation."""
+
 _EXPR_RE = re.compile(r"\s*([0-9]{1,12})((?:\s*[-+*]\s*[0-9]{1,12}){1,64})\s*")
 _STEP_RE = re.compile(r"\s*([-+*])\s*([0-9]{1,12})")
 
@@ -148,7 +152,7 @@ class ArithTraceGrader(TraceGrader):
         if expr is None:
             raise ValueError("arith_trace needs the question's expression (fields['expr'])")
         chain = arith_chain(expr)
-        body = text.split("####", 1)[0]
+        body = _VERBAL_EQ_RE.sub(r"\1 = ", text.split("####", 1)[0])
         eqs = equations(body)
         stray = sorted(set(m.start() for m in re.finditer("=", body)) - {e.at for e in eqs})
         steps = _as_steps([e for e in eqs if not stray or e.at < stray[0]])

@@ -61,6 +61,10 @@ def test_the_issue_example_and_negative_running_values():
     ("12 - 5 = 7. The answer is 7.", True, True),
     ("To find 12 - 5, subtract: 12 \u2212 5 = 7.\nSo the answer is **7**.", True, True),
     ("12 minus 5 equals 7. The answer is 7.", False, False),  # no checkable step: never valid
+    ("12 - 5 equals 7.", True, True),  # SmolLM2-135M-Instruct's sentences: an equality said in words
+    ("So, 12 - 5 is 7.", True, True),
+    ("12 - 5 is equal to 7. The answer is 7.", True, True),
+    ("12 - 5 is 8, so 7.", False, True),
     ("The answer is 7.", False, False),
     ("12 - 5 = 8, so the answer is 7.", False, True),
     ("12 + 5 = 17. The answer is 7.", False, True),
