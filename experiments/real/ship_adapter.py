@@ -49,9 +49,11 @@ def main(argv=None) -> None:
         raise SystemExit(f"--audit {args.audit!r} audited {run.model.get('spec')!r}, not the adapter {str(adapter)!r}")
     training = json.loads((adapter / "training.json").read_text())
     s, p = run.summary(), run.protocol
-    task = run.record.data.get("name") if run.record.data else p.task
+    task = p.task
+    extra = {key: s[key] for key in ("D_trace", "O_K_trace", "O_K_null", "O_K_null_p95") if key in s}
     card = {"audits": {task: {"D": s["D"], "D_ci": s["D_ci"], "O_K": s["O_K"], "O_K_ci": s["O_K_ci"], "k": s["k"],
-                              "n": s["n"], "protocol": p.to_dict(), "command": " ".join(run.record.command or ())}}}
+                              "n": s["n"], **extra, "protocol": p.to_dict(),
+                              "command": " ".join(run.record.command or ())}}}
     dest.mkdir(parents=True, exist_ok=True)
     for name in FILES:
         shutil.copy2(adapter / name, dest / name)

