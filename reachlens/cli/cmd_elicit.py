@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 
 from reachlens.cli._common import (
+    CLIError,
     add_model_args,
     add_protocol_args,
     add_task_args,
@@ -44,19 +45,36 @@ def register(sub) -> argparse.ArgumentParser:
     return p
 
 
+def check_train_args(args: argparse.Namespace) -> None:
+    """Refuse, before anything loads, what would train on the audited questions or train nothing sensible: a data
+    file with no ``--train-data`` (the demonstrations are never drawn from the file the audits read), the same file
+    as both, and a learning rate that is not a finite positive number."""
+    import math
+    import os
+
+    if not (math.isfinite(args.lr) and args.lr > 0):
+        raise CLIError(f"--lr must be a finite number above 0, got {args.lr!r}")
+    if args.data is not None and args.train_data is None:
+        raise CLIError(f"--data {args.data!r} is what the audits read; name the demonstrations' file with "
+                       "--train-data (elicit never trains on the questions it audits)")
+    if args.data is not None and os.path.realpath(args.data) == os.path.realpath(args.train_data):
+        raise CLIError(f"--train-data {args.train_data!r} is the --data file the audits read; give the task's "
+                       "train file")
+
+
 def run(args: argparse.Namespace) -> int:
     from reachlens.engine.memory import check_budget
     from reachlens.store import RunDir
     from reachlens.studies import FineTune, elicit
     from reachlens.tasks import load_task
 
+    check_train_args(args)
     task = load_task(args.task, args.data, split=args.split, n=args.n)
     protocol = protocol_from_args(args, task)
     exec_config = exec_from_args(args)
     check_budget(protocol, exec_config.max_batch_rows)
     RunDir(args.out).check_target()  # a file or a folder of other files: refused before anything trains
-    pool = None if args.train_data is None and args.data is None else load_task(
-        args.task, args.train_data or args.data, split="train")
+    pool = None if args.train_data is None else load_task(args.task, args.train_data, split="train")
     finetune = FineTune(steps=args.steps, lr=args.lr, seed=args.train_seed, held_out=args.held_out,
                         eval_every=args.eval_every)
     result = elicit(args.model, task, protocol, out=args.out, demos=args.demos, control=args.control,

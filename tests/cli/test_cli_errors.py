@@ -186,3 +186,21 @@ def test_a_bug_keeps_its_traceback(capsys, tiny_dir, tmp_path, monkeypatch) -> N
     monkeypatch.setattr(auditing, "grade_questions", bug)
     with pytest.raises(ValueError, match="a bug, not a user error"):
         main([str(a) for a in audit_args(tiny_dir, tmp_path / "o")])
+
+
+@pytest.mark.parametrize("more, message", [
+    (["--data", "TEST"], "--train-data"),  # issue 53: elicit drew its demonstrations from the audited file
+    (["--data", "TEST", "--train-data", "TEST"], "is the --data file"),
+    (["--lr", "inf"], "--lr must be a finite number"),
+    (["--lr", "nan"], "--lr must be a finite number"),
+    (["--lr", "0"], "--lr must be a finite number"),
+])
+def test_elicit_never_trains_on_the_audited_file_nor_at_a_non_finite_rate(capsys, tmp_path, no_model_load, more,
+                                                                           message) -> None:
+    data = tmp_path / "test.jsonl"
+    data.write_text(json.dumps({"question": "1+1?", "answer": "2"}) + "\n")
+    argv = ["elicit", "zoo:locked", "--task", "jsonl", "--out", tmp_path / "run",
+            *[str(data) if a == "TEST" else a for a in more]]
+    code, _, err = run(capsys, *argv)
+    assert code == 2 and message in error_line(err)
+    assert not (tmp_path / "run").exists()  # refused before anything was written
