@@ -44,6 +44,8 @@ and a bootstrap interval, both asymptotically this z test; for n below about 30 
 needs about 2 questions more). ``sd`` is held at its given value whatever delta is.
 
 Every function is pure and deterministic; a bad argument is a :class:`~reachlens.errors.ReachlensError`.
+One module, past 400 lines: power, MDE and n of both tests are one concept, read together by `plan`, `compare`
+and the report, and the exact sum and its bisection serve all three.
 """
 
 from __future__ import annotations

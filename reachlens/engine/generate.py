@@ -213,11 +213,10 @@ def generate(
         max_batch_rows: most rows decoded together.
         fused: take the engine's fused path where it applies (:func:`~reachlens.engine.describe`);
             False runs the generic path (the family's own forward code, the bridge's own attention).
-        share_prefixes: decode one batch entry per distinct token prefix instead of one per row
-            (same tokens, far less compute for K samples). None (default): share unless a hook other
-            than reachlens' own is attached (:func:`~reachlens.engine.hooks.user_hooks`); False:
-            every row has its own batch entry in every forward; True: share even with hooks (a hook
-            reads :func:`~reachlens.engine.hooks.current_rows` to know which rows an entry stands for).
+        share_prefixes: decode one batch entry per distinct token prefix instead of one per row (same tokens,
+            far less compute for K samples). None (default): share unless a hook other than reachlens' own is
+            attached (:func:`~reachlens.engine.hooks.user_hooks`); False: every row has its own batch entry in every
+            forward; True: share even with hooks (a hook reads :func:`~reachlens.engine.hooks.current_rows`).
 
     Returns:
         Completions aligned with ``rows``.
