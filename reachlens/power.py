@@ -90,6 +90,8 @@ _METHODS = ("auto", "exact", "normal")
 def _check(alpha: float, power: float | None = None) -> None:
     if not 0 < alpha < 1:
         raise ReachlensError(f"alpha={alpha!r} must lie in (0, 1)")
+    if 1 - alpha / 2 == 1:  # the normal quantile of 1 - alpha/2 is infinite in floating point
+        raise ReachlensError(f"alpha={alpha!r} is too small to compute with (1 - alpha/2 rounds to 1); use >= 1e-15")
     if power is not None and not alpha / 2 < power < 1:
         raise ReachlensError(f"power={power!r} must lie in ({alpha / 2:g}, 1), e.g. 0.8")
 

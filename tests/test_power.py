@@ -211,3 +211,16 @@ def test_huge_counts_are_computed_without_a_table_of_n():
     mde = mcnemar_mde(10**12, 0.0)
     assert scipy_stats.binom.sf(5, 10**12, mde) == pytest.approx(0.8, abs=1e-4)
     assert mcnemar_mde(10**12, 0.2) == pytest.approx(mcnemar_mde(10**12, 0.2, method="normal"))
+
+
+@pytest.mark.parametrize("alpha", [1e-300, 1e-17])
+def test_an_alpha_too_small_for_floating_point_is_refused_in_one_line(alpha) -> None:
+    """`plan --alpha 1e-300` was a StatisticsError traceback (issue 53, item 10): the normal quantile of
+    1 - alpha/2 is infinite once 1 - alpha/2 rounds to 1."""
+    from reachlens.power import mcnemar_mde, mcnemar_sample_size, paired_mde
+
+    for call in (lambda: mcnemar_sample_size(0.05, 0.3, alpha=alpha), lambda: mcnemar_mde(300, 0.3, alpha=alpha),
+                 lambda: paired_mde(300, 0.5, alpha=alpha)):
+        with pytest.raises(ReachlensError, match="too small"):
+            call()
+    assert mcnemar_sample_size(0.05, 0.3, alpha=1e-15) > mcnemar_sample_size(0.05, 0.3, alpha=0.05)
