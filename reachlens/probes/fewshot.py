@@ -14,12 +14,16 @@ context is refused in one line naming the lengths (lower ``n``), never cut.
 
 from __future__ import annotations
 
+import dataclasses
+import hashlib
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from reachlens.engine import Row
 from reachlens.engine.backends import generate_rows
+from reachlens.errors import ReachlensError
 from reachlens.execution import ExecConfig
 from reachlens.grading import grade_completion, question_grader
 from reachlens.probes.bank import bank_row
@@ -47,9 +51,20 @@ class FewShotProbe(Probe):
     k: int = field(default=6, metadata={"help": "candidates per question, each with its own demonstrations"})
     train: str = field(default="auto", metadata={"help": "the train split: auto (a generated task's) or a data file"})
     seed: int | None = field(default=None, metadata={"help": "seed of the draws (none: the run's)"})
+    train_sha256: str | None = field(default=None, init=False, repr=False, compare=False)
+    """The train file's SHA-256 as the run's driver read it (:meth:`read_inputs`): what every decode checks."""
 
     def validate(self) -> None:
         FewShot(self.n)  # refuses n < 1 in its own words
+
+    def read_inputs(self) -> tuple[FewShotProbe, dict[str, str]]:
+        """A ``train=PATH`` file's SHA-256, read once in the driver and recorded in the run's identity (a resume with
+        another file is refused); the probe returned holds it, and every decode checks the file against it."""
+        if self.train == "auto":
+            return self, {}
+        read = dataclasses.replace(self)
+        object.__setattr__(read, "train_sha256", _file_sha256(self.train))
+        return read, {self.train: read.train_sha256}
 
     @property
     def budget(self) -> int:
@@ -59,8 +74,14 @@ class FewShotProbe(Probe):
         return {self.label: self.k}
 
     def pool(self, task: Task) -> Task:
-        """The task's train split, where the demonstrations come from."""
-        return train_pool(task, None if self.train == "auto" else self.train)
+        """The task's train split, where the demonstrations come from (a ``train=PATH`` file checked against the
+        SHA-256 the run recorded, when it was read by :meth:`read_inputs`)."""
+        if self.train == "auto":
+            return train_pool(task, None)
+        if self.train_sha256 is not None and _file_sha256(self.train) != self.train_sha256:
+            raise ReachlensError(f"fewshot train={self.train!r} changed since the run recorded it (SHA-256 "
+                                 f"{self.train_sha256[:12]}...); put the recorded file back or start another run")
+        return train_pool(task, self.train)
 
     def prompts(self, task: Task, protocol: Protocol, questions: Sequence[Question], candidate: int,
                 tokenizer=None) -> list[str]:
@@ -92,3 +113,11 @@ class FewShotProbe(Probe):
                 cand = candidate_row(q.question_id, c, comp, grade_completion(grader, q, comp))
                 out.append(bank_row(cand, self.label, self.label, False))
         return out
+
+
+def _file_sha256(path: str) -> str:
+    try:
+        return hashlib.sha256(Path(path).read_bytes()).hexdigest()
+    except OSError as e:
+        raise ReachlensError(f"fewshot train={path!r} cannot be read ({e.strerror}); name the task's train "
+                             "file") from None

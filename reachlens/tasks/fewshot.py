@@ -140,7 +140,8 @@ def train_pool(task: Task, path: str | None = None) -> Task:
         raise ReachlensError(f"the demonstrations come from the train split of {task.name!r}, which is read from a "
                              f"file: pass its train data (pool=load_task({task.name!r}, PATH, split='train'), or "
                              "the probe's train=PATH)")
-    return _load_train(task.name, path, int(ident.get("seed", 0)) if path is None else 0)
+    loader = task.name.split(":", 1)[0]  # a file's task is named KIND:STEM (jsonl:test); its loader is KIND
+    return _load_train(loader, path, int(ident.get("seed", 0)) if path is None else 0)
 
 
 @functools.lru_cache(maxsize=8)

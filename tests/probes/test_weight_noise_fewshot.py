@@ -106,3 +106,25 @@ def test_a_run_killed_with_sigkill_resumes_to_the_same_bank(tiny_dir, run, tmp_p
 def test_bad_specs_are_refused_in_one_line(spec, match):
     with pytest.raises(ReachlensError, match=match):
         parse_probe(spec)
+
+
+def test_a_fewshot_train_file_is_part_of_the_run_identity_and_a_swapped_one_is_refused(tmp_path):
+    """Issue 53, item 6: swapping train=PATH between a kill and a resume completed the run with demonstrations from
+    two files. The driver reads the file's SHA-256 once (recorded as the steer direction file's is) and every
+    decode checks the file against it."""
+    import hashlib
+    import json
+
+    train = tmp_path / "train.jsonl"
+    train.write_text("".join(json.dumps({"question": f"{i}+1?", "answer": str(i + 1)}) + "\n" for i in range(4)))
+    test = tmp_path / "test.jsonl"
+    test.write_text(json.dumps({"question": "2+2?", "answer": "4"}) + "\n")
+    task = load_task("jsonl", str(test))
+    spec = parse_probe(f"fewshot:n=1:k=1:train={train}")
+    read, identity = spec.read_inputs()
+    assert identity == {str(train): hashlib.sha256(train.read_bytes()).hexdigest()}
+    assert len(read.pool(task)) == 4
+    train.write_text(json.dumps({"question": "other?", "answer": "0"}) + "\n")
+    with pytest.raises(ReachlensError, match="changed since the run recorded it"):
+        read.pool(task)
+    assert parse_probe("fewshot:n=1:k=1").read_inputs()[1] == {}
