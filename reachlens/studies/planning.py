@@ -41,7 +41,7 @@ from reachlens.store import read_run
 from reachlens.studies.auditing import AuditResult
 from reachlens.studies.compare import Comparison
 from reachlens.studies.metrics import budget_grid, pass_at_k_matrix
-from reachlens.tasks import load_task
+from reachlens.tasks import load_task, loader_name
 
 __all__ = ["PowerPlan", "SIZES", "plan"]
 
@@ -211,7 +211,7 @@ def _full_split(audit: AuditResult, data: str | os.PathLike | None) -> int | Non
     """The number of questions in the pilot's task split: read again from ``data``, or from the generator the
     pilot's data identity names (a hub task from the local cache); None when it cannot be read."""
     ident = audit.data or {}
-    name = ident.get("generator") or audit.protocol.task.split(":")[0]
+    name = ident.get("generator") or loader_name(audit.protocol.task)
     if data is None and "generator" not in ident:
         return None  # a task read from a file the record names only by its hash: data=PATH reads it
     try:

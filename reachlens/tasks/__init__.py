@@ -18,7 +18,7 @@ from reachlens.tasks.arith import ARITH_ALPHABET, ArithConfig, load_arith
 from reachlens.tasks.base import DataError, PromptFormat, Question, Task
 from reachlens.tasks.chat import CHAT, render_prompts
 from reachlens.tasks.fewshot import FewShot, demonstration_target, draw_demonstrations, fewshot_prompts
-from reachlens.tasks.registry import TASKS, load_task, register_task
+from reachlens.tasks.registry import TASKS, load_task, loader_name, register_task
 
 __all__ = [
     "ARITH_ALPHABET",
@@ -42,6 +42,7 @@ __all__ = [
     "load_math500",
     "load_piqa",
     "load_task",
+    "loader_name",
     "read_csv",
     "read_jsonl",
     "register_task",

@@ -35,7 +35,7 @@ from reachlens.errors import ReachlensError
 from reachlens.protocol import chat_inner
 from reachlens.tasks.base import Question, Task
 from reachlens.tasks.chat import render_prompts
-from reachlens.tasks.registry import load_task
+from reachlens.tasks.registry import load_task, loader_name
 
 if TYPE_CHECKING:
     from reachlens.protocol import Protocol
@@ -140,8 +140,7 @@ def train_pool(task: Task, path: str | None = None) -> Task:
         raise ReachlensError(f"the demonstrations come from the train split of {task.name!r}, which is read from a "
                              f"file: pass its train data (pool=load_task({task.name!r}, PATH, split='train'), or "
                              "the probe's train=PATH)")
-    loader = task.name.split(":", 1)[0]  # a file's task is named KIND:STEM (jsonl:test); its loader is KIND
-    return _load_train(loader, path, int(ident.get("seed", 0)) if path is None else 0)
+    return _load_train(loader_name(task.name), path, int(ident.get("seed", 0)) if path is None else 0)
 
 
 @functools.lru_cache(maxsize=8)

@@ -22,7 +22,7 @@ from reachlens._registry import Registry
 from reachlens.errors import MissingFileError, ReachlensError, ReachlensWarning
 from reachlens.tasks.base import Task, questions_sha256
 
-__all__ = ["TASKS", "TaskLoader", "load_task", "register_task", "require_file"]
+__all__ = ["TASKS", "TaskLoader", "load_task", "loader_name", "register_task", "require_file"]
 
 TaskLoader = Callable[..., Task]
 TASKS: Registry[TaskLoader] = Registry("task")
@@ -59,6 +59,16 @@ def data_identity(
         ident["options"] = opts
     ident["questions_sha256"] = questions_sha256(task.questions)
     return ident
+
+
+def loader_name(task_name: str) -> str:
+    """The registered loader of a task named ``task_name``: a task read from a file is named ``KIND:STEM``
+    (``jsonl:test``), its loader ``KIND``; every other task by its loader's name.
+
+    >>> loader_name("jsonl:test"), loader_name("arith_small")
+    ('jsonl', 'arith_small')
+    """
+    return task_name.split(":", 1)[0]
 
 
 def load_task(

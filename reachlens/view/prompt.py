@@ -29,12 +29,12 @@ _LOCK = threading.Lock()
 
 def _task(record) -> Any:
     """The task a run's record names (its questions and prompt formats)."""
-    from reachlens.tasks import load_task
+    from reachlens.tasks import load_task, loader_name
 
     p, ident = record.protocol, record.data or {}
     if p is None:
         raise ReachlensError("the run records no protocol")
-    name = ident.get("generator") or p.task.split(":")[0]
+    name = ident.get("generator") or loader_name(p.task)
     path = ident.get("file")
     if path is not None and not Path(path).is_file():
         raise ReachlensError(f"the run was made on the data file {path!r}, which is not there now")
