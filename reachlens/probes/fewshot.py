@@ -84,11 +84,12 @@ class FewShotProbe(Probe):
         return train_pool(task, self.train)
 
     def prompts(self, task: Task, protocol: Protocol, questions: Sequence[Question], candidate: int,
-                tokenizer=None) -> list[str]:
-        """The prompt of candidate ``candidate`` of each question."""
+                tokenizer=None, pool: Task | None = None) -> list[str]:
+        """The prompt of candidate ``candidate`` of each question (``pool``: :meth:`pool`'s, read once by the
+        caller that builds every candidate's prompts)."""
         fewshot = FewShot(self.n, self.run_seed(protocol))
-        return fewshot_prompts(task, self.pool(task), protocol, questions, fewshot, candidate=candidate,
-                               tokenizer=tokenizer)
+        return fewshot_prompts(task, self.pool(task) if pool is None else pool, protocol, questions, fewshot,
+                               candidate=candidate, tokenizer=tokenizer)
 
     def slices(self, task: Task, protocol: Protocol, max_batch_rows: int) -> list[tuple[int, int]]:
         return question_slices(len(task), self.k, max_batch_rows)
@@ -98,7 +99,8 @@ class FewShotProbe(Probe):
         """Every candidate of ``task.questions[start:stop]``, greedy, in one engine call."""
         questions = list(task.questions[start:stop])
         tokenizer = getattr(model, "tokenizer", None)
-        by_candidate = [self.prompts(task, protocol, questions, c, tokenizer) for c in range(self.k)]
+        pool = self.pool(task)  # the train file read and checked once per slice, not once per candidate
+        by_candidate = [self.prompts(task, protocol, questions, c, tokenizer, pool) for c in range(self.k)]
         prompts = [by_candidate[c][i] for i in range(len(questions)) for c in range(self.k)]
         check_fits(model, prompts, protocol.max_new_tokens, f"probe {self.label!r}: a few-shot prompt",
                    lambda room: "lower n (or max_new_tokens)")
