@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import argparse
+import math
+import os
 
 from reachlens.cli._common import (
     CLIError,
@@ -49,9 +51,6 @@ def check_train_args(args: argparse.Namespace) -> None:
     """Refuse, before anything loads, what would train on the audited questions or train nothing sensible: a data
     file with no ``--train-data`` (the demonstrations are never drawn from the file the audits read), the same file
     as both, and a learning rate that is not a finite positive number."""
-    import math
-    import os
-
     if not (math.isfinite(args.lr) and args.lr > 0):
         raise CLIError(f"--lr must be a finite number above 0, got {args.lr!r}")
     if args.data is not None and args.train_data is None:

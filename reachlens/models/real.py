@@ -161,6 +161,7 @@ def real_table():
                              f"O_{a.get('k')} {a.get('O_K', float('nan')):.3f}"
                              for task, a in card.get("audits", {}).items()) or "-"
         rows.append({"name": f"real:{name}", "model": f"{training.get('recipe', '?')} LoRA adapter on {base}",
-                     "source": f"trained here ({training.get('steps', '?')} steps on {training.get('task', '?')})", "licence": "as its base",
+                     "source": f"trained here ({training.get('steps', '?')} steps on {training.get('task', '?')})",
+                     "licence": "as its base",
                      "installed": True, "format": training.get("prompt_format", "chat"), "measured": measured})
     return pd.DataFrame(rows, columns=["name", "model", "source", "licence", "installed", "format", "measured"])
