@@ -13,7 +13,7 @@ from reachlens.execution import DTYPES
 __all__ = [
     "CLIError", "DTYPES", "add_model_args", "add_protocol_args", "add_stop_arg", "add_study_args", "add_task_args",
     "comma_list", "echo", "load_model_from_args", "nonneg_float", "open_study", "positive_int", "protocol_from_args",
-    "read_vector", "stops_from_args",
+    "read_vector", "stops_from_args", "sweep_running",
 ]
 
 
@@ -104,16 +104,23 @@ def protocol_from_args(args: argparse.Namespace, task):
 
 
 def add_study_args(p: argparse.ArgumentParser) -> None:
-    """MODEL, ``--sets`` (a sets.json or the recognize directory), ``--out``, ``--allow-other-model``."""
+    """MODEL, ``--sets`` (a sets.json or the recognize directory), ``--out``, ``--allow-other-model``, and the
+    execution group (a sweep decodes on the runner: ``--workers``, ``--ray``, ``--max-batch-rows``)."""
+    from reachlens.cli.flags import ExecutionFlags
+
     add_model_args(p)
+    add_flags(p, ExecutionFlags)
     p.add_argument("--sets", required=True, help="sets.json written by `reachlens recognize` (or its directory)")
     p.add_argument("--allow-other-model", action="store_true",
                    help="use the sets on a model other than the one they were chosen on")
-    p.add_argument("--out", required=True, help="output directory for the tables")
+    p.add_argument("--out", required=True, help="run directory (decoded slices are kept: a re-run resumes it)")
 
 
 def open_study(args: argparse.Namespace):
-    """(model, task, sets) for a causal command: the sets' task rebuilt, the model loaded and checked."""
+    """(model, task, sets) for a causal command: the sets' task rebuilt, the model loaded and checked, the sets' batch
+    rows ``--max-batch-rows``."""
+    import dataclasses
+
     from reachlens.cli._common import CLIError
     from reachlens.studies.recognition import EvalSets
 
@@ -127,7 +134,14 @@ def open_study(args: argparse.Namespace):
     model = load_model_from_args(args)
     if not args.allow_other_model:
         sets.check_model(model)
-    return model, task, sets
+    return model, task, dataclasses.replace(sets, config=dataclasses.replace(sets.config, max_batch_rows=args.max_batch_rows))
+
+
+def sweep_running(args: argparse.Namespace, bar) -> dict:
+    """The keyword arguments of a sweep on the runner: its run directory, who decodes, the progress bar's callback."""
+    from reachlens.cli._scale_args import exec_from_args
+
+    return {"out": args.out, "exec_config": exec_from_args(args), "progress": bar.done}
 
 
 def read_vector(path: str):

@@ -27,13 +27,16 @@ def register(sub) -> argparse.ArgumentParser:
 
 
 def run(args: argparse.Namespace) -> int:
+    from reachlens.cli._common import sweep_running
+    from reachlens.cli._progress import RunProgress
     from reachlens.engine.sites import sites_of
     from reachlens.records import markdown_table
     from reachlens.studies.causal import best_layer, silence_sweep
 
     model, task, sets = open_study(args)
-    result = silence_sweep(model, task, sets, layers=args.layers, components=args.components, allow_other_model=True)
-    result.save(args.out)
+    with RunProgress(f"silence {args.out}", "questions") as bar:
+        result = silence_sweep(model, task, sets, layers=args.layers, components=args.components,
+                               allow_other_model=True, **sweep_running(args, bar))
     echo(markdown_table(result.table.drop(columns=["condition"]), missing="-"))
     mlp = next((c for c in args.components if sites_of(c) == ("mlp_out",)), None)
     if mlp is not None:
