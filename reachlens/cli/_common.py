@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 
 from reachlens.cli._types import comma_list, nonneg_float, positive_int
-from reachlens.cli.flags import ModelFlags, ProtocolFlags, TaskFlags, add_flags
+from reachlens.cli.flags import ExecutionFlags, ModelFlags, ProtocolFlags, TaskFlags, add_flags
 from reachlens.errors import ReachlensError
 from reachlens.escape import visible
 from reachlens.execution import DTYPES
@@ -13,7 +13,7 @@ from reachlens.execution import DTYPES
 __all__ = [
     "CLIError", "DTYPES", "add_model_args", "add_protocol_args", "add_stop_arg", "add_study_args", "add_task_args",
     "comma_list", "echo", "load_model_from_args", "nonneg_float", "open_study", "positive_int", "protocol_from_args",
-    "read_vector", "stops_from_args", "sweep_running",
+    "read_vector", "stops_from_args",
 ]
 
 
@@ -106,8 +106,6 @@ def protocol_from_args(args: argparse.Namespace, task):
 def add_study_args(p: argparse.ArgumentParser) -> None:
     """MODEL, ``--sets`` (a sets.json or the recognize directory), ``--out``, ``--allow-other-model``, and the
     execution group (a sweep decodes on the runner: ``--workers``, ``--ray``, ``--max-batch-rows``)."""
-    from reachlens.cli.flags import ExecutionFlags
-
     add_model_args(p)
     add_flags(p, ExecutionFlags)
     p.add_argument("--sets", required=True, help="sets.json written by `reachlens recognize` (or its directory)")
@@ -135,13 +133,6 @@ def open_study(args: argparse.Namespace):
     if not args.allow_other_model:
         sets.check_model(model)
     return model, task, dataclasses.replace(sets, config=dataclasses.replace(sets.config, max_batch_rows=args.max_batch_rows))
-
-
-def sweep_running(args: argparse.Namespace, bar) -> dict:
-    """The keyword arguments of a sweep on the runner: its run directory, who decodes, the progress bar's callback."""
-    from reachlens.cli._scale_args import exec_from_args
-
-    return {"out": args.out, "exec_config": exec_from_args(args), "progress": bar.done}
 
 
 def read_vector(path: str):

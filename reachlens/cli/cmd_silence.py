@@ -27,7 +27,7 @@ def register(sub) -> argparse.ArgumentParser:
 
 
 def run(args: argparse.Namespace) -> int:
-    from reachlens.cli._common import sweep_running
+    from reachlens.cli._scale_args import sweep_running
     from reachlens.cli._progress import RunProgress
     from reachlens.engine.sites import sites_of
     from reachlens.records import markdown_table

@@ -32,7 +32,8 @@ def register(sub) -> argparse.ArgumentParser:
 
 
 def run(args: argparse.Namespace) -> int:
-    from reachlens.cli._common import open_study, sweep_running
+    from reachlens.cli._common import open_study
+    from reachlens.cli._scale_args import sweep_running
     from reachlens.cli._progress import RunProgress
     from reachlens.records import markdown_table
     from reachlens.studies.causal import steer_sweep

@@ -25,7 +25,8 @@ def register(sub) -> argparse.ArgumentParser:
 
 
 def run(args: argparse.Namespace) -> int:
-    from reachlens.cli._common import open_study, read_vector, sweep_running
+    from reachlens.cli._common import open_study, read_vector
+    from reachlens.cli._scale_args import sweep_running
     from reachlens.cli._progress import RunProgress
     from reachlens.records import markdown_table
     from reachlens.studies.causal import units_sweep
