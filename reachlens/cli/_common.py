@@ -132,7 +132,8 @@ def open_study(args: argparse.Namespace):
     model = load_model_from_args(args)
     if not args.allow_other_model:
         sets.check_model(model)
-    return model, task, dataclasses.replace(sets, config=dataclasses.replace(sets.config, max_batch_rows=args.max_batch_rows))
+    config = dataclasses.replace(sets.config, max_batch_rows=args.max_batch_rows)
+    return model, task, dataclasses.replace(sets, config=config)
 
 
 def read_vector(path: str):

@@ -182,7 +182,8 @@ def run_routing(
         exec_config = dataclasses.replace(exec_config, max_batch_rows=evaluator.max_batch_rows)
     job = RoutingJob(model, task, space, strategy, config, protocol or Protocol.deployment(task), out, exec_config,
                      evaluator)
-    return run_jobs([job], executor, progress=None if progress is None else (lambda i, done, total: progress(done, total)))[0]
+    each = None if progress is None else (lambda i, done, total: progress(done, total))
+    return run_jobs([job], executor, progress=each)[0]
 
 
 def n_layers_of(model: Any) -> int:

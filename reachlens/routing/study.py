@@ -1,7 +1,7 @@
 """The routing study's run: one cell of a route search, scored (:class:`RoutingResult`, a run of kind ``routing``).
 
-:func:`~reachlens.routing.run_routing` (:mod:`reachlens.routing.job`, on the runner) runs one cell (a model, a task, a route space, a strategy at budget K): the
-search (:func:`~reachlens.routing.search.run_search`), the verification scores of the candidates
+:func:`~reachlens.routing.run_routing` (:mod:`reachlens.routing.job`, on the runner) runs one cell (a model, a
+task, a route space, a strategy at budget K): the search (:func:`~reachlens.routing.search.run_search`), the verification scores of the candidates
 (:mod:`reachlens.selectors.verification`), the deployment (the identity route, greedy), and the scoring
 (:mod:`reachlens.routing.scoring`). Every route decodes by one greedy
 :class:`~reachlens.protocol.Protocol`; the search's own options are a :class:`RoutingConfig`. The

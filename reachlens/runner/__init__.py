@@ -4,8 +4,8 @@
   :class:`~reachlens.probes.ProbeJob`) on an :class:`Executor`: this process (:class:`InProcessExecutor`), a pool
   of local processes (:class:`ProcessPool`) or Ray actors (:class:`RayExecutor`), the one :func:`executor_for`
   an :class:`~reachlens.execution.ExecConfig` asks for; a routing search, a recognition run and a causal sweep are
-  jobs too (:class:`~reachlens.runner.tables_job.TablesJob`: their parts are named tables). The driver holds every directory's lock and writes its
-  parts; executors only decode, each worker holding one model :class:`Replica`.
+  jobs too (:class:`~reachlens.runner.tables_job.TablesJob`: their parts are named tables). The driver holds every
+  directory's lock and writes its parts; executors only decode, each worker holding one model :class:`Replica`.
 * :mod:`reachlens.runner.decode` is the one path from questions to their graded deployment and samples;
   :mod:`reachlens.runner.context` refuses what cannot fit the model's context (memory bounds:
   :mod:`reachlens.engine.memory`).

@@ -10,11 +10,13 @@ condition's hooks act on its own rows only, and each question's prompt is prefil
 (tested). Per condition:
 
 * **repair rate**: share of the failure set (recognized, generated wrong) now generated correctly;
-* **break rate**: share of the healthy panel (right both ways) now generated wrong.
+* **break rate**: share of the healthy panel (right both ways) now generated wrong;
+* **flip rate**: share of both sets whose answer changed at all; each rate with a 95 % Wilson interval.
 
 :func:`silence_sweep` zero-ablates the MLP, the attention, or both (``layer``) of each block and
-includes an unhooked ``none`` row, which should read repair 0 and break 0: greedy decoding is
-deterministic, so a non-zero baseline would flag a numerical near-tie (a different batch composition
+measures each beside its *control*, the same site moved as far along a random direction (the null: with two
+options a perturbation that only scrambles answers repairs half a failure set). It includes an unhooked ``none``
+row, which should read repair 0 and break 0: greedy decoding is deterministic, so a non-zero baseline would flag a numerical near-tie (a different batch composition
 can move a logit in its last bits). :func:`best_layer` picks the block whose MLP ablation
 repairs most net of breaks.
 
@@ -77,6 +79,7 @@ from reachlens.studies.causal_runs import (
     UnitsSweep,
     evaluate_conditions,
     evaluate_hooks,
+    flip_rate,
     outcome,
 )
 from reachlens.studies.recognition import EvalSets
@@ -85,7 +88,7 @@ from reachlens.tasks.chat import render_prompts
 
 __all__ = [
     "CausalResult", "Condition", "Direction", "SilenceSweep", "SteerSweep", "UnitsSweep", "answer_activations",
-    "best_alpha", "best_layer", "default_alphas", "evaluate_conditions", "evaluate_hooks",
+    "best_alpha", "best_layer", "default_alphas", "evaluate_conditions", "evaluate_hooks", "flip_rate",
     "mean_difference_direction", "outcome", "silence_sweep", "steer_sweep", "unit_ranking",
     "units_sweep",
 ]
@@ -114,6 +117,15 @@ def _run(kind: str, model, task: Task, sets: EvalSets, conditions: list[Conditio
 
 
 
+def flip_rate(per_question: pd.DataFrame, reference: pd.DataFrame) -> float:
+    """The share of questions whose deployed answer under a condition differs from ``reference``'s (the unhooked
+    model's): how often the intervention merely changes the answer, right or wrong. NaN without common questions."""
+    ref = dict(zip(reference["question_id"], reference["deployed_answer"].astype(str)))
+    pairs = [(a, ref[q]) for q, a in zip(per_question["question_id"], per_question["deployed_answer"].astype(str))
+             if q in ref]
+    return sum(a != b for a, b in pairs) / len(pairs) if pairs else math.nan
+
+
 def _check_sets(model, sets: EvalSets, allow_other_model: bool) -> None:
     if not allow_other_model:
         sets.check_model(model)
@@ -125,16 +137,23 @@ def _check_sets(model, sets: EvalSets, allow_other_model: bool) -> None:
 def silence_sweep(
     model, task: Task, sets: EvalSets, *, layers: Sequence[int] | None = None,
     components: Sequence[str] = ("mlp", "attn", "layer"), allow_other_model: bool = False,
-    one_at_a_time: bool = False,
-    out: str | Path | None = None, exec_config: ExecConfig | None = None, progress: Callable[[int, int], None] | None = None,
-    executor: Executor | None = None,
+    one_at_a_time: bool = False, control_seed: int | None = 0,
+    out: str | Path | None = None, exec_config: ExecConfig | None = None,
+    progress: Callable[[int, int], None] | None = None, executor: Executor | None = None,
 ) -> CausalResult:
-    """Zero-ablate each ``component`` of each layer; repair and break rates per (layer, component).
+    """Zero-ablate each ``component`` of each layer; repair and break rates per (layer, component), each with its
+    null beside it.
 
     A component is ``mlp`` (site ``mlp_out``), ``attn`` (``attn_out``), ``layer`` (both: the block's
     whole contribution), any other site (``mlp_post``, ``resid_pre``, ...) or sites joined by ``+``
     (:func:`~reachlens.engine.sites.sites_of`); the table's ``component`` column keeps the name given
     and its ``sites`` column the sites it zeroed.
+
+    The null (``control_seed`` not None): the same site moved as far as zeroing moves it, along a random direction
+    (:func:`~reachlens.interventions.random_displacement`), a perturbation that carries no information. With two
+    options, scrambling answers alone repairs about half a failure set: a repair rate means something only against
+    its control's (``control_repair``, ``control_break``), and ``flip`` / ``control_flip`` say how often each merely
+    changes the answer (against the unhooked ``none`` row), over both sets. Rates carry 95 % Wilson intervals.
 
     ``out`` is its run directory (slices written as they finish, a re-run resumes it), ``exec_config`` says who
     decodes (``workers``, ``ray``: each worker loads the model's source), ``progress`` is called with (questions
@@ -146,17 +165,30 @@ def silence_sweep(
     _check_sets(model, sets, allow_other_model)
     layers = list(range(len(model.blocks))) if layers is None else [check_layer(model, int(x)) for x in layers]
     sites = {c: "+".join(sites_of(c)) for c in components}  # a bad name raises before anything runs
-    plan = [(None, "none")] + [(L, c) for L in layers for c in components]
-    conditions = [ConditionSpec("none") if layer is None else ConditionSpec(f"zero L{layer} {comp}", "zero", (layer, comp))
-                  for layer, comp in plan]
+    cells = [(L, c) for L in layers for c in components]
+    conditions = [ConditionSpec("none")] + [ConditionSpec(f"zero L{layer} {comp}", "zero", (layer, comp))
+                                            for layer, comp in cells]
+    if control_seed is not None:
+        conditions += [ConditionSpec(f"control L{layer} {comp}", "displace", (layer, comp), {"seed": control_seed})
+                       for layer, comp in cells]
 
-    def table(per_q: list[pd.DataFrame]) -> pd.DataFrame:
-        return pd.DataFrame([{"condition": c.name, "layer": -1 if layer is None else layer, "component": comp,
-                              "sites": sites.get(comp, ""), **outcome(pq)}
-                             for (layer, comp), c, pq in zip(plan, conditions, per_q)])
+    def table(outcomes: list[pd.DataFrame]) -> pd.DataFrame:
+        per_q = dict(zip((c.name for c in conditions), outcomes))
+        rows = [{"condition": "none", "layer": -1, "component": "none", "sites": "", **outcome(per_q["none"]),
+                 "flip": 0.0}]
+        for layer, comp in cells:
+            zero = per_q[f"zero L{layer} {comp}"]
+            row = {"condition": f"zero L{layer} {comp}", "layer": layer, "component": comp, "sites": sites[comp],
+                   **outcome(zero), "flip": flip_rate(zero, per_q["none"])}
+            if control_seed is not None:
+                ctrl = per_q[f"control L{layer} {comp}"]
+                row.update({f"control_{k}": v for k, v in outcome(ctrl).items() if not k.startswith("n_")},
+                           control_flip=flip_rate(ctrl, per_q["none"]))
+            rows.append(row)
+        return pd.DataFrame(rows)
 
     meta = {"kind": "silence", "layers": layers, "components": list(components), "sites": sites, "sets": sets.counts,
-            "model": sets.model, "rule": sets.rule.describe()}
+            "model": sets.model, "rule": sets.rule.describe(), "control_seed": control_seed}
     return _run("silence", model, task, sets, conditions, table, meta,
                 Running(out, exec_config, progress, executor, one_at_a_time))
 
@@ -255,8 +287,8 @@ def steer_sweep(
     model, task: Task, sets: EvalSets, layer: int, *, alphas: Sequence[float] | None = None,
     direction: Direction | Tensor | None = None, site: str = "mlp_out", control_seed: int | None = None,
     allow_other_model: bool = False, one_at_a_time: bool = False,
-    out: str | Path | None = None, exec_config: ExecConfig | None = None, progress: Callable[[int, int], None] | None = None,
-    executor: Executor | None = None,
+    out: str | Path | None = None, exec_config: ExecConfig | None = None,
+    progress: Callable[[int, int], None] | None = None, executor: Executor | None = None,
 ) -> CausalResult:
     """Rescue (``-alpha v`` on the failure set) and induction (``+alpha v`` on the healthy panel) per alpha,
     ``v`` added at ``site`` of block ``layer`` (:func:`~reachlens.interventions.steering.steering`:
@@ -281,7 +313,8 @@ def steer_sweep(
         r = torch.randn(direction.vector.shape[0], generator=g)
         vectors.append(("random", r / r.norm()))
     grid = [(label, vec, alpha) for label, vec in vectors for alpha in alphas]
-    conditions = [ConditionSpec(f"{label} {sign}{alpha:g}", "steer", (layer, vec, -alpha if sign == "-" else alpha, site))
+    conditions = [ConditionSpec(f"{label} {sign}{alpha:g}", "steer", (layer, vec, -alpha if sign == "-" else alpha,
+                                                                      site))
                   for label, vec, alpha in grid for sign in "-+"]
 
     def table(per_q: list[pd.DataFrame]) -> pd.DataFrame:
@@ -339,8 +372,8 @@ def units_sweep(
     model, task: Task, sets: EvalSets, layer: int, *, ks: Sequence[int] = (32,),
     direction: Direction | Tensor | None = None, block_repair: float | None = None, control_seed: int | None = 0,
     allow_other_model: bool = False, one_at_a_time: bool = False,
-    out: str | Path | None = None, exec_config: ExecConfig | None = None, progress: Callable[[int, int], None] | None = None,
-    executor: Executor | None = None,
+    out: str | Path | None = None, exec_config: ExecConfig | None = None,
+    progress: Callable[[int, int], None] | None = None, executor: Executor | None = None,
 ) -> CausalResult:
     """Silence the top ``k`` units (per ``k``) and report repair, break and the recovered share of the
     whole-MLP repair (``recovery = repair_k / repair_block``); ``random_*`` columns silence ``k``

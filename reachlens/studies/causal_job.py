@@ -112,8 +112,8 @@ def run_sweep(
     """Run ``job`` on the runner (resumable in its ``out``, on any executor); or, with ``one_at_a_time``, decode each
     condition alone in this process, its hooks on every row (the same tables, one decode each; saved to ``out``)."""
     if not one_at_a_time:
-        done = run_jobs([job], executor, progress=None if progress is None else (lambda i, d, total: progress(d, total)))
-        return done[0]
+        each = None if progress is None else (lambda i, done, total: progress(done, total))
+        return run_jobs([job], executor, progress=each)[0]
     model = job.model
     per_q = evaluate_conditions(model, job.task, job.sets, [c.condition(model) for c in job.conditions],
                                 one_at_a_time=True)

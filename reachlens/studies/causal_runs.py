@@ -16,7 +16,7 @@ The sweeps themselves are :mod:`reachlens.studies.causal`; they run on the runne
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import partial
 from typing import Any, ClassVar
@@ -25,15 +25,16 @@ import pandas as pd
 
 from reachlens.errors import ReachlensError
 from reachlens.execution import ExecConfig
-from reachlens.interventions import FwdHook, steering, unit_ablation, zero_ablation
+from reachlens.interventions import FwdHook, random_displacement, steering, unit_ablation, zero_ablation
 from reachlens.records import CAUSAL_COLUMNS
 from reachlens.runner import deploy_arms_and_grade
+from reachlens.stats import wilson_interval
 from reachlens.store import Run, RunDir, register_kind
 from reachlens.studies.recognition import EvalSets, generate_and_grade, generation_protocol
 from reachlens.tasks.base import Task
 
 __all__ = ["CausalResult", "Condition", "ConditionSpec", "FACTORIES", "SWEEPS", "SilenceSweep", "SteerSweep",
-           "UnitsSweep", "evaluate_conditions", "evaluate_hooks", "outcome", "set_ids"]
+           "UnitsSweep", "evaluate_conditions", "evaluate_hooks", "flip_rate", "outcome", "set_ids"]
 
 
 @dataclass(frozen=True)
@@ -120,8 +121,9 @@ class Condition:
     """``both``, ``failure`` or ``healthy``: the sets it runs on."""
 
 
-FACTORIES: dict[str, Callable[..., list[FwdHook]]] = {"zero": zero_ablation, "steer": steering, "units": unit_ablation}
-"""The hook factories a :class:`ConditionSpec` names: each called as ``factory(model, *args, arm=ARM)``."""
+FACTORIES: dict[str, Callable[..., list[FwdHook]]] = {
+    "zero": zero_ablation, "displace": random_displacement, "steer": steering, "units": unit_ablation}
+"""The hook factories a :class:`ConditionSpec` names: each called as ``factory(model, *args, **options, arm=ARM)``."""
 
 
 @dataclass(frozen=True)
@@ -133,10 +135,12 @@ class ConditionSpec:
     """A key of :data:`FACTORIES` (``zero``, ``steer``, ``units``); None: the plain model."""
     args: tuple[Any, ...] = ()
     """The factory's arguments after the model (layer, component; layer, vector, alpha, site; layer, units)."""
+    options: Mapping[str, Any] = field(default_factory=dict)
+    """The factory's keyword arguments (a displacement's ``seed``)."""
     which: str = "both"
 
     def condition(self, model) -> Condition:
-        hooks = None if self.factory is None else partial(FACTORIES[self.factory], model, *self.args)
+        hooks = None if self.factory is None else partial(FACTORIES[self.factory], model, *self.args, **self.options)
         return Condition(self.name, hooks, self.which)
 
 
@@ -194,11 +198,23 @@ def evaluate_conditions(
 
 
 def outcome(per_question: pd.DataFrame) -> dict[str, Any]:
-    """Repair and break rates (with counts) of one condition's per-question outcomes."""
+    """Repair and break rates (with counts and 95 % Wilson intervals) of one condition's per-question outcomes."""
     fail = per_question[per_question["set"] == "failure"]
     healthy = per_question[per_question["set"] == "healthy"]
     n_rep, n_brk = int(fail["realized"].sum()), int((~healthy["realized"].astype(bool)).sum())
+    rep_lo, rep_hi = wilson_interval(n_rep, len(fail))
+    brk_lo, brk_hi = wilson_interval(n_brk, len(healthy))
     return {
         "repair": n_rep / len(fail) if len(fail) else math.nan, "break": n_brk / len(healthy) if len(healthy) else math.nan,
         "n_repaired": n_rep, "n_failure": len(fail), "n_broken": n_brk, "n_healthy": len(healthy),
+        "repair_lo": rep_lo, "repair_hi": rep_hi, "break_lo": brk_lo, "break_hi": brk_hi,
     }
+
+
+def flip_rate(per_question: pd.DataFrame, reference: pd.DataFrame) -> float:
+    """The share of questions whose deployed answer under a condition differs from ``reference``'s (the unhooked
+    model's): how often the intervention merely changes the answer, right or wrong. NaN without common questions."""
+    ref = dict(zip(reference["question_id"], reference["deployed_answer"].astype(str)))
+    pairs = [(a, ref[q]) for q, a in zip(per_question["question_id"], per_question["deployed_answer"].astype(str))
+             if q in ref]
+    return sum(a != b for a, b in pairs) / len(pairs) if pairs else math.nan

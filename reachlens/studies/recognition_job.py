@@ -144,9 +144,10 @@ def recognize(
         exec_config: device and dtype of a spec, and who decodes (``workers``, ``ray``).
         progress: called with (questions done, questions in all) after each slice.
 
-    >>> result = recognize("zoo:base", load_task("arith_mc", n=100), rule=FailureRule(), out="runs/rec")  # doctest: +SKIP
+    >>> rec = recognize("zoo:base", load_task("arith_mc", n=100), rule=FailureRule(), out="runs/r")  # doctest: +SKIP
     """
     config = config or RecognitionConfig()
     exec_config = dataclasses.replace(exec_config or ExecConfig(), max_batch_rows=config.max_batch_rows)
     job = RecognitionJob(model, task, protocol or Protocol.deployment(task), config, rule, spec, out, exec_config)
-    return run_jobs([job], executor, progress=None if progress is None else (lambda i, done, total: progress(done, total)))[0]
+    each = None if progress is None else (lambda i, done, total: progress(done, total))
+    return run_jobs([job], executor, progress=each)[0]
