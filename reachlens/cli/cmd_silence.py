@@ -6,7 +6,9 @@ import argparse
 
 from reachlens.cli._common import add_study_args, comma_list, echo, open_study
 
-PRESETS = {"--components": "a sweep silences each kind of component, one condition each (prune: the MLPs)"}
+PRESETS = {"--components": "a sweep silences each kind of component, one condition each (prune: the MLPs)",
+           "--control-seed": "every zero-ablation is read against its null by default (steer and units draw a "
+                             "control only when given a seed)"}
 """Shared flags this command presets to another default (:mod:`reachlens.cli.flags`), and why."""
 
 NAME = "silence"
