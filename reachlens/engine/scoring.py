@@ -80,9 +80,9 @@ def _cut(context: str, n: int) -> str:
 
 
 def scoring_window(model) -> int:
-    """lm-eval's default ``max_length`` for ``model``: its config's ``n_positions``, ``max_position_embeddings`` or
-    ``n_ctx`` (the first set), else 2048."""
-    cfg = model.original_model.config
+    """lm-eval's default ``max_length`` for ``model`` (or its HuggingFace config): the config's ``n_positions``,
+    ``max_position_embeddings`` or ``n_ctx`` (the first set), else 2048."""
+    cfg = model.original_model.config if hasattr(model, "original_model") else model
     for attr in ("n_positions", "max_position_embeddings", "n_ctx"):
         value = getattr(cfg, attr, None)
         if isinstance(value, int) and value > 0:
