@@ -1,6 +1,7 @@
 """Reaching a solution, not just an answer: an audit's verified figures, from its trace table.
 
-An audit that has been trace-graded (``reachlens rescore DIR --trace``, or :func:`trace_table` in Python) holds a
+An audit of a task with a trace grader is trace-graded when it finishes (:func:`task_trace`); another, or one written
+before, is trace-graded by ``reachlens rescore DIR --trace`` (:func:`trace_of` in Python). A trace-graded audit holds a
 ``trace`` table: one row per candidate (the deployment as ``candidate_idx`` -1, then its K samples) with the trace
 grader's verdict (:mod:`reachlens.grading.trace`). A candidate *solves* its question when its answer is correct and
 its worked solution valid. From it:
@@ -31,7 +32,7 @@ from reachlens.selectors import select
 from reachlens.stats import wilson_interval
 from reachlens.studies.metrics import budget_grid, pass_at_k_curve
 
-__all__ = ["DEPLOYED_IDX", "TRACE_COLUMNS", "solved_table", "trace_figures", "trace_of", "trace_table",
+__all__ = ["DEPLOYED_IDX", "TRACE_COLUMNS", "solved_table", "task_trace", "trace_figures", "trace_of", "trace_table",
            "verified_questions"]
 
 DEPLOYED_IDX = -1
@@ -83,14 +84,22 @@ def trace_of(audit: Any, grader: str = "auto") -> pd.DataFrame:
         raise ReachlensError(f"task {task!r} has no trace grader (tasks with one: {sorted(TRACE_GRADER_OF_TASK)}); "
                              "its reach figures stand beside the lucky-guess null alone")
     get_trace_grader(name)  # an unknown name fails here, naming the known ones
-    ids = list(audit.questions["question_id"])
     if name != "arith_trace":
-        return trace_table(audit.questions, audit.samples, name, dict.fromkeys(ids))
+        return trace_table(audit.questions, audit.samples, name, dict.fromkeys(audit.questions["question_id"]))
     from reachlens.tasks import load_task
 
-    questions = load_task(task, split=audit.protocol.split).questions
-    exprs = {q.question_id: q.fields.get("expr") for q in questions}
-    return trace_table(audit.questions, audit.samples, name, exprs)
+    return task_trace(audit.questions, audit.samples, load_task(task, split=audit.protocol.split), name)
+
+
+def task_trace(questions: pd.DataFrame, samples: pd.DataFrame, task: Any, grader: str = "auto") -> pd.DataFrame | None:
+    """The trace table of an audit's tables of ``task`` (a :class:`~reachlens.tasks.base.Task`, its questions'
+    expressions at hand) under ``grader`` (``"auto"``: the task's own); None when ``"auto"`` finds none. What an
+    audit of a task with a trace grader writes beside its tables when it finishes."""
+    name = trace_grader_for_task(task.name) if grader == "auto" else grader
+    if name is None:
+        return None
+    exprs = {q.question_id: q.fields.get("expr") for q in task.questions}
+    return trace_table(questions, samples, name, exprs)
 
 
 def solved_table(samples: pd.DataFrame, trace: pd.DataFrame) -> pd.DataFrame:
