@@ -20,6 +20,7 @@ its worked solution valid. From it:
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Mapping
 from typing import Any
@@ -33,7 +34,7 @@ from reachlens.stats import wilson_interval
 from reachlens.studies.metrics import budget_grid, pass_at_k_curve
 
 __all__ = ["DEPLOYED_IDX", "TRACE_COLUMNS", "solved_table", "task_trace", "trace_figures", "trace_of", "trace_table",
-           "verified_questions"]
+           "traced", "verified_questions"]
 
 DEPLOYED_IDX = -1
 """The ``candidate_idx`` of the greedy deployment in a trace table."""
@@ -89,6 +90,14 @@ def trace_of(audit: Any, grader: str = "auto") -> pd.DataFrame:
     from reachlens.tasks import load_task
 
     return task_trace(audit.questions, audit.samples, load_task(task, split=audit.protocol.split), name)
+
+
+def traced(audit: Any) -> Any:
+    """``audit`` with its trace table: as it is when it has one or its task has no trace grader, else trace-graded
+    now (:func:`trace_of`; an audit written before audits were trace-graded as they finish)."""
+    if audit.trace is not None or trace_grader_for_task(audit.protocol.task) is None:
+        return audit
+    return dataclasses.replace(audit, trace=trace_of(audit))
 
 
 def task_trace(questions: pd.DataFrame, samples: pd.DataFrame, task: Any, grader: str = "auto") -> pd.DataFrame | None:
