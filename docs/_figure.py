@@ -56,7 +56,8 @@ def verified_bars(audits: dict):
     s = {n: audits[n].summary() for n in names}
     k = next(iter(audits.values())).k
     fig = go.Figure()
-    bars = (("D", "D: deployed (greedy)", "#31a354", ""), ("D_trace", "D^trace: deployed, valid solution", "#31a354", "/"),
+    bars = (("D", "D: deployed (greedy)", "#31a354", ""),
+            ("D_trace", "D^trace: deployed, valid solution", "#31a354", "/"),
             (f"O_K", f"O_{k}: an answer reached in {k} samples", "#3182bd", ""),
             ("O_K_trace", f"O_{k}^trace: a valid solution reached", "#3182bd", "/"))
     for key, label, color, hatch in bars:
@@ -66,12 +67,13 @@ def verified_bars(audits: dict):
                              offsetgroup=key, error_y=dict(type="data", symmetric=False, thickness=1.2, width=4,
                                                            array=[h - v for v, h in zip(vals, hi)],
                                                            arrayminus=[v - x for v, x in zip(vals, lo)]),
-                             text=[f"{v:.1%}" for v in vals], textposition="inside", insidetextanchor="middle"))
+                             text=[f"{v:.0%}" for v in vals], textposition="inside", insidetextanchor="end",
+                             textangle=0))
     fig.add_trace(go.Bar(name=f"lucky-guess null of O_{k} (another question's gold)", x=names, offsetgroup="O_K",
                          y=[s[n]["O_K_null"] for n in names], marker_color="rgba(0,0,0,0.55)", width=0.12,
                          showlegend=True))
     fig.update_layout(barmode="group", xaxis_title="checkpoint", yaxis_title="share of questions",
-                      yaxis_tickformat=".0%")
+                      yaxis_tickformat=".0%", uniformtext=dict(minsize=9, mode="hide"))
     return fig
 
 
@@ -91,8 +93,8 @@ def main(argv=None) -> int:
         lineage, what = study_lineage(study_dir)
     fig = verified_bars(lineage) if args.trace else accuracy_bars(lineage)
     head = f"{args.title}: realized" if args.title else "Realized"
-    by = ", answers and verified solutions" if args.trace else ""
-    fig.update_layout(margin=dict(l=70, r=30, t=70, b=60), legend=dict(orientation="h", y=-0.16),
+    by = "<br>by answers and by verified solutions" if args.trace else ""
+    fig.update_layout(margin=dict(l=70, r=30, t=90 if args.trace else 70, b=60), legend=dict(orientation="h", y=-0.16),
                       title=f"{head} vs reachable per checkpoint{by} ({what}; 95 % Wilson intervals)")
     fig.write_image(png, width=1000, height=480, scale=1)
     print(png)

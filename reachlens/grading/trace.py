@@ -20,8 +20,8 @@ A question is *solved* by a completion when both hold.
   d decimals is right when it is the value rounded to d decimals. An equality said in words ("48 / 2 is 24",
   "equals") is not read, unlike ``arith_trace``: GSM8K's prose says proportions and half-worded products that way
   ("2/5 is equal to 12.8 hectares"; the only two such gold solutions of 1,319 would read as invalid). *Checkable*
-  means at least one equation was read; valid means checkable and every equation right. A completion with no checkable step is never valid, and the share
-  of checkable completions is reported beside every verified figure.
+  means at least one equation was read; valid means checkable and every equation right. A completion with no
+  checkable step is never valid, and the share of checkable completions is reported beside every verified figure.
 
 Untrusted text: never executed; bounded work (:mod:`reachlens.grading.trace_steps`); an exception inside a trace
 grader makes the completion not checkable and invalid (reason ``"grader error"``), never valid.
