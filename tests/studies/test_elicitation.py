@@ -176,11 +176,12 @@ def test_early_stopping_keeps_the_best_held_out_step_of_each_model(tmp_path):
         finetune_on_demonstrations("zoo:base", TASK, greedy, picked[:1], tmp_path / "other", config, held.head(2))
 
 
-def test_the_verified_uplift_is_the_audits_per_question_change_in_solutions(run_dir):
+def test_the_verified_uplift_is_the_audits_per_question_change_in_solutions(run_dir, monkeypatch):
     """D^trace and O_K^trace uplifts and their difference against solutions checked by the test suite's independent
     arith checker (tests/grading/test_trace.py) on the audits' stored text; the sources' nulls in the summary."""
     import importlib.util
 
+    monkeypatch.syspath_prepend(str(Path(__file__).parents[1] / "grading"))  # its own helper module beside it
     spec = importlib.util.spec_from_file_location("tt", Path(__file__).parents[1] / "grading" / "test_trace.py")
     tt = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(tt)
