@@ -39,10 +39,8 @@ from __future__ import annotations
 
 import logging
 import re
-from collections.abc import Iterable
 from dataclasses import dataclass, field
 from fractions import Fraction
-from typing import Any
 
 from reachlens._registry import Registry
 from reachlens.grading.extract import number_key
@@ -50,7 +48,7 @@ from reachlens.grading.numeric import NumericGrader
 from reachlens.grading.trace_steps import Equation, TooLong, equations
 
 __all__ = ["TRACE_GRADERS", "TRACE_GRADER_OF_TASK", "ArithTraceGrader", "Gsm8kTraceGrader", "TraceGrade",
-           "TraceGrader", "arith_chain", "get_trace_grader", "solutions_valid", "trace_grader_for_task"]
+           "TraceGrader", "arith_chain", "get_trace_grader", "trace_grader_for_task"]
 
 logger = logging.getLogger(__name__)
 
@@ -243,24 +241,3 @@ def trace_grader_for_task(task: str) -> str | None:
     return TRACE_GRADER_OF_TASK.get(task)
 
 
-
-def solutions_valid(question_ids: Iterable[str], texts: Iterable[Any], task: str, split: str = "test",
-                    grader: str = "auto") -> list[bool] | None:
-    """Whether each completion's worked solution is valid under ``task``'s trace grader (``grader``: a name, or
-    ``"auto"``, the task's own): one bool per ``(question_id, text)``; None when ``"auto"`` finds no trace grader.
-    The verified column of a candidate table (a probe bank, a routing pool): a candidate *solves* its question when
-    it is correct and valid. An ``arith_trace`` task is generated again from its name and split for the questions'
-    expressions (no decoding); a question it lacks reads as not valid.
-    """
-    name = trace_grader_for_task(task) if grader == "auto" else grader
-    if name is None:
-        return None
-    g = get_trace_grader(name)
-    exprs: dict[str, str | None] = {}
-    if name == "arith_trace":
-        from reachlens.tasks import load_task
-
-        exprs = {q.question_id: q.fields.get("expr") for q in load_task(task, split=split).questions}
-    # validity reads the text's own steps and answer, never the gold: any number stands in for it
-    return [bool(g.grade(t if isinstance(t, str) else "", "0", expr=exprs.get(q)).valid) if
-            (name != "arith_trace" or exprs.get(q)) else False for q, t in zip(question_ids, texts)]

@@ -29,10 +29,10 @@ from typing import Any, ClassVar
 import pandas as pd
 
 from reachlens.errors import ReachlensError
-from reachlens.grading.trace import solutions_valid
 from reachlens.probes.decode import check_whole, expected_rows, plan_units
 from reachlens.probes.spec import parse_probe
 from reachlens.probes.summary import probe_summary, probe_tables
+from reachlens.studies.trace_reach import solutions_valid
 from reachlens.store import PartsDir, RecordedProtocol, Run, RunDir, register_kind
 
 __all__ = ["ProbeRun", "check_bank"]

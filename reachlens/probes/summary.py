@@ -107,9 +107,10 @@ def probe_tables(bank: pd.DataFrame, labels: Sequence[str], unions: Sequence[str
                  valid: Sequence[bool] | None = None) -> dict[str, pd.DataFrame]:
     """Every table of a probe run by name: ``reach``, ``selectors``, ``overlap``, ``recovery``,
     ``budget_matched``, ``placebo``, ``weight_noise`` (the last four empty when the run's probes do not call for
-    them); with ``valid`` (each candidate's worked solution valid, :func:`~reachlens.grading.trace.solutions_valid`)
-    also ``reach_trace``: the reach table with a candidate counted only when it *solves* its question (correct and
-    valid), so D^trace and O^trace per probe, arm and union."""
+    them); with ``valid`` (each candidate's worked solution valid:
+    :func:`~reachlens.studies.trace_reach.solutions_valid`) also ``reach_trace``: the reach table with a candidate
+    counted only when it *solves* its question (correct and valid), so D^trace and O^trace per probe, arm and
+    union."""
     sampling = _sampling(labels)
     sources = [GREEDY, *labels, *_arms(bank, labels), *unions]
     tables = {"reach": reach_table(bank, sources),

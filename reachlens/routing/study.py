@@ -30,7 +30,6 @@ from typing import Any, ClassVar
 import pandas as pd
 
 from reachlens.errors import ReachlensError
-from reachlens.grading.trace import solutions_valid
 from reachlens.models import identity_of
 from reachlens.protocol import Protocol
 from reachlens.routing.evaluation import RouteEvaluator
@@ -40,6 +39,7 @@ from reachlens.routing.search import RoutingConfig, run_search
 from reachlens.selectors import verification_scores
 from reachlens.execution import model_exec
 from reachlens.store import RecordedProtocol, Run, RunDir, RunRecord, register_kind
+from reachlens.studies.trace_reach import solutions_valid
 from reachlens.tasks.base import Task
 from reachlens.tasks.chat import bind_chat
 
@@ -91,7 +91,7 @@ class RoutingResult(RecordedProtocol, Run):
 
     def _verified(self) -> dict[str, Any]:
         """On a task with a trace grader: ``O_K_trace``, the share of questions some route *solves* (a right answer
-        on a valid worked solution, :func:`~reachlens.grading.trace.solutions_valid`), and ``D_trace``, the
+        on a valid worked solution, :func:`~reachlens.studies.trace_reach.solutions_valid`), and ``D_trace``, the
         identity route's (the deployment, the first evaluation; NaN when the search does not seed it)."""
         c = self.candidates
         valid = solutions_valid(c["question_id"], c["text"], self.protocol.task, self.protocol.split)

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 import pandas as pd
@@ -32,9 +32,10 @@ from reachlens.grading.trace import TRACE_GRADER_OF_TASK, get_trace_grader, trac
 from reachlens.selectors import select
 from reachlens.stats import wilson_interval
 from reachlens.studies.metrics import budget_grid, pass_at_k_curve
+from reachlens.tasks import load_task
 
-__all__ = ["DEPLOYED_IDX", "TRACE_COLUMNS", "solved_table", "task_trace", "trace_figures", "trace_of", "trace_table",
-           "traced", "verified_questions"]
+__all__ = ["DEPLOYED_IDX", "TRACE_COLUMNS", "solutions_valid", "solved_table", "task_trace", "trace_figures",
+           "trace_of", "trace_table", "traced", "verified_questions"]
 
 DEPLOYED_IDX = -1
 """The ``candidate_idx`` of the greedy deployment in a trace table."""
@@ -87,8 +88,6 @@ def trace_of(audit: Any, grader: str = "auto") -> pd.DataFrame:
     get_trace_grader(name)  # an unknown name fails here, naming the known ones
     if name != "arith_trace":
         return trace_table(audit.questions, audit.samples, name, dict.fromkeys(audit.questions["question_id"]))
-    from reachlens.tasks import load_task
-
     return task_trace(audit.questions, audit.samples, load_task(task, split=audit.protocol.split), name)
 
 
@@ -172,3 +171,22 @@ def trace_figures(questions: pd.DataFrame, samples: pd.DataFrame, trace: pd.Data
         "pass_at_k_trace": {int(r.k): r.pass_at_k for r in curve.itertuples()},
     }
 
+
+def solutions_valid(question_ids: Iterable[str], texts: Iterable[Any], task: str, split: str = "test",
+                    grader: str = "auto") -> list[bool] | None:
+    """Whether each completion's worked solution is valid under ``task``'s trace grader (``grader``: a name, or
+    ``"auto"``, the task's own): one bool per ``(question_id, text)``; None when ``"auto"`` finds no trace grader.
+    The verified column of a candidate table (a probe bank, a routing pool): a candidate *solves* its question when
+    it is correct and valid. An ``arith_trace`` task is generated again from its name and split for the questions'
+    expressions (no decoding); a question it lacks reads as not valid.
+    """
+    name = trace_grader_for_task(task) if grader == "auto" else grader
+    if name is None:
+        return None
+    g = get_trace_grader(name)
+    exprs: dict[str, str | None] = {}
+    if name == "arith_trace":
+        exprs = {q.question_id: q.fields.get("expr") for q in load_task(task, split=split).questions}
+    # validity reads the text's own steps and answer, never the gold: any number stands in for it
+    return [bool(g.grade(t if isinstance(t, str) else "", "0", expr=exprs.get(q)).valid) if
+            (name != "arith_trace" or exprs.get(q)) else False for q, t in zip(question_ids, texts)]

@@ -11,7 +11,7 @@ import pytest
 
 from reachlens import load_task
 from reachlens.grading import get_grader
-from reachlens.grading.trace import solutions_valid
+from reachlens.studies.trace_reach import solutions_valid
 from reachlens.probes.bank import bank_frame, bank_row
 from reachlens.probes.summary import default_unions, probe_summary, probe_tables
 
