@@ -68,6 +68,8 @@ def run(args: argparse.Namespace) -> int:
     s = result.summary()
     echo(f"{args.model} on {args.task} (n={s['n']}, {space}, {args.search}, K={args.k}): "
           f"D={s['D']:.3f}  O_{args.k}={s['O_K']:.3f}   -> {args.out}")
+    if "O_K_trace" in s:
+        echo(f"  verified: D^trace={s['D_trace']:.3f}  O_{args.k}^trace={s['O_K_trace']:.3f}")
     for name in result.selectors:
         echo(f"  {name:<14} {s[name]:.3f}   gap recovery {format_recovery(s[f'recovery_{name}'])}")
     return 0

@@ -86,7 +86,7 @@ def _model(model: dict) -> str:
                      for role, m in model.items()) or "-"
 
 
-def _reach_lines(s: dict) -> list[str]:
+def reach_lines(s: dict) -> list[str]:
     """An audit's reach beside its lucky-guess null and, when trace-graded, its verified reach (one line each)."""
     def num(key: str) -> str:
         x = s.get(key)
@@ -137,7 +137,7 @@ def format_run(record, summary: dict | None) -> str:
         lines.append(f"summary:    none ({'the run has not finished' if record.status != 'failed' else 'the run failed'})")
     else:
         lines.append("summary:")
-        lines += _reach_lines(summary)
+        lines += reach_lines(summary)
         for key, value in summary.items():
             if key in ("model", "model_fingerprint", "data", "protocol_hash", "task"):
                 continue  # in the header already

@@ -10,7 +10,8 @@ result is a run of kind ``routing`` (:class:`RoutingResult`), saved as a run dir
     DIR/run.json           the run record: protocol, options (config, space, strategy), model, data
     DIR/candidates.parquet one row per route evaluation (route, raw text, answer, grade, scores)
     DIR/questions.parquet  one row per question (realized, reachable, each selector)
-    and its summary: D, O_K, each selector, gap recoveries, evaluations spent
+    and its summary: D, O_K, each selector, gap recoveries, evaluations spent; on a task with a trace grader
+    (``arith*``, ``gsm8k``) D_trace and O_K_trace, reach by verified solutions
 
 Several cells over the same model and task can share one
 :class:`~reachlens.routing.evaluation.RouteEvaluator`, so a (question, route) pair is decoded once
@@ -19,6 +20,7 @@ however many strategies and spaces ask for it (decoding is greedy, so the answer
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
@@ -27,6 +29,7 @@ import pandas as pd
 from reachlens.routing.scoring import cell_summary
 from reachlens.routing.search import RoutingConfig
 from reachlens.store import RecordedProtocol, Run, RunDir, register_kind
+from reachlens.studies.trace_reach import solutions_valid
 
 __all__ = ["RoutingConfig", "RoutingResult"]
 
@@ -71,7 +74,24 @@ class RoutingResult(RecordedProtocol, Run):
         s["unique_routes"] = int(self.candidates.groupby("question_id")["route"].nunique().sum())
         s.update(strategy=self.strategy, space_name=self.space_name, model_spec=self.record.model.get("spec"),
                  task=self.protocol.task)
+        s.update(self._verified())
         return s
+
+    def _verified(self) -> dict[str, Any]:
+        """On a task with a trace grader: ``O_K_trace``, the share of questions some route *solves* (a right answer
+        on a valid worked solution, :func:`~reachlens.studies.trace_reach.solutions_valid`), and ``D_trace``, the
+        identity route's (the deployment, the first evaluation; NaN when the search does not seed it)."""
+        c = self.candidates
+        valid = solutions_valid(c["question_id"], c["text"], self.protocol.task, self.protocol.split)
+        if valid is None:
+            return {}
+        c = c.assign(solved=c["correct"].astype(bool).to_numpy() & valid)
+        out = {"O_K_trace": float(c.groupby("question_id")["solved"].any().mean()) if len(c) else math.nan}
+        first = c.sort_values("candidate_idx", kind="stable").groupby("question_id", sort=False).head(1)
+        graded = self.questions.set_index("question_id")["deployed_scored"].astype(bool)
+        first = first[first["question_id"].map(graded).fillna(False).astype(bool)]
+        out["D_trace"] = float(first["solved"].mean()) if self.config.seed_identity and len(first) else math.nan
+        return out
 
     def tables(self) -> dict[str, pd.DataFrame]:
         return {"candidates": self.candidates, "questions": self.questions}

@@ -13,7 +13,9 @@ and reports per ``n``:
   exact McNemar test of :func:`~reachlens.studies.compare.compare` (table ``uplift``);
 * the model's uplift minus the control's, per question ``(tuned_m - source_m) - (tuned_c - source_c)``, its mean
   with a paired bootstrap interval over questions and a sign-flip p-value (:mod:`reachlens.stats`; table
-  ``difference``).
+  ``difference``);
+* on a task with a trace grader (``arith*``, ``gsm8k``), both again by verified solutions (D^trace, O_K^trace:
+  :mod:`~reachlens.studies.trace_reach`), and each source's lucky-guess null of O_K beside its reach.
 
 The demonstrations are the first ``n`` of one seeded shuffle of the task's *train* split (nested: the 2 include
 the 1), less any whose prompt is a test question's, each its worked solution (or gold answer): table
@@ -33,6 +35,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import hashlib
+import math
 import random
 import shutil
 from collections.abc import Callable, Sequence
@@ -54,6 +57,7 @@ from reachlens.studies.audit_job import AuditJob
 from reachlens.studies.auditing import AuditResult
 from reachlens.studies.compare import compare, delta_row
 from reachlens.studies.finetune import FineTune, finetune_on_demonstrations
+from reachlens.studies.trace_reach import traced, verified_questions
 from reachlens.tasks.base import Question, Task
 from reachlens.tasks.fewshot import check_train_pool, demonstration_target, train_pool
 
@@ -61,7 +65,13 @@ __all__ = ["DIFFERENCE_COLUMNS", "Elicitation", "UPLIFT_COLUMNS", "elicit", "sel
 
 SIDES = ("model", "control")
 UPLIFT_COLUMNS = ["n_demos", "side", "checkpoint", "D_source", "D_tuned", "delta_D", "delta_D_lo", "delta_D_hi",
-                  "p_realized", "O_K_source", "O_K_tuned", "delta_O_K", "delta_O_K_lo", "delta_O_K_hi", "p_reachable"]
+                  "p_realized", "O_K_source", "O_K_tuned", "delta_O_K", "delta_O_K_lo", "delta_O_K_hi", "p_reachable",
+                  "O_K_null_source", "O_K_null_tuned",
+                  "D_trace_source", "D_trace_tuned", "delta_D_trace", "delta_D_trace_lo", "delta_D_trace_hi",
+                  "O_K_trace_source", "O_K_trace_tuned", "delta_O_K_trace", "delta_O_K_trace_lo",
+                  "delta_O_K_trace_hi"]
+"""Per ``n`` and side: the uplift over the source by answers, the lucky-guess nulls of both O_K, and the uplift by
+verified solutions (``*_trace``, :mod:`~reachlens.studies.trace_compare`; NaN when the task has no trace grader)."""
 DIFFERENCE_COLUMNS = ["n_demos", "metric", "uplift_model", "uplift_control", "difference", "difference_lo",
                       "difference_hi", "p"]
 DEMO_COLUMNS = ["order", "question_id", "prompt", "target"]
@@ -94,20 +104,37 @@ def select_demonstrations(task: Task, pool: Task, n: int, *, seed: int = 0) -> t
 
 
 def _uplift_row(n: int, side: str, source: AuditResult, tuned: AuditResult) -> dict[str, Any]:
-    row = delta_row(compare(source, tuned).summary())
+    summary = compare(source, tuned).summary()
+    row = delta_row(summary)
     return {"n_demos": n, "side": side, "checkpoint": f"checkpoints/{side}-n{n}", "D_source": row["D_base"],
             "D_tuned": row["D_trained"], **{k: row[k] for k in ("delta_D", "delta_D_lo", "delta_D_hi", "p_realized")},
             "O_K_source": row["O_K_base"], "O_K_tuned": row["O_K_trained"],
-            **{k: row[k] for k in ("delta_O_K", "delta_O_K_lo", "delta_O_K_hi", "p_reachable")}}
+            **{k: row[k] for k in ("delta_O_K", "delta_O_K_lo", "delta_O_K_hi", "p_reachable")},
+            **_verified_uplift(summary)}
+
+
+def _verified_uplift(s: dict[str, Any]) -> dict[str, Any]:
+    """The nulls and the verified uplift of a comparison's summary as uplift columns (NaN where it has none)."""
+    out = {"O_K_null_source": s["O_K_null_base"], "O_K_null_tuned": s["O_K_null_trained"]}
+    for m in ("D_trace", "O_K_trace"):
+        lo, hi = s.get(f"delta_{m}_ci", [math.nan, math.nan])
+        out.update({f"{m}_source": s.get(f"{m}_base", math.nan), f"{m}_tuned": s.get(f"{m}_trained", math.nan),
+                    f"delta_{m}": s.get(f"delta_{m}", math.nan), f"delta_{m}_lo": lo, f"delta_{m}_hi": hi})
+    return out
 
 
 def _per_question(audits: dict[str, AuditResult], name: str, column: str) -> pd.Series:
-    return audits[name].questions.set_index("question_id")[column].astype(float)
+    a = audits[name]
+    q = verified_questions(a.questions, a.samples, a.trace) if column.endswith("_trace") else a.questions
+    return q.set_index("question_id")[column].astype(float)
 
 
 def _difference_rows(n: int, audits: dict[str, AuditResult], n_boot: int) -> list[dict[str, Any]]:
     rows = []
-    for metric, column in (("D", "realized"), ("O_K", "reachable")):
+    names = (*SIDES, *_copies(n))
+    verified = [("D^trace", "realized_trace"), ("O_K^trace", "reachable_trace")] \
+        if all(audits[x].trace is not None for x in names) else []
+    for metric, column in (("D", "realized"), ("O_K", "reachable"), *verified):
         up = {side: _per_question(audits, f"{side}-n{n}", column) - _per_question(audits, side, column)
               for side in SIDES}
         both = up["model"].index.intersection(up["control"].index)
@@ -170,7 +197,7 @@ class Elicitation(Run):
 
     def summary(self) -> dict[str, Any]:
         diff = self.difference()
-        src = {side: {"D": a.D, "O_K": a.O_K} for side in SIDES if (a := self.audits.get(side)) is not None}
+        src = {side: _source(a) for side in SIDES if (a := self.audits.get(side)) is not None}
         by_n = {str(r.n_demos): {} for r in diff.itertuples()}
         for r in diff.itertuples():
             by_n[str(r.n_demos)][r.metric] = {"uplift_model": r.uplift_model, "uplift_control": r.uplift_control,
@@ -189,13 +216,20 @@ class Elicitation(Run):
         record = run.record()
         names = [*SIDES, *(name for n in record.options["demos"] for name in _copies(n))]
         if record.children:
-            audits = {name: Run.read_child(run, name) for name in names if name in record.children}
+            audits = {name: traced(Run.read_child(run, name)) for name in names if name in record.children}
         else:
             folders = {name: run.path / "audits" / single_name(name, "audit folder name") for name in names}
-            audits = {name: AuditResult.load(f) for name, f in folders.items() if RunDir(f).is_complete()}
+            audits = {name: traced(AuditResult.load(f)) for name, f in folders.items() if RunDir(f).is_complete()}
         demos = run.read_table("demonstrations") if run.is_complete() else pd.DataFrame(
             columns=DEMO_COLUMNS)
         return cls(audits, demos, record=record, location=run.path)
+
+
+def _source(a: AuditResult) -> dict[str, Any]:
+    """A source's D and O_K, its lucky-guess null and, trace-graded, its D^trace and O_K^trace."""
+    s = a.summary()
+    return {"D": a.D, "O_K": a.O_K, "O_K_null": s["O_K_null"], "O_K_null_p95": s["O_K_null_p95"],
+            **{key: s[key] for key in ("D_trace", "O_K_trace", "checkable_share") if key in s}}
 
 
 def _copies(n: int) -> tuple[str, ...]:
@@ -269,7 +303,7 @@ def elicit(
     say(f"audit {len(jobs)} of {len(specs)} models")
     if jobs:
         run_jobs(list(jobs.values()), executor)
-    audits = {name: AuditResult.load(out / "audits" / name) for name in specs}
+    audits = {name: traced(AuditResult.load(out / "audits" / name)) for name in specs}
     table = pd.DataFrame([{"order": i, "question_id": d.question_id, "prompt": task.prompt(d),
                            "target": demonstration_target(d)} for i, d in enumerate(chosen)], columns=DEMO_COLUMNS)
     run = Elicitation(audits, table, record=record)
