@@ -25,10 +25,11 @@ import collections
 import traceback
 from pathlib import Path
 
+import numpy as np
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
-__all__ = ["HostReads"]
+__all__ = ["HostReads", "to_device", "to_host"]
 
 _aten = torch.ops.aten
 _DATA_DEPENDENT = frozenset({
@@ -121,3 +122,21 @@ class HostReads(TorchDispatchMode):
             for name, original in self._saved.items():
                 setattr(torch.Tensor, name, original)
             self._saved.clear()
+
+
+def to_host(x, dtype=np.int64) -> np.ndarray:
+    """``x`` as a numpy array on the host: an array or a sequence as it is, a tensor read (one host read; the engine
+    hands the host its arrays, so this reads only what a caller gave as a tensor)."""
+    if isinstance(x, torch.Tensor):
+        return x.detach().cpu().numpy().astype(dtype, copy=False)
+    return np.asarray(x, dtype=dtype)
+
+
+def to_device(x, device: torch.device | str, dtype: torch.dtype = torch.long) -> torch.Tensor:
+    """A host array (or sequence) as a tensor on ``device``, with no host read: on an accelerator the copy is queued
+    from pinned memory (``non_blocking``), so the host does not wait for it."""
+    t = torch.tensor(np.asarray(x), dtype=dtype)  # a copy: the host may change its array afterwards
+    device = torch.device(device)
+    if device.type == "cpu":
+        return t
+    return t.pin_memory().to(device, non_blocking=True) if torch.cuda.is_available() else t.to(device)
