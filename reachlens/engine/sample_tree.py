@@ -42,7 +42,7 @@ from typing import Literal, Protocol, runtime_checkable
 
 import numpy as np
 import torch
-from jaxtyping import Bool, Float, Int
+from jaxtyping import Float, Int
 from torch import Tensor
 
 from reachlens.engine.host_reads import to_host

@@ -28,7 +28,7 @@ from dataclasses import dataclass
 
 import numpy as np
 import torch
-from jaxtyping import Bool, Int
+from jaxtyping import Bool
 from torch import Tensor
 
 from reachlens.engine.host_reads import to_host
