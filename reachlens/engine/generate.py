@@ -220,8 +220,7 @@ def generate(
             attached (:func:`~reachlens.engine.hooks.user_hooks`); False: every row has its own batch entry in every
             forward; True: share even with hooks (a hook reads :func:`~reachlens.engine.hooks.current_rows`).
 
-    Returns:
-        Completions aligned with ``rows``.
+    Returns: completions aligned with ``rows``.
 
     >>> outs = generate(model, ["Q: 1+2=?\\nA:"], [Row(0), Row(0, seed=7)], Protocol("arith", k=1, temperature=0.8, max_new_tokens=16))  # doctest: +SKIP
     """
