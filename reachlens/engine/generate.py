@@ -1,6 +1,6 @@
 """Batched generation over a hooked model: shared-prefix prefill, in-place KV cache, exact greedy.
 
-One module (about 490 lines) because the decode loop and the chunk state it advances (prefill, choose,
+One module (about 570 lines) because the decode loop and the chunk state it advances (prefill, choose,
 advance, copy/select, forward) are one algorithm; its parts are the engine's other modules.
 
 One call decodes many *rows*. A row is (prompt, seed): ``seed=None`` is the greedy deployment, an

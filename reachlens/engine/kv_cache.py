@@ -1,6 +1,6 @@
 """A preallocated KV cache with one slot per *route step*, and a shared-prefix mode for K samples.
 
-One module (about 410 lines) because the slot cache, its shared-prefix mode and the row selection that fans
+One module (about 490 lines) because the slot cache, its shared-prefix mode and the row selection that fans
 a prompt out act on one set of tensors.
 
 HuggingFace's ``DynamicCache`` keys its tensors by ``layer_idx`` and grows them with ``torch.cat``
