@@ -21,7 +21,7 @@ from typing import Any
 from reachlens.engine.progress import listening
 from reachlens.escape import visible
 
-__all__ = ["EVERY", "RunProgress"]
+__all__ = ["EVERY", "RunProgress", "Tally"]
 
 EVERY = 30.0
 """Seconds between the plain progress lines written where the output is not a terminal."""
@@ -71,6 +71,15 @@ class RunProgress:
         self.units = (int(done), total if total is None else int(total))
         self._tick(force=self.live)
 
+    def write(self, text: str) -> None:
+        """Print ``text`` (a message of the run, on stdout) above the line, which is drawn again below it."""
+        if self._drawn and self.live:
+            self.stream.write("\r\033[K")
+            self.stream.flush()
+        print(visible(text, newlines=True), flush=True)
+        if self._drawn and self.live:
+            self._tick(force=True)
+
     def decode(self, rows: int, max_new_tokens: int) -> None:
         self.rows += rows
         self.left += rows * max_new_tokens
@@ -95,14 +104,15 @@ class RunProgress:
     def line(self) -> str:
         """The progress as one line."""
         done, total = self.units
-        parts = [f"{self.label}: {done}/{total if total is not None else '?'} {self.unit}"]
+        # a run that reports no units (a sweep: one decode) shows its tokens alone
+        parts = [] if self.units == (0, None) else [f"{done}/{total if total is not None else '?'} {self.unit}"]
         if self.rows:
             rate = self.rate()
             parts.append(f"{self.tokens:,} tokens, {self.finished:,}/{self.rows:,} rows done")
             if rate > 0:
                 parts.append(f"{rate:,.0f} tok/s, decode left <= {_clock(self.left / rate)}")
         parts.append(f"{_clock(self.clock() - self._start)} elapsed")
-        return ", ".join(parts)
+        return f"{self.label}: " + ", ".join(parts)
 
     def _tick(self, force: bool = False) -> None:
         now = self.clock()
@@ -119,3 +129,15 @@ class RunProgress:
         else:
             self.stream.write(self.line() + "\n")
         self.stream.flush()
+
+
+class Tally:
+    """The units done over several jobs that report apart (``tally(key, done, total)``, as the reruns of a control
+    report theirs), told to ``done(done, total)`` summed."""
+
+    def __init__(self, done: Callable[[int, int | None], None]) -> None:
+        self._done, self._jobs = done, {}
+
+    def __call__(self, key: Any, done: int, total: int) -> None:
+        self._jobs[key] = (int(done), int(total))
+        self._done(sum(d for d, _ in self._jobs.values()), sum(t for _, t in self._jobs.values()))

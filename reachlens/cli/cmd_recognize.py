@@ -41,6 +41,7 @@ def run(args: argparse.Namespace) -> int:
     import pandas as pd
 
     from reachlens.cli._common import CLIError
+    from reachlens.cli._progress import RunProgress
     from reachlens.execution import model_exec
     from reachlens.models import identity_of
     from reachlens.protocol import Protocol
@@ -76,7 +77,9 @@ def run(args: argparse.Namespace) -> int:
     empty = pd.DataFrame()
     out.check_run(RecognitionResult(protocol, config, identity_of(model), empty, empty, dict(task.data_identity), rule,
                                     spec, exec=model_exec(model)).record)  # another run in --out: refused now
-    result = dataclasses.replace(compare_modes(model, task, protocol, config), rule=rule, task=spec, record=None)
+    with RunProgress(f"recognize {args.model}", "options") as bar:  # the options scored, then the decode's tokens
+        scored = compare_modes(model, task, protocol, config, progress=bar.done)
+    result = dataclasses.replace(scored, rule=rule, task=spec, record=None)
     try:
         sets, too_small = select_sets(result, rule, spec), None
     except FailureSetTooSmall as err:

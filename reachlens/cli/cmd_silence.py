@@ -28,11 +28,14 @@ def register(sub) -> argparse.ArgumentParser:
 
 def run(args: argparse.Namespace) -> int:
     from reachlens.engine.sites import sites_of
+    from reachlens.cli._progress import RunProgress
     from reachlens.records import markdown_table
     from reachlens.studies.causal import best_layer, silence_sweep
 
     model, task, sets = open_study(args)
-    result = silence_sweep(model, task, sets, layers=args.layers, components=args.components, allow_other_model=True)
+    with RunProgress(f"silence {args.model}"):  # every condition in one decode: its tokens
+        result = silence_sweep(model, task, sets, layers=args.layers, components=args.components,
+                               allow_other_model=True)
     result.save(args.out)
     echo(markdown_table(result.table.drop(columns=["condition"]), missing="-"))
     mlp = next((c for c in args.components if sites_of(c) == ("mlp_out",)), None)

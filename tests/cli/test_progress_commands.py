@@ -1,0 +1,123 @@
+"""Every decoding command's progress moves while it decodes (issue 53, the rest of finding 2).
+
+Before: ``reachlens control length`` on SmolLM2-135M-Instruct printed nothing for 3 minutes, and so did
+``recognize``, ``silence``, ``steer``, ``units`` and ``elicit`` until their tables. Now each shows the line of
+:mod:`reachlens.cli._progress` (as ``audit``, ``probe`` and ``route`` do): the tokens decoded, the rows finished, the
+rate and the time the decode has left. Each engine step takes 10 s of a fake clock (``slow_steps``), so the log
+(stderr is no terminal here) gets a plain line every 30 s of that work: lines written while rows were still
+decoding, their token counts rising, then the closing line with every row done.
+
+The reference for the rows: each command's own tables, read back from its run directory (rows decoded = rows in
+its tables), and the token counts bounded by rows x max_new_tokens.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+
+import pandas as pd
+import pytest
+
+from reachlens.cli.main import main
+
+MAX_NEW = 12
+
+
+def _progress(err: str, label: str) -> list[tuple[int, int, int]]:
+    """(tokens, rows finished, rows) of every progress line of ``label`` on stderr, in order."""
+    found = []
+    for line in err.splitlines():
+        if line.startswith(label + ":"):
+            m = re.search(r"([\d,]+) tokens, ([\d,]+)/([\d,]+) rows done", line)
+            if m:
+                found.append(tuple(int(g.replace(",", "")) for g in m.groups()))
+    return found
+
+
+def _moves(err: str, label: str) -> tuple[int, int, int]:
+    """Lines of ``label`` while rows were decoding, with rising token counts, then a closing line with every row
+    done; that closing line's (tokens, finished, rows)."""
+    lines = _progress(err, label)
+    assert len(lines) >= 2, err
+    during = [ln for ln in lines[:-1] if ln[1] < ln[2]]
+    assert during, lines  # written before the decode ended, not only at its end
+    assert during[0][0] > 0 and [t for t, _, _ in lines] == sorted(t for t, _, _ in lines), lines
+    tokens, finished, rows = lines[-1]
+    assert finished == rows and tokens > during[0][0], lines
+    return lines[-1]
+
+
+@pytest.fixture(scope="module")
+def audits(tmp_path_factory):
+    root = tmp_path_factory.mktemp("audits")
+    for name in ("base", "sft"):
+        assert main(["audit", f"zoo:{name}", "--task", "arith", "--n", "6", "--k", "4", "--max-new-tokens", "24",
+                     "--out", str(root / name)]) == 0
+    return root
+
+
+@pytest.fixture(scope="module")
+def sets(tmp_path_factory):
+    """The zoo base's recognition of arith_mc (6 questions) and a failure set and healthy panel of 2 each (the
+    causal commands' input, made up as the families' CLI test makes it)."""
+    root = tmp_path_factory.mktemp("rec")
+    assert main(["recognize", "zoo:base", "--task", "arith_mc", "--n", "6", "--max-new-tokens", str(MAX_NEW),
+                 "--min-failures", "1", "--out", str(root / "rec")]) in (0, 2)
+    ids = pd.read_parquet(root / "rec" / "questions.parquet")["question_id"].tolist()
+    made = {**json.loads((root / "rec" / "sets.json").read_text()), "failure": ids[:2], "healthy": ids[2:4]}
+    (root / "sets.json").write_text(json.dumps(made))
+    return root / "sets.json"
+
+
+def test_recognize_shows_its_decode_moving(tmp_path, capfd, slow_steps):
+    code = main(["recognize", "zoo:base", "--task", "arith_mc", "--n", "4", "--max-new-tokens", str(MAX_NEW),
+                 "--min-failures", "1", "--out", str(tmp_path / "rec")])
+    err = capfd.readouterr().err
+    assert code in (0, 2), err  # 2: fewer failures than the rule asks (the tables are written)
+    tokens, _, rows = _moves(err, "recognize zoo:base")
+    assert rows == len(pd.read_parquet(tmp_path / "rec" / "questions.parquet")) == 4 and tokens <= rows * MAX_NEW
+    options = len(pd.read_parquet(tmp_path / "rec" / "options.parquet"))
+    assert f"recognize zoo:base: {options}/{options} options, " in err  # the scoring's count, then the decode's
+
+
+@pytest.mark.parametrize("command,extra", [
+    ("silence", ["--layers", "0,1", "--components", "mlp"]),
+    ("steer", ["--layer", "1", "--alphas", "0,1"]),
+    ("units", ["--layer", "1", "--units", "4"]),
+])
+def test_a_causal_sweep_shows_its_decode_moving(command, extra, sets, tmp_path, capfd, slow_steps):
+    capfd.readouterr()
+    code = main([command, "zoo:base", "--sets", str(sets), *extra, "--out", str(tmp_path / command)])
+    err = capfd.readouterr().err
+    assert code == 0, err
+    label = {"silence": "silence zoo:base", "steer": "steer zoo:base L1 mlp_out", "units": "units zoo:base L1"}
+    _, _, rows = _moves(err, label[command])
+    decoded = pd.read_parquet(tmp_path / command / f"{command}_per_question.parquet")
+    assert rows == len(decoded)  # one greedy row per question and condition, all in the one decode
+
+
+@pytest.mark.parametrize("kind,extra", [("length", ["--max-new-tokens", "48"]),
+                                        ("temperature", ["--temperatures", "1.2"])])
+def test_a_control_shows_its_reruns_moving(kind, extra, audits, tmp_path, capfd, slow_steps):
+    capfd.readouterr()
+    code = main(["control", kind, str(audits / "base"), str(audits / "sft"), *extra, "--out", str(tmp_path / kind)])
+    err = capfd.readouterr().err
+    assert code == 0, err
+    lines = [ln for ln in err.splitlines() if ln.startswith(f"control {kind}:")]
+    tokens, _, rows = _moves(err, f"control {kind}")
+    table = pd.read_parquet(tmp_path / kind / f"{kind}_control.parquet")
+    # the reruns' rows: each question's K=4 samples and its greedy row; length: both audits' 6 questions again
+    questions = 2 * 6 if kind == "length" else int(table["n_reprobed"].iloc[0])
+    assert questions > 0 and rows == questions * 5 and tokens <= rows * max(48, 24), table
+    assert f"control {kind}: {questions}/{questions} q" in lines[-1]
+
+
+def test_elicit_shows_its_steps_and_its_audits_decoding(tmp_path, capfd, slow_steps):
+    code = main(["elicit", "zoo:locked", "--task", "arith_hard", "--n", "3", "--k", "2", "--max-new-tokens", "48",
+                 "--demos", "1", "--control", "zoo:base", "--steps", "1", "--out", str(tmp_path / "eli")])
+    out, err = capfd.readouterr()
+    assert code == 0, err
+    assert "fine-tune model on 1 demonstration(s)" in out and "audit 4 of 4 models" in out  # each step's line
+    tokens, _, rows = _moves(err, "elicit zoo:locked")
+    assert rows == 4 * 3 * 3 and tokens <= rows * 48  # 4 models x 3 questions x (K=2 samples + the greedy row)
