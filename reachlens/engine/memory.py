@@ -43,8 +43,8 @@ from pathlib import Path
 from reachlens.errors import ReachlensError
 from reachlens.protocol import Protocol
 
-__all__ = ["ROW_BYTES", "ROW_BYTES_PER_TOKEN", "check_budget", "check_rows", "keep_freed_memory", "machine_memory",
-           "no_gc"]
+__all__ = ["ROW_BYTES", "ROW_BYTES_PER_TOKEN", "check_budget", "check_rows", "gib", "keep_freed_memory",
+           "machine_memory", "no_gc"]
 
 _M_TRIM_THRESHOLD, _M_MMAP_MAX = -1, -4  # glibc's malloc.h
 _INT_MAX = 2**31 - 1
@@ -148,7 +148,8 @@ def _address_space_left(proc: Path) -> list[int]:
     return [max(soft - mapped, 0)]
 
 
-def _gib(n: int) -> str:
+def gib(n: int) -> str:
+    """``n`` bytes in GiB, one decimal (``"7.6 GiB"``)."""
     return f"{n / (1 << 30):.1f} GiB"
 
 
@@ -180,7 +181,7 @@ def check_rows(rows: int, max_new_tokens: int, what: str, fix: Callable[[int], s
     fit = memory // 2 // per_row
     if rows > fit:
         raise ReachlensError(
-            f"{what} {rows:,} completions need about {_gib(rows * per_row)} in memory until they are graded "
+            f"{what} {rows:,} completions need about {gib(rows * per_row)} in memory until they are graded "
             f"({ROW_BYTES} bytes + {ROW_BYTES_PER_TOKEN} per token of max_new_tokens={max_new_tokens} each), more "
-            f"than half of the {_gib(memory)} this process may use (the least of the machine's memory, its cgroup's "
+            f"than half of the {gib(memory)} this process may use (the least of the machine's memory, its cgroup's "
             f"limit and ulimit -v); {fix(fit)}")

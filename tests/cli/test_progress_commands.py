@@ -121,3 +121,66 @@ def test_elicit_shows_its_steps_and_its_audits_decoding(tmp_path, capfd, slow_st
     assert "fine-tune model on 1 demonstration(s)" in out and "audit 4 of 4 models" in out  # each step's line
     tokens, _, rows = _moves(err, "elicit zoo:locked")
     assert rows == 4 * 3 * 3 and tokens <= rows * 48  # 4 models x 3 questions x (K=2 samples + the greedy row)
+
+
+class _Events:
+    """A listener that keeps every decode event, and the slices' progress between them."""
+
+    def __init__(self) -> None:
+        self.seen: list[tuple] = []
+
+    def decode(self, rows, max_new_tokens):
+        self.seen.append(("decode", rows, max_new_tokens))
+
+    def step(self, tokens, finished, unused):
+        self.seen.append(("step", tokens, finished))
+
+    def done(self, done, total):
+        self.seen.append(("done", done, total))
+
+    def totals(self) -> tuple[int, int, int]:
+        """(rows started, tokens, rows finished) over every event."""
+        return (sum(e[1] for e in self.seen if e[0] == "decode"), sum(e[1] for e in self.seen if e[0] == "step"),
+                sum(e[2] for e in self.seen if e[0] == "step"))
+
+
+def test_a_pool_of_workers_reports_its_decodes_steps_to_this_process(tmp_path):
+    """``--workers 2``: the decodes run in two other processes, and their steps reach this process' listeners as they
+    happen (before their slice is done), counting what the same audit decoded in this process counts."""
+    from reachlens import Protocol, load_task
+    from reachlens.engine.progress import listening
+    from reachlens.execution import ExecConfig
+    from reachlens.studies import audit
+
+    task, protocol = load_task("arith", n=4), Protocol("arith", k=4, temperature=1.0, max_new_tokens=24)
+    here, pooled = _Events(), _Events()
+    with listening(here):
+        audit("zoo:base", task, protocol, exec_config=ExecConfig(max_batch_rows=10))
+    with listening(pooled):
+        audit("zoo:base", task, protocol, out=tmp_path / "a", progress=pooled.done,
+              exec_config=ExecConfig(max_batch_rows=10, workers=2))
+    assert pooled.totals() == here.totals() and here.totals()[0] == 4 * 5
+    first_slice = next(i for i, e in enumerate(pooled.seen) if e[0] == "done" and e[1] > 0)
+    assert any(e[0] == "step" for e in pooled.seen[:first_slice]), pooled.seen
+
+
+def test_demo_shows_its_decodes_moving(tmp_path, capfd, monkeypatch):
+    """``reachlens demo`` (two worker processes): a ``decoding:`` line of the workers' tokens between the audits'
+    lines, written while rows were decoding. The board's clock advances 10 s a reading."""
+    from reachlens.studies import _progress as board_module
+
+    now = [0.0]
+
+    def clock():
+        now[0] += 10.0
+        return now[0]
+
+    monkeypatch.setattr(board_module, "perf_counter", clock)
+    code = main(["demo", "--out", str(tmp_path / "demo"), "--n", "2", "--k", "2", "--extended-k", "4",
+                 "--max-new-tokens", "24", "--workers", "2"])
+    err = capfd.readouterr().err
+    assert code == 0, err
+    lines = _progress(err, "decoding")
+    during = [ln for ln in lines if ln[1] < ln[2]]
+    assert during and during[0][0] > 0, err
+    assert [t for t, _, _ in lines] == sorted(t for t, _, _ in lines)
