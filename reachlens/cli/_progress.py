@@ -35,7 +35,8 @@ class RunProgress:
         self.live = bool(getattr(self.stream, "isatty", lambda: False)())
         self.every, self.redraw, self.delay, self.clock = every, redraw, delay, clock or monotonic
         self.units = (0, None)
-        self.count = DecodeCount(self.clock)
+        self.count = DecodeCount(self.clock, then=self._tick)
+        self.decode, self.step = self.count.decode, self.count.step  # a listener of the engine's decodes
         self._start = self._shown = 0.0
         self._drawn = False
         self._listening = None
@@ -67,14 +68,6 @@ class RunProgress:
         print(visible(text, newlines=True), flush=True)
         if self._drawn and self.live:
             self._tick(force=True)
-
-    def decode(self, rows: int, max_new_tokens: int) -> None:
-        self.count.decode(rows, max_new_tokens)
-        self._tick()
-
-    def step(self, tokens: int, finished: int, unused: int) -> None:
-        self.count.step(tokens, finished, unused)
-        self._tick()
 
     def line(self) -> str:
         """The progress as one line."""

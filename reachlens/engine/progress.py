@@ -46,20 +46,23 @@ class DecodeCount:
     """A listener that counts: tokens decoded, rows started and finished, the budget the started rows have left
     (``left``) and the rate over the last :data:`WINDOW` seconds of ``clock``."""
 
-    def __init__(self, clock: Callable[[], float] | None = None) -> None:
-        self.clock = clock or monotonic
+    def __init__(self, clock: Callable[[], float] | None = None, then: Callable[[], None] | None = None) -> None:
+        """``then``: called after each event is counted (a progress line that redraws)."""
+        self.clock, self.then = clock or monotonic, then or (lambda: None)
         self.tokens = self.rows = self.finished = self.left = 0
         self._recent: deque[tuple[float, int]] = deque()
 
     def decode(self, rows: int, max_new_tokens: int) -> None:
         self.rows += rows
         self.left += rows * max_new_tokens
+        self.then()
 
     def step(self, tokens: int, finished: int, unused: int) -> None:
         self.tokens += tokens
         self.finished += finished
         self.left = max(0, self.left - tokens - unused)
         self._recent.append((self.clock(), self.tokens))
+        self.then()
 
     def rate(self) -> float:
         """Tokens a second over the last :data:`WINDOW` seconds of decoding (0 before two steps)."""

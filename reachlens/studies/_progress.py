@@ -36,20 +36,13 @@ class ProgressBoard:
         self.live = bool(getattr(self.stream, "isatty", lambda: False)())
         self.every = every
         self.clock = clock or perf_counter
-        self.count = DecodeCount(self.clock)
+        self.count = DecodeCount(self.clock, then=self._show_decoding)
+        self.decode, self.step = self.count.decode, self.count.step  # a listener of the engine's decodes
         self._decoding: tuple[float, float] | None = None  # (started, last shown) of the decodes' line
         self._started: dict[str, float] = {}
         self._last_print: dict[str, float] = {}
         self._bars: dict[str, Any] = {}
         self._slots: dict[str, int] = {}
-
-    def decode(self, rows: int, max_new_tokens: int) -> None:
-        self.count.decode(rows, max_new_tokens)
-        self._show_decoding()
-
-    def step(self, tokens: int, finished: int, unused: int) -> None:
-        self.count.step(tokens, finished, unused)
-        self._show_decoding()
 
     def _show_decoding(self) -> None:
         now = self.clock()

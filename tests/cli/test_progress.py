@@ -13,6 +13,8 @@ from __future__ import annotations
 import io
 import re
 
+from progress_clock import slow_steps  # noqa: F401  (the fixture)
+
 from reachlens.cli.main import main
 
 

@@ -19,6 +19,8 @@ import re
 import pandas as pd
 import pytest
 
+from progress_clock import slow_steps  # noqa: F401  (the fixture)
+
 from reachlens.cli.main import main
 
 MAX_NEW = 12

@@ -1,4 +1,5 @@
-"""Fixtures of the CLI's tests: engine steps that take time on the progress line's clock."""
+"""A fixture of the progress tests: engine steps that take time on the progress line's clock (imported by each test
+file that uses it; a conftest.py here would shadow the suite's own ``conftest`` module)."""
 
 from __future__ import annotations
 
