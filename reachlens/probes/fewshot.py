@@ -69,7 +69,7 @@ class FewShotProbe(Probe):
         task or split, and a question with fewer than ``n`` admissible demonstrations are refused here."""
         pool = self.pool(task)
         check_train_pool(task, pool)
-        check_admissible(task, pool, self.n, demonstration_format(protocol))
+        check_admissible(task, pool, self.n, demonstration_format(protocol.resolved(task)))
 
     def read_inputs(self) -> tuple[FewShotProbe, dict[str, str]]:
         """A ``train=PATH`` file's SHA-256, read once in the driver and recorded in the run's identity (a resume with

@@ -91,7 +91,7 @@ def test_fewshot_refusals_come_before_any_decode(spec, words, tmp_path, capsys):
     err = _refused(capsys, ["probe", "zoo:base", "--task", "arith", "--n", 2, "--max-new-tokens", 8, "--probe",
                             spec.format(file=file), "--out", out], out)
     assert all(w in err for w in words), err
-    assert main(["probe", "zoo:base", "--task", "arith", "--n", 1, "--max-new-tokens", 4, "--probe",
+    assert main(["probe", "zoo:base", "--task", "arith", "--n", "1", "--max-new-tokens", "4", "--probe",
                  "fewshot:n=1:k=1", "--out", str(out)]) == 0  # the corrected spec runs in that directory
 
 
