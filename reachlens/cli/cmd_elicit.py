@@ -62,6 +62,7 @@ def check_train_args(args: argparse.Namespace) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from reachlens.cli._progress import RunProgress
     from reachlens.engine.memory import check_budget
     from reachlens.store import RunDir
     from reachlens.studies import FineTune, elicit
@@ -76,8 +77,9 @@ def run(args: argparse.Namespace) -> int:
     pool = None if args.train_data is None else load_task(args.task, args.train_data, split="train")
     finetune = FineTune(steps=args.steps, lr=args.lr, seed=args.train_seed, held_out=args.held_out,
                         eval_every=args.eval_every)
-    result = elicit(args.model, task, protocol, out=args.out, demos=args.demos, control=args.control,
-                    finetune=finetune, pool=pool, exec_config=exec_config, progress=lambda line: echo(line))
+    with RunProgress(f"elicit {args.model}") as bar:  # each step's line above it, the decodes' tokens on it
+        result = elicit(args.model, task, protocol, out=args.out, demos=args.demos, control=args.control,
+                        finetune=finetune, pool=pool, exec_config=exec_config, progress=bar.write)
     diff = result.difference()
     echo(f"training-based reach of {args.model} against {args.control} on {args.task} (n={result.audits['model'].n}, "
          f"K={protocol.k}): model minus control uplift, 95% paired interval   -> {args.out}")

@@ -85,21 +85,26 @@ def _demos(demos: Sequence[int]) -> tuple[int, ...]:
     return tuple(out)
 
 
-def select_demonstrations(task: Task, pool: Task, n: int, *, seed: int = 0) -> tuple[Question, ...]:
-    """The first ``n`` of one seeded shuffle of ``pool`` (the task's train split), less any whose prompt is one of
-    ``task``'s questions: the same demonstrations for the model and its control, nested in ``n``.
+def select_demonstrations(task: Task, pool: Task, n: int, *, seed: int = 0, held_out: int = 0) -> tuple[Question, ...]:
+    """The first ``n + held_out`` of one seeded shuffle of ``pool`` (the task's train split), less any whose prompt
+    is one of ``task``'s questions: the same demonstrations for the model and its control, nested in ``n``, then
+    early stopping's ``held_out`` questions.
 
     Raises:
-        ReachlensError: the pool is not the train split, or holds fewer than ``n`` admissible questions.
+        ReachlensError: the pool is not the train split, or holds fewer admissible questions than asked (the
+            message blames ``held_out`` where the demonstrations alone would fit).
     """
     check_train_pool(task, pool)
     shown = {task.prompt(q) for q in task.questions}
     order = list(range(len(pool.questions)))
     random.Random(int.from_bytes(hashlib.sha256(f"elicit\x1f{seed}".encode()).digest()[:8], "little")).shuffle(order)
-    picked = [pool.questions[i] for i in order if pool.prompt(pool.questions[i]) not in shown][:n]
-    if len(picked) < n:
-        raise ReachlensError(f"the train split of {pool.name!r} has {len(picked)} admissible demonstrations, fewer "
-                             f"than {n}; lower demos")
+    picked = [pool.questions[i] for i in order if pool.prompt(pool.questions[i]) not in shown][:n + held_out]
+    if len(picked) < n + held_out:
+        have = f"the train split of {pool.name!r} has {len(picked):,} admissible questions"
+        if len(picked) >= n:
+            raise ReachlensError(f"held_out={held_out:,} (--held-out) questions after {n:,} demonstrations: {have}; "
+                                 f"use held_out <= {len(picked) - n:,}")
+        raise ReachlensError(f"{have}, fewer than {n:,} demonstrations; lower demos")
     return tuple(picked)
 
 
@@ -280,7 +285,7 @@ def elicit(
     _local(control, "control")
     protocol = protocol.resolved(task)
     pool = pool if pool is not None else train_pool(task)
-    picked = select_demonstrations(task, pool, max(demos) + finetune.held_out, seed=finetune.seed)
+    picked = select_demonstrations(task, pool, max(demos), seed=finetune.seed, held_out=finetune.held_out)
     chosen = picked[:max(demos)]  # early stopping's held-out questions: the next ones of the same shuffle
     held = pool.only([q.question_id for q in picked[max(demos):]]) if finetune.held_out else None
     out = Path(out)
