@@ -42,6 +42,9 @@ def register(sub) -> argparse.ArgumentParser:
                    help="steps between two held-out measurements (default 5)")
     p.add_argument("--train-seed", type=int, default=0,
                    help="seed of the demonstrations' draw and of the fine-tunes (default 0)")
+    p.add_argument("--unseen-by", type=comma_list("--unseen-by", str), default=[],
+                   help="other locks, comma-separated, whose training questions no demonstration or held-out question "
+                        "may be (the model's and the control's are always excluded)")
     p.add_argument("--out", required=True, help="run directory (re-running resumes it)")
     add_scale_args(p, backend=False)
     return p
@@ -77,7 +80,8 @@ def run(args: argparse.Namespace) -> int:
     finetune = FineTune(steps=args.steps, lr=args.lr, seed=args.train_seed, held_out=args.held_out,
                         eval_every=args.eval_every)
     result = elicit(args.model, task, protocol, out=args.out, demos=args.demos, control=args.control,
-                    finetune=finetune, pool=pool, exec_config=exec_config, progress=lambda line: echo(line))
+                    finetune=finetune, pool=pool, exec_config=exec_config, progress=lambda line: echo(line),
+                    unseen_by=args.unseen_by)
     diff = result.difference()
     echo(f"training-based reach of {args.model} against {args.control} on {args.task} (n={result.audits['model'].n}, "
          f"K={protocol.k}): model minus control uplift, 95% paired interval   -> {args.out}")

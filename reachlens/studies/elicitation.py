@@ -16,8 +16,10 @@ and reports per ``n``:
   ``difference``).
 
 The demonstrations are the first ``n`` of one seeded shuffle of the task's *train* split (nested: the 2 include
-the 1), less any whose prompt is a test question's, each its worked solution (or gold answer): table
-``demonstrations``. This is **training-based reach**: a fine-tuned copy is another model, so what it reaches is
+the 1), less any whose prompt is a test question's and any question the model, the control or another lock named in
+``unseen_by`` records training on (:mod:`reachlens.studies.elicitation_split`: the elicitation split), each its
+worked solution (or gold answer): table ``demonstrations``. Early stopping's held-out questions are the next ones
+of the same shuffle, so they are unseen too. This is **training-based reach**: a fine-tuned copy is another model, so what it reaches is
 reported apart from the inference-time probes of a probe run and never pooled with them.
 
 Layout of the run directory (every audit and checkpoint resumes where it stopped)::
@@ -53,6 +55,7 @@ from reachlens.store import Run, RunDir, RunRecord, register_kind, single_name
 from reachlens.studies.audit_job import AuditJob
 from reachlens.studies.auditing import AuditResult
 from reachlens.studies.compare import compare, delta_row
+from reachlens.studies.elicitation_split import unseen_pool
 from reachlens.studies.finetune import FineTune, finetune_on_demonstrations
 from reachlens.tasks.base import Question, Task
 from reachlens.tasks.fewshot import check_train_pool, demonstration_target, train_pool
@@ -207,11 +210,12 @@ def _n(audits: dict[str, AuditResult]) -> int | None:
 
 
 def _record(model: str, control: str, task: Task, protocol: Protocol, demos: tuple[int, ...], config: FineTune,
-            pool: Task) -> RunRecord:
+            pool: Task, unseen_by: tuple[str, ...]) -> RunRecord:
     identity = {side: dataclasses.asdict(model_identity(spec)) for side, spec in zip(SIDES, (model, control))}
     return RunRecord.new("elicitation", protocol, identity, task.data_identity or None,
                          {"demos": list(demos), "control": control, "finetune": dataclasses.asdict(config),
-                          "pool": dict(pool.data_identity), "label": LABEL})
+                          "pool": dict(pool.data_identity), "pool_unseen_by": [model, control, *unseen_by],
+                          "pool_size": len(pool.questions), "label": LABEL})
 
 
 def _local(spec: str, role: str) -> None:
@@ -224,6 +228,7 @@ def elicit(
     model: str, task: Task, protocol: Protocol, *, out: str | Path, demos: Sequence[int] = (1, 2, 4, 8, 16),
     control: str = "zoo:base", finetune: FineTune = FineTune(), pool: Task | None = None,
     exec_config: ExecConfig | None = None, executor=None, progress: Callable[[str], None] | None = None,
+    unseen_by: Sequence[str] = (),
 ) -> Elicitation:
     """Fine-tune copies of ``model`` and ``control`` on the same ``n`` train demonstrations for each ``n`` of
     ``demos``, audit all of them under ``protocol``, and write the run to ``out`` (resumable: a re-run with the
@@ -234,7 +239,9 @@ def elicit(
         control: the never-locked control's spec (``zoo:base``, a folder), fine-tuned alike.
         task: the test questions (all are audited).
         protocol: the sources' protocol (resolved against the task here).
-        pool: the task's train split (default: loaded by name for a generated task).
+        pool: the task's train split (default: loaded by name for a generated task); every question the model, the
+            control or a checkpoint of ``unseen_by`` records training on is removed from it first.
+        unseen_by: other locks (specs) whose training questions no demonstration may be (the organisms compared).
         progress: called with a line as each step starts.
 
     >>> run = elicit("zoo:locked", load_task("arith_hard", n=300), Protocol("arith_hard", k=8),
@@ -245,7 +252,7 @@ def elicit(
     _local(model, "model")
     _local(control, "control")
     protocol = protocol.resolved(task)
-    pool = pool if pool is not None else train_pool(task)
+    pool = unseen_pool(pool if pool is not None else train_pool(task), [model, control, *unseen_by])
     picked = select_demonstrations(task, pool, max(demos) + finetune.held_out, seed=finetune.seed)
     chosen = picked[:max(demos)]  # early stopping's held-out questions: the next ones of the same shuffle
     held = pool.only([q.question_id for q in picked[max(demos):]]) if finetune.held_out else None
@@ -254,7 +261,7 @@ def elicit(
     specs = {"model": model, "control": control}
     store = RunDir(out)
     with store.writer():  # the fine-tunes under the run's lock: a failure or Ctrl-C is recorded as the run's
-        store.start(_record(model, control, task, protocol, demos, finetune, pool))
+        store.start(_record(model, control, task, protocol, demos, finetune, pool, tuple(unseen_by)))
         for stale in (out / "checkpoints").glob(".finetune-*"):  # a killed fine-tune's staging folder
             shutil.rmtree(stale)
         for n in demos:
