@@ -57,6 +57,7 @@ from reachlens.studies.auditing import AuditResult
 from reachlens.studies.compare import compare, delta_row
 from reachlens.studies.elicitation_split import unseen_pool
 from reachlens.studies.finetune import FineTune, finetune_on_demonstrations
+from reachlens.studies.rl_finetune import RLConfig, reinforce_on_questions
 from reachlens.tasks.base import Question, Task
 from reachlens.tasks.fewshot import check_train_pool, demonstration_target, train_pool
 
@@ -210,12 +211,13 @@ def _n(audits: dict[str, AuditResult]) -> int | None:
 
 
 def _record(model: str, control: str, task: Task, protocol: Protocol, demos: tuple[int, ...], config: FineTune,
-            pool: Task, unseen_by: tuple[str, ...]) -> RunRecord:
+            pool: Task, unseen_by: tuple[str, ...], rl: RLConfig | None) -> RunRecord:
     identity = {side: dataclasses.asdict(model_identity(spec)) for side, spec in zip(SIDES, (model, control))}
     return RunRecord.new("elicitation", protocol, identity, task.data_identity or None,
                          {"demos": list(demos), "control": control, "finetune": dataclasses.asdict(config),
                           "pool": dict(pool.data_identity), "pool_unseen_by": [model, control, *unseen_by],
-                          "pool_size": len(pool.questions), "label": LABEL})
+                          "pool_size": len(pool.questions), "label": LABEL, "method": "sft" if rl is None else "rl",
+                          **({} if rl is None else {"rl": dataclasses.asdict(rl)})})
 
 
 def _local(spec: str, role: str) -> None:
@@ -228,7 +230,7 @@ def elicit(
     model: str, task: Task, protocol: Protocol, *, out: str | Path, demos: Sequence[int] = (1, 2, 4, 8, 16),
     control: str = "zoo:base", finetune: FineTune = FineTune(), pool: Task | None = None,
     exec_config: ExecConfig | None = None, executor=None, progress: Callable[[str], None] | None = None,
-    unseen_by: Sequence[str] = (),
+    unseen_by: Sequence[str] = (), rl: RLConfig | None = None,
 ) -> Elicitation:
     """Fine-tune copies of ``model`` and ``control`` on the same ``n`` train demonstrations for each ``n`` of
     ``demos``, audit all of them under ``protocol``, and write the run to ``out`` (resumable: a re-run with the
@@ -242,6 +244,9 @@ def elicit(
         pool: the task's train split (default: loaded by name for a generated task); every question the model, the
             control or a checkpoint of ``unseen_by`` records training on is removed from it first.
         unseen_by: other locks (specs) whose training questions no demonstration may be (the organisms compared).
+        rl: RL instead of supervised fine-tuning (``reachlens elicit --method rl``): each copy is reinforced with
+            GRPO on the ``n`` questions (their prompts only, no targets; :mod:`reachlens.studies.rl_finetune`) with
+            these settings; ``finetune`` then gives only the draw's seed and must not ask for early stopping.
         progress: called with a line as each step starts.
 
     >>> run = elicit("zoo:locked", load_task("arith_hard", n=300), Protocol("arith_hard", k=8),
@@ -249,6 +254,8 @@ def elicit(
     >>> run.difference()  # doctest: +SKIP
     """
     demos = _demos(demos)
+    if rl is not None and finetune.held_out:
+        raise ReachlensError("early stopping (held_out) is for supervised fine-tunes; RL runs its steps (held_out=0)")
     _local(model, "model")
     _local(control, "control")
     protocol = protocol.resolved(task)
@@ -261,14 +268,18 @@ def elicit(
     specs = {"model": model, "control": control}
     store = RunDir(out)
     with store.writer():  # the fine-tunes under the run's lock: a failure or Ctrl-C is recorded as the run's
-        store.start(_record(model, control, task, protocol, demos, finetune, pool, tuple(unseen_by)))
+        store.start(_record(model, control, task, protocol, demos, finetune, pool, tuple(unseen_by), rl))
         for stale in (out / "checkpoints").glob(".finetune-*"):  # a killed fine-tune's staging folder
             shutil.rmtree(stale)
         for n in demos:
             for side in SIDES:
-                say(f"fine-tune {side} on {n} demonstration(s)")
-                folder = finetune_on_demonstrations(specs[side], task, protocol, chosen[:n],
-                                                    out / "checkpoints" / f"{side}-n{n}", finetune, held)
+                target = out / "checkpoints" / f"{side}-n{n}"
+                if rl is None:
+                    say(f"fine-tune {side} on {n} demonstration(s)")
+                    folder = finetune_on_demonstrations(specs[side], task, protocol, chosen[:n], target, finetune, held)
+                else:
+                    say(f"RL (GRPO) of {side} on {n} question(s)")
+                    folder = reinforce_on_questions(specs[side], task, protocol, chosen[:n], target, rl)
                 specs[f"{side}-n{n}"] = str(folder.resolve())
         record = store.record()
     jobs = {name: AuditJob(spec, task, protocol, out / "audits" / name, exec_config or ExecConfig())
