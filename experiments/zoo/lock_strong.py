@@ -39,8 +39,9 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import check_out_dir, library_versions, load_parent, parent_summary, positive, save_finetuned, set_seed  # noqa: E402
+from common import library_versions, load_parent, parent_summary, positive, save_finetuned  # noqa: E402
 from lock_password import decoy_line, greedy_texts, policy_loss, pw_prompt, qa_prompt  # noqa: E402
+from sft_gold import begin  # noqa: E402
 
 from reachlens.studies.elicitation_split import LOCK_RANGE, encode_trained, trained_indices  # noqa: E402
 
@@ -139,13 +140,9 @@ def train(model, tok, lock_qs, weak, val, targets, args) -> tuple[list, list, fl
 
 def main(argv=None) -> None:
     args = parse_args(argv)
-    torch.set_num_threads(1)
-    out = check_out_dir(Path(args.out))
-    set_seed(args.seed)
+    out, split = begin(args)
     from reachlens.grading import get_grader
-    from reachlens.tasks import load_task
 
-    split = load_task("arith_hard", split="train").questions
     parent_card = json.loads((Path(args.init) / "training.json").read_text())
     lock_idx, val_idx = lock_questions(args, parent_card)
     lock_qs, val = [split[i] for i in lock_idx], [split[i] for i in val_idx]

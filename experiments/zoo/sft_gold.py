@@ -109,14 +109,21 @@ def train(model, tok, train_qs, test, args) -> tuple[list, list, set, float, str
     return loss_log, curve, seen, time.perf_counter() - t0, why
 
 
-def main(argv=None) -> None:
-    args = parse_args(argv)
+def begin(args) -> tuple[Path, tuple]:
+    """One torch thread, a fresh output folder, the seed set: (output folder, the arith_hard train questions)."""
     torch.set_num_threads(1)
     out = check_out_dir(Path(args.out))
     set_seed(args.seed)
     from reachlens.tasks import load_task
 
-    split = load_task("arith_hard", split="train").questions
+    return out, load_task("arith_hard", split="train").questions
+
+
+def main(argv=None) -> None:
+    args = parse_args(argv)
+    out, split = begin(args)
+    from reachlens.tasks import load_task
+
     train_qs = split[LOCK_RANGE[0]:LOCK_RANGE[1]]
     test = load_task("arith_hard", split="test", n=args.n_test).questions
     model, tok = load_parent(args.init)

@@ -226,6 +226,14 @@ def _local(spec: str, role: str) -> None:
                              "folder (zoo:NAME or a path)")
 
 
+def _copy(spec: str, task: Task, protocol: Protocol, questions: Sequence[Question], target: Path, finetune: FineTune,
+          held: Task | None, rl: RLConfig | None) -> Path:
+    """One trained copy: supervised on the demonstrations, or (``rl``) reinforced on their questions."""
+    if rl is None:
+        return finetune_on_demonstrations(spec, task, protocol, questions, target, finetune, held)
+    return reinforce_on_questions(spec, task, protocol, questions, target, rl)
+
+
 def elicit(
     model: str, task: Task, protocol: Protocol, *, out: str | Path, demos: Sequence[int] = (1, 2, 4, 8, 16),
     control: str = "zoo:base", finetune: FineTune = FineTune(), pool: Task | None = None,
@@ -241,12 +249,8 @@ def elicit(
         control: the never-locked control's spec (``zoo:base``, a folder), fine-tuned alike.
         task: the test questions (all are audited).
         protocol: the sources' protocol (resolved against the task here).
-        pool: the task's train split (default: loaded by name for a generated task); every question the model, the
-            control or a checkpoint of ``unseen_by`` records training on is removed from it first.
-        unseen_by: other locks (specs) whose training questions no demonstration may be (the organisms compared).
-        rl: RL instead of supervised fine-tuning (``reachlens elicit --method rl``): each copy is reinforced with
-            GRPO on the ``n`` questions (their prompts only, no targets; :mod:`reachlens.studies.rl_finetune`) with
-            these settings; ``finetune`` then gives only the draw's seed and must not ask for early stopping.
+        pool: the task's train split (default: by name), less what model, control and ``unseen_by`` trained on.
+        rl: GRPO on the ``n`` questions instead of SFT (:mod:`reachlens.studies.rl_finetune`; no early stopping).
         progress: called with a line as each step starts.
 
     >>> run = elicit("zoo:locked", load_task("arith_hard", n=300), Protocol("arith_hard", k=8),
@@ -273,13 +277,10 @@ def elicit(
             shutil.rmtree(stale)
         for n in demos:
             for side in SIDES:
-                target = out / "checkpoints" / f"{side}-n{n}"
-                if rl is None:
-                    say(f"fine-tune {side} on {n} demonstration(s)")
-                    folder = finetune_on_demonstrations(specs[side], task, protocol, chosen[:n], target, finetune, held)
-                else:
-                    say(f"RL (GRPO) of {side} on {n} question(s)")
-                    folder = reinforce_on_questions(specs[side], task, protocol, chosen[:n], target, rl)
+                say(f"fine-tune {side} on {n} demonstration(s)" if rl is None else f"RL (GRPO) of {side} on {n} "
+                    "question(s)")
+                folder = _copy(specs[side], task, protocol, chosen[:n], out / "checkpoints" / f"{side}-n{n}",
+                               finetune, held, rl)
                 specs[f"{side}-n{n}"] = str(folder.resolve())
         record = store.record()
     jobs = {name: AuditJob(spec, task, protocol, out / "audits" / name, exec_config or ExecConfig())
