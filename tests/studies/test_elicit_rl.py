@@ -25,8 +25,8 @@ from reachlens.studies.elicitation_split import trained_question_ids
 from reachlens.studies.rl_finetune import RLConfig, reward_function
 
 ROOT = Path(__file__).resolve().parents[2]
-ARGV = ["elicit", "zoo:locked", "--control", "zoo:base", "--method", "rl", "--task", "arith_hard", "--n", "3",
-        "--k", "2", "--max-new-tokens", "48", "--demos", "1,2", "--steps", "2", "--rl-generations", "2",
+ARGV = ["elicit", "zoo:locked", "--control", "zoo:base", "--method", "rl", "--task", "arith_hard", "--n", "2",
+        "--k", "1", "--max-new-tokens", "32", "--demos", "2", "--steps", "2", "--rl-generations", "2",
         "--rl-prompts", "1"]
 
 
@@ -49,12 +49,13 @@ def test_a_killed_rl_run_resumes_and_reuses_its_finished_copy(tmp_path):
     env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
     proc = subprocess.Popen([sys.executable, "-m", "reachlens", *ARGV, "--out", str(out)], env=env,
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    first = out / "checkpoints" / "model-n1" / "model.safetensors"
+    first = out / "checkpoints" / "model-n2" / "model.safetensors"
     while not first.is_file() and proc.poll() is None:
         time.sleep(0.1)
     proc.send_signal(signal.SIGKILL)
     proc.wait()
     assert first.is_file() and not (out / "checkpoints" / "control-n2").exists(), "killed before the end"
+    assert read_run(out).record.status == "interrupted"
     stamp = first.stat().st_mtime_ns
     assert main([*ARGV, "--out", str(out)]) == 0
     assert first.stat().st_mtime_ns == stamp, "the resumed run reuses the finished copy"
@@ -67,4 +68,4 @@ def test_a_killed_rl_run_resumes_and_reuses_its_finished_copy(tmp_path):
         assert card["recipe"] == "elicitation_grpo" and card["training"]["trainer"] == "trl.GRPOTrainer"
         assert [r["step"] for r in card["reward_curve"]] == [1, 2]
         assert len(card["questions"]) == 2 and not set(card["questions"]) & seen
-    assert set(run.difference()["n_demos"]) == {1, 2}
+    assert set(run.difference()["n_demos"]) == {2}
