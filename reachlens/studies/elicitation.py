@@ -18,8 +18,10 @@ and reports per ``n``:
   :mod:`~reachlens.studies.trace_reach`), and each source's lucky-guess null of O_K beside its reach.
 
 The demonstrations are the first ``n`` of one seeded shuffle of the task's *train* split (nested: the 2 include
-the 1), less any whose prompt is a test question's, each its worked solution (or gold answer): table
-``demonstrations``. This is **training-based reach**: a fine-tuned copy is another model, so what it reaches is
+the 1), less any whose prompt is a test question's and any question the model, the control or another lock named in
+``unseen_by`` records training on (:mod:`reachlens.studies.elicitation_split`: the elicitation split), each its
+worked solution (or gold answer): table ``demonstrations``. Early stopping's held-out questions are the next ones
+of the same shuffle, so they are unseen too. This is **training-based reach**: a fine-tuned copy is another model, so what it reaches is
 reported apart from the inference-time probes of a probe run and never pooled with them.
 
 Layout of the run directory (every audit and checkpoint resumes where it stopped)::
@@ -56,7 +58,9 @@ from reachlens.store import Run, RunDir, RunRecord, register_kind, single_name
 from reachlens.studies.audit_job import AuditJob
 from reachlens.studies.auditing import AuditResult
 from reachlens.studies.compare import compare, delta_row
+from reachlens.studies.elicitation_split import unseen_pool
 from reachlens.studies.finetune import FineTune, finetune_on_demonstrations
+from reachlens.studies.rl_finetune import RLConfig, reinforce_on_questions
 from reachlens.studies.trace_reach import traced, verified_questions
 from reachlens.tasks.base import Question, Task
 from reachlens.tasks.fewshot import check_train_pool, demonstration_target, train_pool
@@ -246,11 +250,13 @@ def _n(audits: dict[str, AuditResult]) -> int | None:
 
 
 def _record(model: str, control: str, task: Task, protocol: Protocol, demos: tuple[int, ...], config: FineTune,
-            pool: Task) -> RunRecord:
+            pool: Task, unseen_by: tuple[str, ...], rl: RLConfig | None) -> RunRecord:
     identity = {side: dataclasses.asdict(model_identity(spec)) for side, spec in zip(SIDES, (model, control))}
     return RunRecord.new("elicitation", protocol, identity, task.data_identity or None,
                          {"demos": list(demos), "control": control, "finetune": dataclasses.asdict(config),
-                          "pool": dict(pool.data_identity), "label": LABEL})
+                          "pool": dict(pool.data_identity), "pool_unseen_by": [model, control, *unseen_by],
+                          "pool_size": len(pool.questions), "label": LABEL, "method": "sft" if rl is None else "rl",
+                          **({} if rl is None else {"rl": dataclasses.asdict(rl)})})
 
 
 def _local(spec: str, role: str) -> None:
@@ -259,10 +265,19 @@ def _local(spec: str, role: str) -> None:
                              "folder (zoo:NAME or a path)")
 
 
+def _copy(spec: str, task: Task, protocol: Protocol, questions: Sequence[Question], target: Path, finetune: FineTune,
+          held: Task | None, rl: RLConfig | None) -> Path:
+    """One trained copy: supervised on the demonstrations, or (``rl``) reinforced on their questions."""
+    if rl is None:
+        return finetune_on_demonstrations(spec, task, protocol, questions, target, finetune, held)
+    return reinforce_on_questions(spec, task, protocol, questions, target, rl)
+
+
 def elicit(
     model: str, task: Task, protocol: Protocol, *, out: str | Path, demos: Sequence[int] = (1, 2, 4, 8, 16),
     control: str = "zoo:base", finetune: FineTune = FineTune(), pool: Task | None = None,
     exec_config: ExecConfig | None = None, executor=None, progress: Callable[[str], None] | None = None,
+    unseen_by: Sequence[str] = (), rl: RLConfig | None = None,
 ) -> Elicitation:
     """Fine-tune copies of ``model`` and ``control`` on the same ``n`` train demonstrations for each ``n`` of
     ``demos``, audit all of them under ``protocol``, and write the run to ``out`` (resumable: a re-run with the
@@ -273,7 +288,8 @@ def elicit(
         control: the never-locked control's spec (``zoo:base``, a folder), fine-tuned alike.
         task: the test questions (all are audited).
         protocol: the sources' protocol (resolved against the task here).
-        pool: the task's train split (default: loaded by name for a generated task).
+        pool: the task's train split (default: by name), less what model, control and ``unseen_by`` trained on.
+        rl: GRPO on the ``n`` questions instead of SFT (:mod:`reachlens.studies.rl_finetune`; no early stopping).
         progress: called with a line as each step starts.
 
     >>> run = elicit("zoo:locked", load_task("arith_hard", n=300), Protocol("arith_hard", k=8),
@@ -281,10 +297,12 @@ def elicit(
     >>> run.difference()  # doctest: +SKIP
     """
     demos = _demos(demos)
+    if rl is not None and finetune.held_out:
+        raise ReachlensError("early stopping (held_out) is for supervised fine-tunes; RL runs its steps (held_out=0)")
     _local(model, "model")
     _local(control, "control")
     protocol = protocol.resolved(task)
-    pool = pool if pool is not None else train_pool(task)
+    pool = unseen_pool(pool if pool is not None else train_pool(task), [model, control, *unseen_by])
     picked = select_demonstrations(task, pool, max(demos), seed=finetune.seed, held_out=finetune.held_out)
     chosen = picked[:max(demos)]  # early stopping's held-out questions: the next ones of the same shuffle
     held = pool.only([q.question_id for q in picked[max(demos):]]) if finetune.held_out else None
@@ -293,14 +311,15 @@ def elicit(
     specs = {"model": model, "control": control}
     store = RunDir(out)
     with store.writer():  # the fine-tunes under the run's lock: a failure or Ctrl-C is recorded as the run's
-        store.start(_record(model, control, task, protocol, demos, finetune, pool))
+        store.start(_record(model, control, task, protocol, demos, finetune, pool, tuple(unseen_by), rl))
         for stale in (out / "checkpoints").glob(".finetune-*"):  # a killed fine-tune's staging folder
             shutil.rmtree(stale)
         for n in demos:
             for side in SIDES:
-                say(f"fine-tune {side} on {n} demonstration(s)")
-                folder = finetune_on_demonstrations(specs[side], task, protocol, chosen[:n],
-                                                    out / "checkpoints" / f"{side}-n{n}", finetune, held)
+                say(f"fine-tune {side} on {n} demonstration(s)" if rl is None else f"RL (GRPO) of {side} on {n} "
+                    "question(s)")
+                folder = _copy(specs[side], task, protocol, chosen[:n], out / "checkpoints" / f"{side}-n{n}",
+                               finetune, held, rl)
                 specs[f"{side}-n{n}"] = str(folder.resolve())
         record = store.record()
     jobs = {name: AuditJob(spec, task, protocol, out / "audits" / name, exec_config or ExecConfig())

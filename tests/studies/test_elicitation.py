@@ -26,6 +26,7 @@ from reachlens.report import report_run
 from reachlens.stats import paired_bootstrap_ci
 from reachlens.studies import Elicitation, FineTune, elicit
 from reachlens.studies.elicitation import select_demonstrations
+from reachlens.studies.elicitation_split import trained_question_ids, unseen_pool
 
 TASK = load_task("arith_hard", n=3)
 PROTOCOL = Protocol("arith_hard", k=2, temperature=0.8, max_new_tokens=48)
@@ -115,7 +116,8 @@ def test_the_demonstrations_come_from_the_train_split_only(run_dir):
     train = load_task("arith_hard", split="train")
     test_prompts = {TASK.prompt(q) for q in load_task("arith_hard").questions}
     ids = run.demonstrations["question_id"].tolist()
-    assert ids == [q.question_id for q in select_demonstrations(TASK, train, 2, seed=0)]
+    assert ids == [q.question_id for q in select_demonstrations(TASK, unseen_pool(train, ["zoo:locked"]), 2, seed=0)]
+    assert not set(ids) & trained_question_ids("zoo:locked", train)  # the elicitation split: unseen by the lock
     by_id = {q.question_id: q for q in train.questions}
     assert all(i in by_id and train.prompt(by_id[i]) not in test_prompts for i in ids)
     assert run.demonstrations["target"].tolist() == [by_id[i].solution for i in ids]
