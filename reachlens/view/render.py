@@ -183,6 +183,7 @@ def answer_groups(samples: pd.DataFrame, key: str = "candidate_idx") -> list[dic
     for answer, g in samples.groupby(samples["answer"].astype(object).where(samples["answer"].notna(), None),
                                      dropna=False, sort=False):
         eligible = int((g["scored"].astype(bool) & g["answer"].notna()).sum())
+        answer = None if not isinstance(answer, str) and pd.isna(answer) else answer
         groups.append({"answer": answer, "n": len(g), "eligible": eligible,
                        "correct": int((g["correct"].astype(bool) & g["scored"].astype(bool)).sum()),
                        "idx": g[key].tolist(), "rows": g})

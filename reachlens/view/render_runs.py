@@ -47,7 +47,7 @@ def _groups_table(rows: pd.DataFrame, picks: dict[str, set[str]]) -> str:
         answer = "(no answer)" if g["answer"] is None else g["answer"]
         marks = "".join(f'<span class="majority" data-pick="{h(name)}">{h(name)}</span>'
                         for name, answers in picks.items() if g["answer"] is not None and str(g["answer"]) in answers)
-        each = "".join(_text(j, f"#{int(j)}") for j in g["idx"])
+        each = "".join(_text(int(j), f"#{int(j)}") for j in g["idx"])
         out.append(f'<tr class="{"correct" if g["correct"] else "wrong"}"><td>{h(answer)}</td>'
                    f'<td class="num">{g["n"]}</td><td class="num">{g["correct"]}</td><td>{marks}'
                    f"<details><summary>texts</summary>{each}</details></td></tr>")
@@ -94,7 +94,7 @@ def _probe_body(qs: QuestionSet, qid: str) -> str:
         g = greedy.iloc[0]
         grade = _grade(g["correct"], g["scored"])
         parts.append(f'<p>deployed (greedy): <b class="{grade}">{h(g["answer"])}</b> ({grade})</p>'
-                     + _text(g["row_pos"], "deployed text"))
+                     + _text(int(g["row_pos"]), "deployed text"))
     for (probe, arm), sub in rows[rows["probe"] != GREEDY].groupby(["probe", "arm"], sort=False):
         n_ok = int((sub["correct"].astype(bool) & sub["scored"].astype(bool)).sum())
         kind = " (an intervention)" if bool(sub["intervention"].any()) else ""
@@ -119,7 +119,7 @@ def _routing_body(qs: QuestionSet, qid: str) -> str:
         f'<tr class="{_grade(r.correct, r.scored)}"><td class="num">{int(r.candidate_idx)}</td><td>{h(r.route)}</td>'
         f'<td>{h(r.answer)}</td><td>{_grade(r.correct, r.scored)}</td><td>{"yes" if r.duplicate else ""}</td>'
         f'<td class="num">{h(f"{r.objective:.3f}" if pd.notna(r.objective) else "-")}</td>'
-        f"<td>{_text(r.row_pos, 'text')}</td></tr>" for r in rows.head(ROUTES_SHOWN).itertuples(index=False))
+        f"<td>{_text(int(r.row_pos), 'text')}</td></tr>" for r in rows.head(ROUTES_SHOWN).itertuples(index=False))
     more = f'<p class="count">the first {ROUTES_SHOWN} shown</p>' if len(rows) > ROUTES_SHOWN else ""
     return (f'<div class="side" data-side="0"><p>deployed (identity route, greedy): <b class="{grade}">'
             f'{h(row["deployed_answer"])}</b> ({grade})</p><h3>selectors\' picks</h3><ul>{sel}</ul>'

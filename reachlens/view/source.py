@@ -223,7 +223,7 @@ def _elicitation_pairs(key: str, info) -> list[QuestionSet]:
                 continue
             sides = (AuditSide(side, base), AuditSide(copy.name, copy))
             out.append(QuestionSet(f"{key}/{side}--{copy.name}", "comparison",
-                                   f"elicitation {info.path.name}: {side} -> {copy.name}", info.path, "complete",
+                                   f"elicitation {info.path.name}: {side} -> {copy.name}", info.path, info.record.status,
                                    sides, join=lambda b=base, c=copy: compare(b, c).questions.copy()))
     return out
 
