@@ -71,7 +71,7 @@ from jaxtyping import Bool, Float, Int
 from torch import Tensor
 
 from reachlens.engine.hooks import BatchRows, _rows, arms_served, plain_below, user_hooks
-from reachlens.engine.memory import keep_freed_memory, no_gc
+from reachlens.engine.memory import check_decode, keep_freed_memory, no_gc
 from reachlens.engine.progress import decode_started, decode_step
 from reachlens.engine.rng import Workspace, sample_inverse_cdf
 from reachlens.engine.sample_tree import FinishReason, SampleTree
@@ -231,6 +231,7 @@ def generate(
         return _per_route(model, prompts, rows, protocol, routes, route_ids, stop_at_eos=stop_at_eos,
                           max_batch_rows=max_batch_rows, fused=fused, share_prefixes=share_prefixes)
     ids = _prompt_ids(tokenizer_of(model), prompts)
+    check_decode(model, len(rows), max(map(len, ids)) + protocol.max_new_tokens, max_batch_rows)
     share_prefixes = not user_hooks(model) if share_prefixes is None else share_prefixes
     stopper = StopChecker(tokenizer_of(model), tuple(protocol.stop or ()), _eos_ids(model) if stop_at_eos else set())
     tags = [r.tag for r in rows]

@@ -27,7 +27,9 @@ Numerics: neither changes what is computed; only where memory comes from and whe
 
 **Limits.** :func:`machine_memory` is what this process may use (the least of the machine's memory, its cgroups'
 limits and ``ulimit -v``); :func:`check_rows` refuses, before any is built, completions held together that cannot fit
-in half of it, and :func:`check_budget` applies it to an audit's budget and batch bound.
+in half of it, and :func:`check_budget` applies it to an audit's budget and batch bound; :func:`check_decode` refuses a
+decode batch whose logits passes and KV cache cannot fit (:func:`decode_row_bytes`), which grows with the vocabulary
+and the model's depth, not with the completions.
 """
 
 from __future__ import annotations
@@ -40,11 +42,13 @@ import platform
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
+import torch
+
 from reachlens.errors import ReachlensError
 from reachlens.protocol import Protocol
 
-__all__ = ["ROW_BYTES", "ROW_BYTES_PER_TOKEN", "check_budget", "check_rows", "keep_freed_memory", "machine_memory",
-           "no_gc"]
+__all__ = ["ROW_BYTES", "ROW_BYTES_PER_TOKEN", "VOCAB_PASSES", "check_budget", "check_decode", "check_rows",
+           "decode_row_bytes", "keep_freed_memory", "machine_memory", "no_gc"]
 
 _M_TRIM_THRESHOLD, _M_MMAP_MAX = -1, -4  # glibc's malloc.h
 _INT_MAX = 2**31 - 1
@@ -184,3 +188,35 @@ def check_rows(rows: int, max_new_tokens: int, what: str, fix: Callable[[int], s
             f"({ROW_BYTES} bytes + {ROW_BYTES_PER_TOKEN} per token of max_new_tokens={max_new_tokens} each), more "
             f"than half of the {_gib(memory)} this process may use (the least of the machine's memory, its cgroup's "
             f"limit and ulimit -v); {fix(fit)}")
+
+
+VOCAB_PASSES = 8
+"""Vocabulary-sized float32 buffers one decoding row holds at a step: the logits, the sampler's passes (softmax,
+cumulative sums, the inverse-CDF draw) and the log-probabilities. Measured on SmolLM2-135M-Instruct (vocabulary
+49,152): 512 rows x 4 new tokens peaked 601 MB above 64 rows, 1.34 MB a row, 6.8 such buffers; rounded up."""
+
+
+def decode_row_bytes(model, length: int) -> int:
+    """Bytes one row of a decode batch holds at its widest: :data:`VOCAB_PASSES` float32 vectors over the vocabulary
+    and its KV cache at ``length`` positions (keys and values of every layer, in the model's dtype)."""
+    cfg = model.cfg
+    n_kv = getattr(cfg, "n_key_value_heads", None) or cfg.n_heads
+    elem = torch.empty((), dtype=getattr(cfg, "dtype", None) or torch.float32).element_size()
+    return VOCAB_PASSES * 4 * int(cfg.d_vocab) + 2 * int(cfg.n_layers) * int(n_kv) * int(cfg.d_head) * elem * length
+
+
+def check_decode(model, rows: int, length: int, max_batch_rows: int) -> None:
+    """Refuse, before the prefill, a decode batch of ``min(rows, max_batch_rows)`` rows of up to ``length`` positions
+    whose logits passes and KV cache (:func:`decode_row_bytes`) cannot fit in half of :func:`machine_memory`. A
+    262,144-entry vocabulary (Gemma 3) makes each row's passes 8 MB, and its cache grows with every layer: the bound
+    on completions (:func:`check_rows`) does not see either. The message names the ``max_batch_rows`` that fits."""
+    batch = min(rows, max_batch_rows)
+    per_row = decode_row_bytes(model, length)
+    memory = machine_memory()
+    fit = max(memory // 2 // per_row, 0)
+    if batch > fit:
+        raise ReachlensError(
+            f"max_batch_rows={max_batch_rows}: a decode batch of {batch:,} rows needs about {_gib(batch * per_row)} "
+            f"({per_row / (1 << 20):.1f} MiB a row: {VOCAB_PASSES} float32 passes over d_vocab={model.cfg.d_vocab:,} and "
+            f"the KV cache of {length} positions), more than half of the {_gib(memory)} this process may use; use "
+            f"max_batch_rows <= {fit} (--max-batch-rows {fit}), or a shorter max_new_tokens")

@@ -34,7 +34,16 @@ Pruning, which writes a new checkpoint rather than hooking a model, is
 from reachlens.engine.hooks import FwdHook, HookFn
 from reachlens.engine.rng import intervention_seed
 from reachlens.engine.sites import COMPONENTS, SITES, check_layer, hook_name, site_shape, sites_of
-from reachlens.interventions.ablation import ablated, mean_ablation, replace_hook, site_means, zero_ablation, zero_hook
+from reachlens.interventions.ablation import (
+    ablated,
+    displacement_hook,
+    mean_ablation,
+    random_displacement,
+    replace_hook,
+    site_means,
+    zero_ablation,
+    zero_hook,
+)
 from reachlens.interventions.direction_file import read_direction
 from reachlens.interventions.embedding_noise import (
     EMBED_SITE,
@@ -87,6 +96,7 @@ __all__ = [
     "LinearSite",
     "WeightNoise",
     "ablated",
+    "displacement_hook",
     "add_vector_arms_hook",
     "add_vector_hook",
     "check_layer",
@@ -100,6 +110,7 @@ __all__ = [
     "intervention_seed",
     "linear_sites",
     "mean_ablation",
+    "random_displacement",
     "mlp_out_weight",
     "prompt_columns",
     "read_direction",

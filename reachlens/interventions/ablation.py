@@ -33,10 +33,12 @@ from jaxtyping import Float
 from torch import Tensor
 
 from reachlens.engine.hooks import FwdHook, HookFn, arm_entries, per_arm, row_agnostic
+from reachlens.engine.rng import intervention_seed
 from reachlens.engine.sites import hook_name, site_shape, sites_of
 from reachlens.errors import ReachlensError
 
-__all__ = ["ablated", "mean_ablation", "replace_hook", "site_means", "zero_ablation", "zero_hook"]
+__all__ = ["ablated", "displacement_hook", "mean_ablation", "random_displacement", "replace_hook", "site_means",
+           "zero_ablation", "zero_hook"]
 
 
 @row_agnostic
@@ -94,6 +96,59 @@ def zero_ablation(model, layer: int, site: str | Sequence[str] = "mlp_out", *, a
     >>> zero_ablation(model, 1, "mlp", arm=("silence", 1, "mlp"))  # doctest: +SKIP
     """
     return [(hook_name(model, layer, s, write=True), replace_hook(arm=arm)) for s in sites_of(site)]
+
+
+def displacement_hook(direction: Float[Tensor, " d"], *, arm: Hashable = None) -> HookFn:
+    """A hook function that adds ``|x| * direction`` to the activation ``x`` at every position (``|x|`` the norm
+    of that position's vector over its last dimension): a move as large as zeroing it, along ``direction``
+    (unit norm) instead of along ``-x``. On every row (``arm=None``) or on ``arm``'s rows only."""
+    unit = direction.detach().float().clone()
+    if unit.ndim != 1 or not bool(torch.isfinite(unit).all()) or abs(float(unit.norm()) - 1.0) > 1e-4:
+        raise ReachlensError(f"the displacement direction must be a finite unit vector (shape {tuple(unit.shape)}, "
+                             f"norm {float(unit.norm()):.4g}); divide it by its norm")
+
+    def moved(tensor: Tensor) -> Tensor:
+        step = unit.to(device=tensor.device, dtype=tensor.dtype)
+        return tensor + tensor.norm(dim=-1, keepdim=True) * step
+
+    if arm is None:
+        @row_agnostic
+        def every_row(tensor: Float[Tensor, "..."], *, hook) -> Float[Tensor, "..."]:
+            return moved(tensor)
+
+        return every_row
+    keys = (arm,)
+
+    @per_arm(keys)
+    def arm_rows(tensor: Float[Tensor, "..."], *, hook) -> Float[Tensor, "..."] | None:
+        entries = arm_entries(keys, tensor.device)
+        if entries is None:
+            return None
+        out = tensor.clone()
+        out[entries] = moved(tensor[entries])
+        return out
+
+    return arm_rows
+
+
+def random_displacement(
+    model, layer: int, site: str | Sequence[str] = "mlp_out", *, seed: int = 0, arm: Hashable = None
+) -> list[FwdHook]:
+    """``fwd_hooks`` that move ``site`` of block ``layer`` (sites and components as in :func:`zero_ablation`) by a
+    random direction scaled to the activation's own norm at each position: a perturbation the size of
+    :func:`zero_ablation`'s that carries nothing of the site's content, the null a silencing effect is read against.
+    The direction is a unit Gaussian vector drawn from ``(seed, layer, site)`` alone (one per site).
+
+    >>> random_displacement(model, 3, "mlp", seed=0)  # doctest: +SKIP
+    """
+    hooks = []
+    for s in sites_of(site):
+        name = hook_name(model, layer, s, write=True)
+        d = site_shape(model, name)[-1]
+        gen = torch.Generator().manual_seed(intervention_seed(seed, name, layer))
+        v = torch.randn(d, generator=gen, dtype=torch.float64)
+        hooks.append((name, displacement_hook((v / v.norm()).float(), arm=arm)))
+    return hooks
 
 
 def mean_ablation(

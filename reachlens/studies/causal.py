@@ -10,11 +10,13 @@ condition's hooks act on its own rows only, and each question's prompt is prefil
 (tested). Per condition:
 
 * **repair rate**: share of the failure set (recognized, generated wrong) now generated correctly;
-* **break rate**: share of the healthy panel (right both ways) now generated wrong.
+* **break rate**: share of the healthy panel (right both ways) now generated wrong;
+* **flip rate**: share of both sets whose answer changed at all; each rate with a 95 % Wilson interval.
 
 :func:`silence_sweep` zero-ablates the MLP, the attention, or both (``layer``) of each block and
-includes an unhooked ``none`` row, which should read repair 0 and break 0: greedy decoding is
-deterministic, so a non-zero baseline would flag a numerical near-tie (a different batch composition
+measures each beside its *control*, the same site moved as far along a random direction (the null: with two
+options a perturbation that only scrambles answers repairs half a failure set). It includes an unhooked ``none``
+row, which should read repair 0 and break 0: greedy decoding is deterministic, so a non-zero baseline would flag a numerical near-tie (a different batch composition
 can move a logit in its last bits). :func:`best_layer` picks the block whose MLP ablation
 repairs most net of breaks.
 
@@ -59,6 +61,7 @@ from reachlens.interventions import (
     check_layer,
     hook_name,
     mlp_out_weight,
+    random_displacement,
     sites_of,
     steering,
     steering_site,
@@ -71,6 +74,7 @@ from reachlens.engine.scoring import right_padded
 from reachlens.execution import ExecConfig, model_exec
 from reachlens.models import identity_of
 from reachlens.records import CAUSAL_COLUMNS
+from reachlens.stats import wilson_interval
 from reachlens.store import Run, RunDir, RunRecord, register_kind
 from reachlens.runner import deploy_arms_and_grade
 from reachlens.studies.recognition import EvalSets, generate_and_grade, generation_protocol
@@ -79,7 +83,7 @@ from reachlens.tasks.chat import render_prompts
 
 __all__ = [
     "CausalResult", "Condition", "Direction", "SilenceSweep", "SteerSweep", "UnitsSweep", "answer_activations",
-    "best_alpha", "best_layer", "default_alphas", "evaluate_conditions", "evaluate_hooks",
+    "best_alpha", "best_layer", "default_alphas", "evaluate_conditions", "evaluate_hooks", "flip_rate",
     "mean_difference_direction", "outcome", "silence_sweep", "steer_sweep", "unit_ranking",
     "units_sweep",
 ]
@@ -229,14 +233,26 @@ def evaluate_conditions(
 
 
 def outcome(per_question: pd.DataFrame) -> dict[str, Any]:
-    """Repair and break rates (with counts) of one condition's per-question outcomes."""
+    """Repair and break rates (with counts and 95 % Wilson intervals) of one condition's per-question outcomes."""
     fail = per_question[per_question["set"] == "failure"]
     healthy = per_question[per_question["set"] == "healthy"]
     n_rep, n_brk = int(fail["realized"].sum()), int((~healthy["realized"].astype(bool)).sum())
+    rep_lo, rep_hi = wilson_interval(n_rep, len(fail))
+    brk_lo, brk_hi = wilson_interval(n_brk, len(healthy))
     return {
         "repair": n_rep / len(fail) if len(fail) else math.nan, "break": n_brk / len(healthy) if len(healthy) else math.nan,
         "n_repaired": n_rep, "n_failure": len(fail), "n_broken": n_brk, "n_healthy": len(healthy),
+        "repair_lo": rep_lo, "repair_hi": rep_hi, "break_lo": brk_lo, "break_hi": brk_hi,
     }
+
+
+def flip_rate(per_question: pd.DataFrame, reference: pd.DataFrame) -> float:
+    """The share of questions whose deployed answer under a condition differs from ``reference``'s (the unhooked
+    model's): how often the intervention merely changes the answer, right or wrong. NaN without common questions."""
+    ref = dict(zip(reference["question_id"], reference["deployed_answer"].astype(str)))
+    pairs = [(a, ref[q]) for q, a in zip(per_question["question_id"], per_question["deployed_answer"].astype(str))
+             if q in ref]
+    return sum(a != b for a, b in pairs) / len(pairs) if pairs else math.nan
 
 
 def _check_sets(model, sets: EvalSets, allow_other_model: bool) -> None:
@@ -250,14 +266,21 @@ def _check_sets(model, sets: EvalSets, allow_other_model: bool) -> None:
 def silence_sweep(
     model, task: Task, sets: EvalSets, *, layers: Sequence[int] | None = None,
     components: Sequence[str] = ("mlp", "attn", "layer"), allow_other_model: bool = False,
-    one_at_a_time: bool = False,
+    one_at_a_time: bool = False, control_seed: int | None = 0,
 ) -> CausalResult:
-    """Zero-ablate each ``component`` of each layer; repair and break rates per (layer, component).
+    """Zero-ablate each ``component`` of each layer; repair and break rates per (layer, component), each with its
+    null beside it.
 
     A component is ``mlp`` (site ``mlp_out``), ``attn`` (``attn_out``), ``layer`` (both: the block's
     whole contribution), any other site (``mlp_post``, ``resid_pre``, ...) or sites joined by ``+``
     (:func:`~reachlens.engine.sites.sites_of`); the table's ``component`` column keeps the name given
     and its ``sites`` column the sites it zeroed.
+
+    The null (``control_seed`` not None): the same site moved as far as zeroing moves it, along a random direction
+    (:func:`~reachlens.interventions.random_displacement`), a perturbation that carries no information. With two
+    options, scrambling answers alone repairs about half a failure set: a repair rate means something only against
+    its control's (``control_repair``, ``control_break``), and ``flip`` / ``control_flip`` say how often each merely
+    changes the answer (against the unhooked ``none`` row), over both sets. Rates carry 95 % Wilson intervals.
 
     >>> sweep = silence_sweep(model, task, sets)  # doctest: +SKIP
     >>> best_layer(sweep.table)  # doctest: +SKIP
@@ -265,16 +288,27 @@ def silence_sweep(
     _check_sets(model, sets, allow_other_model)
     layers = list(range(len(model.blocks))) if layers is None else [check_layer(model, int(x)) for x in layers]
     sites = {c: "+".join(sites_of(c)) for c in components}  # a bad name raises before anything runs
-    plan = [(None, "none")] + [(L, c) for L in layers for c in components]
-    conditions = [Condition("none") if layer is None
-                  else Condition(f"zero L{layer} {comp}", partial(zero_ablation, model, layer, comp))
-                  for layer, comp in plan]
-    per_q = evaluate_conditions(model, task, sets, conditions, one_at_a_time=one_at_a_time)
-    rows = [{"condition": c.name, "layer": -1 if layer is None else layer, "component": comp,
-             "sites": sites.get(comp, ""), **outcome(pq)} for (layer, comp), c, pq in zip(plan, conditions, per_q)]
+    cells = [(L, c) for L in layers for c in components]
+    conditions = [Condition("none")] + [
+        Condition(f"zero L{layer} {comp}", partial(zero_ablation, model, layer, comp)) for layer, comp in cells]
+    if control_seed is not None:
+        conditions += [Condition(f"control L{layer} {comp}", partial(random_displacement, model, layer, comp,
+                                                                      seed=control_seed)) for layer, comp in cells]
+    per_q = dict(zip((c.name for c in conditions),
+                     evaluate_conditions(model, task, sets, conditions, one_at_a_time=one_at_a_time)))
+    rows = [{"condition": "none", "layer": -1, "component": "none", "sites": "", **outcome(per_q["none"]), "flip": 0.0}]
+    for layer, comp in cells:
+        zero = per_q[f"zero L{layer} {comp}"]
+        row = {"condition": f"zero L{layer} {comp}", "layer": layer, "component": comp, "sites": sites[comp],
+               **outcome(zero), "flip": flip_rate(zero, per_q["none"])}
+        if control_seed is not None:
+            ctrl = per_q[f"control L{layer} {comp}"]
+            row.update({f"control_{k}": v for k, v in outcome(ctrl).items() if not k.startswith("n_")},
+                       control_flip=flip_rate(ctrl, per_q["none"]))
+        rows.append(row)
     meta = {"kind": "silence", "layers": layers, "components": list(components), "sites": sites, "sets": sets.counts,
-            "model": sets.model, "rule": sets.rule.describe()}
-    return _result("silence", model, task, sets, pd.DataFrame(rows), pd.concat(per_q, ignore_index=True), meta)
+            "model": sets.model, "rule": sets.rule.describe(), "control_seed": control_seed}
+    return _result("silence", model, task, sets, pd.DataFrame(rows), pd.concat(per_q.values(), ignore_index=True), meta)
 
 
 def best_layer(table: pd.DataFrame, component: str = "mlp") -> int:

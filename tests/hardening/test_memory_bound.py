@@ -103,3 +103,29 @@ def test_audit_under_ulimit_v_refuses_an_impossible_k_before_building_rows(tmp_p
     assert "k=3000000: one question's 3,000,001 completions" in lines[0] and "ulimit -v" in lines[0]
     assert "use k <= " in lines[0]
     assert not out.exists()
+
+
+def test_decode_bound_counts_the_vocabulary_and_the_kv_cache(tiny_model, tiny_hf, monkeypatch):
+    """A decode batch's bytes a row come from the HF config by hand (8 float32 vocabulary passes, keys and values
+    of every layer and KV head at each position); a batch over half the memory is refused before the prefill,
+    naming the max_batch_rows that fits, and that many rows decode."""
+    from reachlens.engine import Row, generate
+    from reachlens.engine.memory import VOCAB_PASSES, decode_row_bytes
+    from reachlens.errors import ReachlensError
+    from reachlens.protocol import Protocol
+
+    cfg = tiny_hf.config
+    length = 40
+    kv = 2 * cfg.num_hidden_layers * cfg.num_key_value_heads * (cfg.hidden_size // cfg.num_attention_heads) * 4 * length
+    per_row = VOCAB_PASSES * 4 * cfg.vocab_size + kv
+    assert decode_row_bytes(tiny_model, length) == per_row
+    prompt = "Q: 1+2=?\nA:"
+    n_prompt = len(tiny_model.tokenizer(prompt)["input_ids"])
+    fit = 6
+    monkeypatch.setattr("reachlens.engine.memory.machine_memory",
+                        lambda: 2 * fit * decode_row_bytes(tiny_model, n_prompt + 8) + 1)
+    protocol = Protocol("arith", k=10, temperature=1.0, max_new_tokens=8)
+    rows = [Row(0, seed=i) for i in range(10)]
+    with pytest.raises(ReachlensError, match=rf"max_batch_rows=10: a decode batch of 10 rows .* max_batch_rows <= {fit}"):
+        generate(tiny_model, [prompt], rows, protocol, max_batch_rows=10)
+    assert len(generate(tiny_model, [prompt], rows, protocol, max_batch_rows=fit)) == 10

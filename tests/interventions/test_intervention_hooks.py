@@ -189,3 +189,29 @@ def test_sites_components_and_get_act_name_aliases(tiny_model):
     assert hook_name(tiny_model, 0, "mlp.hook_out") == "blocks.0.mlp.hook_out"
     with pytest.raises(ReachlensError, match="names no site"):
         sites_of([])
+
+
+@pytest.mark.parametrize("layer", [0, 2])
+@torch.no_grad()
+def test_random_displacement_moves_the_mlp_output_by_its_own_norm(tiny_model, tiny_hf, ids, layer):
+    """The silencing null equals an HF forward hook adding |out| * v to the MLP's output (v read off the hook
+    by applying it to a basis vector), v is a unit vector, and another seed draws another direction."""
+    from reachlens.interventions import random_displacement
+
+    (name, fn), = random_displacement(tiny_model, layer, "mlp", seed=3)
+    d = tiny_hf.config.hidden_size
+    e = torch.zeros(1, 1, d)
+    e[..., 0] = 2.0
+    v = ((fn(e, hook=None) - e) / 2.0).reshape(d)
+    assert name == f"blocks.{layer}.hook_mlp_out" and abs(float(v.norm()) - 1.0) < 1e-5
+    handle = tiny_hf.model.layers[layer].mlp.register_forward_hook(
+        lambda mod, inp, out: out + out.norm(dim=-1, keepdim=True) * v)
+    try:
+        ref = tiny_hf(ids).logits
+    finally:
+        handle.remove()
+    with tiny_model.hooks(fwd_hooks=random_displacement(tiny_model, layer, "mlp", seed=3)):
+        ours = LayerStack(tiny_model).forward(ids)
+    torch.testing.assert_close(ours, ref, rtol=1e-5, atol=1e-4)
+    (_, other), = random_displacement(tiny_model, layer, "mlp", seed=4)
+    assert not torch.allclose(other(e, hook=None), fn(e, hook=None))

@@ -100,3 +100,28 @@ def test_deploy_arms_and_grade_is_each_arm_alone(study):
             want = deploy_and_grade(model, task, protocol, ids)
         pd.testing.assert_frame_equal(table, want, check_exact=True)
     assert got[1]["question_id"].tolist() == fail[:3] + fail[:1] and got[2].empty
+
+
+def test_silence_sweep_null_intervals_and_flips_against_scipy_and_a_hand_count(study):
+    """Every zero row has its control (the same site moved as far along a random direction) beside it; the rates'
+    intervals are scipy's Wilson intervals of the counts; flip is the share of answers that differ from 'none'."""
+    from scipy.stats import binomtest
+
+    model, task, sets = study
+    run = silence_sweep(model, task, sets, layers=[1, 4], components=["mlp"], control_seed=0)
+    pq = run.per_question
+    plain = pq[pq["condition"] == "none"].set_index("question_id")["deployed_answer"].astype(str)
+    for row in run.table[run.table["layer"] >= 0].itertuples():
+        for prefix, condition in (("", row.condition), ("control_", row.condition.replace("zero", "control"))):
+            mine = pq[pq["condition"] == condition]
+            fail = mine[mine["set"] == "failure"]
+            k = int(fail["realized"].sum())
+            ci = binomtest(k, len(fail)).proportion_ci(method="wilson")
+            assert getattr(row, f"{prefix}repair") == k / len(fail)
+            assert getattr(row, f"{prefix}repair_lo") == pytest.approx(ci.low, abs=1e-12)
+            assert getattr(row, f"{prefix}repair_hi") == pytest.approx(ci.high, abs=1e-12)
+            flips = (mine.set_index("question_id")["deployed_answer"].astype(str) != plain).mean()
+            assert getattr(row, f"{prefix}flip") == pytest.approx(flips)
+    assert run.meta["control_seed"] == 0
+    bare = silence_sweep(model, task, sets, layers=[1], components=["mlp"], control_seed=None)
+    assert "control_repair" not in bare.table and set(bare.per_question["condition"]) == {"none", "zero L1 mlp"}
