@@ -61,7 +61,7 @@ def _serve(args: argparse.Namespace):
     """The server on ``--port``; with none given, on VIEW_PORT when it is free, else on a free port."""
     from reachlens.cli._common import CLIError
     from reachlens.view import serve
-    from reachlens.view.links import VIEW_PORT
+    from reachlens.store.view_address import VIEW_PORT
 
     port = VIEW_PORT if args.port is None else args.port
     try:

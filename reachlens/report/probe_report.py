@@ -225,8 +225,8 @@ def _sections(tables: dict[str, pd.DataFrame]) -> tuple[list[str], list[str]]:
 def _viewer_note(run: Any) -> str:
     """Links into ``reachlens view`` of the run: per probe family, the questions it reaches that greedy misses."""
     from reachlens.probes.bank import family_of
-    from reachlens.view.links import VIEW_PORT, view_url
-    from reachlens.view.runs import family_column
+    from reachlens.store.view_address import VIEW_PORT, view_url
+    from reachlens.store.view_address import family_column
 
     families = dict.fromkeys(family_of(p) for p in run.probes)
     links = ", ".join(f'<a href="{esc(view_url("0", filter=f"{family_column(f)}_reached and not realized"))}">'

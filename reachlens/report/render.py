@@ -39,7 +39,7 @@ from reachlens.report.view_links import pair_keys, question_links, viewer_sectio
 from reachlens.report.tables import bins_table, display_tables, heading, markdown_summary, md_table, report_title
 from reachlens.store import read_run
 from reachlens.studies.study_view import StudyView
-from reachlens.view.links import VIEW_PORT
+from reachlens.store.view_address import VIEW_PORT
 
 __all__ = ["FIGURES", "PAGES", "VIEWS", "report_run", "write_report", "write_run_report"]
 

@@ -2,7 +2,7 @@
 question to its page, and a run's per-question tables' question ids to their pages.
 
 A report is a file and the viewer a server, so the links name the viewer as ``reachlens view DIR`` serves the run
-directory the report is of (:mod:`reachlens.view.links`: this machine, port 8765, the set by its place under DIR);
+directory the report is of (:mod:`reachlens.store.view_address`: this machine, port 8765, the set by its place under DIR);
 the section says so. A pair whose comparison is not saved in the run (audits given to ``reachlens report`` one by
 one) has no set in the viewer, and no links.
 """
@@ -23,7 +23,7 @@ GAINED_SHOWN = 200
 def pair_keys(run: Any, pairs: list[tuple[str, str]]) -> dict[tuple[str, str], str]:
     """The viewer's set of each of ``pairs`` (the report's) of ``run`` as ``reachlens view DIR`` names it (DIR: the
     run's directory): a training audit's saved comparisons, a comparison itself; none for other runs."""
-    from reachlens.view.links import set_key
+    from reachlens.store.view_address import set_key
 
     if run.location is None:
         return {}
@@ -41,16 +41,16 @@ def pair_keys(run: Any, pairs: list[tuple[str, str]]) -> dict[tuple[str, str], s
 
 def question_links(key: str = "0"):
     """A cell function: a question id -> its page in the viewer (set ``key``)."""
-    from reachlens.view.links import view_url
+    from reachlens.store.view_address import view_url
 
     return lambda qid: view_url(key, question=qid)
 
 
 def viewer_section(comparisons: dict[tuple[str, str], Any], keys: dict[tuple[str, str], str], where: str) -> str:
     """The report's section of links into the viewer, one list per pair with a set there (empty: none has)."""
-    from reachlens.view.expr import matches
-    from reachlens.view.links import VIEW_PORT, view_url
-    from reachlens.view.render import FATE_FILTERS
+    from reachlens.store.filter_expr import matches
+    from reachlens.store.view_address import VIEW_PORT, view_url
+    from reachlens.store.view_address import FATE_FILTERS
 
     parts = []
     for (a, b), cmp in comparisons.items():

@@ -19,22 +19,17 @@ import pandas as pd
 
 from reachlens.errors import ReachlensError
 from reachlens.escape import html_text as h
+from reachlens.store.view_address import FATE_FILTERS
+from reachlens.view.fragments import answer_groups, problem_fragment
 from reachlens.view.query import View, paired_figures, select
 from reachlens.view.source import QuestionSet
 
 __all__ = ["answer_groups", "controls_fragment", "list_fragment", "problem_fragment", "question_fragment", "sample_fragment",
-           "sets_fragment", "FATE_FILTERS", "STATUS_FILTERS"]
+           "sets_fragment", "STATUS_FILTERS"]
 
 ROWS_SHOWN = 2000
 """The most rows the list shows at once (the count says how many matched)."""
 
-FATE_FILTERS = {
-    "gained, already base-reachable": 'realized_fate == "gained" and base_reachable',
-    "gained, outside base-reachable": 'realized_fate == "gained" and not base_reachable',
-    "lost": 'realized_fate == "lost"', "kept": 'realized_fate == "kept"', "never realized": 'realized_fate == "never"',
-    "left the reachable set": 'reach_fate == "left"', "entered the reachable set": 'reach_fate == "entered"',
-}
-"""A comparison's fate filters: what the page's menu says, and the expression it writes in the address."""
 STATUS_FILTERS = {"realized": "{p}realized", "reachable, not realized": "{p}reachable and not {p}realized",
                   "not reachable": "not {p}reachable"}
 """Status filters of one side (``{p}``: ``base_``, ``trained_`` or nothing for an audit)."""
@@ -69,10 +64,6 @@ def _cell(value: Any) -> str:
     if isinstance(value, float):
         return f'<td class="num">{value:.3f}</td>'
     return f"<td>{h(value)}</td>"
-
-
-def problem_fragment(message: str) -> str:
-    return f'<p class="problem">{h(message)}</p>'
 
 
 def sets_fragment(sets: list[QuestionSet], current: str | None) -> str:
@@ -173,24 +164,6 @@ def _paired(rows: pd.DataFrame, view: View) -> str:
              ("gained from base-reachable", f["gained_from_base_reachable"])]
     dl = "".join(f'<dt>{h(k)}</dt><dd data-stat="{h(k)}">{h(v)}</dd>' for k, v in items)
     return f'<section id="paired"><h3>Paired figures of these questions</h3>{mark}<dl>{dl}</dl></section>'
-
-
-def answer_groups(samples: pd.DataFrame, key: str = "candidate_idx") -> list[dict[str, Any]]:
-    """The samples grouped by extracted answer (no answer: one group), most frequent first, each with its samples'
-    ``key`` (``idx``); the majority's pick (the answers tied for the most votes among graded samples with an
-    answer, :mod:`reachlens.selectors`) marked."""
-    groups = []
-    for answer, g in samples.groupby(samples["answer"].astype(object).where(samples["answer"].notna(), None),
-                                     dropna=False, sort=False):
-        eligible = int((g["scored"].astype(bool) & g["answer"].notna()).sum())
-        answer = None if not isinstance(answer, str) and pd.isna(answer) else answer
-        groups.append({"answer": answer, "n": len(g), "eligible": eligible,
-                       "correct": int((g["correct"].astype(bool) & g["scored"].astype(bool)).sum()),
-                       "idx": g[key].tolist(), "rows": g})
-    top = max((g["eligible"] for g in groups), default=0)
-    for g in groups:
-        g["majority"] = top > 0 and g["eligible"] == top
-    return sorted(groups, key=lambda g: (-g["n"], str(g["answer"])))
 
 
 def _side_column(qs: QuestionSet, i: int, qid: str) -> str:

@@ -19,7 +19,7 @@ import math
 import pandas as pd
 
 from reachlens.escape import html_text as h
-from reachlens.view.render import answer_groups, problem_fragment
+from reachlens.view.fragments import answer_groups, problem_fragment
 from reachlens.view.source import QuestionSet
 
 __all__ = ["ROUTES_SHOWN", "run_body"]
@@ -39,7 +39,7 @@ def _text(j: int, label: str) -> str:
 
 
 def _groups_table(rows: pd.DataFrame, picks: dict[str, set[str]]) -> str:
-    """``rows`` grouped by answer (:func:`~reachlens.view.render.answer_groups`, keyed by their place ``row_pos``),
+    """``rows`` grouped by answer (:func:`~reachlens.view.fragments.answer_groups`, keyed by their place ``row_pos``),
     each group marked with the selectors whose pick it holds (``picks``: selector -> answers)."""
     out = ['<table class="groups"><thead><tr><th>answer</th><th>candidates</th><th>correct</th><th></th></tr>'
            "</thead><tbody>"]

@@ -18,26 +18,21 @@ cannot be, the gold is missing (a run's own table gives it where it has one).
 
 from __future__ import annotations
 
-import re
 from pathlib import Path
 
 import pandas as pd
 
 from reachlens.errors import ReachlensError
 from reachlens.store.files import regular_file
+from reachlens.store.view_address import family_column
 
-__all__ = ["CANDIDATE_TABLES", "family_column", "probe_table", "recognition_table", "routing_table"]
+__all__ = ["CANDIDATE_TABLES", "probe_table", "recognition_table", "routing_table"]
 
 CANDIDATE_TABLES = {"audit": "samples", "comparison": "samples", "probe": "candidates", "routing": "candidates",
                     "recognition": "options"}
 """Where each kind of set keeps a question's candidates (its K samples, its bank, its routes, its options)."""
 _FIX = "restore it from a copy, or run it again into a new directory"
 _BANK_LIST = ["question_id", "probe", "arm", "answer", "correct", "scored"]
-
-
-def family_column(family: str) -> str:
-    """A probe family's name as a column prefix a filter can name (``weight_noise``, ``fewshot``)."""
-    return re.sub(r"\W", "_", family)
 
 
 def _narrow(path: Path, columns: list[str]) -> pd.DataFrame:

@@ -192,7 +192,7 @@ def test_the_export_writes_a_static_copy_and_never_into_a_run(runs, tmp_path) ->
 
 
 def test_reports_link_into_the_viewer(runs, tmp_path) -> None:
-    from reachlens.view.links import VIEW_PORT
+    from reachlens.store.view_address import VIEW_PORT
 
     assert main(["report", str(runs / "route"), "--out", str(tmp_path / "r")]) == 0
     page = (tmp_path / "r" / "report.html").read_text()

@@ -1,4 +1,6 @@
-"""Addresses of the viewer, for the pages that link into it (``reachlens report``).
+"""Addresses of the viewer, for the pages that link into it (``reachlens report``), and the names in them: a
+comparison's fate filters (:data:`FATE_FILTERS`) and a probe family's column prefix (:func:`family_column`). They
+sit below both the report and the viewer, which import them from here.
 
 A report is a file; the viewer is a server. A report's links name the viewer of its run directory as
 ``reachlens view DIR`` serves it: on :data:`VIEW_PORT` of this machine (the port ``reachlens view`` takes when it is
@@ -13,15 +15,29 @@ address bar holds them. The report says so beside its links: they open while ``r
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from urllib.parse import urlencode
 
-__all__ = ["VIEW_HOST", "VIEW_PORT", "set_key", "view_url"]
+__all__ = ["FATE_FILTERS", "VIEW_HOST", "VIEW_PORT", "family_column", "set_key", "view_url"]
 
 VIEW_HOST = "127.0.0.1"
 VIEW_PORT = 8765
 """The port ``reachlens view`` listens on when it is free and no ``--port`` is given (else a free one), and the port
 a report's links name."""
+
+FATE_FILTERS = {
+    "gained, already base-reachable": 'realized_fate == "gained" and base_reachable',
+    "gained, outside base-reachable": 'realized_fate == "gained" and not base_reachable',
+    "lost": 'realized_fate == "lost"', "kept": 'realized_fate == "kept"', "never realized": 'realized_fate == "never"',
+    "left the reachable set": 'reach_fate == "left"', "entered the reachable set": 'reach_fate == "entered"',
+}
+"""A comparison's fate filters: what the viewer's menu says, and the expression it writes in the address."""
+
+
+def family_column(family: str) -> str:
+    """A probe family's name as a column prefix a filter can name (``weight_noise``, ``fewshot``)."""
+    return re.sub(r"\W", "_", family)
 
 
 def set_key(root: Path, run: Path, index: int = 0) -> str:
