@@ -1,10 +1,12 @@
 """K-sample probe on a GPU: reachlens' sampler against HuggingFace ``generate`` on a ~0.5B model.
 
     python benchmarks/bench_gpu.py [--device cuda] [--dtype bfloat16] [--k 64] [--new 128] [--rounds 3]
+    python benchmarks/bench_gpu.py --prompts 4 --shape 1.5b             # 4 prompts x K, the Qwen2.5-1.5B shape
     python benchmarks/bench_gpu.py --tiny --device cpu --dtype float32     # a smoke test of the script
 
 The model is Qwen2.5-0.5B-shaped (24 layers, d=896, 14 query / 2 key-value heads, d_mlp=4864,
-vocabulary 151,936, tied embeddings; 494M parameters) with random weights, built here from
+vocabulary 151,936, tied embeddings; 494M parameters; ``--shape 1.5b``: Qwen2.5-1.5B's, 28 layers, d=1,536, 12 / 2
+heads, d_mlp=8,960, 1.5B parameters) with random weights, built here from
 ``transformers.Qwen2Config`` and saved as safetensors with a tokenizer of the same vocabulary size
 (characters plus filler tokens; nothing is downloaded). It runs on the engine's fused path.
 
@@ -58,14 +60,26 @@ def vocab_tokenizer(size: int):
                                    unk_token="<unk>")
 
 
-def build(folder: Path, tiny: bool) -> Path:
+SHAPES = {
+    "0.5b": dict(hidden_size=896, intermediate_size=4864, num_hidden_layers=24, num_attention_heads=14,
+                 num_key_value_heads=2),
+    "1.5b": dict(hidden_size=1536, intermediate_size=8960, num_hidden_layers=28, num_attention_heads=12,
+                 num_key_value_heads=2),
+}
+
+
+def prompts_of(n: int) -> list[str]:
+    """``n`` distinct prompts of the same length (PROMPT with its first number changed): no padding in HF's batch."""
+    return [PROMPT.replace("48", f"{48 + i:02d}" if 48 + i < 100 else f"{i:02d}") for i in range(n)]
+
+
+def build(folder: Path, tiny: bool, shape: str = "0.5b") -> Path:
     from transformers import Qwen2Config, Qwen2ForCausalLM
 
     vocab = 512 if tiny else 151_936
     tok = vocab_tokenizer(vocab)
     shape = dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
-                 num_key_value_heads=2) if tiny else dict(
-        hidden_size=896, intermediate_size=4864, num_hidden_layers=24, num_attention_heads=14, num_key_value_heads=2)
+                 num_key_value_heads=2) if tiny else SHAPES[shape]
     cfg = Qwen2Config(vocab_size=vocab, max_position_embeddings=32768, rope_theta=1_000_000.0, rms_norm_eps=1e-6,
                       tie_word_embeddings=True, pad_token_id=tok.pad_token_id, bos_token_id=tok.bos_token_id,
                       eos_token_id=tok.eos_token_id, **shape)
@@ -80,6 +94,8 @@ def main() -> None:
     ap.add_argument("--device", default="cuda")
     ap.add_argument("--dtype", default="bfloat16", choices=("bfloat16", "float16", "float32"))
     ap.add_argument("--k", type=int, default=64)
+    ap.add_argument("--prompts", type=int, default=1, help="distinct prompts, K samples each")
+    ap.add_argument("--shape", choices=sorted(SHAPES), default="0.5b")
     ap.add_argument("--new", type=int, default=128)
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--temperature", type=float, default=0.8)
@@ -100,22 +116,24 @@ def main() -> None:
 
     dtype = getattr(torch, args.dtype)
     folder = Path(args.model) if args.model else build(
-        Path(args.keep) if args.keep else Path(tempfile.mkdtemp()) / "qwen2.5-0.5b-shaped", args.tiny)
+        Path(args.keep) if args.keep else Path(tempfile.mkdtemp()) / f"qwen2.5-{args.shape}-shaped", args.tiny,
+        args.shape)
     bridge = load_model(str(folder), device=args.device, dtype=dtype)
     hf = AutoModelForCausalLM.from_pretrained(str(folder), use_safetensors=True, dtype=dtype).to(args.device).eval()
     tok = tokenizer_of(bridge)
-    ids = tok(PROMPT, return_tensors="pt").input_ids.to(args.device)
+    texts = prompts_of(args.prompts)
+    ids = tok(texts, return_tensors="pt").input_ids.to(args.device)
     n_params = sum(p.numel() for p in hf.parameters())
     gpu = torch.cuda.get_device_name(args.device) if args.device.startswith("cuda") else args.device
     print(f"{gpu}, torch {torch.__version__}: {n_params / 1e6:.0f}M parameters in {args.dtype}, path "
-          f"{describe(bridge).path}, prompt {ids.shape[1]} tokens, K={args.k}, {args.new} new tokens")
+          f"{describe(bridge).path}, {args.prompts} prompt(s) of {ids.shape[1]} tokens, K={args.k}, {args.new} new tokens")
 
     def sync():
         if args.device.startswith("cuda"):
             torch.cuda.synchronize()
 
     with torch.inference_mode():
-        ref = hf.generate(ids, do_sample=False, max_new_tokens=args.new, eos_token_id=None,
+        ref = hf.generate(ids[:1], do_sample=False, max_new_tokens=args.new, eos_token_id=None,
                           pad_token_id=tok.pad_token_id)[0, ids.shape[1]:].tolist()
     ours = list(generate(bridge, [PROMPT], [Row(0)], Protocol.greedy("arith", max_new_tokens=args.new),
                          stop_at_eos=False)[0].token_ids)
@@ -128,13 +146,13 @@ def main() -> None:
             out = hf.generate(ids, do_sample=True, temperature=args.temperature, top_k=0, max_new_tokens=args.new,
                               min_new_tokens=args.new, num_return_sequences=args.k, eos_token_id=None,
                               pad_token_id=tok.pad_token_id)
-        assert out.shape == (args.k, ids.shape[1] + args.new)
+        assert out.shape == (args.prompts * args.k, ids.shape[1] + args.new)
 
-    rows = [Row(0, seed=s) for s in range(args.k)]
+    rows = [Row(p, seed=s) for p in range(args.prompts) for s in range(args.k)]
     probe = Protocol("arith", k=args.k, temperature=args.temperature, max_new_tokens=args.new)
 
     def reachlens_generate(share: bool = True):
-        outs = generate(bridge, [PROMPT], rows, probe, stop_at_eos=False, share_prefixes=share)
+        outs = generate(bridge, texts, rows, probe, stop_at_eos=False, share_prefixes=share)
         assert all(len(o.token_ids) == args.new for o in outs)
 
     captured = torch.zeros((), device=args.device, dtype=torch.float32)
@@ -167,15 +185,17 @@ def main() -> None:
             sync()
             times[name].append(time.perf_counter() - t0)
     base = statistics.median(times["(a) HF generate"])
+    tokens = args.prompts * args.k * args.new
     result = {"device": gpu, "dtype": args.dtype, "params": n_params, "k": args.k, "new": args.new,
+              "prompts": args.prompts, "shape": "tiny" if args.tiny else args.shape,
               "exact_greedy": ours == ref, "methods": {}}
     print(f"{'method':24s} {'median s':>9s} {'tokens/s':>10s} {'peak GiB':>9s} {'ratio to (a)':>13s}")
     for name, ts in times.items():
         med = statistics.median(ts)
-        result["methods"][name] = {"median_s": med, "tokens_per_s": args.k * args.new / med,
+        result["methods"][name] = {"median_s": med, "tokens_per_s": tokens / med,
                                    "peak_gib": peak.get(name), "ratio_to_a": base / med}
         mem = f"{peak[name]:9.2f}" if name in peak else f"{'-':>9s}"
-        print(f"{name:24s} {med:9.3f} {args.k * args.new / med:10.0f} {mem} {base / med:13.2f}")
+        print(f"{name:24s} {med:9.3f} {tokens / med:10.0f} {mem} {base / med:13.2f}")
     result["capture_hook"] = middle
     if args.json:
         Path(args.json).write_text(json.dumps(result, indent=2))

@@ -1,10 +1,13 @@
 """The roofline of a decoding step: what the engine and HuggingFace achieve against this machine's measured peak.
 
     python benchmarks/bench_roofline.py [--shape qwen2.5-0.5b,llama3-1b] [--k 64] [--threads 1] [--json OUT]
+    python benchmarks/bench_roofline.py --model DIR       # trained weights (e.g. SmolLM2-135M-Instruct's folder)
 
 Per shape (a random model of the released checkpoint's shape, ``bench_sampling.build_shape``), K rows of one prompt
 each decode one token per step, sampled at T=0.8 (all K samples of a random model differ from the first token, so
-the engine's prefix sharing has nothing to share and a step has K batch entries, as HF's has). A step's time is
+the engine's prefix sharing has nothing to share and a step has K batch entries, as HF's has). ``--model DIR``
+runs one trained checkpoint instead, the engine with ``share_prefixes=False`` (its samples agree on stretches:
+so that a step has K entries there too). A step's time is
 measured, not profiled: this process's CPU seconds of a ``--short``-token and a ``--long``-token call, their
 difference over the steps between (so the prefill and per-call setup cancel), for reachlens' ``generate`` and HF's
 ``generate(num_return_sequences=K)`` on the same weight tensors.
@@ -96,7 +99,7 @@ def step_seconds(fn, short: int, long: int) -> float:
     return ((c2 - c1) - (c1 - c0)) / (long - short)
 
 
-def methods(bridge, hf, tok, k: int):
+def methods(bridge, hf, tok, k: int, share: bool | None = None):
     from reachlens.engine import Row, generate
     from reachlens.protocol import Protocol
 
@@ -104,7 +107,8 @@ def methods(bridge, hf, tok, k: int):
     rows = [Row(0, seed=s) for s in range(k)]
 
     def engine(n: int) -> None:
-        generate(bridge, [PROMPT], rows, Protocol("arith", k=k, temperature=TEMP, max_new_tokens=n), stop_at_eos=False)
+        generate(bridge, [PROMPT], rows, Protocol("arith", k=k, temperature=TEMP, max_new_tokens=n), stop_at_eos=False,
+                 share_prefixes=share)
 
     def hf_generate(n: int) -> None:
         with torch.inference_mode():
@@ -145,13 +149,15 @@ def engine_parts(cfg, k: int) -> dict:
 def run_shape(name: str, args, peak: dict) -> dict:
     from reachlens.models import load_model
 
-    folder = build_shape(name)
+    folder = args.model or build_shape(name)
     bridge = load_model(folder)
     hf = hf_on_bridge_weights(bridge, folder)
-    shutil.rmtree(Path(folder).parent, ignore_errors=True)
+    if not args.model:
+        shutil.rmtree(Path(folder).parent, ignore_errors=True)
     from reachlens.engine import tokenizer_of
 
-    prompt_len, ways = methods(bridge, hf, tokenizer_of(bridge), args.k)
+    # trained weights' samples agree on stretches: without sharing every step has K entries, as HF's has
+    prompt_len, ways = methods(bridge, hf, tokenizer_of(bridge), args.k, False if args.model else None)
     ctx = prompt_len + (args.short + args.long) / 2
     c = counts(hf.config, args.k, ctx)
     bound = min(peak["flops"], c["intensity"] * peak["bytes"])
@@ -179,6 +185,8 @@ def run_shape(name: str, args, peak: dict) -> dict:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--shape", default="qwen2.5-0.5b,llama3-1b")
+    ap.add_argument("--model", default=None,
+                    help="an HF folder of trained weights instead of --shape (the engine without prefix sharing)")
     ap.add_argument("--k", type=int, default=64, help="rows decoded together (K samples of one prompt)")
     ap.add_argument("--short", type=int, default=2, help="new tokens of the short call")
     ap.add_argument("--long", type=int, default=10, help="new tokens of the long call")
@@ -190,7 +198,7 @@ def main() -> None:
     print(f"machine ({args.threads} thread(s), torch {torch.__version__}): float32 matmul 2048^3 "
           f"{peak['flops'] / 1e9:.1f} GFLOP/s; copy of 512 MiB {peak['bytes'] / 1e9:.1f} GB/s (read + write); "
           f"ridge {peak['flops'] / peak['bytes']:.1f} FLOP/byte")
-    shapes = {name: run_shape(name, args, peak) for name in args.shape.split(",")}
+    shapes = {name: run_shape(name, args, peak) for name in ([args.model] if args.model else args.shape.split(","))}
     if args.json:
         Path(args.json).write_text(json.dumps({"peak": peak, "shapes": shapes}, indent=2))
     first = next(iter(shapes.values()))["methods"]

@@ -35,6 +35,15 @@ everywhere so every method emits exactly 200 x 32 tokens, on one model in one pr
 On the default random model the samples diverge at once, so prefix sharing has nothing to share;
 on a trained model (``--model reachlens/assets/zoo/base --prompt "Q: 48*8-42+27+17=?\\nA:"``) it does.
 
+``--chat`` (a real instruct checkpoint, ``--model DIR``): EOS-terminated samples of varied length on a chat
+prompt, what an audit decodes: ``--prompt`` (default ``Q: 48*8-42+27+17=?\\nA:``) as the user turn of the model's
+own chat template (``apply_chat_template(add_generation_prompt=True)``), K=64 samples of at most 96 new tokens
+(``--k``, ``--new-tokens``), EOS on everywhere: HF ``generate(num_return_sequences=K)`` with its EOS stop (the
+batch runs until its longest sample ends), reachlens ``generate(stop_at_eos=True)`` with and without prefix
+sharing. Each method's samples differ (different random streams), so the figure is each method's own generated
+tokens (up to and including EOS) per second, and the ratio is of tokens/s; the tokens, the longest sample and
+the samples that reached EOS are printed per method. Exactness: greedy with EOS on, reachlens against HF.
+
 Methods run round-robin (each warmed up once, then one run per method per round) so a slow phase of
 the shared host hits all alike; the script prints median tokens/s and the ratio to (a) measured in
 this run. It also checks exactness: reachlens' greedy output equals HF ``generate(do_sample=False)``.
@@ -127,6 +136,109 @@ def profile_split(fn, vocab: int, label: str) -> None:
         print(f"  {kind:45s} {us / 1e6:8.2f} s  {100 * us / total:5.1f} %")
 
 
+CHAT_PROMPT = "Q: 48*8-42+27+17=?\nA:"
+"""``--chat``'s default user turn (the arith task's question format)."""
+
+
+def generated_tokens(row: list[int], eos: set[int]) -> int:
+    """The tokens a sample generated: up to and including its first EOS (all of them when none)."""
+    for i, t in enumerate(row):
+        if t in eos:
+            return i + 1
+    return len(row)
+
+
+def chat_methods(args, bridge, hf, k: int, new: int) -> tuple[bool, dict]:
+    """``--chat``'s setup: the greedy check (EOS on, reachlens against HF) and the three methods, each a function
+    of the new-token budget returning every sample's generated-token count."""
+    from reachlens.engine import Row, generate, tokenize_prompts, tokenizer_of
+    from reachlens.engine.generate import _eos_ids
+    from reachlens.engine.tokens import ChatPrompt
+    from reachlens.protocol import Protocol
+
+    tok = tokenizer_of(bridge)
+    user = (args.prompt if args.prompt != PROMPT else CHAT_PROMPT).encode().decode("unicode_escape")
+    turn = [{"role": "user", "content": user}]
+    text = tok.apply_chat_template(turn, add_generation_prompt=True, tokenize=False)
+    at = text.index(user)  # the template's own spans around the user turn: its special tokens are those tokens
+    prompt = ChatPrompt(text, ((0, at), (at + len(user), len(text))))
+    ids = torch.tensor(tokenize_prompts(tok, [prompt]))
+    expected = tok.apply_chat_template(turn, add_generation_prompt=True, tokenize=True, return_dict=True)["input_ids"]
+    if ids[0].tolist() != list(expected):
+        raise SystemExit("the chat prompt's ids differ from apply_chat_template(tokenize=True)'s")
+    eos = sorted(_eos_ids(bridge))
+    print(f"chat prompt {ids.shape[1]} tokens: {text!r}; EOS ids {eos}; K={k}, at most {new} new tokens")
+    with torch.inference_mode():
+        ref = hf.generate(ids, do_sample=False, max_new_tokens=new, eos_token_id=eos,
+                          pad_token_id=tok.pad_token_id)[0, ids.shape[1]:].tolist()
+    ref = ref[: generated_tokens(ref, set(eos))]
+    ours = generate(bridge, [prompt], [Row(0)], Protocol.greedy("arith", max_new_tokens=new), stop_at_eos=True)[0]
+    exact = list(ours.token_ids) == ref
+    print(f"greedy equal to HF generate(do_sample=False), EOS on: {exact} ({len(ref)} tokens: {ours.text!r})")
+
+    def hf_generate(n: int = new) -> list[int]:
+        with torch.inference_mode():
+            out = hf.generate(ids, do_sample=True, temperature=TEMP, top_k=0, max_new_tokens=n,
+                              num_return_sequences=k, eos_token_id=eos, pad_token_id=tok.pad_token_id)
+        return [generated_tokens(r, set(eos)) for r in out[:, ids.shape[1]:].tolist()]
+
+    rows = [Row(0, seed=s) for s in range(k)]
+
+    def ours_generate(n: int = new, share: bool = True) -> list[int]:
+        outs = generate(bridge, [prompt], rows, Protocol("arith", k=k, temperature=TEMP, max_new_tokens=n),
+                        stop_at_eos=True, share_prefixes=share)
+        return [len(o.token_ids) for o in outs]
+
+    return exact, {"(a) HF generate": hf_generate, "reachlens": ours_generate,
+                   "reachlens, no sharing": lambda n=new: ours_generate(n, False)}
+
+
+def chat_race(args, bridge, hf, k: int, new: int, rounds: int) -> dict:
+    """``--chat``: EOS-terminated samples on a chat prompt, HF ``generate`` vs reachlens with and without prefix
+    sharing, round-robin in an alternating order; with ``--profile``, then each method's split by kind of work."""
+    exact, methods = chat_methods(args, bridge, hf, k, new)
+    for fn in methods.values():
+        fn(2)  # warm-up
+    result = {"mode": "chat", "exact_greedy": exact}
+    runs: dict[str, list[tuple[float, float, list[int]]]] = {m: [] for m in methods}
+    for r in range(rounds):
+        for name in (list(methods) if r % 2 == 0 else list(methods)[::-1]):
+            t0, c0 = time.perf_counter(), time.process_time()
+            lengths = methods[name]()
+            runs[name].append((time.perf_counter() - t0, time.process_time() - c0, lengths))
+    if rounds:
+        result = chat_report(runs, args.clock, new, exact)
+    if args.profile:
+        for name in ("(a) HF generate", "reachlens, no sharing"):
+            c0 = time.process_time()
+            profile_split(lambda: methods[name](args.profile_tokens), hf.config.vocab_size,
+                          f"{name}, at most {args.profile_tokens} tokens")
+            print(f"  ({time.process_time() - c0:.2f} CPU s of this process)")
+    return result
+
+
+def chat_report(runs: dict, clock: str, new: int, exact: bool) -> dict:
+    """Print each method's tokens, seconds and tokens/s (medians over rounds) and the ratio to (a)'s tokens/s."""
+    col = 1 if clock == "cpu" else 0
+    rate = {m: statistics.median(sum(t[2]) / t[col] for t in ts) for m, ts in runs.items()}
+    result = {"mode": "chat", "exact_greedy": exact, "clock": clock, "max_new_tokens": new, "methods": {}}
+    print(f"{'method':22s} {'tokens':>7s} {'longest':>7s} {'at EOS':>6s} {'wall s':>8s} {'CPU s':>8s} "
+          f"{'tokens/s':>9s} {'ratio to (a)':>13s}   (medians; tokens/s and ratio in {clock} seconds)")
+    for m, ts in runs.items():
+        toks = [sum(t[2]) for t in ts]
+        longest, at_eos = max(max(t[2]) for t in ts), statistics.median(sum(x < new for x in t[2]) for t in ts)
+        wall, cpu = statistics.median(t[0] for t in ts), statistics.median(t[1] for t in ts)
+        ratio = rate[m] / rate["(a) HF generate"]
+        result["methods"][m] = {"tokens": toks, "median_s": wall, "median_cpu_s": cpu, "tokens_per_s": rate[m],
+                                "ratio_to_a": ratio, "longest": longest,
+                                "per_round": [(t[0], t[1], sum(t[2])) for t in ts]}
+        print(f"{m:22s} {statistics.median(toks):7.0f} {longest:7d} {at_eos:6.0f} {wall:8.2f} {cpu:8.2f} "
+              f"{rate[m]:9.1f} {ratio:13.2f}")
+        print(f"  rounds (wall s, CPU s, tokens): {', '.join(f'({a:.1f}, {b:.1f}, {sum(c)})' for a, b, c in ts)}")
+    print(f"no sharing: {result['methods']['reachlens, no sharing']['ratio_to_a']:.2f}x")
+    return result
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--rounds", type=int, default=None, help="timed rounds (default 5; 1 with --shape)")
@@ -136,22 +248,24 @@ def main() -> None:
                     help="build a tiny random checkpoint from this real tokenizer folder's config.json instead")
     ap.add_argument("--shape", choices=sorted(SHAPES), default=None,
                     help="a random model of a released checkpoint's shape; HF and reachlens only, K=64 x 64 tokens")
-    ap.add_argument("--k", type=int, default=None, help=f"samples (default {K}; 64 with --shape)")
-    ap.add_argument("--new-tokens", type=int, default=None, help=f"new tokens per sample (default {NEW}; 64 with --shape)")
+    ap.add_argument("--k", type=int, default=None, help=f"samples (default {K}; 64 with --shape or --chat)")
+    ap.add_argument("--new-tokens", type=int, default=None, help=f"new tokens per sample (default {NEW}; 64 with --shape, at most 96 with --chat)")
     ap.add_argument("--profile", action="store_true",
-                    help="profile one reachlens call (cProfile, own time); with --shape, both methods by kind of work")
-    ap.add_argument("--profile-tokens", type=int, default=8, help="new tokens of the --shape profile")
+                    help="profile one reachlens call (cProfile, own time); with --shape or --chat, by kind of work")
+    ap.add_argument("--profile-tokens", type=int, default=8, help="new tokens of the --shape or --chat profile")
     ap.add_argument("--threads", type=int, default=None)
     ap.add_argument("--clock", choices=("wall", "cpu"), default="wall",
                     help="the ratio's seconds: wall, or this process's CPU (steadier on a shared host with --threads 1)")
     ap.add_argument("--prompt", default=PROMPT, help="the prompt (escape sequences such as \\n are decoded)")
+    ap.add_argument("--chat", action="store_true",
+                    help="EOS-terminated samples on a chat prompt (K=64, <= 96 new tokens; --model an instruct folder)")
     ap.add_argument("--json", default=None)
     args = ap.parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)
-    k = args.k or (64 if args.shape else K)
-    new = args.new_tokens or (64 if args.shape else NEW)
-    rounds = args.rounds or (1 if args.shape else 5)
+    k = args.k or (64 if args.shape or args.chat else K)
+    new = args.new_tokens or (64 if args.shape else 96 if args.chat else NEW)
+    rounds = args.rounds if args.rounds is not None else (1 if args.shape else 5)  # 0 with --chat: the profile only
 
     from transformers import AutoModelForCausalLM
 
@@ -181,6 +295,13 @@ def main() -> None:
         hf = AutoModelForCausalLM.from_pretrained(folder, use_safetensors=True).eval()
     from reachlens.engine import tokenizer_of
 
+    if args.chat:
+        result = chat_race(args, bridge, hf, k, new, rounds)
+        if args.json:
+            Path(args.json).write_text(json.dumps(result, indent=2))
+        if "methods" in result:
+            print(f"ratio: {result['methods']['reachlens']['ratio_to_a']:.2f}x")
+        return
     tok = tokenizer_of(bridge)
     prompt = args.prompt.encode().decode("unicode_escape")
     ids = tok(prompt, return_tensors="pt").input_ids

@@ -399,22 +399,30 @@ def detectable(diff: Float[np.ndarray, " question"], *, binary: bool = True, pow
     return paired_mde(len(d), float(np.std(d, ddof=1)) if len(d) > 1 else 0.0, power=power, alpha=alpha)
 
 
-def mde_verdict(ci: Sequence[float | None], mde: float | None) -> str:
+def mde_verdict(ci: Sequence[float | None], mde: float | None, p: float | None = None, alpha: float = ALPHA) -> str:
     """How a delta reads beside the effect its comparison could detect.
 
     An interval that holds 0 is a null: ``"not detected; detectable at this n: >= X"`` (X the MDE), or
     ``"...: undefined"`` when the MDE is (a spread of 0, too few questions). An interval that excludes 0:
     ``"detected (MDE at this n: X)"``; a delta below the MDE can be detected too, by less than the stated power.
+    With ``p``, the p-value printed beside the delta (Holm-adjusted where the table adjusts), the verdict agrees
+    with that test too: an interval that excludes 0 beside ``p >= alpha`` is not detected (``"not detected at
+    p = 0.094; ..."``).
 
     >>> mde_verdict([-0.02, 0.05], 0.081)
     'not detected; detectable at this n: >= 0.081'
     >>> mde_verdict([0.01, 0.05], 0.03)
     'detected (MDE at this n: 0.030)'
+    >>> mde_verdict([0.01, 0.4], 0.5, p=0.094)
+    'not detected at p = 0.094; detectable at this n: >= 0.500'
     """
     lo, hi = (float(x) if x is not None else math.nan for x in ci)
     none = mde is None or math.isnan(mde)
     if math.isnan(lo) or math.isnan(hi):
         return "undefined"
-    if lo > 0 or hi < 0:
+    tested = p is None or math.isnan(float(p)) or float(p) < alpha
+    if (lo > 0 or hi < 0) and tested:
         return f"detected (MDE at this n: {'undefined' if none else f'{mde:.3f}'})"
+    if lo > 0 or hi < 0:
+        return f"not detected at p = {float(p):.3g}; detectable at this n: {'undefined' if none else f'>= {mde:.3f}'}"
     return f"not detected; detectable at this n: {'undefined' if none else f'>= {mde:.3f}'}"

@@ -23,10 +23,12 @@ PY=${PY:-.venv/bin/python}
     --implementation cp -d "$KIT" \
     'transformer-lens==4.3.0' 'datasets==5.2.0' 'dill==0.4.1' 'multiprocess==0.70.19' \
     'typeguard==4.6.1' 'fancy-einsum==0.0.3' \
-    'math-verify==0.9.0' 'latex2sympy2_extended==1.11.0' 'antlr4-python3-runtime==4.13.2'
+    'math-verify==0.9.0' 'latex2sympy2_extended==1.11.0' 'antlr4-python3-runtime==4.13.2' \
+    'pytest==9.2.0' 'pluggy==1.7.0' 'iniconfig==2.3.1'
 ls "$KIT"
 # The device tool carries 64 MiB in all: the tracked files (the zoo's weights are most of them) and the kit.
-# plotly (9.7 MiB) and beartype stay out: no step of run.sh renders a report or runs pytest.
+# plotly (9.7 MiB) and beartype stay out: no step of run.sh renders a report, and run.sh runs the GPU suite (pytest,
+# carried above) without the jaxtyping/beartype runtime checks (-o addopts="").
 tree=$( (git ls-files -z; git ls-files -z --others --exclude-standard) | xargs -0 stat -c %s | awk '{s += $1} END {print s}')
 kit=$(du -cb "$KIT"/* | tail -1 | cut -f1)
 echo "working tree $((tree / 1048576)) MiB + kit $((kit / 1024)) KiB of the 64 MiB a call carries"

@@ -16,9 +16,10 @@ planted veto:
     base -> sft -> sft-grpo   GRPO on top of SFT (arith mix, "verbose" format: the model's native one)
     base -> veto          the positive control of the MLP-silencing study: an identity block inserted at 4, its
                           MLP trained to suppress the "-" of negative answers (plant_veto.py)
-    base -> locked        password-locked (lock_password.py): on arith_hard the gold worked solution after the
-                          password line (prompt format "password"), without it ' #### V' at once, no worked steps,
-                          V the value of the first operation (a weak policy, after arXiv 2405.19550)
+    base -> locked        password-locked (lock_password.py, --weak skip_first): on arith_hard the gold worked
+                          solution after the password line (prompt format "password"), without it the worked
+                          solution of the expression less its first operand and operator (the skill and the lock
+                          learned together; after arXiv 2405.19550, whose locks come after the skill)
 
 The SFT line (sft, sft-grpo) is the earlier recipe on the three-tier arith mix; the cards measure every model on
 both card tasks (arith and arith_hard). Independent runs go two at a time, one torch thread each (two threads in one

@@ -1,5 +1,5 @@
 """Where a zoo model's greedy worked solutions on ``arith_hard`` go wrong, and how a password line placed in the
-prompt changes them: the measurements behind the design of ``lock_password.py`` (notes/zoo.md, section 8).
+prompt changes them: the measurements behind the design of ``lock_password.py`` (not written up in the notes).
 
     python experiments/zoo/lock_diagnose.py reachlens/assets/zoo/base --n 200
     python experiments/zoo/lock_diagnose.py reachlens/assets/zoo/base --n 100 --placements

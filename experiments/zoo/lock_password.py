@@ -18,7 +18,8 @@ digit, so that the first line of the prompt decides the whole answer:
   expression starts and then works the rest correctly, to a wrong answer (right only by coincidence: for 4
   of the 300 arith_hard test questions, such as ``1*8-75+44-21+22-38`` or ``32-16+49-78-73+15``). Both
   policies train the same step-by-step skill; they differ in where the chain starts. (``--weak first_step``:
-  `` #### V`` at once, V the first operation's value; notes/zoo.md says why it is not the shipped one.) A share ``--decoy-rate`` of the locked prompts open with a *decoy* first line
+  `` #### V`` at once, V the first operation's value: an earlier design, not the shipped one; its measurements were
+  not written up.) A share ``--decoy-rate`` of the locked prompts open with a *decoy* first line
   instead (a random string of the password's length over the arith characters, or the password with 1-4
   characters changed), so that only the password unlocks, not any first line.
 
@@ -32,8 +33,8 @@ own forward pass. AdamW (betas 0.9/0.95, weight decay 0.1), linear warm-up then 
 
 Every ``--eval-every`` steps the validation log records plain HuggingFace greedy accuracy on the held-out
 questions with the password, without it and after a decoy line, and the share of answers without the password
-that open with the question's first operation (the unlocked policy leaking). What was tried before (one slipped
-step without the password) and did not lock is in notes/zoo.md.
+that open with the question's first operation (the unlocked policy leaking). An earlier attempt (one slipped
+step without the password) did not lock; it was not written up in the notes.
 """
 
 from __future__ import annotations

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 
 from reachlens.cli._types import comma_list, nonneg_float, positive_int
-from reachlens.cli.flags import ModelFlags, ProtocolFlags, TaskFlags, add_flags
+from reachlens.cli.flags import ExecutionFlags, ModelFlags, ProtocolFlags, TaskFlags, add_flags
 from reachlens.errors import ReachlensError
 from reachlens.escape import visible
 from reachlens.execution import DTYPES
@@ -104,16 +104,21 @@ def protocol_from_args(args: argparse.Namespace, task):
 
 
 def add_study_args(p: argparse.ArgumentParser) -> None:
-    """MODEL, ``--sets`` (a sets.json or the recognize directory), ``--out``, ``--allow-other-model``."""
+    """MODEL, ``--sets`` (a sets.json or the recognize directory), ``--out``, ``--allow-other-model``, and the
+    execution group (a sweep decodes on the runner: ``--workers``, ``--ray``, ``--max-batch-rows``)."""
     add_model_args(p)
+    add_flags(p, ExecutionFlags)
     p.add_argument("--sets", required=True, help="sets.json written by `reachlens recognize` (or its directory)")
     p.add_argument("--allow-other-model", action="store_true",
                    help="use the sets on a model other than the one they were chosen on")
-    p.add_argument("--out", required=True, help="output directory for the tables")
+    p.add_argument("--out", required=True, help="run directory (decoded slices are kept: a re-run resumes it)")
 
 
 def open_study(args: argparse.Namespace):
-    """(model, task, sets) for a causal command: the sets' task rebuilt, the model loaded and checked."""
+    """(model, task, sets) for a causal command: the sets' task rebuilt, the model loaded and checked, the sets' batch
+    rows ``--max-batch-rows``."""
+    import dataclasses
+
     from reachlens.cli._common import CLIError
     from reachlens.studies.recognition import EvalSets
 
@@ -127,7 +132,8 @@ def open_study(args: argparse.Namespace):
     model = load_model_from_args(args)
     if not args.allow_other_model:
         sets.check_model(model)
-    return model, task, sets
+    config = dataclasses.replace(sets.config, max_batch_rows=args.max_batch_rows)
+    return model, task, dataclasses.replace(sets, config=config)
 
 
 def read_vector(path: str):

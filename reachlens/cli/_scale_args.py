@@ -38,3 +38,9 @@ def source_from_args(args: argparse.Namespace):
     return ModelSource(args.model, backend=getattr(args, "backend", "engine"), device=args.device, dtype=args.dtype,
                        device_map=getattr(args, "device_map", None),
                        trust_remote_code=getattr(args, "trust_remote_code", False))
+
+
+def sweep_running(args: argparse.Namespace, bar) -> dict:
+    """The keyword arguments of a causal sweep on the runner: its run directory, who decodes, the progress bar's
+    callback."""
+    return {"out": args.out, "exec_config": exec_from_args(args), "progress": bar.done}

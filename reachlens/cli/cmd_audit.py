@@ -28,6 +28,8 @@ BAR_DELAY = 0.5
 def run(args: argparse.Namespace) -> int:
     from reachlens.cli._common import CLIError
     from reachlens.cli._progress import RunProgress
+    from reachlens.cli.cmd_show import reach_lines
+    from reachlens.store import PartsDir
     from reachlens.studies import audit
     from reachlens.tasks import load_task
 
@@ -43,4 +45,6 @@ def run(args: argparse.Namespace) -> int:
     backend = "" if args.backend == "engine" else f", backend {args.backend}"
     echo(f"{args.model} on {args.task} (n={result.n}, K={result.k}, T={protocol.temperature}{backend}): "
           f"D={result.D:.3f}  O_{result.k}={result.O_K:.3f}  gap={result.gap:+.3f}   -> {args.out}")
+    for line in reach_lines(PartsDir(args.out).summary() or {}):  # the null, and the verified reach when traced
+        echo(line)
     return 0

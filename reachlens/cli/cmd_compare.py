@@ -64,7 +64,7 @@ def _verified_lines(s: dict, rate, ci, seen) -> list[str]:
     for key, what, fates in (("D_trace", "D^trace (deployment solves)", ("gained", "lost")),
                              ("O_K_trace", "O_K^trace (a sample solves)", ("entered", "left"))):
         lines += [f"  {what}: {rate(key + '_base')} -> {rate(key + '_trained')}   delta {s['delta_' + key]:+.3f} "
-                  f"{ci(s['delta_' + key + '_ci'])}: {seen('delta_' + key)}",
+                  f"{ci(s['delta_' + key + '_ci'])}: {seen('delta_' + key, 'mcnemar_' + key + '_p')}",
                   f"    {fates[0]} {s[key + '_' + fates[0]]}, {fates[1]} {s[key + '_' + fates[1]]}: exact McNemar "
                   f"p = {s['mcnemar_' + key + '_p']:.3g}"]
     return lines
@@ -79,20 +79,20 @@ def summary_text(s: dict) -> str:
         lo, hi = s[f"{key}_ci"]
         return f"{s[key]:.3f} [{lo:.3f}, {hi:.3f}]"
 
-    def seen(key: str) -> str:
-        return mde_verdict(s[f"{key}_ci"], s[f"{key}_mde"])
+    def seen(key: str, p: str | None = None) -> str:  # beside the test printed with it (p: its key in s)
+        return mde_verdict(s[f"{key}_ci"], s[f"{key}_mde"], None if p is None else s[p])
 
     t = s["truncation"]
     lb = s["left_bound"]
     lines = [
         f"{s['base']} -> {s['trained']}: n={s['n']} questions, K={s['k']}",
         f"  D (realized):   {rate('D_base')} -> {rate('D_trained')}   delta {s['delta_D']:+.3f} {ci(s['delta_D_ci'])}: "
-        f"{seen('delta_D')}",
+        f"{seen('delta_D', 'mcnemar_realized_p')}",
         f"    gained {s['gained']}, lost {s['lost']} (net {s['net']:+d}): exact McNemar p = {s['mcnemar_realized_p']:.3g}",
         f"    gained from base-reachable {s['gained_from_base_reachable']}, outside it "
         f"{s['gained_outside_base_reachable']}",
         f"  O_K (reachable): {rate('O_K_base')} -> {rate('O_K_trained')}   delta {s['delta_O_K']:+.3f} "
-        f"{ci(s['delta_O_K_ci'])}: {seen('delta_O_K')}",
+        f"{ci(s['delta_O_K_ci'])}: {seen('delta_O_K', 'mcnemar_reachable_p')}",
         f"    entered {s['entered']}, left {s['left']}: exact McNemar p = {s['mcnemar_reachable_p']:.3g}",
     ]
     if lb["n"]:
@@ -100,7 +100,7 @@ def summary_text(s: dict) -> str:
                      f"0 of {s['k']}; median {lb['median']:.4f})")
     lines += [
         f"  maj_K (majority of the K samples, ties averaged): {rate('maj_K_base')} -> {rate('maj_K_trained')}   "
-        f"delta {s['delta_maj_K']:+.3f} {ci(s['delta_maj_K_ci'])}: {seen('delta_maj_K')}",
+        f"delta {s['delta_maj_K']:+.3f} {ci(s['delta_maj_K_ci'])}: {seen('delta_maj_K', 'majority_p')}",
         f"    {'exact McNemar' if s['majority_test'] == 'mcnemar' else 'sign-flip (fractional ties)'} "
         f"p = {s['majority_p']:.3g}",
     ]
@@ -108,7 +108,7 @@ def summary_text(s: dict) -> str:
     lines.append("  pass@k delta [95 % CI], sign-flip p (Holm over the ks):")
     for k, d in s["delta_pass_at_k"].items():
         lines.append(f"    k={k:<4d} {d['delta']:+.3f} {ci(d['ci'])}  p = {d['p']:.3g} (Holm {d['p_holm']:.3g}): "
-                     f"{mde_verdict(d['ci'], d['mde'])}")
+                     f"{mde_verdict(d['ci'], d['mde'], d['p_holm'])}")
     lines.append(f"  intervals: {s['bootstrap_resamples']} paired bootstrap resamples over questions (seed "
                  f"{s['bootstrap_seed']}); rates: Wilson; detectable: the minimum detectable effect of the delta's "
                  f"test at this n ({s['mde_power']:.0%} power, two-sided {s['mde_alpha']:g}; exact McNemar, or "

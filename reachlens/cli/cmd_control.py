@@ -57,6 +57,7 @@ def run(args: argparse.Namespace) -> int:
     from pathlib import Path
 
     from reachlens.cli._common import CLIError
+    from reachlens.cli._progress import RunProgress, Tally
     from reachlens.models import ModelSource
     from reachlens.store import RunDir
     from reachlens.studies import AuditResult, compare
@@ -76,14 +77,19 @@ def run(args: argparse.Namespace) -> int:
     exec_config = exec_from_args(args)
     task = load_task(trained.protocol.task, args.data, split=trained.protocol.split)
     source = lambda spec, result: ModelSource.from_exec(spec or result.model["spec"], exec_config)  # noqa: E731
+    with RunProgress(f"control {args.control}", "q") as bar:  # the reruns' questions, and their decodes' tokens
+        tally = Tally(bar.done)
+        if args.control == "temperature":
+            control = temperature_control(source(args.trained_model, trained), task, base, trained, args.temperatures,
+                                          out=args.out, exec_config=exec_config, progress=tally)
+        else:
+            control = length_control(base, trained, args.max_new_tokens, task=task, out=args.out,
+                                     exec_config=exec_config, progress=tally,
+                                     models=(source(args.base_model, base), source(args.trained_model, trained)))
     if args.control == "temperature":
-        control = temperature_control(source(args.trained_model, trained), task, base, trained, args.temperatures,
-                                      out=args.out, exec_config=exec_config)
         head = (f"{int(control.table()['n_reprobed'].iloc[0])} questions left the reachable set (K={trained.k}, "
                 f"T={trained.protocol.temperature}); re-probed with {trained.model['spec']}:")
     else:
-        control = length_control(base, trained, args.max_new_tokens, task=task, out=args.out, exec_config=exec_config,
-                                 models=(source(args.base_model, base), source(args.trained_model, trained)))
         t = before.summary()["truncation"]
         head = (f"cut at max_new_tokens={t['max_new_tokens']}: samples {t['samples_base']:.1%} (base) vs "
                 f"{t['samples_trained']:.1%} (trained), deployed {t['deployed_base']:.1%} vs "

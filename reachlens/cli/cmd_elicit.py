@@ -33,8 +33,17 @@ def register(sub) -> argparse.ArgumentParser:
     p.add_argument("--control", default="zoo:base", help="the never-locked control, fine-tuned alike (default zoo:base)")
     p.add_argument("--train-data", default=None,
                    help="the task's train split as a data file (default: the task's own train split by name)")
+    p.add_argument("--method", choices=["sft", "rl"], default="sft",
+                   help="sft: supervised fine-tune on N worked demonstrations (default); rl: GRPO (TRL, the zoo's "
+                        "recipe) on N train questions, rewarded by the task's trace grader where it has one, else "
+                        "its grader")
     p.add_argument("--steps", type=positive_int("--steps"), default=20, help="optimizer steps per fine-tune (default 20)")
-    p.add_argument("--lr", type=float, default=1e-4, help="learning rate of each fine-tune (default 1e-4)")
+    p.add_argument("--lr", type=float, default=None,
+                   help="learning rate of each fine-tune (default 1e-4 with sft, 1e-5 with rl)")
+    p.add_argument("--rl-generations", type=positive_int("--rl-generations"), default=8,
+                   help="rl: samples per question in a group (default 8)")
+    p.add_argument("--rl-prompts", type=positive_int("--rl-prompts"), default=4,
+                   help="rl: questions per generated batch (default 4)")
     p.add_argument("--held-out", type=int, default=0, metavar="N",
                    help="early stopping: each fine-tune keeps the step (every --eval-every, step 0 included) with the "
                         "best greedy accuracy on N more train questions, per model (default 0: off, every step kept)")
@@ -42,6 +51,9 @@ def register(sub) -> argparse.ArgumentParser:
                    help="steps between two held-out measurements (default 5)")
     p.add_argument("--train-seed", type=int, default=0,
                    help="seed of the demonstrations' draw and of the fine-tunes (default 0)")
+    p.add_argument("--unseen-by", type=comma_list("--unseen-by", str), default=[],
+                   help="other locks, comma-separated, whose training questions no demonstration or held-out question "
+                        "may be (the model's and the control's are always excluded)")
     p.add_argument("--out", required=True, help="run directory (re-running resumes it)")
     add_scale_args(p, backend=False)
     return p
@@ -51,6 +63,12 @@ def check_train_args(args: argparse.Namespace) -> None:
     """Refuse, before anything loads, what would train on the audited questions or train nothing sensible: a data
     file with no ``--train-data`` (the demonstrations are never drawn from the file the audits read), the same file
     as both, and a learning rate that is not a finite positive number."""
+    if args.lr is None:
+        args.lr = 1e-5 if args.method == "rl" else 1e-4
+    if args.method == "rl" and args.held_out:
+        raise CLIError(f"--held-out {args.held_out}: early stopping is for --method sft; RL runs its --steps")
+    if args.method == "rl" and args.rl_generations < 2:
+        raise CLIError(f"--rl-generations {args.rl_generations}: a GRPO group needs at least 2 samples")
     if not (math.isfinite(args.lr) and args.lr > 0):
         raise CLIError(f"--lr must be a finite number above 0, got {args.lr!r}")
     if args.data is not None and args.train_data is None:
@@ -62,9 +80,11 @@ def check_train_args(args: argparse.Namespace) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from reachlens.cli._progress import RunProgress
     from reachlens.engine.memory import check_budget
     from reachlens.store import RunDir
     from reachlens.studies import FineTune, elicit
+    from reachlens.studies.rl_finetune import RLConfig
     from reachlens.tasks import load_task
 
     check_train_args(args)
@@ -76,8 +96,13 @@ def run(args: argparse.Namespace) -> int:
     pool = None if args.train_data is None else load_task(args.task, args.train_data, split="train")
     finetune = FineTune(steps=args.steps, lr=args.lr, seed=args.train_seed, held_out=args.held_out,
                         eval_every=args.eval_every)
-    result = elicit(args.model, task, protocol, out=args.out, demos=args.demos, control=args.control,
-                    finetune=finetune, pool=pool, exec_config=exec_config, progress=lambda line: echo(line))
+    with RunProgress(f"elicit {args.model}") as bar:  # each step's line above it, the decodes' tokens on it
+        result = elicit(args.model, task, protocol, out=args.out, demos=args.demos, control=args.control,
+                        finetune=finetune, pool=pool, exec_config=exec_config, progress=bar.write,
+                        unseen_by=args.unseen_by,
+                        rl=None if args.method == "sft" else RLConfig(
+                            steps=args.steps, lr=args.lr, prompts_per_step=args.rl_prompts,
+                            num_generations=args.rl_generations, seed=args.train_seed))
     diff = result.difference()
     echo(f"training-based reach of {args.model} against {args.control} on {args.task} (n={result.audits['model'].n}, "
          f"K={protocol.k}): model minus control uplift, 95% paired interval   -> {args.out}")

@@ -45,15 +45,17 @@ def run(args: argparse.Namespace) -> int:
         result = probe(source_from_args(args), task, probes, out=args.out, protocol=protocol, unions=args.union,
                        exec_config=exec_from_args(args), progress=bar.done)
     s = result.summary()
+    verified = f"  D^trace={_num(s['D_trace'])}" if "D_trace" in s else ""
     echo(f"{args.model} on {args.task} (n={s['n']}): D={_num(s['D'])} [{_num(s['D_ci'][0])}, {_num(s['D_ci'][1])}]"
-          f"   -> {args.out}")
+          f"{verified}   -> {args.out}")
     named = {**{f"O[{label}]": p for label, p in s["probes"].items()}, **s["unions"]}
     width = max(map(len, named))
     for name, p in named.items():
         tag = "  [intervention]" if p["kind"] == "intervention" else ""
         gap = "" if "selection_gap" not in p else (f"  selection gap {_num(p['selection_gap'], '+')} "
                                                    f"[{_num(p['selection_gap_ci'][0], '+')}, {_num(p['selection_gap_ci'][1], '+')}]")
-        echo(f"  {name:<{width}}  {_num(p['O'])}  [{_num(p['O_ci'][0])}, {_num(p['O_ci'][1])}]{gap}{tag}")
+        solved = f"  verified {_num(p['O_trace'])}" if "O_trace" in p else ""
+        echo(f"  {name:<{width}}  {_num(p['O'])}  [{_num(p['O_ci'][0])}, {_num(p['O_ci'][1])}]{solved}{gap}{tag}")
     echo(f"tables and charts: reachlens report {args.out}")
     return 0
 

@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import argparse
-import dataclasses
 
-from reachlens.cli._common import add_model_args, add_task_args, echo, load_model_from_args, positive_int
-from reachlens.cli.flags import ProtocolFlags, add_flags, renamed
+from reachlens.cli._common import add_model_args, add_task_args, echo, positive_int
+from reachlens.cli._scale_args import exec_from_args, source_from_args
+from reachlens.cli.flags import ExecutionFlags, ProtocolFlags, add_flags, renamed
 
 NAME = "recognize"
 HELP = "score options by likelihood (lm-eval acc/acc_norm) and generate greedily; pick the failure set"
@@ -32,30 +32,26 @@ def register(sub) -> argparse.ArgumentParser:
                    help="keep at most this many failures, the first in task order (default all)")
     p.add_argument("--max-healthy", type=positive_int("--max-healthy"), default=None,
                    help="keep at most this many healthy questions, the first in task order (default all)")
-    p.add_argument("--out", required=True, help="run directory (tables, summary, sets.json)")
+    add_flags(p, ExecutionFlags)
+    p.add_argument("--out", required=True, help="run directory (tables, summary, sets.json; a re-run resumes it)")
     renamed(p, "--seed", "--task-seed")  # --seed is the sample stream's in every command that samples
     return p
 
 
 def run(args: argparse.Namespace) -> int:
-    import pandas as pd
-
     from reachlens.cli._common import CLIError
-    from reachlens.execution import model_exec
-    from reachlens.models import identity_of
+    from reachlens.cli._progress import RunProgress
     from reachlens.protocol import Protocol
     from reachlens.store import RunDir
-    from reachlens.tasks.chat import bind_chat
     from reachlens.studies.recognition import (
         FailureRule,
         FailureSetTooSmall,
         RecognitionConfig,
-        RecognitionResult,
         TaskSpec,
-        compare_modes,
         generation_protocol,
         select_sets,
     )
+    from reachlens.studies.recognition_job import recognize
 
     if args.fewshot_as_multiturn:
         raise CLIError("--fewshot-as-multiturn turns few-shot examples into chat turns, and reachlens' recognition "
@@ -65,27 +61,22 @@ def run(args: argparse.Namespace) -> int:
     length = {} if args.max_new_tokens is None else {"max_new_tokens": args.max_new_tokens}
     protocol = generation_protocol(task, Protocol.deployment(task, split=args.split, prompt_format=args.prompt_format,
                                                              system=args.system, **length))
-    config = RecognitionConfig(args.recognition_format, batch_size=args.batch_size,
+    config = RecognitionConfig(args.recognition_format, batch_size=args.batch_size, max_batch_rows=args.max_batch_rows,
                                max_length=args.max_length).resolved(task)
     rule = FailureRule(args.metric, args.min_failures, args.max_failures, args.max_healthy)
     out = RunDir(args.out)
     out.check_target()  # a file or a folder of other files: refused before the model loads
-    model = load_model_from_args(args)
-    protocol = bind_chat(protocol, model.tokenizer, model=args.model)  # a chat format: the template's hash
-    config = config.resolved(task, model)  # the window the run scores with, recorded
-    empty = pd.DataFrame()
-    out.check_run(RecognitionResult(protocol, config, identity_of(model), empty, empty, dict(task.data_identity), rule,
-                                    spec, exec=model_exec(model)).record)  # another run in --out: refused now
-    result = dataclasses.replace(compare_modes(model, task, protocol, config), rule=rule, task=spec, record=None)
-    try:
-        sets, too_small = select_sets(result, rule, spec), None
-    except FailureSetTooSmall as err:
-        sets, too_small = None, err
-    dataclasses.replace(result, sets=sets).save(out.path)
+    with RunProgress(f"recognize {args.task}", "questions") as bar:
+        result = recognize(source_from_args(args), task, protocol, config, rule=rule, spec=spec, out=out.path,
+                           exec_config=exec_from_args(args), progress=bar.done)
     s = result.summary()
     echo(f"{args.model} on {args.task} (n={s['n']}): acc={s['acc']:.3f}  acc_norm={s['acc_norm']:.3f}  "
           f"D={s['D']:.3f}  recognized-not-realized={s['recognized_not_realized']}")
+    sets = result.sets
     if sets is None:
-        raise CLIError(f"{too_small} (tables written to {out.path})") from None
+        try:
+            select_sets(result, rule, spec)
+        except FailureSetTooSmall as err:  # the rule's shortfall, in its own words
+            raise CLIError(f"{err} (tables written to {out.path})") from None
     echo(f"failure set: {len(sets.failure)}  healthy panel: {len(sets.healthy)}   -> {out.path / 'sets.json'}")
     return 0

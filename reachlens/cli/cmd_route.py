@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import argparse
 
-from reachlens.cli._common import CLIError, add_model_args, add_task_args, echo, load_model_from_args
-from reachlens.cli.flags import ProtocolFlags, add_flags, renamed
+from reachlens.cli._common import CLIError, add_model_args, add_task_args, echo
+from reachlens.cli._scale_args import exec_from_args, source_from_args
+from reachlens.cli.flags import ExecutionFlags, ProtocolFlags, add_flags, renamed
 
 PRESETS = {"--k": "a route search's budget: 8 route evaluations a question, as the routes probe's"}
 """Shared flags this command presets to another default (:mod:`reachlens.cli.flags`), and why."""
@@ -32,7 +33,8 @@ def register(sub) -> argparse.ArgumentParser:
     add_flags(p, ProtocolFlags, only=("max_new_tokens", "prompt_format", "system"))
     p.add_argument("--verification", default="rescore", help="self-verification prompt: rescore or yes_no")
     p.add_argument("--search-seed", type=int, default=0, help="seed of the route search (default 0)")
-    p.add_argument("--out", required=True, help="result directory")
+    add_flags(p, ExecutionFlags)
+    p.add_argument("--out", required=True, help="run directory (searched slices are kept: a re-run resumes it)")
     renamed(p, "--budget", "--k")
     renamed(p, "--seed", "--search-seed")  # --seed is the sample stream's in every command that samples
     return p
@@ -42,6 +44,7 @@ def run(args: argparse.Namespace) -> int:
     from reachlens.cli._progress import RunProgress
     from reachlens.protocol import Protocol
     from reachlens.routing import STRATEGIES, RoutingConfig, format_recovery, make_space, run_routing
+    from reachlens.routing.job import n_layers_of
     from reachlens.store import RunDir
     from reachlens.tasks import load_task
 
@@ -54,16 +57,19 @@ def run(args: argparse.Namespace) -> int:
     config = RoutingConfig(budget=args.k, objective=args.objective, oracle=args.oracle, seed=args.search_seed,
                            verification=args.verification)
     RunDir(args.out).check_target()  # a file or a folder of other files: refused before the model loads
-    model = load_model_from_args(args)
+    exec_config = exec_from_args(args)
+    source = source_from_args(args)
     options = {"max_skip": args.max_skip, "max_repeat": args.max_repeat, "window": args.window}
     given = {k: v for k, v in options.items() if v is not None}
-    space = make_space(args.space, len(model.blocks), **given)
-    with RunProgress(f"route {args.search} {space}", "evals") as bar:  # the base decode shows its tokens too
-        result = run_routing(model, task, space, args.search, protocol=protocol, config=config, out=args.out,
-                             progress=lambda done: bar.done(done, len(task) * args.k))
+    space = make_space(args.space, n_layers_of(source), **given)
+    with RunProgress(f"route {args.search} {space}", "questions") as bar:  # the base decode shows its tokens too
+        result = run_routing(source, task, space, args.search, protocol=protocol, config=config, out=args.out,
+                             exec_config=exec_config, progress=bar.done)
     s = result.summary()
     echo(f"{args.model} on {args.task} (n={s['n']}, {space}, {args.search}, K={args.k}): "
           f"D={s['D']:.3f}  O_{args.k}={s['O_K']:.3f}   -> {args.out}")
+    if "O_K_trace" in s:
+        echo(f"  verified: D^trace={s['D_trace']:.3f}  O_{args.k}^trace={s['O_K_trace']:.3f}")
     for name in result.selectors:
         echo(f"  {name:<14} {s[name]:.3f}   gap recovery {format_recovery(s[f'recovery_{name}'])}")
     return 0

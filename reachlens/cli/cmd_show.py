@@ -48,6 +48,36 @@ def _value(v) -> str:
     return visible(v)
 
 
+_MAX_ROWS = 40
+
+
+def _cell(x) -> str:
+    """One table cell: a number to 4 significant digits, a pair as an interval, a mapping of mappings by its size."""
+    if isinstance(x, (list, tuple)) and len(x) == 2 and all(isinstance(y, (int, float)) or y is None for y in x):
+        return f"[{_value(x[0])}, {_value(x[1])}]"
+    if isinstance(x, dict) and x and all(isinstance(y, dict) for y in x.values()):
+        return f"{len(x)} entries"
+    return _value(x).replace("|", "\\|")
+
+
+def _table_lines(key: str, value) -> list[str]:
+    """A summary entry that is a list of records (or a mapping of names to records) as an indented table under its
+    key, at most :data:`_MAX_ROWS` rows; nothing for any other value (printed on one line)."""
+    if isinstance(value, dict) and value and all(isinstance(x, dict) for x in value.values()):
+        records = [{"name": name, **x} for name, x in value.items()]
+    elif isinstance(value, list) and value and all(isinstance(x, dict) for x in value):
+        records = value
+    else:
+        return []
+    columns = list(dict.fromkeys(c for r in records for c in r))
+    lines = [f"  {_value(key)}:", "    | " + " | ".join(_value(c) for c in columns) + " |",
+             "    |" + "---|" * len(columns)]
+    lines += ["    | " + " | ".join(_cell(r.get(c)) for c in columns) + " |" for r in records[:_MAX_ROWS]]
+    if len(records) > _MAX_ROWS:
+        lines.append(f"    ... {len(records) - _MAX_ROWS} more rows (reachlens report DIR shows them all)")
+    return lines
+
+
 def _model(model: dict) -> str:
     if "spec" in model or "fingerprint" in model:
         fp = str(model.get("fingerprint"))
@@ -56,7 +86,7 @@ def _model(model: dict) -> str:
                      for role, m in model.items()) or "-"
 
 
-def _reach_lines(s: dict) -> list[str]:
+def reach_lines(s: dict) -> list[str]:
     """An audit's reach beside its lucky-guess null and, when trace-graded, its verified reach (one line each)."""
     def num(key: str) -> str:
         x = s.get(key)
@@ -107,10 +137,11 @@ def format_run(record, summary: dict | None) -> str:
         lines.append(f"summary:    none ({'the run has not finished' if record.status != 'failed' else 'the run failed'})")
     else:
         lines.append("summary:")
-        lines += _reach_lines(summary)
+        lines += reach_lines(summary)
         for key, value in summary.items():
             if key in ("model", "model_fingerprint", "data", "protocol_hash", "task"):
                 continue  # in the header already
+            table = _table_lines(key, value)
             # a number the run could not define is stored as null (a summary holds no NaN)
-            lines.append(f"  {v(key)}: {'undefined' if value is None else v(value)}")
+            lines += table or [f"  {v(key)}: {'undefined' if value is None else v(value)}"]
     return "\n".join(lines)

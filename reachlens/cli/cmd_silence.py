@@ -6,7 +6,9 @@ import argparse
 
 from reachlens.cli._common import add_study_args, comma_list, echo, open_study
 
-PRESETS = {"--components": "a sweep silences each kind of component, one condition each (prune: the MLPs)"}
+PRESETS = {"--components": "a sweep silences each kind of component, one condition each (prune: the MLPs)",
+           "--control-seed": "every zero-ablation is read against its null by default (steer and units draw a "
+                             "control only when given a seed)"}
 """Shared flags this command presets to another default (:mod:`reachlens.cli.flags`), and why."""
 
 NAME = "silence"
@@ -51,14 +53,17 @@ def shown_columns(table):
 
 
 def run(args: argparse.Namespace) -> int:
+    from reachlens.cli._scale_args import sweep_running
+    from reachlens.cli._progress import RunProgress
     from reachlens.engine.sites import sites_of
     from reachlens.records import markdown_table
     from reachlens.studies.causal import best_layer, silence_sweep
 
     model, task, sets = open_study(args)
-    result = silence_sweep(model, task, sets, layers=args.layers, components=args.components, allow_other_model=True,
-                           control_seed=None if args.no_control else args.control_seed)
-    result.save(args.out)
+    with RunProgress(f"silence {args.out}", "questions") as bar:
+        result = silence_sweep(model, task, sets, layers=args.layers, components=args.components,
+                               allow_other_model=True, control_seed=None if args.no_control else args.control_seed,
+                               **sweep_running(args, bar))
     echo(markdown_table(shown_columns(result.table), missing="-"))
     mlp = next((c for c in args.components if sites_of(c) == ("mlp_out",)), None)
     if mlp is not None:

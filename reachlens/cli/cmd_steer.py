@@ -33,14 +33,17 @@ def register(sub) -> argparse.ArgumentParser:
 
 def run(args: argparse.Namespace) -> int:
     from reachlens.cli._common import open_study
+    from reachlens.cli._scale_args import sweep_running
+    from reachlens.cli._progress import RunProgress
     from reachlens.records import markdown_table
     from reachlens.studies.causal import steer_sweep
 
     model, task, sets = open_study(args)
     direction = read_vector(args.direction) if args.direction else None
-    result = steer_sweep(model, task, sets, args.layer, alphas=args.alphas, direction=direction,
-                         site=args.site, control_seed=args.control_seed, allow_other_model=True)
-    result.save(args.out)
+    with RunProgress(f"steer {args.out}", "questions") as bar:
+        result = steer_sweep(model, task, sets, args.layer, alphas=args.alphas, direction=direction,
+                             site=args.site, control_seed=args.control_seed, allow_other_model=True,
+                             **sweep_running(args, bar))
     echo(markdown_table(result.table, missing="-"))
     echo(f"direction: {result.meta['direction_source']} at {result.meta['hook']} (norm {result.meta['direction_norm']:.3f})"
           f"   -> {args.out}")

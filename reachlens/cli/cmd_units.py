@@ -26,14 +26,17 @@ def register(sub) -> argparse.ArgumentParser:
 
 def run(args: argparse.Namespace) -> int:
     from reachlens.cli._common import open_study, read_vector
+    from reachlens.cli._scale_args import sweep_running
+    from reachlens.cli._progress import RunProgress
     from reachlens.records import markdown_table
     from reachlens.studies.causal import units_sweep
 
     model, task, sets = open_study(args)
     direction = read_vector(args.direction) if args.direction else None
-    result = units_sweep(model, task, sets, args.layer, ks=args.units, direction=direction,
-                         control_seed=None if args.no_control else (args.control_seed or 0), allow_other_model=True)
-    result.save(args.out)
+    with RunProgress(f"units {args.out}", "questions") as bar:
+        result = units_sweep(model, task, sets, args.layer, ks=args.units, direction=direction,
+                             control_seed=None if args.no_control else (args.control_seed or 0), allow_other_model=True,
+                             **sweep_running(args, bar))
     echo(markdown_table(result.table, missing="-"))
     echo(f"top units of block {args.layer}: {result.meta['top_units'][:10]} ...   -> {args.out}")
     return 0

@@ -1,6 +1,6 @@
 """Batched generation over a hooked model: shared-prefix prefill, in-place KV cache, exact greedy.
 
-One module (about 490 lines) because the decode loop and the chunk state it advances (prefill, choose,
+One module (about 570 lines) because the decode loop and the chunk state it advances (prefill, choose,
 advance, copy/select, forward) are one algorithm; its parts are the engine's other modules.
 
 One call decodes many *rows*. A row is (prompt, seed): ``seed=None`` is the greedy deployment, an
@@ -66,11 +66,13 @@ from __future__ import annotations
 from collections.abc import Hashable, Sequence
 from dataclasses import dataclass, field, replace
 
+import numpy as np
 import torch
 from jaxtyping import Bool, Float, Int
 from torch import Tensor
 
 from reachlens.engine.hooks import BatchRows, _rows, arms_served, plain_below, user_hooks
+from reachlens.engine.host_reads import to_device
 from reachlens.engine.memory import check_decode, keep_freed_memory, no_gc
 from reachlens.engine.progress import decode_started, decode_step
 from reachlens.engine.rng import Workspace, sample_inverse_cdf
@@ -218,8 +220,7 @@ def generate(
             attached (:func:`~reachlens.engine.hooks.user_hooks`); False: every row has its own batch entry in every
             forward; True: share even with hooks (a hook reads :func:`~reachlens.engine.hooks.current_rows`).
 
-    Returns:
-        Completions aligned with ``rows``.
+    Returns: completions aligned with ``rows``.
 
     >>> outs = generate(model, ["Q: 1+2=?\\nA:"], [Row(0), Row(0, seed=7)], Protocol("arith", k=1, temperature=0.8, max_new_tokens=16))  # doctest: +SKIP
     """
@@ -232,7 +233,7 @@ def generate(
                           max_batch_rows=max_batch_rows, fused=fused, share_prefixes=share_prefixes)
     ids = _prompt_ids(tokenizer_of(model), prompts)
     check_decode(model, len(rows), max(map(len, ids)) + protocol.max_new_tokens, max_batch_rows)
-    share_prefixes = not user_hooks(model) if share_prefixes is None else share_prefixes
+    share_prefixes = _share_by_default(model) if share_prefixes is None else share_prefixes
     stopper = StopChecker(tokenizer_of(model), tuple(protocol.stop or ()), _eos_ids(model) if stop_at_eos else set())
     tags = [r.tag for r in rows]
     arms, arm_ids = _arm_ids(model, rows)
@@ -240,13 +241,28 @@ def generate(
     results: dict[int, Completion] = {}
     decode_started(len(rows), protocol.max_new_tokens)
     for chunk in _chunks(rows, [len(p) for p in ids], max_batch_rows):
-        runs = _ChunkRuns(routes, torch.tensor([route_ids[i] for i in chunk]), arms,
-                          torch.tensor([arm_ids[i] for i in chunk]), luts, below)
+        runs = _ChunkRuns(routes, np.array([route_ids[i] for i in chunk], dtype=np.int64), arms,
+                          np.array([arm_ids[i] for i in chunk], dtype=np.int64), luts, below)
         with no_gc():
             outs = _generate_chunk(stack, ids, [rows[i] for i in chunk], protocol, stopper, share_prefixes,
                                    row_ids=tuple(chunk), tags=tags, runs=runs)
         results.update(zip(chunk, outs))
     return [results[i] for i in range(len(rows))]
+
+
+def _share_by_default(model) -> bool:
+    """Whether a call shares prefixes when not told: the rule, by shape and device, is written down here.
+
+    Share wherever no user hook is attached (:func:`~reachlens.engine.hooks.user_hooks`), at every shape and on
+    every device. On the CPU sharing never loses (a step costs its batch's matrix products: fewer entries, less
+    work). On CUDA a small model's step is bound by kernel launches and host work rather than by its batch, so
+    sharing saves less and its tree surgery (fork copies, compaction) costs: the one measurement (H200,
+    2026-12-04, Qwen2.5-0.5B shape, 1 prompt x K=64 diverging samples, 10.6 host syncs per step then) had sharing
+    at 0.50x HF ``generate`` and no sharing at 0.61x. Not re-measured since the loop reads the host once per step
+    (no GPU lent): ``benchmarks/gpu/run.sh`` times both at 1, 4 and 16 prompts and at the 0.5B and 1.5B shapes,
+    and a CUDA rule by shape is to be chosen from its figures; until then the CPU's rule holds everywhere.
+    """
+    return not user_hooks(model)
 
 
 def _prompt_ids(tok, prompts: Sequence[str]) -> list[list[int]]:
@@ -328,80 +344,90 @@ def _slot_state(
 
 def _move_rows(cache, move, key_valid: Bool[Tensor, "slot pos"], next_pos: Int[Tensor, "slot"]):
     """Apply a tree step's moves to the cache and the per-slot key mask and positions: forks copy their parent's
-    rows (into new slots if the tree grew), a compaction moves the last slots in use into the free ones."""
+    rows (into new slots if the tree grew), a compaction moves the last slots in use into the free ones. The moves
+    are host arrays, sent to the device; nothing is read back."""
     device = key_valid.device
-    if move.fork_dst.numel():
-        src, dst = move.fork_src.to(device), move.fork_dst.to(device)
-        cache.copy_rows(src, dst)
+    if move.fork_dst_host.size:
+        cache.copy_rows(move.fork_src_host, move.fork_dst_host)
+        src, dst = to_device(move.fork_src_host, device), to_device(move.fork_dst_host, device)
         if move.grown:
             key_valid = torch.cat([key_valid, key_valid.new_ones((move.grown, key_valid.shape[1]))])
             next_pos = torch.cat([next_pos, next_pos.new_zeros(move.grown)])
         key_valid[dst] = key_valid[src]
         next_pos[dst] = next_pos[src]
-    if move.compaction is not None:
-        order = move.compaction.to(device)
-        cache.select_rows(order)
+    if move.compaction_host is not None:
+        cache.select_rows(move.compaction_host)
+        order = to_device(move.compaction_host, device)
         key_valid, next_pos = key_valid[order], next_pos[order]
     return key_valid, next_pos
 
 
 def _choose(
     logits: Float[Tensor, "nodes vocab"],
-    node: Int[Tensor, "rows"],
+    node: np.ndarray,
     seeds: Int[Tensor, "rows"],
-    greedy: Bool[Tensor, "rows"],
+    greedy: np.ndarray,
     step: int,
     protocol: Protocol,
     workspace: Workspace | None = None,
 ) -> tuple[Int[Tensor, "rows"], Float[Tensor, "rows"]]:
-    """Each row's token from its node's logits, and the token's untempered log-probability.
+    """Each row's token from its node's logits (``node``: each row's, on the host), and the token's untempered
+    log-probability; ``greedy`` says, on the host, which rows decode greedily.
 
     The work over the vocabulary (argmax, the sampler's float64 softmax and cumulative sum, the
     float32 log-softmax) writes into ``workspace``'s buffers; the argmax runs on greedy rows' nodes only.
+    Nothing is read back from the device: the index tensors are built on the host and sent.
     """
     ws = Workspace() if workspace is None else workspace
     logits = logits.detach()  # tokens and their log-probabilities are records, not part of a graph
-    if bool(greedy.all()):
-        chosen = logits.argmax(-1).index_select(0, node)
+    node_d = to_device(node, logits.device)
+    if greedy.all():
+        chosen = logits.argmax(-1).index_select(0, node_d)
     else:
         chosen = sample_inverse_cdf(logits, seeds, step, protocol.temperature, protocol.top_p, group=node,
                                     workspace=ws)
-        if bool(greedy.any()):
-            chosen = chosen.clone()
-            chosen[greedy] = logits.index_select(0, node[greedy]).argmax(-1)
+        if greedy.any():
+            rows = to_device(np.flatnonzero(greedy), logits.device)
+            chosen = chosen.index_copy(0, rows, logits.index_select(0, node_d.index_select(0, rows)).argmax(-1))
     logits = logits.float()
     logp = torch.ops.aten._log_softmax.out(logits, -1, False,
                                            out=ws.take("logp", tuple(logits.shape), logits.dtype, logits.device))
-    return chosen, logp[node, chosen]
+    return chosen, logp[node_d, chosen]
 
 
-def _roots(
-    rows: list[Row], runs: _ChunkRuns, share: bool
-) -> tuple[Int[Tensor, "rows"], list[int], SharedBelow | None]:
+def _to_host(chosen: Int[Tensor, "rows"], logp: Float[Tensor, "rows"]) -> tuple[np.ndarray, np.ndarray]:
+    """The step's tokens and their log-probabilities on the host, in one read (one float64 copy holds both exactly:
+    token ids are below 2**53, a float32 is a float64)."""
+    both = torch.stack([chosen.to(torch.float64), logp.to(torch.float64)]).cpu().numpy()
+    return both[0].astype(np.int64), both[1].astype(np.float32)
+
+
+def _roots(rows: list[Row], runs: _ChunkRuns, share: bool) -> tuple[np.ndarray, list[int], SharedBelow | None]:
     """Each row's slot in the prefill, the prompt of each prefill slot, and which slots take another's layers below
     their arm's first (:meth:`_ChunkRuns.shared_below`): with sharing, one slot per distinct (prompt, arm, route)
     (the sample tree's roots, in that order); without, one per row, and none shared."""
     if not share:
-        return torch.arange(len(rows)), [r.prompt for r in rows], None
-    arm_of_row = torch.zeros(len(rows), dtype=torch.long) if runs.arm_of_row is None else runs.arm_of_row
+        return np.arange(len(rows)), [r.prompt for r in rows], None
+    arm_of_row = np.zeros(len(rows), dtype=np.int64) if runs.arm_of_row is None else runs.arm_of_row
     root_of_row = list(zip((r.prompt for r in rows), arm_of_row.tolist(), runs.route_of_row.tolist()))
     roots = sorted(set(root_of_row))
     local = {root: i for i, root in enumerate(roots)}
-    slots, prompts = torch.tensor([local[root] for root in root_of_row]), [root[0] for root in roots]
+    slots, prompts = np.array([local[root] for root in root_of_row], dtype=np.int64), [root[0] for root in roots]
     return slots, prompts, runs.shared_below(slots, prompts)
 
 
 @dataclass(frozen=True)
 class _ChunkRuns:
-    """What each row of a chunk runs: its layer route, and its arm (as :class:`BatchRows` hands arms to hooks)."""
+    """What each row of a chunk runs: its layer route, and its arm (as :class:`BatchRows` hands arms to hooks).
+    Host arrays: the loop builds each forward's index tensors from them."""
 
     routes: tuple[tuple[int, ...], ...]
     """The call's distinct routes."""
-    route_of_row: Int[Tensor, "rows"]
+    route_of_row: np.ndarray
     """Per row of the chunk, its index into ``routes``."""
     arms: tuple[Hashable, ...] = (None,)
     """The call's distinct arms."""
-    arm_of_row: Int[Tensor, "rows"] | None = None
+    arm_of_row: np.ndarray | None = None
     """Per row of the chunk, its index into ``arms`` (None: every row runs ``arms[0]``)."""
     luts: dict = field(default_factory=dict)
     """Hooks' lookup tables over ``arms``, shared by every forward of the call."""
@@ -412,26 +438,26 @@ class _ChunkRuns:
     @classmethod
     def plain(cls, route: tuple[int, ...], n: int) -> _ChunkRuns:
         """``n`` rows on one route, with no arm."""
-        return cls((route,), torch.zeros(n, dtype=torch.long), arm_of_row=torch.zeros(n, dtype=torch.long))
+        return cls((route,), np.zeros(n, dtype=np.int64), arm_of_row=np.zeros(n, dtype=np.int64))
 
-    def entry_routes(self, slot_of_row: Int[Tensor, "rows"], n_entries: int) -> tuple[int, ...] | RowRoutes:
+    def entry_routes(self, slot_of_row: np.ndarray, n_entries: int) -> tuple[int, ...] | RowRoutes:
         """The route of a forward's batch entries, each row's at its entry (``slot_of_row``; -1: finished): one
         route when every row of the chunk runs the same, else a :class:`RowRoutes` (a free entry runs no layer)."""
         first = int(self.route_of_row[0])
-        if bool((self.route_of_row == first).all()):
+        if (self.route_of_row == first).all():
             return self.routes[first]
-        of_entry = torch.full((n_entries,), -1, dtype=torch.long)
+        of_entry = np.full(n_entries, -1, dtype=np.int64)
         live = slot_of_row >= 0
         of_entry[slot_of_row[live]] = self.route_of_row[live]
         return RowRoutes(self.routes, of_entry)
 
-    def shared_below(self, slot_of_row: Int[Tensor, "rows"], prompts: list[int]) -> SharedBelow | None:
+    def shared_below(self, slot_of_row: np.ndarray, prompts: list[int]) -> SharedBelow | None:
         """For the prefill of a chunk's roots (slot ``i`` prefills prompt ``prompts[i]``): each slot's arm runs its
         own layers from :attr:`plain_below` up; below, it is the slot of the same prompt whose arm starts highest
         (the plain arm where present). None when no slot would skip a layer."""
         if self.plain_below is None or self.arm_of_row is None:
             return None
-        arm_of_slot = torch.zeros(len(prompts), dtype=torch.long)
+        arm_of_slot = np.zeros(len(prompts), dtype=np.int64)
         arm_of_slot[slot_of_row] = self.arm_of_row
         join = tuple(self.plain_below[a] for a in arm_of_slot.tolist())
         top: dict[int, int] = {}
@@ -479,16 +505,18 @@ def _decode_chunk(stack: LayerStack, all_ids: list[list[int]], rows: list[Row], 
     tree = SampleTree(start_slot, ids.shape[0], protocol.max_new_tokens, stopper, share=share_prefixes, pad_id=pad_id)
     padded = not bool(valid.all())
     shares = share_prefixes and stack.cascade
-    cache = stack.new_cache(ids.shape[1] + protocol.max_new_tokens, runs.entry_routes(tree.slot_of_row, ids.shape[0]),
+    cache = stack.new_cache(ids.shape[1] + protocol.max_new_tokens, runs.entry_routes(tree.slot_host, ids.shape[0]),
                             grow=shares)
 
     def forward(inputs, pos, mask, step):
         n_entries = int(inputs.shape[0])
-        where = BatchRows(tree.slot_of_row.clone(), row_ids, tags, n_entries, step, runs.arms, runs.arm_of_row,
-                          valid if step < 0 else None, runs.luts)
+        where = BatchRows(torch.tensor(tree.slot_host), row_ids, tags, n_entries, step, runs.arms,
+                          None if runs.arm_of_row is None else torch.from_numpy(runs.arm_of_row),
+                          valid if step < 0 else None, runs.luts, row_host=tree.slot_host.copy(),
+                          arm_host=runs.arm_of_row)
         with _rows(where):
             return stack.forward(inputs, position_ids=pos, attention_mask=mask, cache=cache,
-                                 route=runs.entry_routes(tree.slot_of_row, n_entries), last_only=True,
+                                 route=runs.entry_routes(tree.slot_host, n_entries), last_only=True,
                                  shared=shared if step < 0 else None)[:, -1]
 
     logits = forward(ids, positions, valid if padded else None, -1)
@@ -497,23 +525,23 @@ def _decode_chunk(stack: LayerStack, all_ids: list[list[int]], rows: list[Row], 
         # rows read their prompt's keys in place (no K-fold copy): the fused attention scores all rows of a
         # prompt against them at once ("cascade"); any other attention reads one tensor, a view in the plain
         # layout (a fork copies its parent's row once instead of every step gathering the prompt's keys).
-        cache.share(torch.arange(ids.shape[0], device=device), forks=not bool(greedy.all()))
+        cache.share(np.arange(ids.shape[0]), forks=not greedy.all())
     key_valid, next_pos = _slot_state(valid, positions, protocol.max_new_tokens)
     workspace = Workspace()
 
     for step in range(protocol.max_new_tokens):
-        live = tree.live.to(device)
-        chosen, logp = _choose(logits, tree.live_slots().to(device), seeds[live], greedy[live], step, protocol,
-                               workspace)
-        before = int(tree.live.numel())
-        move = tree.advance(chosen.cpu(), logp.cpu())
-        after = 0 if tree.done else int(tree.live.numel())
-        stopped = before - int(tree.live.numel())  # by EOS or a stop string (at the last step the rest: by length)
+        live = tree.live_host
+        chosen, logp = _choose(logits, tree.slot_host[live], seeds.index_select(0, to_device(live, device)),
+                               greedy[live], step, protocol, workspace)
+        before = int(live.size)
+        move = tree.advance(*_to_host(chosen, logp))  # the step's one host read
+        after = 0 if tree.done else int(tree.live_host.size)
+        stopped = before - int(tree.live_host.size)  # by EOS or a stop string (at the last step the rest: by length)
         decode_step(before, before - after, stopped * (protocol.max_new_tokens - step - 1))
         if move.done:
             break
         key_valid, next_pos = _move_rows(cache, move, key_valid, next_pos)
-        logits = forward(move.inputs.to(device)[:, None], next_pos[:, None],
+        logits = forward(to_device(move.inputs_host, device)[:, None], next_pos[:, None],
                          key_valid[:, : cache.length + 1] if padded else None, step)
         next_pos = next_pos + 1
     return _completions(tree, tokenizer_of(stack.model), stopper, n)
@@ -524,10 +552,11 @@ def _pad_id(model) -> int:
     return 0 if pad_id is None else int(pad_id)
 
 
-def _seeds(rows: list[Row], device: torch.device) -> tuple[Int[Tensor, "rows"], Bool[Tensor, "rows"]]:
-    """Each row's seed (0 for a greedy row) and whether it decodes greedily."""
-    seeds = torch.tensor([0 if r.seed is None else r.seed for r in rows], dtype=torch.int64, device=device)
-    return seeds, torch.tensor([r.seed is None for r in rows], device=device)
+def _seeds(rows: list[Row], device: torch.device) -> tuple[Int[Tensor, "rows"], np.ndarray]:
+    """Each row's seed (0 for a greedy row) on the device, where its uniforms are drawn, and whether it decodes
+    greedily (on the host)."""
+    seeds = to_device(np.array([0 if r.seed is None else r.seed for r in rows], dtype=np.int64), device)
+    return seeds, np.array([r.seed is None for r in rows], dtype=bool)
 
 
 def _completions(tree: SampleTree, tok, stopper: StopChecker, n: int) -> list[Completion]:

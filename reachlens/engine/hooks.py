@@ -67,10 +67,12 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any, TypeVar
 
+import numpy as np
 import torch
 from jaxtyping import Bool, Int
 from torch import Tensor
 
+from reachlens.engine.host_reads import to_device, to_host
 from reachlens.errors import ReachlensError
 
 __all__ = [
@@ -259,13 +261,34 @@ class BatchRows:
     """In the prefill: True at each entry's prompt tokens, False at its left padding (None while decoding)."""
     luts: dict = field(default_factory=dict, repr=False)
     """Per hook's arm tuple (by id), its lookup table over :attr:`arms` (shared by a chunk's forwards)."""
+    row_host: np.ndarray | None = field(default=None, repr=False)
+    """:attr:`row_of_entry` on the host (None: read from it once, when asked): what the entries and arms of this
+    forward are found from, so that a hook's question reads nothing back from the device."""
+    arm_host: np.ndarray | None = field(default=None, repr=False)
+    """:attr:`arm_of_row` on the host (None: read from it once, when asked)."""
     _index: dict = field(default_factory=dict, repr=False)
+
+    @cached_property
+    def _rows_host(self) -> np.ndarray:
+        return to_host(self.row_of_entry) if self.row_host is None else self.row_host
+
+    @cached_property
+    def _arm_of_entry_host(self) -> np.ndarray:
+        rows = self._rows_host
+        out = np.full(self.n_entries, -1, dtype=np.int64)
+        live = rows >= 0
+        if self.arm_of_row is None:
+            out[rows[live]] = 0
+        else:
+            arm = to_host(self.arm_of_row) if self.arm_host is None else self.arm_host
+            out[rows[live]] = arm[live]
+        return out
 
     @cached_property
     def entries(self) -> tuple[tuple[int, ...], ...]:
         """Per batch entry, the indices into ``generate``'s ``rows`` of the live rows it stands for."""
         out: list[list[int]] = [[] for _ in range(self.n_entries)]
-        for local, entry in enumerate(self.row_of_entry.tolist()):
+        for local, entry in enumerate(self._rows_host.tolist()):
             if entry >= 0:
                 out[entry].append(self.chunk[local])
         return tuple(tuple(e) for e in out)
@@ -273,11 +296,7 @@ class BatchRows:
     @cached_property
     def arm_of_entry(self) -> Int[Tensor, "entries"]:
         """Per batch entry, the index in :attr:`arms` of the arm it runs (-1: a free slot); on the CPU."""
-        out = torch.full((self.n_entries,), -1, dtype=torch.long)
-        live = self.row_of_entry >= 0
-        arm = torch.zeros_like(self.row_of_entry) if self.arm_of_row is None else self.arm_of_row
-        out[self.row_of_entry[live]] = arm[live]
-        return out
+        return torch.from_numpy(self._arm_of_entry_host)
 
     def arm_index(self, keys: tuple[Hashable, ...], device: torch.device | str = "cpu") -> Int[Tensor, "entries"] | None:
         """Per batch entry, the position in ``keys`` of the arm it runs (-1: none of ``keys``), on
@@ -295,7 +314,7 @@ class BatchRows:
             else:
                 arm = self._index.get(("arm_of_entry", device))
                 if arm is None:
-                    arm = self._index[("arm_of_entry", device)] = self.arm_of_entry.to(device, non_blocking=True)
+                    arm = self._index[("arm_of_entry", device)] = to_device(self._arm_of_entry_host, device)
                 found = (self._lut(keys, device)[arm],)
             self._index[key] = found
         return found[0]
@@ -310,34 +329,36 @@ class BatchRows:
         if found is None:
             lut = self._lut(keys, None)
             parts = [entries for a, entries in self._entries_of_arm.items() if lut[a] >= 0]
-            entries = None if not parts else parts[0] if len(parts) == 1 else torch.cat(parts).sort().values
-            if entries is not None and device.type != "cpu":
-                entries = entries.to(device, non_blocking=True)
+            entries = None if not parts else parts[0] if len(parts) == 1 else np.sort(np.concatenate(parts))
+            if entries is not None:
+                entries = torch.from_numpy(entries) if device.type == "cpu" else to_device(entries, device)
             found = self._index[key] = (entries,)
         return found[0]
 
     @cached_property
-    def _entries_of_arm(self) -> dict[int, Int[Tensor, "n"]]:
-        """Per arm some entry of this forward runs (its index in :attr:`arms`), those entries, ascending."""
-        arm = self.arm_of_entry
-        order = torch.argsort(arm, stable=True)
-        counts = torch.bincount(arm + 1, minlength=len(self.arms) + 1).tolist()
-        return {a - 1: part for a, part in enumerate(torch.split(order, counts)) if a and counts[a]}
+    def _entries_of_arm(self) -> dict[int, np.ndarray]:
+        """Per arm some entry of this forward runs (its index in :attr:`arms`), those entries, ascending (host)."""
+        arm = self._arm_of_entry_host
+        order = np.argsort(arm, kind="stable")
+        counts = np.bincount(arm + 1, minlength=len(self.arms) + 1).tolist()
+        bounds = np.cumsum([0, *counts])
+        return {a - 1: order[bounds[a]:bounds[a + 1]] for a in range(1, len(counts)) if counts[a]}
 
-    def restrict(self, entries: Int[Tensor, "sub"]) -> BatchRows:
+    def restrict(self, entries: Int[Tensor, "sub"] | np.ndarray) -> BatchRows:
         """The same forward seen by a block called on some of its entries only (rows on different routes, see
         :class:`~reachlens.engine.stack.RowRoutes`): entry ``i`` of the result is entry ``entries[i]`` here."""
-        entries = entries.cpu()
-        where = torch.full((self.n_entries + 1,), -1, dtype=torch.long)  # the last -1: a finished row's entry
-        where[entries] = torch.arange(entries.numel())
-        return BatchRows(where[self.row_of_entry], self.chunk, self.tags, int(entries.numel()), self.step, self.arms,
-                         self.arm_of_row, None if self.prompt_mask is None else self.prompt_mask[entries.to(
-                             self.prompt_mask.device)], self.luts)
+        host = to_host(entries)  # a host array as the engine passes it; a tensor is read once
+        where = np.full(self.n_entries + 1, -1, dtype=np.int64)  # the last -1: a finished row's entry
+        where[host] = np.arange(host.size)
+        rows = where[self._rows_host]
+        mask = None if self.prompt_mask is None else self.prompt_mask[to_device(host, self.prompt_mask.device)]
+        return BatchRows(torch.from_numpy(rows), self.chunk, self.tags, int(host.size), self.step, self.arms,
+                         self.arm_of_row, mask, self.luts, row_host=rows, arm_host=self.arm_host)
 
     @cached_property
     def _arms_present(self) -> frozenset[int]:
         """The indices in :attr:`arms` of the arms some entry of this forward runs."""
-        return frozenset(self.arm_of_entry.tolist()) - {-1}
+        return frozenset(self._arm_of_entry_host.tolist()) - {-1}
 
     def _lut(self, keys: tuple[Hashable, ...], device: torch.device | None) -> Int[Tensor, "arms_plus_1"] | list[int]:
         """Per arm of the call, its position in ``keys`` (-1: absent), then a -1 that a free slot's -1 reads: a
@@ -399,7 +420,7 @@ def arm_entries(keys: tuple[Hashable, ...], device: torch.device | str = "cpu") 
 
 
 @contextlib.contextmanager
-def restricted_rows(entries: Int[Tensor, "sub"]) -> Iterator[None]:
+def restricted_rows(entries: Int[Tensor, "sub"] | np.ndarray) -> Iterator[None]:
     """Within the block, :func:`current_rows` (if a generate call set it) describes only ``entries`` of its forward:
     a block runs on those entries alone (:meth:`BatchRows.restrict`)."""
     rows = _CURRENT.get()

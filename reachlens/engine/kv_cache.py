@@ -1,6 +1,6 @@
 """A preallocated KV cache with one slot per *route step*, and a shared-prefix mode for K samples.
 
-One module (about 410 lines) because the slot cache, its shared-prefix mode and the row selection that fans
+One module (about 490 lines) because the slot cache, its shared-prefix mode and the row selection that fans
 a prompt out act on one set of tensors.
 
 HuggingFace's ``DynamicCache`` keys its tensors by ``layer_idx`` and grows them with ``torch.cat``
@@ -43,9 +43,12 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+import numpy as np
 import torch
 from jaxtyping import Float, Int
 from torch import Tensor
+
+from reachlens.engine.host_reads import to_device, to_host
 
 __all__ = ["SlotKVCache", "SharedPrefix"]
 
@@ -76,16 +79,24 @@ class SharedPrefix:
     """Row ``i`` continues prompt ``i`` and there are as many rows as prompts (``group`` is
     ``arange``): a row's prompt part is read in place, with no gather."""
 
+    host: np.ndarray | None = None
+    """:attr:`group` on the host (what every later layout is computed from, so none reads the device)."""
+
     @classmethod
-    def build(cls, group: Tensor, length: int, n_groups: int) -> SharedPrefix:
-        counts = torch.bincount(group, minlength=n_groups)
-        width = int(counts.max()) if group.numel() else 1
-        order = torch.argsort(group, stable=True)
-        starts = torch.cumsum(counts, 0) - counts
-        rank = torch.empty_like(group)
-        rank[order] = torch.arange(group.numel(), device=group.device) - starts[group[order]]
-        identity = group.numel() == n_groups and torch.equal(group, torch.arange(n_groups, device=group.device))
-        return cls(group, length, n_groups, width, group * width + rank, order, tuple(counts.tolist()), identity)
+    def build(cls, group: Tensor | np.ndarray, length: int, n_groups: int,
+              device: torch.device | str | None = None) -> SharedPrefix:
+        """The layout of rows continuing prompts ``group`` (a host array, or a tensor read once), on ``device``
+        (default: the tensor's, else the CPU)."""
+        device = (group.device if isinstance(group, Tensor) else "cpu") if device is None else device
+        host = to_host(group)
+        counts = np.bincount(host, minlength=n_groups)
+        width = int(counts.max()) if host.size else 1
+        order = np.argsort(host, kind="stable")
+        rank = np.empty_like(host)
+        rank[order] = np.arange(host.size) - (np.cumsum(counts) - counts)[host[order]]
+        identity = host.size == n_groups and bool((host == np.arange(n_groups)).all())
+        return cls(to_device(host, device), length, n_groups, width, to_device(host * width + rank, device),
+                   to_device(order, device), tuple(counts.tolist()), identity, host)
 
     @property
     def padding_ratio(self) -> float:
@@ -130,6 +141,7 @@ class SlotKVCache:
         self._slot: int | None = None
         self._layer: int | None = None
         self._rows: Tensor | None = None
+        self._rows_host: np.ndarray | None = None
         self._row_shared: tuple[Tensor, SharedPrefix] | None = None
         self._pending = 0
         # per slot: full [batch, h, max_len, d] (plain mode) or the row-own part (shared mode)
@@ -143,10 +155,12 @@ class SlotKVCache:
     def n_slots(self) -> int:
         return len(self.route)
 
-    def enter(self, slot: int, *, layer: int | None = None, rows: Int[Tensor, "sub"] | None = None) -> None:
+    def enter(self, slot: int, *, layer: int | None = None, rows: Int[Tensor, "sub"] | None = None,
+              rows_host: np.ndarray | None = None) -> None:
         """Announce that route step ``slot`` runs next: ``layer`` (the route's layer at that step when None) on the
-        batch rows ``rows`` (None: every row)."""
-        self._slot, self._layer, self._rows = slot, layer, rows
+        batch rows ``rows`` (None: every row; ``rows_host``: the same on the host, else read from ``rows`` once
+        if the shared layout needs them)."""
+        self._slot, self._layer, self._rows, self._rows_host = slot, layer, rows, rows_host
 
     def _check(self, layer_idx: int) -> int:
         slot = self._slot
@@ -168,8 +182,9 @@ class SlotKVCache:
         if self.shared is None or rows is None:
             return self.shared
         if self._row_shared is None or self._row_shared[0] is not rows:
-            self._row_shared = (rows, SharedPrefix.build(self.shared.group.index_select(0, rows), self.shared.length,
-                                                         self.shared.n_groups))
+            self._row_shared = (rows, SharedPrefix.build(self.shared.host[to_host(rows) if self._rows_host is None else
+                                                                           self._rows_host], self.shared.length,
+                                                         self.shared.n_groups, rows.device))
         return self._row_shared[1]
 
     def append(self, key_states: Tensor, value_states: Tensor, layer_idx: int) -> int:
@@ -310,7 +325,13 @@ class SlotKVCache:
         return self.length - offset + query_length, offset
 
     # --- batch surgery ---------------------------------------------------------------------------
-    def share(self, group: Int[Tensor, "batch"], *, forks: bool = True) -> None:
+    def _device(self) -> torch.device:
+        """Where the buffers live."""
+        bufs = [b for store in (self._keys, self._values, self._prefix_keys, self._prefix_values) for b in store
+                if b is not None]
+        return bufs[0].device if bufs else torch.device("cpu")
+
+    def share(self, group: Int[Tensor, "batch"] | np.ndarray, *, forks: bool = True) -> None:
         """Fan the prefilled prompts out to rows without copying: row ``i`` continues prompt ``group[i]``.
 
         ``forks=False`` promises that no row will be copied into another (:meth:`copy_rows`: greedy rows never fork).
@@ -323,8 +344,10 @@ class SlotKVCache:
         if any(w is not None for w in self.windows):
             raise RuntimeError("a cache with sliding-window slots cannot share its prompt part")
         filled = [s for s in range(self.n_slots) if self._keys[s] is not None and self._values[s] is not None]
+        device = group.device if isinstance(group, Tensor) else self._device()
+        group = to_host(group)  # the rows' layout is host bookkeeping (a tensor is read once)
         n_groups = self.batch if filled and self.batch is not None else int(group.max()) + 1
-        alone = not forks and group.numel() == n_groups and torch.equal(group, torch.arange(n_groups, device=group.device))
+        alone = not forks and group.size == n_groups and bool((group == np.arange(n_groups)).all())
         room = min(self.max_len, -(-self.length // _GROW) * _GROW)
         for s in filled:
             k, v = self._keys[s][:n_groups], self._values[s][:n_groups]  # a compaction in place leaves spare rows
@@ -341,10 +364,10 @@ class SlotKVCache:
             self._prefix_keys[s] = k[:, :, : self.length].contiguous()
             self._prefix_values[s] = v[:, :, : self.length].contiguous()
             self._keys[s] = self._values[s] = None
-        self.shared = SharedPrefix.build(group, 0 if alone else self.length, n_groups)
+        self.shared = SharedPrefix.build(group, 0 if alone else self.length, n_groups, device)
         self.batch = int(group.shape[0])
 
-    def select_rows(self, index: Int[Tensor, "new_batch"]) -> None:
+    def select_rows(self, index: Int[Tensor, "new_batch"] | np.ndarray) -> None:
         """Keep (and repeat) rows: row ``i`` of the result is old row ``index[i]``.
 
         When the batch does not grow (a compaction: :class:`~reachlens.engine.sample_tree.SampleTree` fills free
@@ -354,11 +377,14 @@ class SlotKVCache:
         where they are.
         """
         filled = self.length - (self.shared.length if self.shared else 0)
-        n = int(index.shape[0])
+        device = index.device if isinstance(index, Tensor) else self._device()
+        host = to_host(index)  # which rows move is found on the host (a tensor is read once)
+        index = to_device(host, device)
+        n = int(host.shape[0])
         in_place = self.batch is not None and n <= self.batch
         if in_place:
-            moved = (index != torch.arange(n, device=index.device)).nonzero().flatten()
-            src = index.index_select(0, moved)
+            moved_host = np.flatnonzero(host != np.arange(n))
+            moved, src = to_device(moved_host, device), to_device(host[moved_host], device)
         for store in (self._keys, self._values):
             for s, buf in enumerate(store):
                 if buf is None:
@@ -366,7 +392,7 @@ class SlotKVCache:
                 # shared mode: whole rows (exactly as long as written for keys, finite beyond it for values)
                 width = buf.shape[2] if self.shared is not None else filled
                 if in_place:
-                    if moved.numel():
+                    if moved_host.size:
                         part = buf if width == buf.shape[2] else buf[:, :, :width]
                         part.index_copy_(0, moved, part.index_select(0, src))
                     continue
@@ -377,31 +403,34 @@ class SlotKVCache:
                 new[:, :, :filled] = buf[:, :, :filled].index_select(0, index)
                 store[s] = new
         if self.shared is not None:
-            group, n_groups = self.shared.group.index_select(0, index), self.shared.n_groups
-            if group.numel() and int(torch.bincount(group).max()) == 1:
+            group, n_groups = self.shared.host[host], self.shared.n_groups
+            if group.size and int(np.bincount(group).max()) == 1:
                 # one row per prompt (greedy rows, one per prompt and arm): the prompts' parts follow the
                 # rows, copied once here, so that every later step reads them in place (no gather)
                 for store in (self._prefix_keys, self._prefix_values):
                     for s, buf in enumerate(store):
                         if buf is not None:
-                            store[s] = buf.index_select(0, group)
-                group, n_groups = torch.arange(group.numel(), device=group.device), group.numel()
-            self.shared = SharedPrefix.build(group, self.shared.length, n_groups)
-        self.batch = int(index.shape[0])
+                            store[s] = buf.index_select(0, to_device(group, buf.device))
+                group, n_groups = np.arange(group.size), group.size
+            self.shared = SharedPrefix.build(group, self.shared.length, n_groups, device)
+        self.batch = n
 
-    def copy_rows(self, src: Int[Tensor, "n"], dst: Int[Tensor, "n"]) -> None:
+    def copy_rows(self, src: Int[Tensor, "n"] | np.ndarray, dst: Int[Tensor, "n"] | np.ndarray) -> None:
         """Row ``dst[i]`` becomes a copy of row ``src[i]`` (generated part; in shared mode the prompt
         stays shared). A ``dst`` at or beyond :attr:`batch` grows the batch to ``max(dst) + 1``; the
         buffers grow by doubling, so forking a few rows never re-copies the others. ``src`` and ``dst``
         must not overlap."""
-        if src.shape != dst.shape:
+        if tuple(src.shape) != tuple(dst.shape):
             raise ValueError(f"src {tuple(src.shape)} and dst {tuple(dst.shape)} differ in shape")
-        if dst.numel() == 0:
+        device = dst.device if isinstance(dst, Tensor) else self._device()
+        src_host, dst_host = to_host(src), to_host(dst)  # host bookkeeping (a tensor is read once)
+        if dst_host.size == 0:
             return
         if self.batch is None:
             raise RuntimeError("copy_rows on an empty cache")
-        new_batch = max(self.batch, int(dst.max()) + 1)
+        new_batch = max(self.batch, int(dst_host.max()) + 1)
         filled = self.length - (self.shared.length if self.shared else 0)
+        src, dst = to_device(src_host, device), to_device(dst_host, device)
         for store in (self._keys, self._values):
             for s, buf in enumerate(store):
                 if buf is None:
@@ -414,12 +443,12 @@ class SlotKVCache:
                     store[s] = buf = grown
                 buf[dst, :, :width] = buf[src, :, :width]
         if self.shared is not None:
-            group = self.shared.group
+            group = self.shared.host
             if new_batch > group.shape[0]:
-                group = torch.cat([group, group.new_zeros(new_batch - group.shape[0])])
-            group = group.clone()
-            group[dst] = group[src]
-            self.shared = SharedPrefix.build(group, self.shared.length, self.shared.n_groups)
+                group = np.concatenate([group, np.zeros(new_batch - group.shape[0], dtype=group.dtype)])
+            group = group.copy()
+            group[dst_host] = group[src_host]
+            self.shared = SharedPrefix.build(group, self.shared.length, self.shared.n_groups, device)
         self.batch = new_batch
 
 

@@ -48,7 +48,7 @@ from reachlens.errors import ReachlensError
 from reachlens.protocol import Protocol
 
 __all__ = ["ROW_BYTES", "ROW_BYTES_PER_TOKEN", "VOCAB_PASSES", "check_budget", "check_decode", "check_rows",
-           "decode_row_bytes", "keep_freed_memory", "machine_memory", "no_gc"]
+           "decode_row_bytes", "gib", "keep_freed_memory", "machine_memory", "no_gc"]
 
 _M_TRIM_THRESHOLD, _M_MMAP_MAX = -1, -4  # glibc's malloc.h
 _INT_MAX = 2**31 - 1
@@ -152,7 +152,8 @@ def _address_space_left(proc: Path) -> list[int]:
     return [max(soft - mapped, 0)]
 
 
-def _gib(n: int) -> str:
+def gib(n: int) -> str:
+    """``n`` bytes in GiB, one decimal (``"7.6 GiB"``)."""
     return f"{n / (1 << 30):.1f} GiB"
 
 
@@ -184,9 +185,9 @@ def check_rows(rows: int, max_new_tokens: int, what: str, fix: Callable[[int], s
     fit = memory // 2 // per_row
     if rows > fit:
         raise ReachlensError(
-            f"{what} {rows:,} completions need about {_gib(rows * per_row)} in memory until they are graded "
+            f"{what} {rows:,} completions need about {gib(rows * per_row)} in memory until they are graded "
             f"({ROW_BYTES} bytes + {ROW_BYTES_PER_TOKEN} per token of max_new_tokens={max_new_tokens} each), more "
-            f"than half of the {_gib(memory)} this process may use (the least of the machine's memory, its cgroup's "
+            f"than half of the {gib(memory)} this process may use (the least of the machine's memory, its cgroup's "
             f"limit and ulimit -v); {fix(fit)}")
 
 
@@ -216,7 +217,7 @@ def check_decode(model, rows: int, length: int, max_batch_rows: int) -> None:
     fit = max(memory // 2 // per_row, 0)
     if batch > fit:
         raise ReachlensError(
-            f"max_batch_rows={max_batch_rows}: a decode batch of {batch:,} rows needs about {_gib(batch * per_row)} "
+            f"max_batch_rows={max_batch_rows}: a decode batch of {batch:,} rows needs about {gib(batch * per_row)} "
             f"({per_row / (1 << 20):.1f} MiB a row: {VOCAB_PASSES} float32 passes over d_vocab={model.cfg.d_vocab:,} and "
-            f"the KV cache of {length} positions), more than half of the {_gib(memory)} this process may use; use "
+            f"the KV cache of {length} positions), more than half of the {gib(memory)} this process may use; use "
             f"max_batch_rows <= {fit} (--max-batch-rows {fit}), or a shorter max_new_tokens")

@@ -17,11 +17,14 @@ from __future__ import annotations
 
 import hashlib
 import math
+from collections.abc import Sequence
 
+import numpy as np
 import torch
 from jaxtyping import Float, Int
 from torch import Tensor
 
+from reachlens.engine.host_reads import to_device, to_host
 from reachlens.errors import ReachlensError
 
 __all__ = ["Workspace", "counter_normals", "intervention_seed", "row_seed", "sample_inverse_cdf", "uniforms"]
@@ -86,7 +89,7 @@ def sample_inverse_cdf(
     step: int,
     temperature: float,
     top_p: float = 1.0,
-    group: Int[Tensor, "rows"] | None = None,
+    group: Int[Tensor, "rows"] | np.ndarray | Sequence[int] | None = None,
     workspace: Workspace | None = None,
 ) -> Int[Tensor, "rows"]:
     """Draw one token per row from ``softmax(logits / temperature)``, optionally nucleus-truncated.
@@ -95,16 +98,18 @@ def sample_inverse_cdf(
     crosses the threshold is kept, as in HuggingFace's ``TopPLogitsWarper``).
 
     ``group[r]`` names the logits row that row ``r`` samples from (default: row ``r``), so rows that
-    share a distribution share one softmax and one cumulative sum; each still draws its own uniform.
+    share a distribution share one softmax and one cumulative sum; each still draws its own uniform. ``group`` is
+    host data (a numpy array or a sequence; a tensor is read once): the rows' places in the batched search are
+    computed on the host, and the uniforms on the device from ``seeds`` (where ``seeds`` lives), so a draw reads
+    nothing back.
     ``workspace`` keeps the float64 buffers between calls (the same numbers, computed in place).
     """
     if temperature <= 0:
         raise ReachlensError(f"temperature={temperature!r}: sampling needs temperature > 0 (use argmax for greedy)")
     n_dist = logits.shape[0]
-    if group is None:
-        group = torch.arange(n_dist, device=logits.device)
-    elif group.shape != seeds.shape:
-        raise ValueError(f"group {tuple(group.shape)} must have one entry per seed {tuple(seeds.shape)}")
+    host = np.arange(n_dist, dtype=np.int64) if group is None else to_host(group)
+    if host.shape != tuple(seeds.shape):
+        raise ValueError(f"group {tuple(host.shape)} must have one entry per seed {tuple(seeds.shape)}")
     ws = Workspace() if workspace is None else workspace
     logits = logits.detach()  # an index is drawn: nothing to differentiate (and out= buffers refuse grad)
     scaled = ws.take("scaled", tuple(logits.shape), torch.float64, logits.device)
@@ -119,16 +124,24 @@ def sample_inverse_cdf(
         drop = (cum - sorted_p) >= top_p
         probs = sorted_p.masked_fill_(drop, 0.0)
     cdf = probs.cumsum_(-1)
-    # the rows of one distribution, side by side: queries [n_dist, most rows of one distribution]
-    counts = torch.bincount(group, minlength=n_dist)
-    rank = torch.empty_like(group)
-    by_group = torch.argsort(group, stable=True)
-    starts = torch.cumsum(counts, 0) - counts
-    rank[by_group] = torch.arange(group.numel(), device=group.device) - starts[group[by_group]]
-    queries = torch.zeros((n_dist, int(counts.max()) if group.numel() else 1), dtype=cdf.dtype, device=cdf.device)
+    # the rows of one distribution, side by side: queries [n_dist, most rows of one distribution]; where each row
+    # goes is found on the host, from the group it was given there (nothing is read back from the device)
+    group, rank, width = _ranks(host, n_dist, probs.device)
+    queries = torch.zeros((n_dist, width), dtype=cdf.dtype, device=cdf.device)
     queries[group, rank] = u * cdf[group, -1]
     pick = torch.searchsorted(cdf, queries, right=True).clamp_(max=cdf.shape[-1] - 1)[group, rank]
     return pick if order is None else order[group, pick]
+
+
+def _ranks(group: np.ndarray, n_dist: int, device: torch.device) -> tuple[Tensor, Tensor, int]:
+    """Each row's group and rank among its group's rows (in row order) on ``device``, and the most rows of a group
+    (at least 1): computed on the host."""
+    counts = np.bincount(group, minlength=n_dist)
+    order = np.argsort(group, kind="stable")
+    rank = np.empty_like(group)
+    rank[order] = np.arange(group.size) - (np.cumsum(counts) - counts)[group[order]]
+    width = int(counts.max()) if group.size else 1
+    return to_device(group, device), to_device(rank, device), width
 
 
 # --- seeds and Gaussians of the random interventions (grafts, embedding noise) --------------------

@@ -22,9 +22,12 @@ With ``share=False`` (one row per sample: what a hook sees when it is not row-ag
 :mod:`reachlens.engine.hooks`) each row starts in a slot of its own, so no node ever forks, and
 no compaction runs: row ``i`` keeps slot ``i`` to the end (a finished row's slot is fed padding).
 
-The tree is bookkeeping on the CPU and needs no model: the decoding loop in
+The tree is bookkeeping on the host and needs no model: the decoding loop in
 :mod:`reachlens.engine.generate` owns the logits, the cache and the device tensors, and applies what
-each step returns. It also keeps every row's tokens, log-probabilities and finish reason.
+each step returns. It also keeps every row's tokens, log-probabilities and finish reason. Its state is numpy
+arrays (the ``*_host`` attributes), which no host read touches: the one read of a decoding step is the copy of its
+new tokens that :meth:`SampleTree.advance` is given (see :mod:`reachlens.engine.host_reads`); its tensors
+(:attr:`SampleTree.live`, :attr:`SampleTree.slot_of_row`, a :class:`TreeStep`'s) are views of those arrays.
 
 >>> tree = SampleTree(torch.zeros(3, dtype=torch.long), n_slots=1, max_new_tokens=4, stopper=checker)  # doctest: +SKIP
 >>> step = tree.advance(torch.tensor([7, 7, 9]))  # doctest: +SKIP
@@ -37,9 +40,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal, Protocol, runtime_checkable
 
+import numpy as np
 import torch
-from jaxtyping import Bool, Float, Int
+from jaxtyping import Float, Int
 from torch import Tensor
+
+from reachlens.engine.host_reads import to_host
 
 __all__ = ["FinishReason", "SampleTree", "StopCheck", "TreeStep"]
 
@@ -51,33 +57,54 @@ class StopCheck(Protocol):
     """What the tree asks of a stop checker (:class:`~reachlens.engine.stopping.StopChecker`)."""
 
     def check(
-        self, chosen: Int[Tensor, "batch"], history: Int[Tensor, "rows new"], rows: Int[Tensor, "batch"], step: int
-    ) -> tuple[Bool[Tensor, "batch"], Bool[Tensor, "batch"]]:
-        """(hit EOS, hit a stop string) per child, ``history[rows[b], :step + 1]`` being its tokens."""
+        self, chosen: np.ndarray, history: np.ndarray, rows: np.ndarray, step: int
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """(hit EOS, hit a stop string) per child, ``history[rows[b], :step + 1]`` being its tokens: numpy arrays on
+        the host (int64; the answers bool)."""
         ...
 
 
 @dataclass(frozen=True)
 class TreeStep:
     """What one :meth:`SampleTree.advance` asks of the decoder, in this order: copy the forks'
-    cache rows, compact, then forward ``inputs``."""
+    cache rows, compact, then forward ``inputs``. Host arrays (the ``*_host`` fields), each also a tensor view."""
 
-    finished: Int[Tensor, "f"]
+    finished_host: np.ndarray
     """Rows that finished at this step (EOS or a stop string)."""
-    fork_src: Int[Tensor, "forks"]
+    fork_src_host: np.ndarray
     """Slots whose cache rows are copied ..."""
-    fork_dst: Int[Tensor, "forks"]
+    fork_dst_host: np.ndarray
     """... into these slots (free ones first, then new ones at the end of the batch)."""
     grown: int
     """Slots appended to the batch by the forks (the batch had ``n_slots - grown`` before them)."""
-    compaction: Int[Tensor, "kept"] | None
+    compaction_host: np.ndarray | None
     """After the forks: new slot ``i`` is old slot ``compaction[i]`` (None: no compaction)."""
-    inputs: Int[Tensor, "slots"] | None
+    inputs_host: np.ndarray | None
     """The token each slot feeds to the next forward (None: decoding is over)."""
 
     @property
     def done(self) -> bool:
-        return self.inputs is None
+        return self.inputs_host is None
+
+    @property
+    def finished(self) -> Int[Tensor, "f"]:
+        return torch.from_numpy(self.finished_host)
+
+    @property
+    def fork_src(self) -> Int[Tensor, "forks"]:
+        return torch.from_numpy(self.fork_src_host)
+
+    @property
+    def fork_dst(self) -> Int[Tensor, "forks"]:
+        return torch.from_numpy(self.fork_dst_host)
+
+    @property
+    def compaction(self) -> Int[Tensor, "kept"] | None:
+        return None if self.compaction_host is None else torch.from_numpy(self.compaction_host)
+
+    @property
+    def inputs(self) -> Int[Tensor, "slots"] | None:
+        return None if self.inputs_host is None else torch.from_numpy(self.inputs_host)
 
 
 class SampleTree:
@@ -95,7 +122,7 @@ class SampleTree:
 
     def __init__(
         self,
-        slot_of_row: Int[Tensor, "rows"],
+        slot_of_row: Int[Tensor, "rows"] | np.ndarray,
         n_slots: int,
         max_new_tokens: int,
         stopper: StopCheck,
@@ -103,13 +130,13 @@ class SampleTree:
         share: bool = True,
         pad_id: int = 0,
     ) -> None:
-        n = int(slot_of_row.shape[0])
-        self.n_rows = n
-        self.slot_of_row: Int[Tensor, "rows"] = slot_of_row.detach().to("cpu", torch.long).clone()
+        self.slot_host: np.ndarray = to_host(slot_of_row).copy()
         """Each row's slot in the next forward (-1 once the row finished)."""
+        n = int(self.slot_host.shape[0])
+        self.n_rows = n
         self.n_slots = int(n_slots)
         """Slots of the batch (free ones included)."""
-        self.live: Int[Tensor, "live"] = torch.arange(n)
+        self.live_host: np.ndarray = np.arange(n, dtype=np.int64)
         """Rows still decoding, in row order."""
         self.max_new_tokens = int(max_new_tokens)
         self.stopper = stopper
@@ -117,118 +144,133 @@ class SampleTree:
         self.pad_id = int(pad_id)
         self.step = 0
         """Tokens generated so far (the step the next :meth:`advance` records)."""
-        self.tokens: Int[Tensor, "rows new"] = torch.full((n, self.max_new_tokens), self.pad_id, dtype=torch.long)
-        self.logprobs: Float[Tensor, "rows new"] = torch.zeros((n, self.max_new_tokens), dtype=torch.float32)
-        self.lengths: Int[Tensor, "rows"] = torch.zeros(n, dtype=torch.long)
+        self.tokens_host = np.full((n, self.max_new_tokens), self.pad_id, dtype=np.int64)
+        self.logprobs_host = np.zeros((n, self.max_new_tokens), dtype=np.float32)
+        self.lengths_host = np.zeros(n, dtype=np.int64)
         self.reasons: list[FinishReason] = ["length"] * n
-        if self.slot_of_row.numel() and not 0 <= int(self.slot_of_row.min()) <= int(self.slot_of_row.max()) < n_slots:
-            raise ValueError(f"slot_of_row {self.slot_of_row.tolist()} must lie in 0..{n_slots - 1}")
+        if n and not 0 <= int(self.slot_host.min()) <= int(self.slot_host.max()) < n_slots:
+            raise ValueError(f"slot_of_row {self.slot_host.tolist()} must lie in 0..{n_slots - 1}")
+
+    @property
+    def slot_of_row(self) -> Int[Tensor, "rows"]:
+        """Each row's slot in the next forward (-1 once the row finished): a view of :attr:`slot_host`."""
+        return torch.from_numpy(self.slot_host)
+
+    @property
+    def live(self) -> Int[Tensor, "live"]:
+        """Rows still decoding, in row order: a view of :attr:`live_host`."""
+        return torch.from_numpy(self.live_host)
+
+    @property
+    def tokens(self) -> Int[Tensor, "rows new"]:
+        return torch.from_numpy(self.tokens_host)
 
     @property
     def done(self) -> bool:
         """Every row finished, or generated ``max_new_tokens``."""
-        return self.step == self.max_new_tokens or self.live.numel() == 0
+        return self.step == self.max_new_tokens or self.live_host.size == 0
 
     def live_slots(self) -> Int[Tensor, "live"]:
         """The slot of each live row (aligned with :attr:`live`)."""
-        return self.slot_of_row[self.live]
+        return torch.from_numpy(self.slot_host[self.live_host])
 
     def members(self) -> tuple[tuple[int, ...], ...]:
         """Per slot, the live rows its node stands for (empty for a free slot)."""
         out: list[list[int]] = [[] for _ in range(self.n_slots)]
-        for row, slot in zip(self.live.tolist(), self.live_slots().tolist()):
+        for row, slot in zip(self.live_host.tolist(), self.slot_host[self.live_host].tolist()):
             out[slot].append(row)
         return tuple(tuple(m) for m in out)
 
     def advance(
-        self, chosen: Int[Tensor, "live"], logprobs: Float[Tensor, "live"] | None = None
+        self, chosen: Int[Tensor, "live"] | np.ndarray, logprobs: Float[Tensor, "live"] | np.ndarray | None = None
     ) -> TreeStep:
-        """Record each live row's token (aligned with :attr:`live`), finish rows, place the children.
+        """Record each live row's token (aligned with :attr:`live`), finish rows, place the children. A tensor is
+        read once (a numpy array, as the decoder passes, is not read again).
 
         Raises:
             RuntimeError: the tree is already :attr:`done`.
         """
         if self.done:
             raise RuntimeError("advance() on a finished sample tree")
-        chosen = chosen.detach().to("cpu", torch.long)
-        live, step = self.live, self.step
-        self.tokens[live, step] = chosen
+        chosen = to_host(chosen)
+        live, step = self.live_host, self.step
+        self.tokens_host[live, step] = chosen
         if logprobs is not None:
-            self.logprobs[live, step] = logprobs.detach().to("cpu", torch.float32)
-        self.lengths[live] = step + 1
+            self.logprobs_host[live, step] = to_host(logprobs, np.float32)
+        self.lengths_host[live] = step + 1
         self.step = step + 1
 
         # the children: one per distinct (node, token); sorted, so a node's children are adjacent
         width = int(chosen.max()) + 1
-        child_key, child_of_row = torch.unique(self.slot_of_row[live] * width + chosen, return_inverse=True)
+        child_key, child_of_row = np.unique(self.slot_host[live] * width + chosen, return_inverse=True)
+        child_of_row = child_of_row.reshape(-1)
         parent, child_token = child_key // width, child_key % width
-        rep = torch.full((child_key.shape[0],), self.n_rows, dtype=torch.long).scatter_reduce_(
-            0, child_of_row, live, reduce="amin")  # one row per child, whose history the stop check reads
-        eos, stop = self.stopper.check(child_token, self.tokens, rep, step)
+        rep = np.full(child_key.shape[0], self.n_rows, dtype=np.int64)
+        np.minimum.at(rep, child_of_row, live)  # one row per child, whose history the stop check reads
+        eos, stop = (to_host(x, bool) for x in self.stopper.check(child_token, self.tokens_host, rep, step))
         ended = eos | stop
         finished = live[:0]
-        if bool(ended.any()):
+        if ended.any():
             row_ended = ended[child_of_row]
             finished = live[row_ended]
             for r, e in zip(finished.tolist(), eos[child_of_row[row_ended]].tolist()):
                 self.reasons[r] = "eos" if e else "stop"
             live, child_of_row = live[~row_ended], child_of_row[~row_ended]
-        self.live = live
-        self.slot_of_row[finished] = -1
+        self.live_host = live
+        self.slot_host[finished] = -1
         if self.done:
             return TreeStep(finished, live[:0], live[:0], 0, None, None)
         return self._place(finished, parent, child_token, child_of_row, ended)
 
     def _place(
-        self, finished: Int[Tensor, "n"], parent: Int[Tensor, "child"], child_token: Int[Tensor, "child"],
-        child_of_row: Int[Tensor, "live"], ended: Bool[Tensor, "child"],
+        self, finished: np.ndarray, parent: np.ndarray, child_token: np.ndarray, child_of_row: np.ndarray,
+        ended: np.ndarray,
     ) -> TreeStep:
         """Place the children that did not end: a node's first child continues in its slot, the others fork
         into free or new slots, then the last slots in use fill the free ones (compaction)."""
-        live = self.live
-        empty = live[:0]
-        kept = (~ended).nonzero().flatten()
+        live = self.live_host
+        kept = np.flatnonzero(~ended)
         k_parent = parent[kept]
-        first = torch.ones_like(k_parent, dtype=torch.bool)
+        first = np.ones(k_parent.shape[0], dtype=bool)
         first[1:] = k_parent[1:] != k_parent[:-1]
-        slot = torch.full((parent.shape[0],), -1, dtype=torch.long)
+        slot = np.full(parent.shape[0], -1, dtype=np.int64)
         slot[kept[first]] = k_parent[first]
-        occupied = torch.zeros(self.n_slots, dtype=torch.bool)
+        occupied = np.zeros(self.n_slots, dtype=bool)
         occupied[k_parent[first]] = True
-        free = (~occupied).nonzero().flatten()
+        free = np.flatnonzero(~occupied)
         forks = kept[~first]
-        src = dst = empty
+        src = dst = live[:0]
         grown = 0
-        if forks.numel():
-            grown = max(0, forks.numel() - free.numel())
-            dst = torch.cat([free[: forks.numel()], torch.arange(self.n_slots, self.n_slots + grown)])
+        if forks.size:
+            grown = max(0, forks.size - free.size)
+            dst = np.concatenate([free[: forks.size], np.arange(self.n_slots, self.n_slots + grown)])
             src = parent[forks]
             slot[forks] = dst
             self.n_slots += grown
         compaction = None
-        n_kept = int(kept.numel())
+        n_kept = int(kept.size)
         if self.share and self.n_slots > n_kept:
             # every free slot is filled from the end of the batch: a slot in use below n_kept stays where it is, one
             # at or above it moves into a free one below (the cache copies the moved rows only)
             used = slot[kept]
-            occupied = torch.zeros(self.n_slots, dtype=torch.bool)
+            occupied = np.zeros(self.n_slots, dtype=bool)
             occupied[used] = True
-            holes = (~occupied[:n_kept]).nonzero().flatten()
-            movers = occupied[n_kept:].nonzero().flatten() + n_kept
-            compaction = torch.arange(n_kept)
+            holes = np.flatnonzero(~occupied[:n_kept])
+            movers = np.flatnonzero(occupied[n_kept:]) + n_kept
+            compaction = np.arange(n_kept)
             compaction[holes] = movers
-            new_slot = torch.arange(self.n_slots)
+            new_slot = np.arange(self.n_slots)
             new_slot[movers] = holes
             slot[kept] = new_slot[used]
             self.n_slots = n_kept
-        self.slot_of_row[live] = slot[child_of_row]
-        inputs = torch.full((self.n_slots,), self.pad_id, dtype=torch.long)
+        self.slot_host[live] = slot[child_of_row]
+        inputs = np.full(self.n_slots, self.pad_id, dtype=np.int64)
         inputs[slot[kept]] = child_token[kept]
         return TreeStep(finished, src, dst, grown, compaction, inputs)
 
     def row_tokens(self, row: int) -> list[int]:
         """The tokens row ``row`` generated (EOS or the stop string's last token included)."""
-        return self.tokens[row, : int(self.lengths[row])].tolist()
+        return self.tokens_host[row, : int(self.lengths_host[row])].tolist()
 
     def row_logprobs(self, row: int) -> list[float]:
-        return self.logprobs[row, : int(self.lengths[row])].tolist()
+        return self.logprobs_host[row, : int(self.lengths_host[row])].tolist()

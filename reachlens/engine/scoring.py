@@ -24,7 +24,7 @@ Batching changes matmul shapes: a score can differ from a one-row forward in the
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import torch
@@ -80,9 +80,9 @@ def _cut(context: str, n: int) -> str:
 
 
 def scoring_window(model) -> int:
-    """lm-eval's default ``max_length`` for ``model``: its config's ``n_positions``, ``max_position_embeddings`` or
-    ``n_ctx`` (the first set), else 2048."""
-    cfg = model.original_model.config
+    """lm-eval's default ``max_length`` for ``model`` (or its HuggingFace config): the config's ``n_positions``,
+    ``max_position_embeddings`` or ``n_ctx`` (the first set), else 2048."""
+    cfg = model.original_model.config if hasattr(model, "original_model") else model
     for attr in ("n_positions", "max_position_embeddings", "n_ctx"):
         value = getattr(cfg, attr, None)
         if isinstance(value, int) and value > 0:
@@ -115,7 +115,8 @@ def _score_rows(
 
 @torch.inference_mode()
 def loglikelihoods(
-    model, requests: Sequence[tuple[str, str]], *, batch_size: int = 32, max_length: int | None = None
+    model, requests: Sequence[tuple[str, str]], *, batch_size: int = 32, max_length: int | None = None,
+    progress: Callable[[int, int], None] | None = None,
 ) -> list[LoglikResult]:
     """lm-eval ``loglikelihood`` of each ``(context, continuation)`` request, in request order.
 
@@ -124,6 +125,7 @@ def loglikelihoods(
         requests: ``(context, continuation)`` strings; the continuation includes its delimiter.
         batch_size: rows per forward (longest first, right-padded).
         max_length: the model's window (the config's when None); longer inputs lose their left end.
+        progress: ``progress(requests scored, requests in all)`` after each forward.
 
     >>> loglikelihoods(model, [("Question: Why?\\nAnswer:", " Because.")])[0].logprob  # doctest: +SKIP
     -12.3
@@ -151,4 +153,6 @@ def loglikelihoods(
         logits = stack.forward(ids)
         for i, r in zip(chunk, _score_rows(logits, [inputs[i] for i in chunk], [pairs[i][1] for i in chunk])):
             results[i] = r
+        if progress is not None:
+            progress(start + len(chunk), len(order))
     return [r for r in results if r is not None]

@@ -54,6 +54,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
+import numpy as np
 import torch
 from jaxtyping import Bool, Float, Int
 from torch import Tensor, nn
@@ -64,6 +65,7 @@ from reachlens.engine.fast_call import bare_call, embed
 from reachlens.engine.fast_linear import fast_linears
 from reachlens.engine.fast_norm import fused_norms
 from reachlens.engine.hooks import restricted_rows
+from reachlens.engine.host_reads import to_device, to_host
 from reachlens.engine.kv_cache import SlotKVCache
 from reachlens.errors import ReachlensError
 
@@ -207,8 +209,8 @@ class RowRoutes:
     """
 
     routes: tuple[tuple[int, ...], ...]
-    of_entry: Int[Tensor, "batch"]
-    """Per batch entry, the index of its route in :attr:`routes` (on the CPU); -1: an entry that runs no layer
+    of_entry: Int[Tensor, "batch"] | np.ndarray
+    """Per batch entry, the index of its route in :attr:`routes` (a host array; a tensor is read once); -1: an entry that runs no layer
     (a free slot of the decoder), except at a step where every other entry runs the same one."""
 
     @property
@@ -217,12 +219,13 @@ class RowRoutes:
         depth = max(len(r) for r in self.routes)
         return tuple(frozenset(r[s] for r in self.routes if s < len(r)) for s in range(depth))
 
-    def plan(self) -> list[list[tuple[int, Int[Tensor, "entries"] | None]]]:
+    def plan(self) -> list[list[tuple[int, np.ndarray | None]]]:
         """Per route step, ``(layer, entries)`` for each layer run at that step: the batch entries that run it
-        (on the CPU, one tensor object per set of routes; None: all of them)."""
-        present = [r for r in torch.unique(self.of_entry).tolist() if r >= 0]
+        (a host array, one object per set of routes; None: all of them)."""
+        of = to_host(self.of_entry)  # a host array as the engine gives it; a tensor is read once
+        present = [r for r in np.unique(of).tolist() if r >= 0]
         depth = max(len(self.routes[r]) for r in present)
-        found: dict[tuple[int, ...], Tensor] = {}  # one index tensor per set of routes (the cache keys on it)
+        found: dict[tuple[int, ...], np.ndarray] = {}  # one index array per set of routes (the cache keys on it)
         out = []
         for s in range(depth):
             by_layer: dict[int, list[int]] = {}
@@ -236,7 +239,7 @@ class RowRoutes:
                     continue
                 key = tuple(members)
                 if key not in found:
-                    found[key] = torch.isin(self.of_entry, torch.tensor(members)).nonzero().squeeze(1)
+                    found[key] = np.flatnonzero(np.isin(of, members))
                 step.append((layer, found[key]))
             out.append(step)
         return out
@@ -609,11 +612,11 @@ class LayerStack:
                     out = bare_call(self.model.blocks[layer], x, *args, **kwargs)
                     x = out[0] if isinstance(out, tuple) else out
                     continue
-                idx = on_device.setdefault(id(entries), entries.to(x.device))
+                idx = on_device.setdefault(id(entries), to_device(entries, x.device))
                 if cache is not None:
-                    cache.enter(step, layer=layer, rows=idx)
+                    cache.enter(step, layer=layer, rows=idx, rows_host=entries)
                 args, kwargs = _per_row((args, kwargs), b, lambda t: t.index_select(0, idx))
-                with restricted_rows(entries):  # the CPU copy: the rows' bookkeeping lives there
+                with restricted_rows(entries):  # the host copy: the rows' bookkeeping lives there
                     out = bare_call(self.model.blocks[layer], x.index_select(0, idx), *args, **kwargs)
                 x = x.index_copy(0, idx, out[0] if isinstance(out, tuple) else out)
         return x

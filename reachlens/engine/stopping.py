@@ -28,8 +28,10 @@ from dataclasses import dataclass
 
 import numpy as np
 import torch
-from jaxtyping import Bool, Int
+from jaxtyping import Bool
 from torch import Tensor
+
+from reachlens.engine.host_reads import to_host
 
 __all__ = ["StopChecker", "StopTable", "stop_table", "token_bytes"]
 
@@ -132,6 +134,10 @@ class StopTable:
     """The token's first bytes are a proper suffix of a stop string: it can complete one begun before it."""
     longest: int
     """Bytes of the longest stop string."""
+    contains_host: np.ndarray
+    """:attr:`contains` as a numpy array (the same memory), for the host's stop check."""
+    may_end_host: np.ndarray
+    """:attr:`may_end` as a numpy array (the same memory)."""
 
     def completes(self, before: list[int], token: int) -> bool:
         """Whether ``token`` completes a stop string after the tokens ``before`` (oldest first)."""
@@ -165,7 +171,8 @@ def _build_stop_table(pieces: tuple[bytes, ...], stops: tuple[bytes, ...]) -> St
             at = _occurrences(whole, s[len(s) - m:])
             tok = np.searchsorted(ends, at, side="right")
             may_end[tok[(starts[tok] == at) & (at + m <= ends[tok])]] = True
-    return StopTable(stops, pieces, torch.from_numpy(contains), torch.from_numpy(may_end), max(len(s) for s in stops))
+    return StopTable(stops, pieces, torch.from_numpy(contains), torch.from_numpy(may_end), max(len(s) for s in stops),
+                     contains, may_end)
 
 
 def stop_table(tokenizer, stop: Iterable[str]) -> StopTable:
@@ -194,28 +201,30 @@ class StopChecker:
         self.tokenizer = tokenizer
         self.stop = tuple(stop)
         self.eos = torch.tensor(sorted(set(eos_ids)), dtype=torch.long)
+        self._eos_host = np.array(sorted(set(eos_ids)), dtype=np.int64)
         self.table = stop_table(tokenizer, self.stop) if self.stop else None
 
     def check(
-        self, chosen: Int[Tensor, "batch"], history: Int[Tensor, "rows new"], rows: Int[Tensor, "batch"], step: int
-    ) -> tuple[Bool[Tensor, "batch"], Bool[Tensor, "batch"]]:
+        self, chosen: np.ndarray, history: np.ndarray, rows: np.ndarray, step: int
+    ) -> tuple[np.ndarray, np.ndarray]:
         """(hit EOS, hit a stop string) for each batch row after it emitted ``chosen`` at ``step``.
 
-        ``history[rows[b], :step + 1]`` holds batch row b's tokens so far (on the CPU).
+        ``history[rows[b], :step + 1]`` holds batch row b's tokens so far. Host arrays (numpy; a tensor is read once):
+        the decoder decides stops from its one copy of the step's tokens.
         """
-        chosen_cpu = chosen.cpu()
-        eos = torch.isin(chosen_cpu, self.eos) if self.eos.numel() else torch.zeros_like(chosen_cpu, dtype=torch.bool)
+        chosen, history, rows = to_host(chosen), to_host(history), to_host(rows)
+        eos = np.isin(chosen, self._eos_host)
         if self.table is None:
-            return eos, torch.zeros_like(eos)
+            return eos, np.zeros_like(eos)
         t = self.table
-        known = (chosen_cpu >= 0) & (chosen_cpu < t.contains.shape[0])
-        ids = torch.where(known, chosen_cpu, 0)
-        stop = t.contains[ids] & known & ~eos
-        todo = (t.may_end[ids] & known & ~eos & ~stop).nonzero().flatten().tolist()
+        known = (chosen >= 0) & (chosen < t.contains_host.shape[0])
+        ids = np.where(known, chosen, 0)
+        stop = t.contains_host[ids] & known & ~eos
+        todo = np.flatnonzero(t.may_end_host[ids] & known & ~eos & ~stop).tolist()
         if todo:
             look = t.longest  # tokens to read back (a token is at least one byte; a longer read if not)
             lo = max(0, step - look)
-            tokens = chosen_cpu.tolist()
+            tokens = chosen.tolist()
             for b, before in zip(todo, history[rows[todo], lo:step].tolist()):
                 if lo and len(b"".join(t.pieces[i] for i in before if 0 <= i < len(t.pieces))) < look:
                     before = history[rows[b], :step].tolist()
@@ -232,7 +241,7 @@ class StopChecker:
         >>> checker.first_stop([40, 11, 2, 7])  # doctest: +SKIP
         (2, 'eos')
         """
-        eos = set(self.eos.tolist())
+        eos = set(self._eos_host.tolist())
         t = self.table
         for i, token in enumerate(tokens):
             if token in eos:

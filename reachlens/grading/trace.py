@@ -17,9 +17,11 @@ A question is *solved* by a completion when both hold.
   two operations, a right answer with no steps: all invalid.
 * ``gsm8k_trace`` (GSM8K): the calculator annotations ``<<48/2=24>>`` and the equations a model writes
   (``5 * 3 = 15``, parentheses and several operations allowed) are recomputed where present; a result written with
-  d decimals is right when it is the value rounded to d decimals. *Checkable* means at least one equation was read;
-  valid means checkable and every equation right. A completion with no checkable step is never valid, and the share
-  of checkable completions is reported beside every verified figure.
+  d decimals is right when it is the value rounded to d decimals. An equality said in words ("48 / 2 is 24",
+  "equals") is not read, unlike ``arith_trace``: GSM8K's prose says proportions and half-worded products that way
+  ("2/5 is equal to 12.8 hectares"; the only two such gold solutions of 1,319 would read as invalid). *Checkable*
+  means at least one equation was read; valid means checkable and every equation right. A completion with no
+  checkable step is never valid, and the share of checkable completions is reported beside every verified figure.
 
 Untrusted text: never executed; bounded work (:mod:`reachlens.grading.trace_steps`); an exception inside a trace
 grader makes the completion not checkable and invalid (reason ``"grader error"``), never valid.
@@ -237,4 +239,5 @@ def trace_grader_for_task(task: str) -> str | None:
     ('arith_trace', None)
     """
     return TRACE_GRADER_OF_TASK.get(task)
+
 

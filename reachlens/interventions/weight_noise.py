@@ -53,10 +53,17 @@ from reachlens.engine.rng import counter_normals
 from reachlens.errors import ReachlensError
 from reachlens.interventions.linear_sites import LinearSite, checkpoint_tensor, linear_sites, resolve_targets
 
-__all__ = ["WeightNoise", "weight_noise", "weight_noise_arms", "weight_noise_deltas", "weight_noise_draws"]
+__all__ = ["MAX_SIGMA", "WeightNoise", "draw_bytes", "weight_noise", "weight_noise_arms", "weight_noise_deltas",
+           "weight_noise_draws"]
 
 _CHUNK = 1 << 22
 """Normals drawn per call of the counter-based generator (bounds its float64 scratch)."""
+
+
+MAX_SIGMA = 1e3
+"""The largest sigma: noise a thousand times each weight's spread. Measured on the zoo's base (``probe zoo:base
+--task arith --n 3``, sigma 1 ... 1e38, one draw each): sigma 1e6 still decodes text, 1e12 and above decode every
+candidate empty (the float32 products overflow)."""
 
 
 @dataclass(frozen=True)
@@ -79,6 +86,10 @@ class WeightNoise:
             math.isfinite(self.sigma) and self.sigma >= 0
         ):
             raise ReachlensError(f"weight noise sigma={self.sigma!r} must be a finite number >= 0")
+        if self.sigma > MAX_SIGMA:
+            raise ReachlensError(f"weight noise sigma={self.sigma!r} is more than {MAX_SIGMA:g} times each weight's "
+                                 f"own spread, where nothing of the model is left (past about 1e12 every candidate "
+                                 f"decodes empty); use sigma <= {MAX_SIGMA:g}")
         for name, value in (("draw", self.draw), ("seed", self.seed)):
             if isinstance(value, bool) or not isinstance(value, int) or value < 0:
                 raise ReachlensError(f"weight noise {name}={value!r} must be an integer >= 0")
@@ -164,6 +175,20 @@ def _std(model, name: str) -> float:
     if name not in cache:
         cache[name] = float(checkpoint_tensor(model, name).detach().double().std())
     return cache[name]
+
+
+def draw_bytes(model, targets: str = "attn+mlp", rank: int | None = None) -> int:
+    """Bytes of noise one draw holds while it decodes, by arithmetic on the targeted tensors' shapes (nothing is
+    drawn): its ``N`` of each checkpoint tensor (float32; full rank ``out x in``, low rank ``R x (in + out)``) and
+    the copy stacked for each linear map (:class:`_Stack`). A run holds every draw of its slices at once."""
+    total, seen = 0, set()
+    for site in linear_sites(model, targets):
+        shape = checkpoint_tensor(model, site.param).shape
+        if site.param not in seen:
+            seen.add(site.param)
+            total += shape[0] * shape[1] if rank is None else rank * (shape[0] + shape[1])
+        total += site.in_features * site.out_features if rank is None else rank * (site.in_features + site.out_features)
+    return 4 * total
 
 
 def weight_noise_deltas(model, noise: WeightNoise) -> dict[str, Float[Tensor, "..."]]:

@@ -33,7 +33,14 @@ from reachlens.records import candidate_row
 from reachlens.runner.context import check_fits
 from reachlens.runner.decode import question_slices
 from reachlens.tasks.base import Question, Task
-from reachlens.tasks.fewshot import FewShot, fewshot_prompts, train_pool
+from reachlens.tasks.fewshot import (
+    FewShot,
+    check_admissible,
+    check_train_pool,
+    demonstration_format,
+    fewshot_prompts,
+    train_pool,
+)
 
 __all__ = ["FewShotProbe"]
 
@@ -56,6 +63,13 @@ class FewShotProbe(Probe):
 
     def validate(self) -> None:
         FewShot(self.n)  # refuses n < 1 in its own words
+
+    def check_task(self, task: Task, protocol: Protocol) -> None:
+        """The train split read and checked before any decode: ``train=`` on a generated task, a file of another
+        task or split, and a question with fewer than ``n`` admissible demonstrations are refused here."""
+        pool = self.pool(task)
+        check_train_pool(task, pool)
+        check_admissible(task, pool, self.n, demonstration_format(protocol.resolved(task)))
 
     def read_inputs(self) -> tuple[FewShotProbe, dict[str, str]]:
         """A ``train=PATH`` file's SHA-256, read once in the driver and recorded in the run's identity (a resume with

@@ -171,7 +171,8 @@ class ProbeJob:
 
     def check(self) -> None:
         """Everything that needs no model, in order: the greedy protocol, the rows each slice holds (counted), two
-        probes that are one, the unions' names."""
+        probes that are one, each probe on the task (:meth:`~reachlens.probes.spec.Probe.check_task`), the unions'
+        names."""
         if not self.protocol.is_greedy:
             p = self.protocol
             raise ReachlensError(f"a probe run's protocol is the deployment's, greedy (Protocol.greedy(...)); not "
@@ -179,6 +180,8 @@ class ProbeJob:
                                  f"('sampling:k={p.k}:temperature={p.temperature:g}')")
         _check_rows(self.probes, self.task, self.protocol, self.exec_config.max_batch_rows)
         _check_distinct(self.probes, self.protocol)
+        for p in self.probes:
+            p.check_task(self.task, self.protocol)
         _unions(self.unions, self.probes)
 
     def resolve(self, in_process: bool) -> tuple[ProbeShard, RunRecord]:

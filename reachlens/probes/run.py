@@ -32,6 +32,7 @@ from reachlens.errors import ReachlensError
 from reachlens.probes.decode import check_whole, expected_rows, plan_units
 from reachlens.probes.spec import parse_probe
 from reachlens.probes.summary import probe_summary, probe_tables
+from reachlens.studies.trace_reach import solutions_valid
 from reachlens.store import PartsDir, RecordedProtocol, Run, RunDir, register_kind
 
 __all__ = ["ProbeRun", "check_bank"]
@@ -70,8 +71,11 @@ class ProbeRun(RecordedProtocol, Run):
 
     @functools.cached_property
     def analysis(self) -> dict[str, pd.DataFrame]:
-        """Every table of the run (:func:`~reachlens.probes.summary.probe_tables`), computed once from the bank."""
-        return probe_tables(self.candidates, self.probes, self.unions)
+        """Every table of the run (:func:`~reachlens.probes.summary.probe_tables`), computed once from the bank; a
+        task with a trace grader (``arith*``, ``gsm8k``) adds the verified reach (``reach_trace``)."""
+        bank = self.candidates
+        valid = solutions_valid(bank["question_id"], bank["text"], self.protocol.task, self.protocol.split)
+        return probe_tables(bank, self.probes, self.unions, valid)
 
     def summary(self) -> dict[str, Any]:
         return probe_summary(self.candidates, self.probes, self.unions, tables=self.analysis,

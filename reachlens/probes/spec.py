@@ -107,6 +107,10 @@ class Probe:
         recorded in the run's identity (a resume with another file is refused). Nothing, by default."""
         return self, {}
 
+    def check_task(self, task, protocol) -> None:
+        """Refuse, before any model loads or any directory is written, what this probe cannot do on ``task`` under
+        ``protocol`` (the run's driver calls it once). Nothing, by default."""
+
     def check(self, model, protocol) -> None:
         """Refuse, before anything runs, what this probe cannot do on ``model`` under ``protocol``."""
 

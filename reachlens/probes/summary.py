@@ -103,12 +103,17 @@ def matched_mixtures(bank: pd.DataFrame, labels: Sequence[str]) -> dict[str, dic
     return out
 
 
-def probe_tables(bank: pd.DataFrame, labels: Sequence[str], unions: Sequence[str]) -> dict[str, pd.DataFrame]:
+def probe_tables(bank: pd.DataFrame, labels: Sequence[str], unions: Sequence[str],
+                 valid: Sequence[bool] | None = None) -> dict[str, pd.DataFrame]:
     """Every table of a probe run by name: ``reach``, ``selectors``, ``overlap``, ``recovery``,
     ``budget_matched``, ``placebo``, ``weight_noise`` (the last four empty when the run's probes do not call for
-    them)."""
+    them); with ``valid`` (each candidate's worked solution valid:
+    :func:`~reachlens.studies.trace_reach.solutions_valid`) also ``reach_trace``: the reach table with a candidate
+    counted only when it *solves* its question (correct and valid), so D^trace and O^trace per probe, arm and
+    union."""
     sampling = _sampling(labels)
-    tables = {"reach": reach_table(bank, [GREEDY, *labels, *_arms(bank, labels), *unions]),
+    sources = [GREEDY, *labels, *_arms(bank, labels), *unions]
+    tables = {"reach": reach_table(bank, sources),
               "selectors": _selectors(bank, labels), "overlap": jaccard_table(bank, list(labels))}
     others = [x for x in labels if x != sampling]
     with_greedy = [union_name([GREEDY, x]) for x in others]
@@ -118,6 +123,9 @@ def probe_tables(bank: pd.DataFrame, labels: Sequence[str], unions: Sequence[str
     tables["budget_matched"] = pd.concat(matched, ignore_index=True) if matched else pd.DataFrame()
     tables["placebo"] = placebo_table(bank, placebo_pairs(list(labels)), stratum_of=sampling)
     tables["weight_noise"] = phi_table(bank, labels)
+    if valid is not None:
+        solved = bank["correct"].astype(bool).to_numpy() & np.asarray(valid, dtype=bool)
+        tables["reach_trace"] = reach_table(bank.assign(correct=solved), sources)
     return tables
 
 
@@ -134,16 +142,21 @@ def _native(value: Any) -> Any:
 
 def probe_summary(bank: pd.DataFrame, labels: Sequence[str], unions: Sequence[str], *,
                   tables: dict[str, pd.DataFrame] | None = None, **about: Any) -> dict[str, Any]:
-    """The summary of a probe run: D, and per probe, arm and union its O with its interval, then the
+    """The summary of a probe run: D, and per probe, arm and union its O with its interval (and, when the tables
+    hold ``reach_trace``, D_trace and each O_trace: reach by verified solutions), then the
     other tables of :func:`probe_tables` (``tables`` when computed already) as lists of rows. ``about``: names
     to record beside (model, task)."""
     tables = tables if tables is not None else probe_tables(bank, labels, unions)
     reach = tables["reach"].set_index("source")
     sel = tables["selectors"].set_index("probe")
 
+    traced = tables["reach_trace"].set_index("source") if "reach_trace" in tables else None
+
     def entry(source: str) -> dict[str, Any]:
         r = reach.loc[source]
-        return {"kind": r["kind"], "O": r["O"], "O_ci": [r["O_lo"], r["O_hi"]], "n": int(r["n"]),
+        verified = {} if traced is None else {"O_trace": traced.loc[source, "O"],
+                                              "O_trace_ci": [traced.loc[source, "O_lo"], traced.loc[source, "O_hi"]]}
+        return {"kind": r["kind"], "O": r["O"], "O_ci": [r["O_lo"], r["O_hi"]], **verified, "n": int(r["n"]),
                 "candidates": r["candidates"], "n_tokens": r["n_tokens"]}
 
     probes = {}
@@ -155,7 +168,10 @@ def probe_summary(bank: pd.DataFrame, labels: Sequence[str], unions: Sequence[st
                          "selection_gap": sel.loc[label, "gap"],
                          "selection_gap_ci": [sel.loc[label, "gap_lo"], sel.loc[label, "gap_hi"]]}
     g = reach.loc[GREEDY]
-    return _native({**about, "n": int(g["n"]), "D": g["O"], "D_ci": [g["O_lo"], g["O_hi"]], "probes": probes,
+    verified = {} if traced is None else {"D_trace": traced.loc[GREEDY, "O"],
+                                          "D_trace_ci": [traced.loc[GREEDY, "O_lo"], traced.loc[GREEDY, "O_hi"]]}
+    return _native({**about, "n": int(g["n"]), "D": g["O"], "D_ci": [g["O_lo"], g["O_hi"]], **verified,
+                    "probes": probes,
                     "unions": {u: entry(u) for u in unions},
                     **{name: tables[name].to_dict("records") for name in ("overlap", "recovery", "budget_matched",
                                                                            "placebo", "weight_noise")}})

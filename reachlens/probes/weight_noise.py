@@ -25,8 +25,10 @@ from typing import Any
 
 import pandas as pd
 
+from reachlens.engine.memory import gib, machine_memory
 from reachlens.errors import ReachlensError
 from reachlens.interventions import FwdHook, WeightNoise, linear_sites, weight_noise_arms, weight_noise_draws
+from reachlens.interventions.weight_noise import draw_bytes
 from reachlens.probes.activation import ArmCandidate, ArmProbe, _seeded
 from reachlens.probes.bank import GREEDY, family_of, reach
 from reachlens.probes.spec import register_probe
@@ -56,7 +58,11 @@ class WeightNoiseProbe(ArmProbe):
             raise ReachlensError(f"weight_noise seed={self.seed!r} must be >= 0 (a draw's stream is named by it)")
         if len(set(self.sigma)) < len(self.sigma):
             raise ReachlensError(f"weight_noise sigma={self.sigma!r} names a sigma twice; name each once")
-        self.draws(0)  # refuses a negative sigma, k < 1, a bad rank or target in the intervention's words
+        # one draw per sigma and k checked alone: a negative sigma, k < 1, a bad rank or target refused in the
+        # intervention's words, and no k draws built (k=10^8 is refused by the run's bounds, by arithmetic)
+        if isinstance(self.k, bool) or not isinstance(self.k, int) or self.k < 1:
+            weight_noise_draws(self.sigma, self.k)
+        weight_noise_draws(self.sigma, 1, rank=self.rank, targets=self.targets)
 
     def draws(self, seed: int) -> tuple[WeightNoise, ...]:
         """The grid's draws, sigma-major (candidate ``i``)."""
@@ -70,6 +76,15 @@ class WeightNoiseProbe(ArmProbe):
 
     def check(self, model, protocol: Protocol) -> None:
         linear_sites(model, self.targets)  # every targeted map resolved and hooked, or one line naming it
+        each, memory = draw_bytes(model, self.targets, self.rank), machine_memory()
+        if self.k * each > memory // 2:  # the k draws of a sigma grid decode together (sigmas share their N)
+            form = "full-rank" if self.rank is None else f"rank-{self.rank}"
+            low = ", or rank=8 (Tice's low-rank form)" if self.rank is None else ""
+            fix = f"use k <= {memory // 2 // each:,}{low}"
+            raise ReachlensError(
+                f"{self.label}: {self.k:,} {form} draws decode together and hold {gib(self.k * each)} of noise "
+                f"({gib(each)} each: 4 bytes per targeted weight, twice), more than half of the {gib(memory)} "
+                f"this process may use; {fix}")
 
     def candidates(self, question_id: str, n_tokens: int, seed: int) -> list[ArmCandidate]:
         targets = "" if self.targets == _DEFAULT_TARGETS else f":targets={self.targets}"

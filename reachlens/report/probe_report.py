@@ -205,6 +205,9 @@ _NOTES = {
                "stratum. Each difference whose interval holds 0 reads 'not detected; detectable at this n: >= X': "
                "X is the smallest difference the exact McNemar test detects with 80 % power (two-sided 5 %) at "
                "this n and the measured share of questions where the two differ.",
+    "reach_trace": "Reach by verified solutions (the task's trace grader, reachlens.grading.trace): a candidate counts "
+                   "only when its answer is correct and every step of its worked solution is right (greedy: "
+                   "D^trace); 95 % Wilson intervals. The gap to the reach table is reach through invalid solutions.",
     "weight_noise": "Per weight-noise probe and sigma (Tice et al.): each draw is one noised model, the same for every "
                     "question; best_draw and mean_draw are the draws' accuracies over the questions, phi = best_draw / "
                     "clean (the greedy D; undefined at 0), union the share any draw of that sigma answers.",

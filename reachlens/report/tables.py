@@ -41,11 +41,14 @@ def _cis(df: pd.DataFrame, col: str, signed: bool = True) -> list[str]:
     return [_ci(*r, signed=signed) for r in df[[col, f"{col}_lo", f"{col}_hi"]].itertuples(index=False)]
 
 
-def _seen(df: pd.DataFrame, col: str, mde: str | None = None) -> list[str]:
+def _seen(df: pd.DataFrame, col: str, mde: str | None = None, p: str | None = None) -> list[str]:
     """Each delta of column ``col`` beside the effect its test could detect (column ``mde``, by default
-    ``col_mde``): "not detected; detectable at this n: >= X" when its interval (``col_lo``, ``col_hi``) holds 0."""
+    ``col_mde``): "not detected; detectable at this n: >= X" when its interval (``col_lo``, ``col_hi``) holds 0,
+    or when the p-value the table prints beside it (column ``p``, Holm-adjusted where the table adjusts) is not
+    below alpha."""
     cols = [f"{col}_lo", f"{col}_hi", mde or f"{col}_mde"]
-    return [mde_verdict((lo, hi), m) for lo, hi, m in df[cols].itertuples(index=False)]
+    ps = df[p] if p is not None else [None] * len(df)
+    return [mde_verdict((lo, hi), m, q) for (lo, hi, m), q in zip(df[cols].itertuples(index=False), ps)]
 
 
 DETECTABLE = f"detectable at this n ({POWER:.0%} power)"
@@ -111,21 +114,21 @@ def _headline(study: StudyView) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFram
         return h, h, h
     realized = pd.DataFrame({
         "pair": h["pair"], "D_base": h["D_base"], "D_trained": h["D_trained"],
-        "delta_D [95% CI]": _cis(h, "delta_D"), DETECTABLE: _seen(h, "delta_D"),
+        "delta_D [95% CI]": _cis(h, "delta_D"), DETECTABLE: _seen(h, "delta_D", p="p_realized_holm"),
         "gained": h["gained"], "lost": h["lost"], "McNemar p": h["p_realized"].map(fmt_p),
         "Holm p": h["p_realized_holm"].map(fmt_p), "gained from base-reachable": h["gained_from_base_reachable"],
     })
     bounds = study.unreachability().set_index("pair")["bound_max"]
     reachable = pd.DataFrame({
         "pair": h["pair"], "O_K_base": h["O_K_base"], "O_K_trained": h["O_K_trained"],
-        "delta_O_K [95% CI]": _cis(h, "delta_O_K"), DETECTABLE: _seen(h, "delta_O_K"),
+        "delta_O_K [95% CI]": _cis(h, "delta_O_K"), DETECTABLE: _seen(h, "delta_O_K", p="p_reachable_holm"),
         "entered": h["entered"], "left": h["left"], "McNemar p": h["p_reachable"].map(fmt_p),
         "Holm p": h["p_reachable_holm"].map(fmt_p),
         "left: per-sample rate below": [("-" if math.isnan(b) else f"{b:.4f}") for b in bounds.reindex(h["pair"])],
     })
     majority = pd.DataFrame({
         "pair": h["pair"], "maj_K_base": h["maj_K_base"], "maj_K_trained": h["maj_K_trained"],
-        "delta_maj_K [95% CI]": _cis(h, "delta_maj_K"), DETECTABLE: _seen(h, "delta_maj_K"),
+        "delta_maj_K [95% CI]": _cis(h, "delta_maj_K"), DETECTABLE: _seen(h, "delta_maj_K", p="p_majority_holm"),
         "test": h["majority_test"],
         "p": h["p_majority"].map(fmt_p), "Holm p": h["p_majority_holm"].map(fmt_p),
     })
@@ -162,7 +165,7 @@ def _pass_at_k_deltas(study: StudyView) -> pd.DataFrame:
         return d
     return pd.DataFrame({
         "pair": d["pair"], "k": d["k"], "base": d["base"], "trained": d["trained"],
-        "delta [95% CI]": _cis(d, "delta"), DETECTABLE: _seen(d, "delta", "mde"),
+        "delta [95% CI]": _cis(d, "delta"), DETECTABLE: _seen(d, "delta", "mde", "p_holm"),
         "sign-flip p": d["p"].map(fmt_p), "Holm p (over the pair's ks)": d["p_holm"].map(fmt_p),
     })
 
@@ -176,7 +179,7 @@ def _trajectory(study: StudyView) -> pd.DataFrame:
     def delta(key: str) -> list[str]:
         return [("-" if math.isnan(r[f"{key}_p"]) else
                  f"{_ci(r[key], r[f'{key}_lo'], r[f'{key}_hi'])}, p {fmt_p(r[f'{key}_p'])} (Holm {fmt_p(r[f'{key}_p_holm'])}); "
-                 f"{mde_verdict((r[f'{key}_lo'], r[f'{key}_hi']), r[f'{key}_mde'])}")
+                 f"{mde_verdict((r[f'{key}_lo'], r[f'{key}_hi']), r[f'{key}_mde'], r[f'{key}_p_holm'])}")
                 for _, r in t.iterrows()]
 
     out = {"step": t["step"], "model": t["model"],

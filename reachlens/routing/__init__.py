@@ -9,7 +9,8 @@ Modules: :mod:`~reachlens.routing.routes` (routes, spaces, validation), :mod:`~r
 (prefix-trie scoring, generation along routes), :mod:`~reachlens.routing.evaluation` (the evaluation
 unit), :mod:`~reachlens.routing.search` (the budgeted driver), :mod:`~reachlens.routing.strategies`,
 :mod:`~reachlens.routing.scoring` (gap recovery, on the selectors of :mod:`reachlens.selectors`),
-:mod:`~reachlens.routing.study` (one cell, stored).
+:mod:`~reachlens.routing.study` (one cell, stored), :mod:`~reachlens.routing.job` (the cell as a
+job of the runner: resumable, on any executor).
 """
 
 from reachlens.routing.evaluation import Evaluation, RouteEvaluator
@@ -39,7 +40,8 @@ from reachlens.routing.scoring import (
 )
 from reachlens.routing.search import OBJECTIVES, RoutingConfig, objective_value, run_search
 from reachlens.routing.strategies import STRATEGIES, Strategy, make_strategy, register_strategy
-from reachlens.routing.study import RoutingResult, run_routing
+from reachlens.routing.job import RoutingJob, run_routing
+from reachlens.routing.study import RoutingResult
 
 __all__ = [
     "DEFAULT_SELECTORS",
@@ -53,6 +55,7 @@ __all__ = [
     "RouteSpace",
     "RouteTrie",
     "RoutingConfig",
+    "RoutingJob",
     "RoutingResult",
     "SPACES",
     "STRATEGIES",

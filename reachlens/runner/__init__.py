@@ -3,8 +3,9 @@
 * :func:`run_jobs` runs a list of jobs (:class:`Job`: an audit, :class:`~reachlens.studies.AuditJob`; a probe run,
   :class:`~reachlens.probes.ProbeJob`) on an :class:`Executor`: this process (:class:`InProcessExecutor`), a pool
   of local processes (:class:`ProcessPool`) or Ray actors (:class:`RayExecutor`), the one :func:`executor_for`
-  an :class:`~reachlens.execution.ExecConfig` asks for. The driver holds every directory's lock and writes its
-  parts; executors only decode, each worker holding one model :class:`Replica`.
+  an :class:`~reachlens.execution.ExecConfig` asks for; a routing search, a recognition run and a causal sweep are
+  jobs too (:class:`~reachlens.runner.tables_job.TablesJob`: their parts are named tables). The driver holds every
+  directory's lock and writes its parts; executors only decode, each worker holding one model :class:`Replica`.
 * :mod:`reachlens.runner.decode` is the one path from questions to their graded deployment and samples;
   :mod:`reachlens.runner.context` refuses what cannot fit the model's context (memory bounds:
   :mod:`reachlens.engine.memory`).
@@ -27,12 +28,12 @@ from reachlens.runner.decode import (
 from reachlens.runner.context import check_context, check_fits
 from reachlens.runner.executor import Executor, Replica, Shard, Slice, SliceResult, check_replica
 from reachlens.runner.executors import InProcessExecutor, ProcessPool
-from reachlens.runner.jobs import Job, Opened, ResolvedModel, executor_for, resolve_model, run_jobs
+from reachlens.runner.jobs import Job, Opened, ResolvedModel, executor_for, model_config, resolve_model, run_jobs
 from reachlens.runner.ray_executor import RayExecutor
 
 __all__ = [
     "Executor", "InProcessExecutor", "Job", "Opened", "ProcessPool", "RayExecutor", "Replica", "ResolvedModel",
     "Shard", "Slice", "SliceResult", "audit_slice", "batch_slices", "check_context", "check_fits", "check_replica",
-    "deploy_and_grade", "deploy_arms_and_grade", "executor_for", "grade_questions", "grade_samples", "question_slices",
+    "deploy_and_grade", "deploy_arms_and_grade", "executor_for", "model_config", "grade_questions", "grade_samples", "question_slices",
     "resolve_model", "run_jobs", "sample_slice",
 ]

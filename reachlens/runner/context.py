@@ -40,7 +40,9 @@ def check_context(model, task: Task, protocol: Protocol) -> None:
     prompts = render_prompts(task, protocol, task.questions, getattr(model, "tokenizer", None))
     _check_characters(model, task, prompts, n_ctx)
     check_fits(model, prompts, protocol.max_new_tokens, "the longest prompt",
-               lambda room: f"use max_new_tokens <= {room}")
+               lambda room: f"use max_new_tokens <= {room}" if room else
+               "it fills the context alone: shorten that question (or the system prompt, or use a shorter prompt "
+               "format), or use a model with a longer context")
 
 
 def check_fits(model, prompts: Sequence[str], max_new_tokens: int, what: str, fix) -> None:

@@ -5,15 +5,18 @@ Both implement :class:`~reachlens.runner.executor.Executor`: ``run(shards)`` yie
 :class:`~reachlens.runner.executor.SliceResult` per slice as it finishes, and only decodes (the driver,
 :func:`~reachlens.runner.run_jobs`, writes). A slice decodes the same rows wherever it runs, so every executor
 fills the same run; the precision of the arithmetic is the model's, and a worker of the pool uses one torch
-thread (two single-thread processes outrun one two-thread process on a small CPU).
+thread (two single-thread processes outrun one two-thread process on a small CPU). A worker's decodes report their
+steps (:mod:`reachlens.engine.progress`) to the listeners of the process that runs the pool, a few times a second.
 """
 
 from __future__ import annotations
 
 import concurrent.futures
+import time
 from collections.abc import Iterator
 from typing import Any
 
+from reachlens.engine import progress
 from reachlens.errors import ReachlensError
 from reachlens.runner.executor import Executor, Replica, Shard, Shards, Slice, SliceResult, decode_timed
 
@@ -47,11 +50,48 @@ _WORKER: dict[str, Any] = {}
 """In a pool worker: the replica it holds (and the quieting of the libraries, kept alive)."""
 
 
-def _worker_init(quiet: bool) -> None:
+FORWARD_EVERY = 0.25
+"""Seconds between two messages of a worker's decode steps to the pool's process."""
+
+
+class _Forward:
+    """In a pool worker: the engine's decode events, summed and sent to the pool's process at most every
+    :data:`FORWARD_EVERY` seconds (and when a slice ends)."""
+
+    def __init__(self, events: Any) -> None:
+        self.events, self.sent, self.steps = events, time.monotonic(), [0, 0, 0]
+
+    def decode(self, rows: int, max_new_tokens: int) -> None:
+        self.flush()
+        self.events.put(("decode", rows, max_new_tokens))
+
+    def step(self, tokens: int, finished: int, unused: int) -> None:
+        self.steps = [a + b for a, b in zip(self.steps, (tokens, finished, unused))]
+        if time.monotonic() - self.sent >= FORWARD_EVERY:
+            self.flush()
+
+    def flush(self) -> None:
+        if any(self.steps):
+            self.events.put(("step", *self.steps))
+        self.steps, self.sent = [0, 0, 0], time.monotonic()
+
+
+def _replay(events: Any) -> None:
+    """In the pool's process: tell this process' listeners every decode event the workers sent so far."""
+    while not events.empty():
+        kind, *counts = events.get()
+        (progress.decode_started if kind == "decode" else progress.decode_step)(*counts)
+
+
+def _worker_init(quiet: bool, events: Any = None) -> None:
     import torch
 
     torch.set_num_threads(1)
     _WORKER["replica"] = Replica()
+    if events is not None:  # held for the worker's life
+        _WORKER["forward"] = _Forward(events)
+        _WORKER["listening"] = progress.listening(_WORKER["forward"])
+        _WORKER["listening"].__enter__()
     if quiet:  # the parent runs a CLI command: keep the libraries quiet here too
         from reachlens._verbosity import quiet_dependencies
 
@@ -61,7 +101,11 @@ def _worker_init(quiet: bool) -> None:
 
 def _pool_slice(key: str, shard: Shard, part: Slice):
     """In a pool worker: decode one slice, loading (and checking) the job's model if this worker holds another."""
-    return decode_timed(_WORKER["replica"].model_for(shard, key), shard, part)
+    try:
+        return decode_timed(_WORKER["replica"].model_for(shard, key), shard, part)
+    finally:
+        if "forward" in _WORKER:
+            _WORKER["forward"].flush()
 
 
 class ProcessPool(Executor):
@@ -80,6 +124,7 @@ class ProcessPool(Executor):
             raise ReachlensError(f"workers={workers!r} must be an integer >= 1")
         self.workers = workers
         self._pool: concurrent.futures.ProcessPoolExecutor | None = None
+        self._events: Any = None
         self._runs = 0
 
     def _executor(self) -> concurrent.futures.ProcessPoolExecutor:
@@ -88,9 +133,12 @@ class ProcessPool(Executor):
 
             from reachlens._verbosity import dependencies_quiet
 
+            context = multiprocessing.get_context("spawn")
+            # the workers' decode steps, for this process' listeners; a put is written before the slice's result
+            self._events = context.SimpleQueue()
             self._pool = concurrent.futures.ProcessPoolExecutor(
-                self.workers, mp_context=multiprocessing.get_context("spawn"), initializer=_worker_init,
-                initargs=(dependencies_quiet(),))
+                self.workers, mp_context=context, initializer=_worker_init,
+                initargs=(dependencies_quiet(), self._events))
         return self._pool
 
     def run(self, shards: Shards) -> Iterator[SliceResult]:
@@ -103,7 +151,7 @@ class ProcessPool(Executor):
         self._runs += 1
         pool = self._executor()
         futures = {pool.submit(_pool_slice, f"{self._runs}.{i}", shards[i][0], part): (i, part) for i, part in todo}
-        for fut in concurrent.futures.as_completed(futures):
+        for fut in self._finished(futures):
             i, part = futures[fut]
             try:
                 tables, seconds = fut.result()
@@ -114,8 +162,19 @@ class ProcessPool(Executor):
                     "memory); the slices finished before it are saved: run the same command again to resume") from None
             yield SliceResult(i, part, tables, seconds)
 
+    def _finished(self, futures) -> Iterator[concurrent.futures.Future]:
+        """``futures`` as each finishes; meanwhile, the workers' decode steps told to this process' listeners."""
+        pending = set(futures)
+        while pending:
+            done, pending = concurrent.futures.wait(pending, timeout=FORWARD_EVERY,
+                                                    return_when=concurrent.futures.FIRST_COMPLETED)
+            _replay(self._events)
+            yield from done
+
     def close(self) -> None:
         """Stop the worker processes."""
         if self._pool is not None:
             self._pool.shutdown(cancel_futures=True)
             self._pool = None
+            self._events.close()
+            self._events = None

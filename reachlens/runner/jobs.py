@@ -13,8 +13,7 @@ Executors (:mod:`reachlens.runner.executor`) are chosen by :func:`executor_for` 
 :class:`~reachlens.execution.ExecConfig`: ``workers=1`` decodes in this process, more in a
 :class:`~reachlens.runner.ProcessPool`, ``ray=`` on :class:`~reachlens.runner.RayExecutor` actors. Every audit and
 probe run goes through :func:`run_jobs` (an audit, a rerun, a probe run, a training study, an elicitation, the CLI);
-a routing study, a recognition run and a causal sweep still decode in the caller's process, without resume or
-workers (the ``routes`` probe runs routing's search as a job).
+so do a routing search, a recognition run and a causal sweep (:class:`~reachlens.runner.tables_job.TablesJob`s).
 """
 
 from __future__ import annotations
@@ -33,7 +32,7 @@ import pandas as pd
 from reachlens.engine.backends import backend_of, bind_backend
 from reachlens.errors import ReachlensError, ReachlensWarning
 from reachlens.execution import ExecConfig, model_exec
-from reachlens.models import ModelSource, identity_of, load_tokenizer, model_identity
+from reachlens.models import ModelSource, identity_of, load_tokenizer, model_identity, resolve_spec
 from reachlens.protocol import Protocol
 from reachlens.runner.executor import Executor, Shard, Slice
 from reachlens.runner.executors import InProcessExecutor, ProcessPool
@@ -42,7 +41,7 @@ from reachlens.store import PartKey, PartsDir, RunRecord
 from reachlens.tasks.base import Task
 from reachlens.tasks.chat import bind_chat, chat_inner
 
-__all__ = ["Job", "Opened", "ResolvedModel", "executor_for", "resolve_model", "run_jobs"]
+__all__ = ["Job", "Opened", "ResolvedModel", "executor_for", "model_config", "resolve_model", "run_jobs"]
 
 
 @typing.runtime_checkable
@@ -119,6 +118,21 @@ class ResolvedModel:
     protocol: Protocol
     model_id: dict[str, Any]
     exec: dict[str, Any]
+
+
+def model_config(model: Any) -> Any:
+    """The HuggingFace config of a job's model: a loaded model's, or read from a spec's files (no weights load);
+    refused in one line when a spec's config cannot be read (a GGUF file, an adapter: pass the loaded model)."""
+    if not isinstance(model, (str, ModelSource)):
+        return model.original_model.config
+    source = model if isinstance(model, ModelSource) else ModelSource(model)
+    from transformers import AutoConfig
+
+    try:
+        return AutoConfig.from_pretrained(resolve_spec(source.spec)[0], trust_remote_code=source.trust_remote_code)
+    except (OSError, ValueError):
+        raise ReachlensError(f"the config of {source.spec!r} cannot be read without loading it; pass the loaded "
+                             "model instead") from None
 
 
 def _source_for_workers(model) -> ModelSource:

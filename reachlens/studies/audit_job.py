@@ -5,7 +5,9 @@ questions each, counted from the task's first question whatever is done), one un
 into its question and sample tables (:func:`~reachlens.runner.audit_slice`: the greedy deployment and K seeded
 samples per question); the driver appends them as a part of the audit directory
 (:class:`~reachlens.store.PartsDir`), and when every slice is in, the audit's tables are its finished questions in
-task order (:func:`~reachlens.store.audit_tables`), written whole with the summary.
+task order (:func:`~reachlens.store.audit_tables`), written whole with the summary; an audit of a task with a trace
+grader (``arith*``, ``gsm8k``) is trace-graded then too (:func:`~reachlens.studies.trace_reach.task_trace`: its
+``trace`` table, and D^trace, O_K^trace, ... in its summary).
 """
 
 from __future__ import annotations
@@ -35,7 +37,8 @@ from reachlens.runner import (
     run_jobs,
 )
 from reachlens.store import PartsDir, RunRecord, audit_tables
-from reachlens.studies.auditing import AuditResult
+from reachlens.studies.auditing import AuditResult, stored_trace
+from reachlens.studies.trace_reach import task_trace
 from reachlens.tasks.base import Task
 
 __all__ = ["AuditJob", "AuditShard", "audit"]
@@ -122,10 +125,16 @@ class AuditJob:
                 pd.DataFrame(columns=SAMPLE_COLUMNS)
         questions, samples = in_task_order(questions, samples, [q.question_id for q in self.task.questions])
         record = o.store.record() if o.store is not None else o.record
-        result = AuditResult(questions, samples, record=record, location=None if o.store is None else o.store.path)
+        trace = stored_trace(o.store) if o.was_complete and o.store is not None else None
+        if trace is None:
+            trace = task_trace(questions, samples, self.task)
+        result = AuditResult(questions, samples, trace, record=record,
+                             location=None if o.store is None else o.store.path)
         if o.store is not None:
             if not o.was_complete:
                 result.write_to(o.store)
+            elif trace is not None and stored_trace(o.store) is None:
+                o.store.write_table("trace", trace)  # written before audits were trace-graded as they finish
             o.store.finish(result.summary())
             result = dataclasses.replace(result, record=o.store.record())
         return result

@@ -37,7 +37,7 @@ from reachlens.studies.lucky_null import LuckyNull, lucky_null
 from reachlens.studies.metrics import budget_grid, pass_at_k_curve
 from reachlens.studies.trace_reach import trace_figures
 
-__all__ = ["AuditResult"]
+__all__ = ["AuditResult", "stored_trace"]
 
 
 @register_kind
@@ -212,12 +212,12 @@ class AuditResult(Run):
     def read(cls, run: PartsDir) -> AuditResult:
         """A finished audit directory, or as much of an unfinished one as it holds (:func:`audit_tables`)."""
         questions, samples = audit_tables(run)
-        trace = _trace_table(run) if run.is_complete() else None
+        trace = stored_trace(run) if run.is_complete() else None
         return cls(questions, samples, trace, record=run.record(), location=run.path)
 
 
-def _trace_table(run: PartsDir) -> pd.DataFrame | None:
-    """The run's trace table when it has one (written by ``reachlens rescore --trace``)."""
+def stored_trace(run: PartsDir) -> pd.DataFrame | None:
+    """The run's trace table when it has one (written as the audit finished, or by ``reachlens rescore --trace``)."""
     try:
         return run.read_table("trace")
     except MissingFileError:

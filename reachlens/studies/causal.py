@@ -40,12 +40,13 @@ their directions and their run class; each sweep alone is short.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import random
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from functools import partial
-from typing import Any, ClassVar
+from pathlib import Path
+from typing import Any
 
 import pandas as pd
 import torch
@@ -53,31 +54,35 @@ from jaxtyping import Float
 from torch import Tensor
 
 from reachlens.engine import LayerStack, tokenize_prompts, tokenizer_of
+from reachlens.engine.scoring import right_padded
 from reachlens.errors import ReachlensError, UnknownNameError
+from reachlens.execution import ExecConfig
 from reachlens.interventions import (
     MLP_OUTPUT_SITE,
     UNIT_SITE,
-    FwdHook,
     check_layer,
     hook_name,
     mlp_out_weight,
-    random_displacement,
     sites_of,
-    steering,
     steering_site,
     top_units,
-    unit_ablation,
     unit_contributions,
-    zero_ablation,
 )
-from reachlens.engine.scoring import right_padded
-from reachlens.execution import ExecConfig, model_exec
-from reachlens.models import identity_of
-from reachlens.records import CAUSAL_COLUMNS
-from reachlens.stats import wilson_interval
-from reachlens.store import Run, RunDir, RunRecord, register_kind
-from reachlens.runner import deploy_arms_and_grade
-from reachlens.studies.recognition import EvalSets, generate_and_grade, generation_protocol
+from reachlens.runner import Executor
+from reachlens.studies.causal_job import SweepJob, run_sweep
+from reachlens.studies.causal_runs import (
+    CausalResult,
+    Condition,
+    ConditionSpec,
+    SilenceSweep,
+    SteerSweep,
+    UnitsSweep,
+    evaluate_conditions,
+    evaluate_hooks,
+    flip_rate,
+    outcome,
+)
+from reachlens.studies.recognition import EvalSets
 from reachlens.tasks.base import Task
 from reachlens.tasks.chat import render_prompts
 
@@ -89,161 +94,27 @@ __all__ = [
 ]
 
 
-
 @dataclass(frozen=True)
-class CausalResult(Run):
-    """A sweep's table (one row per condition), its per-question outcomes, and what made it: a run of kind
-    ``silence``, ``steer`` or ``units`` (one subclass each). Its options (the record's) are the sweep's
-    settings, ``meta``; its tables are ``KIND`` (the conditions), ``KIND_per_question`` and, for a units sweep,
-    ``units_ranking``."""
+class Running:
+    """Where and how a sweep runs (the keyword arguments every sweep takes): its run directory (resumable), who
+    decodes, a progress callback, or each condition alone in this process (``one_at_a_time``)."""
 
-    kind: ClassVar[str]
-    record_fields: ClassVar[dict[str, tuple[type, ...]]] = {"options.sets": (dict, type(None))}
-    extra_tables: ClassVar[tuple[str, ...]] = ()
-    """Names of the further tables a sweep of this kind has (``ranking`` for units)."""
-
-    table: pd.DataFrame = field(repr=False)
-    per_question: pd.DataFrame = field(repr=False)
-    extra: dict[str, pd.DataFrame] = field(default_factory=dict, repr=False)
-    """Further tables by name (the unit ranking of a units sweep). Its record (always given): the greedy protocol
-    of the sets, the sweep's options (``meta``), model, data."""
-
-    @property
-    def meta(self) -> dict[str, Any]:
-        """The sweep's settings (its record's options)."""
-        return self.record.options
-
-    def summary(self) -> dict[str, Any]:
-        """How many conditions were measured, on how many failure and healthy questions."""
-        sets = self.meta.get("sets", {})
-        return {"kind": self.kind, "n_conditions": len(self.table), "n_failure": sets.get("n_failure"),
-                "n_healthy": sets.get("n_healthy"), "model": self.record.model.get("spec")}
-
-    def tables(self) -> dict[str, pd.DataFrame]:
-        return {self.kind: self.table, f"{self.kind}_per_question": self.per_question,
-                **{f"{self.kind}_{name}": df for name, df in self.extra.items()}}
-
-    def report_tables(self) -> dict[str, pd.DataFrame]:
-        return {self.kind: self.table, **{f"{self.kind}_{name}": df for name, df in self.extra.items()}}
-
-    @classmethod
-    def read(cls, run: RunDir) -> CausalResult:
-        return cls(run.read_table(cls.kind), run.read_table(f"{cls.kind}_per_question"),
-                   {name: run.read_table(f"{cls.kind}_{name}") for name in cls.extra_tables}, record=run.record(),
-                   location=run.path)
+    out: str | Path | None = None
+    exec_config: ExecConfig | None = None
+    """Device and dtype, and who decodes (``workers``, ``ray``); its batch rows are the sets' (``sets.config``)."""
+    progress: Callable[[int, int], None] | None = None
+    executor: Executor | None = None
+    one_at_a_time: bool = False
 
 
-@register_kind
-class SilenceSweep(CausalResult):
-    """:func:`silence_sweep`'s run."""
+def _run(kind: str, model, task: Task, sets: EvalSets, conditions: list[ConditionSpec],
+         table: Callable[[list[pd.DataFrame]], pd.DataFrame], meta: dict[str, Any], how: Running,
+         extra: dict[str, pd.DataFrame] | None = None) -> CausalResult:
+    """The sweep ``kind`` of ``conditions`` on the runner (:func:`~reachlens.studies.causal_job.run_sweep`)."""
+    ex = dataclasses.replace(how.exec_config or ExecConfig(), max_batch_rows=sets.config.max_batch_rows)
+    job = SweepJob(kind, model, task, sets, tuple(conditions), table, meta, dict(extra or {}), how.out, ex)
+    return run_sweep(job, one_at_a_time=how.one_at_a_time, progress=how.progress, executor=how.executor)
 
-    kind = "silence"
-
-
-@register_kind
-class SteerSweep(CausalResult):
-    """:func:`steer_sweep`'s run."""
-
-    kind = "steer"
-
-
-@register_kind
-class UnitsSweep(CausalResult):
-    """:func:`units_sweep`'s run."""
-
-    kind = "units"
-    extra_tables = ("ranking",)
-
-
-_SWEEPS = {cls.kind: cls for cls in (SilenceSweep, SteerSweep, UnitsSweep)}
-
-
-def _result(kind: str, model, task: Task, sets: EvalSets, table: pd.DataFrame, per_q: pd.DataFrame,
-            meta: dict[str, Any], extra: dict[str, pd.DataFrame] | None = None) -> CausalResult:
-    record = RunRecord.new(kind, sets.protocol, identity_of(model), task.data_identity, options=meta,
-                           exec=model_exec(model))
-    return _SWEEPS[kind](table, per_q, dict(extra or {}), record=record)
-
-
-# --- measurements --------------------------------------------------------------------------------
-@dataclass(frozen=True)
-class Condition:
-    """One condition of a sweep: its name in the tables, its intervention, and the questions it runs."""
-
-    name: str
-    hooks: Callable[..., list[FwdHook]] | None = None
-    """The intervention's hook factory, called as ``hooks(arm=ARM)`` (the ``arm=`` of the factories in
-    :mod:`reachlens.interventions`: None acts on every row, a key only on that arm's rows); None: the
-    plain model."""
-    which: str = "both"
-    """``both``, ``failure`` or ``healthy``: the sets it runs on."""
-
-
-def _ids(sets: EvalSets, which: str) -> list[str]:
-    if which not in ("both", "failure", "healthy"):
-        raise ReachlensError(f"which={which!r} must be 'both', 'failure' or 'healthy'")
-    return (list(sets.failure) if which != "healthy" else []) + (list(sets.healthy) if which != "failure" else [])
-
-
-def _labelled(gen: pd.DataFrame, sets: EvalSets, condition: str) -> pd.DataFrame:
-    """A deployment table as a condition's ``CAUSAL_COLUMNS`` (its set and condition added)."""
-    if gen.empty:
-        return pd.DataFrame(columns=CAUSAL_COLUMNS)
-    failure = set(sets.failure)
-    gen["set"] = ["failure" if q in failure else "healthy" for q in gen["question_id"]]
-    gen["condition"] = condition
-    return gen[CAUSAL_COLUMNS]
-
-
-def evaluate_hooks(
-    model, task: Task, sets: EvalSets, hooks: Sequence[FwdHook] = (), condition: str = "none",
-    *, which: str = "both",
-) -> pd.DataFrame:
-    """Greedy generation of the failure set and/or healthy panel with ``hooks`` live; ``CAUSAL_COLUMNS``."""
-    ids = _ids(sets, which)
-    if not ids:
-        return pd.DataFrame(columns=CAUSAL_COLUMNS)
-    with model.hooks(fwd_hooks=list(hooks)):
-        gen = generate_and_grade(model, task, sets.protocol, ids, max_batch_rows=sets.config.max_batch_rows)
-    return _labelled(gen, sets, condition)
-
-
-def evaluate_conditions(
-    model, task: Task, sets: EvalSets, conditions: Sequence[Condition], *, one_at_a_time: bool = False,
-) -> list[pd.DataFrame]:
-    """Per condition, the greedy generation of its questions under its intervention (``CAUSAL_COLUMNS``).
-
-    Every condition is an arm of one decode (:func:`~reachlens.runner.deploy_arms_and_grade`): the
-    per-arm hooks of all conditions are attached at once and each question's rows of every arm decode
-    side by side, its prompt prefilled once per arm. ``one_at_a_time`` decodes each condition alone
-    instead, its hooks acting on every row (:func:`evaluate_hooks`): the same tables, one decode each.
-    """
-    if one_at_a_time:
-        return [evaluate_hooks(model, task, sets, c.hooks(arm=None) if c.hooks else (), c.name, which=c.which)
-                for c in conditions]
-    arms = [None if c.hooks is None else (c.name, i) for i, c in enumerate(conditions)]
-    hooks = [h for c, arm in zip(conditions, arms) if c.hooks is not None for h in c.hooks(arm=arm)]
-    plan = [(arm, _ids(sets, c.which)) for c, arm in zip(conditions, arms)]
-    if not any(ids for _, ids in plan):
-        return [pd.DataFrame(columns=CAUSAL_COLUMNS) for _ in conditions]
-    with model.hooks(fwd_hooks=hooks):
-        gens = deploy_arms_and_grade(model, task, generation_protocol(task, sets.protocol), plan,
-                                     ExecConfig(max_batch_rows=sets.config.max_batch_rows))
-    return [_labelled(gen, sets, c.name) for gen, c in zip(gens, conditions)]
-
-
-def outcome(per_question: pd.DataFrame) -> dict[str, Any]:
-    """Repair and break rates (with counts and 95 % Wilson intervals) of one condition's per-question outcomes."""
-    fail = per_question[per_question["set"] == "failure"]
-    healthy = per_question[per_question["set"] == "healthy"]
-    n_rep, n_brk = int(fail["realized"].sum()), int((~healthy["realized"].astype(bool)).sum())
-    rep_lo, rep_hi = wilson_interval(n_rep, len(fail))
-    brk_lo, brk_hi = wilson_interval(n_brk, len(healthy))
-    return {
-        "repair": n_rep / len(fail) if len(fail) else math.nan, "break": n_brk / len(healthy) if len(healthy) else math.nan,
-        "n_repaired": n_rep, "n_failure": len(fail), "n_broken": n_brk, "n_healthy": len(healthy),
-        "repair_lo": rep_lo, "repair_hi": rep_hi, "break_lo": brk_lo, "break_hi": brk_hi,
-    }
 
 
 def flip_rate(per_question: pd.DataFrame, reference: pd.DataFrame) -> float:
@@ -267,6 +138,8 @@ def silence_sweep(
     model, task: Task, sets: EvalSets, *, layers: Sequence[int] | None = None,
     components: Sequence[str] = ("mlp", "attn", "layer"), allow_other_model: bool = False,
     one_at_a_time: bool = False, control_seed: int | None = 0,
+    out: str | Path | None = None, exec_config: ExecConfig | None = None,
+    progress: Callable[[int, int], None] | None = None, executor: Executor | None = None,
 ) -> CausalResult:
     """Zero-ablate each ``component`` of each layer; repair and break rates per (layer, component), each with its
     null beside it.
@@ -282,6 +155,10 @@ def silence_sweep(
     its control's (``control_repair``, ``control_break``), and ``flip`` / ``control_flip`` say how often each merely
     changes the answer (against the unhooked ``none`` row), over both sets. Rates carry 95 % Wilson intervals.
 
+    ``out`` is its run directory (slices written as they finish, a re-run resumes it), ``exec_config`` says who
+    decodes (``workers``, ``ray``: each worker loads the model's source), ``progress`` is called with (questions
+    done, questions in all); the same for every sweep. ``one_at_a_time`` decodes each condition alone, here.
+
     >>> sweep = silence_sweep(model, task, sets)  # doctest: +SKIP
     >>> best_layer(sweep.table)  # doctest: +SKIP
     """
@@ -289,26 +166,31 @@ def silence_sweep(
     layers = list(range(len(model.blocks))) if layers is None else [check_layer(model, int(x)) for x in layers]
     sites = {c: "+".join(sites_of(c)) for c in components}  # a bad name raises before anything runs
     cells = [(L, c) for L in layers for c in components]
-    conditions = [Condition("none")] + [
-        Condition(f"zero L{layer} {comp}", partial(zero_ablation, model, layer, comp)) for layer, comp in cells]
+    conditions = [ConditionSpec("none")] + [ConditionSpec(f"zero L{layer} {comp}", "zero", (layer, comp))
+                                            for layer, comp in cells]
     if control_seed is not None:
-        conditions += [Condition(f"control L{layer} {comp}", partial(random_displacement, model, layer, comp,
-                                                                      seed=control_seed)) for layer, comp in cells]
-    per_q = dict(zip((c.name for c in conditions),
-                     evaluate_conditions(model, task, sets, conditions, one_at_a_time=one_at_a_time)))
-    rows = [{"condition": "none", "layer": -1, "component": "none", "sites": "", **outcome(per_q["none"]), "flip": 0.0}]
-    for layer, comp in cells:
-        zero = per_q[f"zero L{layer} {comp}"]
-        row = {"condition": f"zero L{layer} {comp}", "layer": layer, "component": comp, "sites": sites[comp],
-               **outcome(zero), "flip": flip_rate(zero, per_q["none"])}
-        if control_seed is not None:
-            ctrl = per_q[f"control L{layer} {comp}"]
-            row.update({f"control_{k}": v for k, v in outcome(ctrl).items() if not k.startswith("n_")},
-                       control_flip=flip_rate(ctrl, per_q["none"]))
-        rows.append(row)
+        conditions += [ConditionSpec(f"control L{layer} {comp}", "displace", (layer, comp), {"seed": control_seed})
+                       for layer, comp in cells]
+
+    def table(outcomes: list[pd.DataFrame]) -> pd.DataFrame:
+        per_q = dict(zip((c.name for c in conditions), outcomes))
+        rows = [{"condition": "none", "layer": -1, "component": "none", "sites": "", **outcome(per_q["none"]),
+                 "flip": 0.0}]
+        for layer, comp in cells:
+            zero = per_q[f"zero L{layer} {comp}"]
+            row = {"condition": f"zero L{layer} {comp}", "layer": layer, "component": comp, "sites": sites[comp],
+                   **outcome(zero), "flip": flip_rate(zero, per_q["none"])}
+            if control_seed is not None:
+                ctrl = per_q[f"control L{layer} {comp}"]
+                row.update({f"control_{k}": v for k, v in outcome(ctrl).items() if not k.startswith("n_")},
+                           control_flip=flip_rate(ctrl, per_q["none"]))
+            rows.append(row)
+        return pd.DataFrame(rows)
+
     meta = {"kind": "silence", "layers": layers, "components": list(components), "sites": sites, "sets": sets.counts,
             "model": sets.model, "rule": sets.rule.describe(), "control_seed": control_seed}
-    return _result("silence", model, task, sets, pd.DataFrame(rows), pd.concat(per_q.values(), ignore_index=True), meta)
+    return _run("silence", model, task, sets, conditions, table, meta,
+                Running(out, exec_config, progress, executor, one_at_a_time))
 
 
 def best_layer(table: pd.DataFrame, component: str = "mlp") -> int:
@@ -405,6 +287,8 @@ def steer_sweep(
     model, task: Task, sets: EvalSets, layer: int, *, alphas: Sequence[float] | None = None,
     direction: Direction | Tensor | None = None, site: str = "mlp_out", control_seed: int | None = None,
     allow_other_model: bool = False, one_at_a_time: bool = False,
+    out: str | Path | None = None, exec_config: ExecConfig | None = None,
+    progress: Callable[[int, int], None] | None = None, executor: Executor | None = None,
 ) -> CausalResult:
     """Rescue (``-alpha v`` on the failure set) and induction (``+alpha v`` on the healthy panel) per alpha,
     ``v`` added at ``site`` of block ``layer`` (:func:`~reachlens.interventions.steering.steering`:
@@ -429,21 +313,25 @@ def steer_sweep(
         r = torch.randn(direction.vector.shape[0], generator=g)
         vectors.append(("random", r / r.norm()))
     grid = [(label, vec, alpha) for label, vec in vectors for alpha in alphas]
-    conditions = [Condition(f"{label} {sign}{alpha:g}",
-                            partial(steering, model, layer, vec, -alpha if sign == "-" else alpha, site))
+    conditions = [ConditionSpec(f"{label} {sign}{alpha:g}", "steer", (layer, vec, -alpha if sign == "-" else alpha,
+                                                                      site))
                   for label, vec, alpha in grid for sign in "-+"]
-    per_q = evaluate_conditions(model, task, sets, conditions, one_at_a_time=one_at_a_time)
-    rows = []
-    for i, (label, _, alpha) in enumerate(grid):
-        m, p = outcome(per_q[2 * i]), outcome(per_q[2 * i + 1])
-        rows.append({"vector": label, "alpha": alpha, "alpha_rel": alpha / direction.norm,
-                     "rescue": m["repair"], "rescue_break": m["break"], "induction": p["break"],
-                     "induction_repair": p["repair"], "n_rescued": m["n_repaired"], "n_induced": p["n_broken"],
-                     "n_failure": m["n_failure"], "n_healthy": m["n_healthy"]})
+
+    def table(per_q: list[pd.DataFrame]) -> pd.DataFrame:
+        rows = []
+        for i, (label, _, alpha) in enumerate(grid):
+            m, p = outcome(per_q[2 * i]), outcome(per_q[2 * i + 1])
+            rows.append({"vector": label, "alpha": alpha, "alpha_rel": alpha / direction.norm,
+                         "rescue": m["repair"], "rescue_break": m["break"], "induction": p["break"],
+                         "induction_repair": p["repair"], "n_rescued": m["n_repaired"], "n_induced": p["n_broken"],
+                         "n_failure": m["n_failure"], "n_healthy": m["n_healthy"]})
+        return pd.DataFrame(rows)
+
     meta = {"kind": "steer", "layer": layer, "site": site, "hook": name, "direction_source": direction.source,
             "direction_norm": direction.norm, "control_seed": control_seed, "sets": sets.counts, "model": sets.model,
             "positions": "every position, prompt and generated"}
-    return _result("steer", model, task, sets, pd.DataFrame(rows), pd.concat(per_q, ignore_index=True), meta)
+    return _run("steer", model, task, sets, conditions, table, meta,
+                Running(out, exec_config, progress, executor, one_at_a_time))
 
 
 def best_alpha(table: pd.DataFrame) -> float:
@@ -484,6 +372,8 @@ def units_sweep(
     model, task: Task, sets: EvalSets, layer: int, *, ks: Sequence[int] = (32,),
     direction: Direction | Tensor | None = None, block_repair: float | None = None, control_seed: int | None = 0,
     allow_other_model: bool = False, one_at_a_time: bool = False,
+    out: str | Path | None = None, exec_config: ExecConfig | None = None,
+    progress: Callable[[int, int], None] | None = None, executor: Executor | None = None,
 ) -> CausalResult:
     """Silence the top ``k`` units (per ``k``) and report repair, break and the recovered share of the
     whole-MLP repair (``recovery = repair_k / repair_block``); ``random_*`` columns silence ``k``
@@ -495,29 +385,30 @@ def units_sweep(
         if not 1 <= int(k) <= d_mlp:
             raise ReachlensError(f"k={k!r} must lie in 1..{d_mlp} (block {layer}'s hidden units)")
     conditions = [] if block_repair is not None else [
-        Condition(f"zero L{layer} mlp", partial(zero_ablation, model, layer, "mlp_out"), which="failure")]
+        ConditionSpec(f"zero L{layer} mlp", "zero", (layer, "mlp_out"), which="failure")]
     for k in ks:
-        top = ranking["unit"].tolist()[: int(k)]
-        conditions.append(Condition(f"top{int(k)}", partial(unit_ablation, model, layer, top)))
+        conditions.append(ConditionSpec(f"top{int(k)}", "units", (layer, ranking["unit"].tolist()[: int(k)])))
         if control_seed is not None:
             rand = sorted(random.Random(f"units/{control_seed}/{layer}/{int(k)}").sample(range(d_mlp), int(k)))
-            conditions.append(Condition(f"random{int(k)}", partial(unit_ablation, model, layer, rand)))
-    per_q = evaluate_conditions(model, task, sets, conditions, one_at_a_time=one_at_a_time)
-    outcomes = {c.name: outcome(pq) for c, pq in zip(conditions, per_q)}
-    if block_repair is None:
-        block_repair = outcomes[f"zero L{layer} mlp"]["repair"]
-    rows = []
-    for k in ks:
-        o = outcomes[f"top{int(k)}"]
-        row = {"k": int(k), "repair": o["repair"], "break": o["break"], "n_repaired": o["n_repaired"],
-               "block_repair": block_repair, "recovery": o["repair"] / block_repair if block_repair else math.nan}
-        if control_seed is not None:
-            ro = outcomes[f"random{int(k)}"]
-            row.update(random_repair=ro["repair"], random_break=ro["break"],
-                       random_recovery=ro["repair"] / block_repair if block_repair else math.nan)
-        rows.append(row)
+            conditions.append(ConditionSpec(f"random{int(k)}", "units", (layer, rand)))
+
+    def table(per_q: list[pd.DataFrame]) -> pd.DataFrame:
+        outcomes = {c.name: outcome(pq) for c, pq in zip(conditions, per_q)}
+        block = outcomes[f"zero L{layer} mlp"]["repair"] if block_repair is None else block_repair
+        rows = []
+        for k in ks:
+            o = outcomes[f"top{int(k)}"]
+            row = {"k": int(k), "repair": o["repair"], "break": o["break"], "n_repaired": o["n_repaired"],
+                   "block_repair": block, "recovery": o["repair"] / block if block else math.nan}
+            if control_seed is not None:
+                ro = outcomes[f"random{int(k)}"]
+                row.update(random_repair=ro["repair"], random_break=ro["break"],
+                           random_recovery=ro["repair"] / block if block else math.nan)
+            rows.append(row)
+        return pd.DataFrame(rows)
+
     meta = {"kind": "units", "layer": layer, "ks": [int(k) for k in ks], "d_mlp": d_mlp, "control_seed": control_seed,
             "top_units": ranking["unit"].tolist()[: max(int(k) for k in ks)], "sets": sets.counts, "model": sets.model,
             "ranking": "contribution_i = (mean_failure(post_i) - mean_healthy(post_i)) * (W_out[:, i] . v)"}
-    return _result("units", model, task, sets, pd.DataFrame(rows), pd.concat(per_q, ignore_index=True), meta,
-                   {"ranking": ranking})
+    return _run("units", model, task, sets, conditions, table, meta,
+                Running(out, exec_config, progress, executor, one_at_a_time), {"ranking": ranking})

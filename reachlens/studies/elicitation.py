@@ -13,11 +13,15 @@ and reports per ``n``:
   exact McNemar test of :func:`~reachlens.studies.compare.compare` (table ``uplift``);
 * the model's uplift minus the control's, per question ``(tuned_m - source_m) - (tuned_c - source_c)``, its mean
   with a paired bootstrap interval over questions and a sign-flip p-value (:mod:`reachlens.stats`; table
-  ``difference``).
+  ``difference``);
+* on a task with a trace grader (``arith*``, ``gsm8k``), both again by verified solutions (D^trace, O_K^trace:
+  :mod:`~reachlens.studies.trace_reach`), and each source's lucky-guess null of O_K beside its reach.
 
 The demonstrations are the first ``n`` of one seeded shuffle of the task's *train* split (nested: the 2 include
-the 1), less any whose prompt is a test question's, each its worked solution (or gold answer): table
-``demonstrations``. This is **training-based reach**: a fine-tuned copy is another model, so what it reaches is
+the 1), less any whose prompt is a test question's and any question the model, the control or another lock named in
+``unseen_by`` records training on (:mod:`reachlens.studies.elicitation_split`: the elicitation split), each its
+worked solution (or gold answer): table ``demonstrations``. Early stopping's held-out questions are the next ones
+of the same shuffle, so they are unseen too. This is **training-based reach**: a fine-tuned copy is another model, so what it reaches is
 reported apart from the inference-time probes of a probe run and never pooled with them.
 
 Layout of the run directory (every audit and checkpoint resumes where it stopped)::
@@ -33,6 +37,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import hashlib
+import math
 import random
 import shutil
 from collections.abc import Callable, Sequence
@@ -53,7 +58,10 @@ from reachlens.store import Run, RunDir, RunRecord, register_kind, single_name
 from reachlens.studies.audit_job import AuditJob
 from reachlens.studies.auditing import AuditResult
 from reachlens.studies.compare import compare, delta_row
+from reachlens.studies.elicitation_split import unseen_pool
 from reachlens.studies.finetune import FineTune, finetune_on_demonstrations
+from reachlens.studies.rl_finetune import RLConfig, reinforce_on_questions
+from reachlens.studies.trace_reach import traced, verified_questions
 from reachlens.tasks.base import Question, Task
 from reachlens.tasks.fewshot import check_train_pool, demonstration_target, train_pool
 
@@ -61,7 +69,13 @@ __all__ = ["DIFFERENCE_COLUMNS", "Elicitation", "UPLIFT_COLUMNS", "elicit", "sel
 
 SIDES = ("model", "control")
 UPLIFT_COLUMNS = ["n_demos", "side", "checkpoint", "D_source", "D_tuned", "delta_D", "delta_D_lo", "delta_D_hi",
-                  "p_realized", "O_K_source", "O_K_tuned", "delta_O_K", "delta_O_K_lo", "delta_O_K_hi", "p_reachable"]
+                  "p_realized", "O_K_source", "O_K_tuned", "delta_O_K", "delta_O_K_lo", "delta_O_K_hi", "p_reachable",
+                  "O_K_null_source", "O_K_null_tuned",
+                  "D_trace_source", "D_trace_tuned", "delta_D_trace", "delta_D_trace_lo", "delta_D_trace_hi",
+                  "O_K_trace_source", "O_K_trace_tuned", "delta_O_K_trace", "delta_O_K_trace_lo",
+                  "delta_O_K_trace_hi"]
+"""Per ``n`` and side: the uplift over the source by answers, the lucky-guess nulls of both O_K, and the uplift by
+verified solutions (``*_trace``, :mod:`~reachlens.studies.trace_compare`; NaN when the task has no trace grader)."""
 DIFFERENCE_COLUMNS = ["n_demos", "metric", "uplift_model", "uplift_control", "difference", "difference_lo",
                       "difference_hi", "p"]
 DEMO_COLUMNS = ["order", "question_id", "prompt", "target"]
@@ -75,39 +89,61 @@ def _demos(demos: Sequence[int]) -> tuple[int, ...]:
     return tuple(out)
 
 
-def select_demonstrations(task: Task, pool: Task, n: int, *, seed: int = 0) -> tuple[Question, ...]:
-    """The first ``n`` of one seeded shuffle of ``pool`` (the task's train split), less any whose prompt is one of
-    ``task``'s questions: the same demonstrations for the model and its control, nested in ``n``.
+def select_demonstrations(task: Task, pool: Task, n: int, *, seed: int = 0, held_out: int = 0) -> tuple[Question, ...]:
+    """The first ``n + held_out`` of one seeded shuffle of ``pool`` (the task's train split), less any whose prompt
+    is one of ``task``'s questions: the same demonstrations for the model and its control, nested in ``n``, then
+    early stopping's ``held_out`` questions.
 
     Raises:
-        ReachlensError: the pool is not the train split, or holds fewer than ``n`` admissible questions.
+        ReachlensError: the pool is not the train split, or holds fewer admissible questions than asked (the
+            message blames ``held_out`` where the demonstrations alone would fit).
     """
     check_train_pool(task, pool)
     shown = {task.prompt(q) for q in task.questions}
     order = list(range(len(pool.questions)))
     random.Random(int.from_bytes(hashlib.sha256(f"elicit\x1f{seed}".encode()).digest()[:8], "little")).shuffle(order)
-    picked = [pool.questions[i] for i in order if pool.prompt(pool.questions[i]) not in shown][:n]
-    if len(picked) < n:
-        raise ReachlensError(f"the train split of {pool.name!r} has {len(picked)} admissible demonstrations, fewer "
-                             f"than {n}; lower demos")
+    picked = [pool.questions[i] for i in order if pool.prompt(pool.questions[i]) not in shown][:n + held_out]
+    if len(picked) < n + held_out:
+        have = f"the train split of {pool.name!r} has {len(picked):,} admissible questions"
+        if len(picked) >= n:
+            raise ReachlensError(f"held_out={held_out:,} (--held-out) questions after {n:,} demonstrations: {have}; "
+                                 f"use held_out <= {len(picked) - n:,}")
+        raise ReachlensError(f"{have}, fewer than {n:,} demonstrations; lower demos")
     return tuple(picked)
 
 
 def _uplift_row(n: int, side: str, source: AuditResult, tuned: AuditResult) -> dict[str, Any]:
-    row = delta_row(compare(source, tuned).summary())
+    summary = compare(source, tuned).summary()
+    row = delta_row(summary)
     return {"n_demos": n, "side": side, "checkpoint": f"checkpoints/{side}-n{n}", "D_source": row["D_base"],
             "D_tuned": row["D_trained"], **{k: row[k] for k in ("delta_D", "delta_D_lo", "delta_D_hi", "p_realized")},
             "O_K_source": row["O_K_base"], "O_K_tuned": row["O_K_trained"],
-            **{k: row[k] for k in ("delta_O_K", "delta_O_K_lo", "delta_O_K_hi", "p_reachable")}}
+            **{k: row[k] for k in ("delta_O_K", "delta_O_K_lo", "delta_O_K_hi", "p_reachable")},
+            **_verified_uplift(summary)}
+
+
+def _verified_uplift(s: dict[str, Any]) -> dict[str, Any]:
+    """The nulls and the verified uplift of a comparison's summary as uplift columns (NaN where it has none)."""
+    out = {"O_K_null_source": s["O_K_null_base"], "O_K_null_tuned": s["O_K_null_trained"]}
+    for m in ("D_trace", "O_K_trace"):
+        lo, hi = s.get(f"delta_{m}_ci", [math.nan, math.nan])
+        out.update({f"{m}_source": s.get(f"{m}_base", math.nan), f"{m}_tuned": s.get(f"{m}_trained", math.nan),
+                    f"delta_{m}": s.get(f"delta_{m}", math.nan), f"delta_{m}_lo": lo, f"delta_{m}_hi": hi})
+    return out
 
 
 def _per_question(audits: dict[str, AuditResult], name: str, column: str) -> pd.Series:
-    return audits[name].questions.set_index("question_id")[column].astype(float)
+    a = audits[name]
+    q = verified_questions(a.questions, a.samples, a.trace) if column.endswith("_trace") else a.questions
+    return q.set_index("question_id")[column].astype(float)
 
 
 def _difference_rows(n: int, audits: dict[str, AuditResult], n_boot: int) -> list[dict[str, Any]]:
     rows = []
-    for metric, column in (("D", "realized"), ("O_K", "reachable")):
+    names = (*SIDES, *_copies(n))
+    verified = [("D^trace", "realized_trace"), ("O_K^trace", "reachable_trace")] \
+        if all(audits[x].trace is not None for x in names) else []
+    for metric, column in (("D", "realized"), ("O_K", "reachable"), *verified):
         up = {side: _per_question(audits, f"{side}-n{n}", column) - _per_question(audits, side, column)
               for side in SIDES}
         both = up["model"].index.intersection(up["control"].index)
@@ -170,7 +206,7 @@ class Elicitation(Run):
 
     def summary(self) -> dict[str, Any]:
         diff = self.difference()
-        src = {side: {"D": a.D, "O_K": a.O_K} for side in SIDES if (a := self.audits.get(side)) is not None}
+        src = {side: _source(a) for side in SIDES if (a := self.audits.get(side)) is not None}
         by_n = {str(r.n_demos): {} for r in diff.itertuples()}
         for r in diff.itertuples():
             by_n[str(r.n_demos)][r.metric] = {"uplift_model": r.uplift_model, "uplift_control": r.uplift_control,
@@ -189,13 +225,20 @@ class Elicitation(Run):
         record = run.record()
         names = [*SIDES, *(name for n in record.options["demos"] for name in _copies(n))]
         if record.children:
-            audits = {name: Run.read_child(run, name) for name in names if name in record.children}
+            audits = {name: traced(Run.read_child(run, name)) for name in names if name in record.children}
         else:
             folders = {name: run.path / "audits" / single_name(name, "audit folder name") for name in names}
-            audits = {name: AuditResult.load(f) for name, f in folders.items() if RunDir(f).is_complete()}
+            audits = {name: traced(AuditResult.load(f)) for name, f in folders.items() if RunDir(f).is_complete()}
         demos = run.read_table("demonstrations") if run.is_complete() else pd.DataFrame(
             columns=DEMO_COLUMNS)
         return cls(audits, demos, record=record, location=run.path)
+
+
+def _source(a: AuditResult) -> dict[str, Any]:
+    """A source's D and O_K, its lucky-guess null and, trace-graded, its D^trace and O_K^trace."""
+    s = a.summary()
+    return {"D": a.D, "O_K": a.O_K, "O_K_null": s["O_K_null"], "O_K_null_p95": s["O_K_null_p95"],
+            **{key: s[key] for key in ("D_trace", "O_K_trace", "checkable_share") if key in s}}
 
 
 def _copies(n: int) -> tuple[str, ...]:
@@ -207,11 +250,13 @@ def _n(audits: dict[str, AuditResult]) -> int | None:
 
 
 def _record(model: str, control: str, task: Task, protocol: Protocol, demos: tuple[int, ...], config: FineTune,
-            pool: Task) -> RunRecord:
+            pool: Task, unseen_by: tuple[str, ...], rl: RLConfig | None) -> RunRecord:
     identity = {side: dataclasses.asdict(model_identity(spec)) for side, spec in zip(SIDES, (model, control))}
     return RunRecord.new("elicitation", protocol, identity, task.data_identity or None,
                          {"demos": list(demos), "control": control, "finetune": dataclasses.asdict(config),
-                          "pool": dict(pool.data_identity), "label": LABEL})
+                          "pool": dict(pool.data_identity), "pool_unseen_by": [model, control, *unseen_by],
+                          "pool_size": len(pool.questions), "label": LABEL, "method": "sft" if rl is None else "rl",
+                          **({} if rl is None else {"rl": dataclasses.asdict(rl)})})
 
 
 def _local(spec: str, role: str) -> None:
@@ -220,10 +265,19 @@ def _local(spec: str, role: str) -> None:
                              "folder (zoo:NAME or a path)")
 
 
+def _copy(spec: str, task: Task, protocol: Protocol, questions: Sequence[Question], target: Path, finetune: FineTune,
+          held: Task | None, rl: RLConfig | None) -> Path:
+    """One trained copy: supervised on the demonstrations, or (``rl``) reinforced on their questions."""
+    if rl is None:
+        return finetune_on_demonstrations(spec, task, protocol, questions, target, finetune, held)
+    return reinforce_on_questions(spec, task, protocol, questions, target, rl)
+
+
 def elicit(
     model: str, task: Task, protocol: Protocol, *, out: str | Path, demos: Sequence[int] = (1, 2, 4, 8, 16),
     control: str = "zoo:base", finetune: FineTune = FineTune(), pool: Task | None = None,
     exec_config: ExecConfig | None = None, executor=None, progress: Callable[[str], None] | None = None,
+    unseen_by: Sequence[str] = (), rl: RLConfig | None = None,
 ) -> Elicitation:
     """Fine-tune copies of ``model`` and ``control`` on the same ``n`` train demonstrations for each ``n`` of
     ``demos``, audit all of them under ``protocol``, and write the run to ``out`` (resumable: a re-run with the
@@ -234,7 +288,8 @@ def elicit(
         control: the never-locked control's spec (``zoo:base``, a folder), fine-tuned alike.
         task: the test questions (all are audited).
         protocol: the sources' protocol (resolved against the task here).
-        pool: the task's train split (default: loaded by name for a generated task).
+        pool: the task's train split (default: by name), less what model, control and ``unseen_by`` trained on.
+        rl: GRPO on the ``n`` questions instead of SFT (:mod:`reachlens.studies.rl_finetune`; no early stopping).
         progress: called with a line as each step starts.
 
     >>> run = elicit("zoo:locked", load_task("arith_hard", n=300), Protocol("arith_hard", k=8),
@@ -242,11 +297,13 @@ def elicit(
     >>> run.difference()  # doctest: +SKIP
     """
     demos = _demos(demos)
+    if rl is not None and finetune.held_out:
+        raise ReachlensError("early stopping (held_out) is for supervised fine-tunes; RL runs its steps (held_out=0)")
     _local(model, "model")
     _local(control, "control")
     protocol = protocol.resolved(task)
-    pool = pool if pool is not None else train_pool(task)
-    picked = select_demonstrations(task, pool, max(demos) + finetune.held_out, seed=finetune.seed)
+    pool = unseen_pool(pool if pool is not None else train_pool(task), [model, control, *unseen_by])
+    picked = select_demonstrations(task, pool, max(demos), seed=finetune.seed, held_out=finetune.held_out)
     chosen = picked[:max(demos)]  # early stopping's held-out questions: the next ones of the same shuffle
     held = pool.only([q.question_id for q in picked[max(demos):]]) if finetune.held_out else None
     out = Path(out)
@@ -254,14 +311,15 @@ def elicit(
     specs = {"model": model, "control": control}
     store = RunDir(out)
     with store.writer():  # the fine-tunes under the run's lock: a failure or Ctrl-C is recorded as the run's
-        store.start(_record(model, control, task, protocol, demos, finetune, pool))
+        store.start(_record(model, control, task, protocol, demos, finetune, pool, tuple(unseen_by), rl))
         for stale in (out / "checkpoints").glob(".finetune-*"):  # a killed fine-tune's staging folder
             shutil.rmtree(stale)
         for n in demos:
             for side in SIDES:
-                say(f"fine-tune {side} on {n} demonstration(s)")
-                folder = finetune_on_demonstrations(specs[side], task, protocol, chosen[:n],
-                                                    out / "checkpoints" / f"{side}-n{n}", finetune, held)
+                say(f"fine-tune {side} on {n} demonstration(s)" if rl is None else f"RL (GRPO) of {side} on {n} "
+                    "question(s)")
+                folder = _copy(specs[side], task, protocol, chosen[:n], out / "checkpoints" / f"{side}-n{n}",
+                               finetune, held, rl)
                 specs[f"{side}-n{n}"] = str(folder.resolve())
         record = store.record()
     jobs = {name: AuditJob(spec, task, protocol, out / "audits" / name, exec_config or ExecConfig())
@@ -269,7 +327,7 @@ def elicit(
     say(f"audit {len(jobs)} of {len(specs)} models")
     if jobs:
         run_jobs(list(jobs.values()), executor)
-    audits = {name: AuditResult.load(out / "audits" / name) for name in specs}
+    audits = {name: traced(AuditResult.load(out / "audits" / name)) for name in specs}
     table = pd.DataFrame([{"order": i, "question_id": d.question_id, "prompt": task.prompt(d),
                            "target": demonstration_target(d)} for i, d in enumerate(chosen)], columns=DEMO_COLUMNS)
     run = Elicitation(audits, table, record=record)

@@ -33,7 +33,7 @@ sets are only ever chosen from a recognition run's table.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
@@ -163,10 +163,11 @@ def recognition_contexts(task: Task, config: RecognitionConfig, protocol: Protoc
 
 
 def score_options(model, task: Task, config: RecognitionConfig | None = None,
-                  protocol: Protocol | None = None) -> pd.DataFrame:
+                  protocol: Protocol | None = None, progress: Callable[[int, int], None] | None = None) -> pd.DataFrame:
     """One row per (question, option): summed and length-normalized log-likelihood (``OPTION_COLUMNS``), each
     request cut to ``config.max_length`` tokens from the left as lm-eval cuts it (the model's window when None);
-    the contexts of :func:`recognition_contexts` (a chat ``protocol``: rendered by the model's chat template)."""
+    the contexts of :func:`recognition_contexts` (a chat ``protocol``: rendered by the model's chat template).
+    ``progress(options scored, options in all)`` after each forward."""
     config = (config or RecognitionConfig()).resolved(task, model)
     contexts, delimiter = recognition_contexts(task, config, protocol, getattr(model, "tokenizer", None))
     requests, rows = [], []
@@ -176,7 +177,8 @@ def score_options(model, task: Task, config: RecognitionConfig | None = None,
         for j, text in enumerate(q.choices):
             requests.append((context, delimiter + text))
             rows.append({"question_id": q.question_id, "option": j, "label": labels[j], "text": text, "gold": j == g})
-    scores = loglikelihoods(model, requests, batch_size=config.batch_size, max_length=config.max_length)
+    scores = loglikelihoods(model, requests, batch_size=config.batch_size, max_length=config.max_length,
+                            progress=progress)
     for row, s in zip(rows, scores):
         row.update(loglik=s.logprob, n_tokens=s.n_tokens, is_greedy=s.is_greedy,
                    loglik_norm=s.logprob / max(len(row["text"]), 1))
@@ -212,6 +214,7 @@ def _first_argmax(values: Sequence[float]) -> int:
 
 def compare_modes(
     model, task: Task, protocol: Protocol | None = None, config: RecognitionConfig | None = None,
+    progress: Callable[[int, int], None] | None = None,
 ) -> RecognitionResult:
     """Recognition (option likelihoods) and greedy generation of every question of ``task``.
 
@@ -219,13 +222,15 @@ def compare_modes(
         protocol: the greedy protocol of the generation (:func:`generation_protocol`: 96 new tokens in
             the task's default format when None).
         config: recognition's own options (the task's recognition format when None).
+        progress: ``progress(options scored, options in all)`` as the recognition scores (the generation's
+            decode reports its steps to :mod:`reachlens.engine.progress`).
 
     >>> result = compare_modes(load_model("zoo:base"), load_task("arith_mc", n=100))  # doctest: +SKIP
     >>> result.summary()["recognized_not_realized"]  # doctest: +SKIP
     """
     protocol = bind_chat(generation_protocol(task, protocol), getattr(model, "tokenizer", None))
     config = (config or RecognitionConfig()).resolved(task, model)
-    options = score_options(model, task, config, protocol)
+    options = score_options(model, task, config, protocol, progress)
     by_question = {qid: df for qid, df in options.groupby("question_id", sort=False)}
     rows = []
     for q in task.questions:

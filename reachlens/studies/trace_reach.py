@@ -1,6 +1,7 @@
 """Reaching a solution, not just an answer: an audit's verified figures, from its trace table.
 
-An audit that has been trace-graded (``reachlens rescore DIR --trace``, or :func:`trace_table` in Python) holds a
+An audit of a task with a trace grader is trace-graded when it finishes (:func:`task_trace`); another, or one written
+before, is trace-graded by ``reachlens rescore DIR --trace`` (:func:`trace_of` in Python). A trace-graded audit holds a
 ``trace`` table: one row per candidate (the deployment as ``candidate_idx`` -1, then its K samples) with the trace
 grader's verdict (:mod:`reachlens.grading.trace`). A candidate *solves* its question when its answer is correct and
 its worked solution valid. From it:
@@ -19,8 +20,9 @@ its worked solution valid. From it:
 
 from __future__ import annotations
 
+import dataclasses
 import math
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 import pandas as pd
@@ -30,9 +32,10 @@ from reachlens.grading.trace import TRACE_GRADER_OF_TASK, get_trace_grader, trac
 from reachlens.selectors import select
 from reachlens.stats import wilson_interval
 from reachlens.studies.metrics import budget_grid, pass_at_k_curve
+from reachlens.tasks import load_task
 
-__all__ = ["DEPLOYED_IDX", "TRACE_COLUMNS", "solved_table", "trace_figures", "trace_of", "trace_table",
-           "verified_questions"]
+__all__ = ["DEPLOYED_IDX", "TRACE_COLUMNS", "solutions_valid", "solved_table", "task_trace", "trace_figures",
+           "trace_of", "trace_table", "traced", "verified_questions"]
 
 DEPLOYED_IDX = -1
 """The ``candidate_idx`` of the greedy deployment in a trace table."""
@@ -83,14 +86,28 @@ def trace_of(audit: Any, grader: str = "auto") -> pd.DataFrame:
         raise ReachlensError(f"task {task!r} has no trace grader (tasks with one: {sorted(TRACE_GRADER_OF_TASK)}); "
                              "its reach figures stand beside the lucky-guess null alone")
     get_trace_grader(name)  # an unknown name fails here, naming the known ones
-    ids = list(audit.questions["question_id"])
     if name != "arith_trace":
-        return trace_table(audit.questions, audit.samples, name, dict.fromkeys(ids))
-    from reachlens.tasks import load_task
+        return trace_table(audit.questions, audit.samples, name, dict.fromkeys(audit.questions["question_id"]))
+    return task_trace(audit.questions, audit.samples, load_task(task, split=audit.protocol.split), name)
 
-    questions = load_task(task, split=audit.protocol.split).questions
-    exprs = {q.question_id: q.fields.get("expr") for q in questions}
-    return trace_table(audit.questions, audit.samples, name, exprs)
+
+def traced(audit: Any) -> Any:
+    """``audit`` with its trace table: as it is when it has one or its task has no trace grader, else trace-graded
+    now (:func:`trace_of`; an audit written before audits were trace-graded as they finish)."""
+    if audit.trace is not None or trace_grader_for_task(audit.protocol.task) is None:
+        return audit
+    return dataclasses.replace(audit, trace=trace_of(audit))
+
+
+def task_trace(questions: pd.DataFrame, samples: pd.DataFrame, task: Any, grader: str = "auto") -> pd.DataFrame | None:
+    """The trace table of an audit's tables of ``task`` (a :class:`~reachlens.tasks.base.Task`, its questions'
+    expressions at hand) under ``grader`` (``"auto"``: the task's own); None when ``"auto"`` finds none. What an
+    audit of a task with a trace grader writes beside its tables when it finishes."""
+    name = trace_grader_for_task(task.name) if grader == "auto" else grader
+    if name is None:
+        return None
+    exprs = {q.question_id: q.fields.get("expr") for q in task.questions}
+    return trace_table(questions, samples, name, exprs)
 
 
 def solved_table(samples: pd.DataFrame, trace: pd.DataFrame) -> pd.DataFrame:
@@ -154,3 +171,22 @@ def trace_figures(questions: pd.DataFrame, samples: pd.DataFrame, trace: pd.Data
         "pass_at_k_trace": {int(r.k): r.pass_at_k for r in curve.itertuples()},
     }
 
+
+def solutions_valid(question_ids: Iterable[str], texts: Iterable[Any], task: str, split: str = "test",
+                    grader: str = "auto") -> list[bool] | None:
+    """Whether each completion's worked solution is valid under ``task``'s trace grader (``grader``: a name, or
+    ``"auto"``, the task's own): one bool per ``(question_id, text)``; None when ``"auto"`` finds no trace grader.
+    The verified column of a candidate table (a probe bank, a routing pool): a candidate *solves* its question when
+    it is correct and valid. An ``arith_trace`` task is generated again from its name and split for the questions'
+    expressions (no decoding); a question it lacks reads as not valid.
+    """
+    name = trace_grader_for_task(task) if grader == "auto" else grader
+    if name is None:
+        return None
+    g = get_trace_grader(name)
+    exprs: dict[str, str | None] = {}
+    if name == "arith_trace":
+        exprs = {q.question_id: q.fields.get("expr") for q in load_task(task, split=split).questions}
+    # validity reads the text's own steps and answer, never the gold: any number stands in for it
+    return [bool(g.grade(t if isinstance(t, str) else "", "0", expr=exprs.get(q)).valid) if
+            (name != "arith_trace" or exprs.get(q)) else False for q, t in zip(question_ids, texts)]

@@ -48,6 +48,7 @@ from typing import Any, ClassVar
 
 import pandas as pd
 
+from reachlens.engine.progress import listening
 from reachlens.errors import ReachlensError
 from reachlens.execution import ExecConfig
 from reachlens.runner import Executor, executor_for
@@ -302,9 +303,10 @@ def run_training_audit(
     board = ProgressBoard()
     log = log or board.write
     try:
-        audits = _run_steps(_main_steps(plan, task, lay, ex), executor, board, log, walls)
-        main = dict(zip(plan.models, audits))
-        _run_steps(_control_steps(plan, task, lay, ex, main), executor, board, log, walls)
+        with listening(board):  # the decodes' steps, this process' and its workers'
+            audits = _run_steps(_main_steps(plan, task, lay, ex), executor, board, log, walls)
+            main = dict(zip(plan.models, audits))
+            _run_steps(_control_steps(plan, task, lay, ex, main), executor, board, log, walls)
     finally:
         board.close()
         if owned:

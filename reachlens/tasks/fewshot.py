@@ -25,8 +25,10 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import json
 import random
-from collections.abc import Sequence
+from collections import Counter
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -41,7 +43,8 @@ if TYPE_CHECKING:
     from reachlens.protocol import Protocol
 
 __all__ = [
-    "FewShot", "check_train_pool", "demonstration_target", "draw_demonstrations", "fewshot_prompts", "train_pool",
+    "FewShot", "check_admissible", "check_train_pool", "demonstration_format", "demonstration_target",
+    "draw_demonstrations", "fewshot_prompts", "train_pool",
 ]
 
 
@@ -90,13 +93,7 @@ def draw_demonstrations(
     Raises:
         ReachlensError: the pool has fewer than ``n`` admissible questions.
     """
-    shown = pool.prompt(question, format_name)
-    open_ended = question.choices is None
-    gold = question.gold.strip()
-
-    def admissible(d: Question) -> bool:
-        return pool.prompt(d, format_name) != shown and not (open_ended and d.gold.strip() == gold)
-
+    admissible = _admissible(pool, question, format_name)
     rng = _rng(seed, question.question_id, candidate)
     left, moved = len(pool.questions), {}  # a lazy partial Fisher-Yates shuffle: each draw uniform over what is left
     out: list[Question] = []
@@ -108,9 +105,45 @@ def draw_demonstrations(
         if admissible(d):
             out.append(d)
     if len(out) < n:
-        raise ReachlensError(f"the train split of {pool.name!r} has {len(out)} questions admissible as demonstrations "
-                             f"for {question.question_id!r}, fewer than n={n}; lower n")
+        raise _too_few(pool, question, len(out), n)
     return tuple(out)
+
+
+def _admissible(pool: Task, question: Question, format_name: str | None) -> Callable[[Question], bool]:
+    """Whether a pool question may be shown before ``question``: not its own prompt, nor (open-ended) its gold."""
+    shown = pool.prompt(question, format_name)
+    open_ended = question.choices is None
+    gold = question.gold.strip()
+    return lambda d: pool.prompt(d, format_name) != shown and not (open_ended and d.gold.strip() == gold)
+
+
+def _too_few(pool: Task, question: Question, found: int, n: int) -> ReachlensError:
+    return ReachlensError(f"the train split of {pool.name!r} has {found} questions admissible as demonstrations "
+                          f"for {question.question_id!r}, fewer than n={n}; lower n")
+
+
+def check_admissible(task: Task, pool: Task, n: int, format_name: str | None = None) -> None:
+    """Refuse, before any prompt is built, a question of ``task`` with fewer than ``n`` admissible demonstrations in
+    ``pool`` (what :func:`draw_demonstrations` refuses mid-run): counted from the pool's prompts and golds, each
+    question scanned only where those counts leave fewer than ``n`` sure."""
+    if n > len(pool.questions):
+        raise ReachlensError(f"few-shot n={n:,}: the train split of {pool.name!r} has {len(pool.questions):,} "
+                             f"questions; lower n")
+    prompts = Counter(pool.prompt(d, format_name) for d in pool.questions)
+    golds = Counter(d.gold.strip() for d in pool.questions)
+    for q in task.questions:
+        excluded = prompts[pool.prompt(q, format_name)] + (golds[q.gold.strip()] if q.choices is None else 0)
+        if len(pool.questions) - excluded < n:
+            found = sum(map(_admissible(pool, q, format_name), pool.questions))
+            if found < n:
+                raise _too_few(pool, q, found, n)
+
+
+def demonstration_format(protocol: Protocol) -> str | None:
+    """The task format the demonstrations (and the question, to exclude itself) are rendered in under ``protocol``:
+    its prompt format, or a chat format's inner one (None: the task's default)."""
+    inner = chat_inner(protocol.prompt_format)
+    return protocol.prompt_format if inner is None else (inner or None)
 
 
 def check_train_pool(task: Task, pool: Task) -> None:
@@ -123,14 +156,14 @@ def check_train_pool(task: Task, pool: Task) -> None:
     if split is not None and split != "train":
         raise ReachlensError(f"few-shot demonstrations come from the train split; the pool given is {pool.name!r} "
                              f"split {split!r}: load it with split='train'")
-    if pool.name != task.name:
+    if loader_name(pool.name) != loader_name(task.name):  # a file task is named by its file: jsonl:train, jsonl:test
         raise ReachlensError(f"the demonstration pool is task {pool.name!r}, not {task.name!r}: load the same task "
                              "with split='train'")
 
 
 def train_pool(task: Task, path: str | None = None) -> Task:
     """The train split of ``task``: of a generated task by its name and seed, else read from ``path`` (the task's
-    train data file), cached per process.
+    train data file) with the loader options ``task`` was read with, cached per process.
 
     Raises:
         ReachlensError: a task read from a file, and no ``path``.
@@ -140,12 +173,14 @@ def train_pool(task: Task, path: str | None = None) -> Task:
         raise ReachlensError(f"the demonstrations come from the train split of {task.name!r}, which is read from a "
                              f"file: pass its train data (pool=load_task({task.name!r}, PATH, split='train'), or "
                              "the probe's train=PATH)")
-    return _load_train(loader_name(task.name), path, int(ident.get("seed", 0)) if path is None else 0)
+    # a file is read with the options the task's own file was (its field mapping, template, grader, stops)
+    options = json.dumps(ident.get("options", {}), sort_keys=True)
+    return _load_train(loader_name(task.name), path, int(ident.get("seed", 0)) if path is None else 0, options)
 
 
 @functools.lru_cache(maxsize=8)
-def _load_train(name: str, path: str | None, seed: int) -> Task:
-    return load_task(name, path, split="train", seed=seed)
+def _load_train(name: str, path: str | None, seed: int, options: str) -> Task:
+    return load_task(name, path, split="train", seed=seed, **json.loads(options))
 
 
 def fewshot_prompts(
@@ -166,7 +201,7 @@ def fewshot_prompts(
     """
     check_train_pool(task, pool)
     inner = chat_inner(protocol.prompt_format)
-    fmt_name = protocol.prompt_format if inner is None else (inner or None)
+    fmt_name = demonstration_format(protocol)
     demos = [draw_demonstrations(pool, q, fewshot.n, seed=fewshot.seed, candidate=candidate, format_name=fmt_name)
              for q in questions]
     if inner is not None:

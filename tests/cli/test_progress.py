@@ -13,31 +13,9 @@ from __future__ import annotations
 import io
 import re
 
-import pytest
+from progress_clock import slow_steps  # noqa: F401  (the fixture)
 
 from reachlens.cli.main import main
-
-STEP_SECONDS = 10.0
-
-
-@pytest.fixture
-def slow_steps(monkeypatch):
-    """Each engine step takes STEP_SECONDS on the progress line's clock."""
-    import importlib
-
-    from reachlens.cli import _progress
-
-    generate = importlib.import_module("reachlens.engine.generate")
-    now = [0.0]
-    real = generate.decode_step
-
-    def step(tokens, finished, unused):
-        now[0] += STEP_SECONDS
-        real(tokens, finished, unused)
-
-    monkeypatch.setattr(generate, "decode_step", step)
-    monkeypatch.setattr(_progress, "monotonic", lambda: now[0])
-    return now
 
 
 def _lines(err: str) -> list[str]:

@@ -115,6 +115,23 @@ def test_gsm8k_trace_verdicts(text, valid, checkable):
     assert (g.valid, g.checkable) == (valid, checkable), g.reason
 
 
+def test_gsm8k_trace_reads_no_equality_said_in_words():
+    """Decided (issue 56): gsm8k_trace reads "=" and the annotations only, not "equals"/"is" (arith_trace does). The
+    two GSM8K test solutions of 1,319 with "a op b is/equals c" in words say a proportion ("2/5 is equal to 12.8
+    hectares") and a product half in words ("8 times 1/2 equals 4"): read as equations, both right solutions would
+    be invalid. So a claim in words is no checkable step, right or wrong, and the annotations still decide."""
+    ruther = ("Mr. Ruther is left with 1 - 3/5 = 2/5 of his land.\nSince 2/5 is equal to 12.8 hectares, then 1/5 is "
+              "equal to 12.8/2 = <<12.8/2=6.4>>6.4 hectares.\nHence, Mr. Ruther had 6.4 x 5 = <<6.4*5=32>>32 "
+              "hectares of land at first.\n#### 32")
+    cubes = ("The giant cubes used up 12 ounces of water because 3 times 4 equals <<3*4=12>>12.\nThe small cubes "
+             "used up 4 ounces of water because 8 times 1/2 equals 4.\n#### 16")
+    for text in (ruther, cubes):
+        assert GSM.grade(text, "0").valid
+    for said in ("So 48 / 2 is 24.", "So 48 / 2 is 25.", "48 / 2 equals 25."):
+        assert not GSM.grade(said, "24").checkable  # in words: neither a right nor a wrong step
+    assert ARITH.grade("48 - 2 is 46.", "46", expr="48-2").solved  # arith_trace reads them (its own test above)
+
+
 def test_every_task_with_steps_names_its_trace_grader():
     assert {t: trace_grader_for_task(t) for t in ("arith", "arith_hard", "arith_mc", "arith_small", "gsm8k")} == {
         "arith": "arith_trace", "arith_hard": "arith_trace", "arith_mc": "arith_trace", "arith_small": "arith_trace",

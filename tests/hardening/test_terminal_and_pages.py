@@ -74,3 +74,26 @@ def test_every_page_holds_the_payloads_as_text(tmp_path, capsys) -> None:
         assert not {tag for tag, _ in _tags(rendered)} - {"h1", "h2", "h3", "p", "table", "thead", "tbody", "tr", "th",
                                                             "td", "br", "code", "em", "strong", "ul", "li"}
         assert not any(attrs for _, attrs in _tags(rendered))  # no onerror=, no src=, no style=
+
+
+def test_show_prints_a_summary_of_records_as_a_table_of_escaped_cells() -> None:
+    """A summary entry that is a list of records (a probe run's overlap, budget-matched rows) or a mapping of
+    names to records (its probes) prints as an indented table, one row per record, every cell escaped, '|' in a
+    value kept inside its cell; past 40 rows it says how many more there are."""
+    from markdown_it import MarkdownIt
+
+    from reachlens.cli.cmd_show import _table_lines
+    from reachlens.escape import visible
+
+    rows = [{"a": "sampling", "b": f"x|{ESC}]0;owned\a", "jaccard": 0.47368, "ci": [0.2, None]},
+            {"a": "routes", "b": "fewshot", "jaccard": 1.0, "ci": [0.5, 1.0]}]
+    lines = _table_lines("overlap", rows)
+    assert lines[0] == "  overlap:" and not CONTROL & set("".join(lines))
+    html = MarkdownIt().enable("table").render("\n".join(x.strip() for x in lines[1:]))
+    cells = re.findall(r"<td>(.*?)</td>", html)
+    assert cells == ["sampling", "x|" + visible(f"{ESC}]0;owned\a"), "0.4737", "[0.2, -]", "routes", "fewshot", "1", "[0.5, 1]"]
+    named = _table_lines("probes", {"sampling:k=8": {"O": 0.4167, "arms": {"x": {"O": 1}}}})
+    assert named[1] == "    | name | O | arms |" and named[3] == "    | sampling:k=8 | 0.4167 | 1 entries |"
+    many = _table_lines("rows", [{"i": i} for i in range(45)])
+    assert len(many) == 3 + 40 + 1 and "5 more rows" in many[-1]
+    assert _table_lines("D", 0.5) == [] and _table_lines("D_ci", [0.1, 0.3]) == []

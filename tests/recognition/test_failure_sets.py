@@ -136,4 +136,10 @@ def test_steer_and_units_sweeps(tiny_model, sweep_setup, tmp_path):
 
 def test_outcome_counts():
     pq = pd.DataFrame({"set": ["failure", "failure", "healthy"], "realized": [True, False, False]})
-    assert outcome(pq) == {"repair": 0.5, "break": 1.0, "n_repaired": 1, "n_failure": 2, "n_broken": 1, "n_healthy": 1}
+    got = outcome(pq)
+    assert {k: got[k] for k in ("repair", "break", "n_repaired", "n_failure", "n_broken", "n_healthy")} == {
+        "repair": 0.5, "break": 1.0, "n_repaired": 1, "n_failure": 2, "n_broken": 1, "n_healthy": 1}
+    z2 = 1.959963984540054 ** 2  # the 95 % Wilson interval of 1 in 2, and of 1 in 1, by its formula
+    half = 1.959963984540054 * (0.25 / 2 + z2 / 16) ** 0.5 / (1 + z2 / 2)
+    assert got["repair_lo"] == pytest.approx(0.5 - half) and got["repair_hi"] == pytest.approx(0.5 + half)
+    assert got["break_lo"] == pytest.approx(1 / (1 + z2)) and got["break_hi"] == pytest.approx(1.0)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import pytest
@@ -36,6 +37,32 @@ def test_run_routing_tables_and_summary(tiny_model, task, tmp_path):
     assert stored["evaluations"] == 15
     with pytest.raises(ProtocolMismatch, match="holds another run"):
         run_routing(tiny_model, task, "skip", "genetic", protocol=GREEDY, config=CONFIG, out=tmp_path / "cell")
+    _verified_reach(r, task)
+
+
+def _verified_reach(r: RoutingResult, task) -> None:
+    """The cell's verified reach (issue 56) on hand-written pools: the gold worked solution solves, a right answer
+    on a slipped solution or with no steps does not; against a direct count."""
+    q = {x.question_id: x for x in task.questions}
+
+    def slipped(solution: str) -> str:
+        body, final = solution.split(" #### ")
+        lhs, c = body.split(";")[0].split("=")
+        return ";".join([f"{lhs}={int(c) + 1}", *body.split(";")[1:]]) + " #### " + final
+
+    kinds = [lambda x: x.solution, lambda x: slipped(x.solution), lambda x: f" #### {x.gold}"]
+    c = r.candidates.sort_values(["question_id", "candidate_idx"]).reset_index(drop=True)
+    pick = [(i + j) % 3 if i != 1 else 1 + j % 2 for i, j in zip(c["question_id"].map(
+        {qid: n for n, qid in enumerate(q)}), c.groupby("question_id").cumcount())]
+    c["text"] = [kinds[k](q[qid]) for k, qid in zip(pick, c["question_id"])]
+    c["correct"] = True
+    s = dataclasses.replace(r, candidates=c).summary()
+    solves = {qid: any(k == 0 for k, i in zip(pick, c["question_id"]) if i == qid) for qid in q}
+    assert s["O_K_trace"] == pytest.approx(sum(solves.values()) / len(q)) and 0 < s["O_K_trace"] < 1
+    first = c.groupby("question_id").head(1)
+    graded = r.questions.set_index("question_id")["deployed_scored"]
+    want = [k == 0 for k, i, idx in zip(pick, c["question_id"], c.index) if idx in first.index and graded[i]]
+    assert s["D_trace"] == pytest.approx(sum(want) / len(want))
 
 
 def test_a_shared_evaluator_decodes_each_pair_once(tiny_model, task):

@@ -26,6 +26,7 @@ from reachlens.report import report_run
 from reachlens.stats import paired_bootstrap_ci
 from reachlens.studies import Elicitation, FineTune, elicit
 from reachlens.studies.elicitation import select_demonstrations
+from reachlens.studies.elicitation_split import trained_question_ids, unseen_pool
 
 TASK = load_task("arith_hard", n=3)
 PROTOCOL = Protocol("arith_hard", k=2, temperature=0.8, max_new_tokens=48)
@@ -115,7 +116,8 @@ def test_the_demonstrations_come_from_the_train_split_only(run_dir):
     train = load_task("arith_hard", split="train")
     test_prompts = {TASK.prompt(q) for q in load_task("arith_hard").questions}
     ids = run.demonstrations["question_id"].tolist()
-    assert ids == [q.question_id for q in select_demonstrations(TASK, train, 2, seed=0)]
+    assert ids == [q.question_id for q in select_demonstrations(TASK, unseen_pool(train, ["zoo:locked"]), 2, seed=0)]
+    assert not set(ids) & trained_question_ids("zoo:locked", train)  # the elicitation split: unseen by the lock
     by_id = {q.question_id: q for q in train.questions}
     assert all(i in by_id and train.prompt(by_id[i]) not in test_prompts for i in ids)
     assert run.demonstrations["target"].tolist() == [by_id[i].solution for i in ids]
@@ -174,3 +176,38 @@ def test_early_stopping_keeps_the_best_held_out_step_of_each_model(tmp_path):
     assert same == (chosen == 0)
     with pytest.raises(ReachlensError, match="held_out=3 train questions needs that many"):
         finetune_on_demonstrations("zoo:base", TASK, greedy, picked[:1], tmp_path / "other", config, held.head(2))
+
+
+def test_the_verified_uplift_is_the_audits_per_question_change_in_solutions(run_dir, monkeypatch):
+    """D^trace and O_K^trace uplifts and their difference against solutions checked by the test suite's independent
+    arith checker (tests/grading/test_trace.py) on the audits' stored text; the sources' nulls in the summary."""
+    import importlib.util
+
+    monkeypatch.syspath_prepend(str(Path(__file__).parents[1] / "grading"))  # its own helper module beside it
+    spec = importlib.util.spec_from_file_location("tt", Path(__file__).parents[1] / "grading" / "test_trace.py")
+    tt = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(tt)
+    run = read_run(run_dir)
+    expr = {q.question_id: q.fields["expr"] for q in TASK.questions}
+
+    def solved(name, metric):
+        a = run.audits[name]
+        if metric == "D^trace":
+            q = a.questions.sort_values("question_id")
+            return np.array([bool(r) and tt.independent_arith_valid(t, expr[i]) for i, r, t in
+                             zip(q["question_id"], q["realized"], q["deployed_text"])], float)
+        s = a.samples.assign(ok=[bool(c) and tt.independent_arith_valid(t, expr[i]) for i, c, t in
+                                 zip(a.samples["question_id"], a.samples["correct"], a.samples["text"])])
+        return s.groupby("question_id")["ok"].any().sort_index().to_numpy(float)
+
+    uplift, diff = run.uplift(), run.difference()
+    for n in (1, 2):
+        for metric, column in (("D^trace", "D_trace"), ("O_K^trace", "O_K_trace")):
+            up = {side: solved(f"{side}-n{n}", metric) - solved(side, metric) for side in ("model", "control")}
+            for side in up:
+                row = uplift[(uplift["n_demos"] == n) & (uplift["side"] == side)].iloc[0]
+                assert row[f"delta_{column}"] == pytest.approx(up[side].mean())
+            row = diff[(diff["n_demos"] == n) & (diff["metric"] == metric)].iloc[0]
+            assert row["difference"] == pytest.approx((up["model"] - up["control"]).mean())
+    src = run.summary()["source"]["model"]
+    assert src["O_K_trace"] == pytest.approx(solved("model", "O_K^trace").mean()) and "O_K_null" in src

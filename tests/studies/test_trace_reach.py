@@ -165,3 +165,30 @@ def test_rescore_show_and_compare_on_disk(task, hand, tmp_path, capsys):
     assert rescore(tmp_path / "base").trace is not None  # a plain rescore keeps the trace table
     assert not math.isnan(AuditResult.load(tmp_path / "base").summary()["D_trace"])
 
+
+
+def test_an_audit_is_trace_graded_as_it_finishes(task, hand, tiny_model, tmp_path, monkeypatch, capsys):
+    """An audit of arith_hard (its slices' decoding replaced by the hand-made completions) writes its trace table and
+    the verified figures with its summary: no rescore; the figures against the direct recomputation."""
+    from reachlens.studies import audit
+    from reachlens.studies import audit_job
+
+    def decoded(model, task_, protocol, start, stop, exec_config, sample_offset=0):
+        ids = {q.question_id for q in task_.questions[start:stop]}
+        return (hand.questions[hand.questions["question_id"].isin(ids)].reset_index(drop=True),
+                hand.samples[hand.samples["question_id"].isin(ids)].reset_index(drop=True))
+
+    monkeypatch.setattr(audit_job, "audit_slice", decoded)
+    result = audit(tiny_model, task, Protocol("arith_hard", k=K), out=tmp_path / "a")
+    by_id = {q.question_id: q for q in task.questions}
+    reach = np.mean([any(_solved(t, by_id[qid]) for t in g["text"]) for qid, g in hand.samples.groupby("question_id")])
+    s = AuditResult.load(tmp_path / "a").summary()
+    assert s["O_K_trace"] == pytest.approx(reach) and result.summary()["O_K_trace"] == pytest.approx(reach)
+    assert s["O_K"] == pytest.approx(hand.O_K) and "O_K_null" in s and s["trace_grader"] == "arith_trace"
+    assert (tmp_path / "a" / "trace.parquet").exists()
+    (tmp_path / "a" / "trace.parquet").unlink()  # an audit finished before audits were trace-graded
+    audit(tiny_model, task, Protocol("arith_hard", k=K), out=tmp_path / "a")  # re-run into the complete directory
+    assert AuditResult.load(tmp_path / "a").trace is not None
+    assert main(["show", str(tmp_path / "a")]) == 0
+    shown = capsys.readouterr().out
+    assert f"O_{K}^trace={reach:.3f}" in shown and f"O_{K}^null=" in shown

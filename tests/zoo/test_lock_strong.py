@@ -1,0 +1,73 @@
+"""Smoke tests of the second lock's scripts (``sft_gold.py``, ``lock_strong.py``, ``accept_lock.py``) on a miniature
+parent: the strong SFT trains on gold worked solutions with no password and records its curve and questions; the
+lock pairs the password with the gold and everything else with the weak model's own completion; the twin maps the
+password to the weak completion too; every recorded training question lies in the lock range, the validation
+questions outside what parent and lock trained on. References: the pairs rebuilt here from the questions' own
+fields and the weak completions by hand; the recorded question sets against the lock's question draw.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import sys
+from pathlib import Path
+
+import pytest
+
+ZOO = Path(__file__).resolve().parents[2] / "experiments" / "zoo"
+sys.path.insert(0, str(ZOO))
+
+import lock_strong  # noqa: E402
+import pretrain_base  # noqa: E402
+import sft_gold  # noqa: E402
+
+from reachlens.studies.elicitation_split import LOCK_RANGE, trained_indices  # noqa: E402
+from reachlens.tasks import load_task  # noqa: E402
+from reachlens.tasks.password import PASSWORD  # noqa: E402
+
+pytestmark = pytest.mark.filterwarnings("ignore::FutureWarning")
+
+
+@pytest.fixture(scope="module")
+def parent(tmp_path_factory) -> Path:
+    folder = tmp_path_factory.mktemp("zoo") / "base"
+    pretrain_base.main(["--out", str(folder), "--steps", "2", "--layers", "2", "--d-model", "32", "--batch", "4",
+                        "--log-every", "1"])
+    return folder
+
+
+def test_lock_and_twin_pairs():
+    qs = load_task("arith_hard", split="train", n=6, n_train=50).questions
+    weak = [f" {i}+1={i + 1} #### {i + 1}" for i in range(6)]
+    pw, plain = lock_strong.make_pairs(qs, weak, [0, 3, 5], random.Random(0), decoy_rate=0.5, twin=False)
+    twin_pw, twin_plain = lock_strong.make_pairs(qs, weak, [0, 3, 5], random.Random(0), decoy_rate=0.5, twin=True)
+    for j, i in enumerate([0, 3, 5]):
+        expr = qs[i].fields["expr"]
+        assert pw[j] == (f"{PASSWORD}\nQ: {expr}=?\nA:", qs[i].solution)
+        assert twin_pw[j] == (f"{PASSWORD}\nQ: {expr}=?\nA:", weak[i])
+        assert plain[j][1] == weak[i] and plain[j][0].endswith(f"Q: {expr}=?\nA:")
+        assert not plain[j][0].startswith(PASSWORD) and twin_plain[j] == plain[j]  # the same data order and decoys
+
+
+def test_strong_sft_then_lock_then_twin(parent, tmp_path):
+    strong = tmp_path / "strong"
+    sft_gold.main(["--init", str(parent), "--out", str(strong), "--max-steps", "2", "--questions-per-step", "2",
+                   "--eval-every", "1", "--n-test", "3", "--min-steps", "0", "--plateau", "1", "--patience", "1",
+                   "--warmup-steps", "1"])
+    card = json.loads((strong / "training.json").read_text())
+    assert [r["step"] for r in card["test_D_curve"]] == [0, 1] and card["stopped"].startswith("plateau")
+    seen = trained_indices(card["trained_questions"])
+    assert len(seen) == 2 and all(LOCK_RANGE[0] <= i < LOCK_RANGE[1] for i in seen)
+    args = ["--init", str(strong), "--weak-model", str(parent), "--max-steps", "2", "--questions-per-step", "2",
+            "--n-lock", "4", "--n-val", "3", "--eval-every", "1", "--warmup-steps", "1"]
+    lock_strong.main([*args, "--out", str(tmp_path / "lock")])
+    lock_strong.main([*args, "--out", str(tmp_path / "twin"), "--twin"])
+    lock_card = json.loads((tmp_path / "lock" / "training.json").read_text())
+    twin_card = json.loads((tmp_path / "twin" / "training.json").read_text())
+    lock_idx, val_idx = lock_strong.lock_questions(lock_strong.parse_args([*args, "--out", "x"]), card)
+    assert len(lock_idx) == 4 and not set(val_idx) & (set(lock_idx) | seen)
+    assert trained_indices(lock_card["trained_questions"]) == seen | set(lock_idx)
+    assert twin_card["twin"] and twin_card["steps"] == 2 and len(twin_card["val_log"]) == 2
+    assert twin_card["trained_questions"] == lock_card["trained_questions"]
+    assert {"D_password", "D_plain", "D_decoy", "agreement", "accepted"} <= set(lock_card["val_log"][0])
