@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import os
 import stat
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
 from itertools import chain, repeat
 from pathlib import Path
 
@@ -50,27 +50,34 @@ output is untrusted, and a 300-digit "answer" must not widen its column past the
 probes, conditions) are never cut."""
 
 
-def _cell(text: str, tag: str, cut: bool) -> str:
-    if not cut or len(text) <= CELL_CHARS:
-        return f"<{tag}>{html_text(text)}</{tag}>"
-    return f'<{tag} title="{html_text(text)}">{html_text(text[: CELL_CHARS - 1])}…</{tag}>'
+def _cell(text: str, tag: str, cut: bool, href: Callable[[str], str] | None = None) -> str:
+    inner = html_text(text) if not cut or len(text) <= CELL_CHARS else f"{html_text(text[: CELL_CHARS - 1])}…"
+    if href is not None:
+        inner = f'<a href="{html_text(href(text))}">{inner}</a>'
+    title = f' title="{html_text(text)}"' if cut and len(text) > CELL_CHARS else ""
+    return f"<{tag}{title}>{inner}</{tag}>"
 
 
-def _rows(cells: list[list[str]], tag: str = "td", *, cut: Sequence[bool] = ()) -> str:
-    """Table rows; a column whose ``cut`` flag is set has its long cells cut (:data:`CELL_CHARS`)."""
-    return "".join("<tr>" + "".join(_cell(c, tag, x) for c, x in zip(row, chain(cut, repeat(False)))) + "</tr>\n"
+def _rows(cells: list[list[str]], tag: str = "td", *, cut: Sequence[bool] = (),
+          links: Sequence[Callable[[str], str] | None] = ()) -> str:
+    """Table rows; a column whose ``cut`` flag is set has its long cells cut (:data:`CELL_CHARS`), one with a
+    ``links`` function has each cell a link to ``function(cell)``."""
+    return "".join("<tr>" + "".join(_cell(c, tag, x, f) for c, x, f in zip(row, chain(cut, repeat(False)),
+                                                                          chain(links, repeat(None)))) + "</tr>\n"
                    for row in cells)
 
 
-def html_table(df: pd.DataFrame) -> str:
+def html_table(df: pd.DataFrame, links: Mapping[str, Callable[[str], str]] | None = None) -> str:
     """``df`` as an HTML table, every value formatted for reading and escaped, a model's answers (a column named
-    ``*answer*``) cut at :data:`CELL_CHARS` (an empty table: "(none)")."""
+    ``*answer*``) cut at :data:`CELL_CHARS` (an empty table: "(none)"); a column ``links`` names has each cell a link
+    to ``links[column](cell)`` (a question id to its page in ``reachlens view``)."""
     if df.empty:
         return "<p><em>(none)</em></p>"
     head = _rows([[str(c) for c in df.columns]], "th")
     cut = tuple("answer" in str(c) for c in df.columns)
     form = [_p_value if _is_p_value(str(c)) else fmt for c in df.columns]
-    body = _rows([[f(v) for f, v in zip(form, row)] for row in df.itertuples(index=False)], cut=cut)
+    hrefs = [(links or {}).get(str(c)) for c in df.columns]
+    body = _rows([[f(v) for f, v in zip(form, row)] for row in df.itertuples(index=False)], cut=cut, links=hrefs)
     return f'<table class="tbl">\n<thead>{head}</thead>\n<tbody>\n{body}</tbody>\n</table>'
 
 

@@ -225,6 +225,19 @@ def _sections(tables: dict[str, pd.DataFrame]) -> tuple[list[str], list[str]]:
     return body, md
 
 
+def _viewer_note(run: Any) -> str:
+    """Links into ``reachlens view`` of the run: per probe family, the questions it reaches that greedy misses."""
+    from reachlens.probes.bank import family_of
+    from reachlens.store.view_address import VIEW_PORT, view_url
+    from reachlens.store.view_address import family_column
+
+    families = dict.fromkeys(family_of(p) for p in run.probes)
+    links = ", ".join(f'<a href="{esc(view_url("0", filter=f"{family_column(f)}_reached and not realized"))}">'
+                      f"{esc(f)}</a>" for f in families)
+    return (f"<p class=note>Question by question, while <code>reachlens view {esc(str(run.location))}</code> runs "
+            f"(127.0.0.1:{VIEW_PORT}): the questions each family reaches that greedy misses: {links}.</p>")
+
+
 def write_probe_report(run: Any, out: str | Path | None = None, *, force: bool = False) -> tuple[Path, Path]:
     """Write ``report.html`` and ``report.md`` of a probe run into ``out`` (default: its directory); a report there
     that reachlens did not write is refused unless ``force``."""
@@ -249,7 +262,7 @@ def write_probe_report(run: Any, out: str | Path | None = None, *, force: bool =
             "a union that holds one says so.")
     body, md = _sections(tables)
     page = "\n".join(["<h1>Probe run: reachable under which probe?</h1>", f"<p>{head}</p>",
-                      f"<p class=note>{warn}</p>", charts[0], body[0], charts[1], body[1], charts[2], body[2],
+                      f"<p class=note>{warn}</p>", _viewer_note(run), charts[0], body[0], charts[1], body[1], charts[2], body[2],
                       body[3], charts[3], *body[4:]])
     md_head = (f"Model {md_text(str(run.record.model.get('spec')))}, task {md_text(p.task)} ({s['n']} questions), "
                f"greedy deployment with {p.max_new_tokens} new tokens, prompt format {md_text(str(p.prompt_format))}, "

@@ -35,9 +35,11 @@ from reachlens.escape import html_text as esc
 from reachlens.escape import md_text
 from reachlens.report.page import html_table, kv_table, write_report_files
 from reachlens.report.probe_report import write_probe_report
+from reachlens.report.view_links import pair_keys, question_links, viewer_section
 from reachlens.report.tables import bins_table, display_tables, heading, markdown_summary, md_table, report_title
 from reachlens.store import read_run
 from reachlens.studies.study_view import StudyView
+from reachlens.store.view_address import VIEW_PORT
 
 __all__ = ["FIGURES", "PAGES", "VIEWS", "report_run", "write_report", "write_run_report"]
 
@@ -68,7 +70,10 @@ def report_run(run: Any, out: str | Path | None = None, *, force: bool = False) 
     run = read_run(run) if isinstance(run, (str, Path)) else run
     out = out if out is not None else run.location
     if run.kind in VIEWS:
-        return write_report(VIEWS[run.kind](run), out, force=force, status=run.record.status)
+        study = VIEWS[run.kind](run)
+        keys = pair_keys(run, list(study.comparisons()))
+        return write_report(study, out, force=force, status=run.record.status,
+                            viewer=viewer_section(study.comparisons(), keys, str(run.location)))
     if run.kind in PAGES:
         return PAGES[run.kind](run, out, force=force)
     return write_run_report(run, out, force=force)
@@ -108,10 +113,11 @@ def _chart(title: str, fig: Any, caption: str) -> list[str]:
 
 
 def write_report(study: StudyView, out: str | Path, *, force: bool = False,
-                 status: str = "complete") -> tuple[Path, Path]:
+                 status: str = "complete", viewer: str = "") -> tuple[Path, Path]:
     """Write the study report (``report.html`` and ``report.md``) of ``study`` into ``out``; return their paths
     (files there that reachlens did not write are refused unless ``force``; a run whose ``status`` is not
-    complete is said to be unfinished at the top of both)."""
+    complete is said to be unfinished at the top of both; ``viewer``: the section of links into ``reachlens view``,
+    :func:`~reachlens.report.view_links.viewer_section`, below the headline tables)."""
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     charts = [html for title, fig, caption in _figures(study) for html in _chart(title, fig, caption)]
@@ -134,6 +140,7 @@ def write_report(study: StudyView, out: str | Path, *, force: bool = False,
 {esc(p.max_new_tokens)} new tokens, prompt format <code>{esc(p.prompt_format)}</code>,
 grader <code>{esc(p.grader)}</code>, seed {esc(p.seed)}, protocol <code>{esc(p.hash)}</code>.</p>
 {headlines}
+{viewer}
 {''.join(charts)}
 {rest}
 {bins}"""
@@ -188,9 +195,13 @@ def write_run_report(run: Any, out: str | Path | None = None, *, force: bool = F
     for name, fig, caption in figures:
         body += _chart(name, fig, caption)
     body += ["<h2>Run</h2>", kv_table(head_df), "<h2>Summary</h2>", kv_table(summary_df)]
+    if run.location is not None:
+        body.append(f"<p class=note>Each question id opens its page in the viewer while <code>reachlens view "
+                    f"{esc(str(run.location))}</code> runs (on 127.0.0.1:{VIEW_PORT} when that port is free).</p>")
     for name, df in run.report_tables().items():
         df = df.drop(columns=[c for c in _TEXT_COLUMNS if c in df.columns])
         md += [f"## {md_text(name)}", "", md_table(df)]
-        body += [f"<h2>{esc(name)}</h2>", f'<div class="scroll">{html_table(df)}</div>']
+        links = {"question_id": question_links()} if run.location is not None else None
+        body += [f"<h2>{esc(name)}</h2>", f'<div class="scroll">{html_table(df, links)}</div>']
     return write_report_files(out, title, "\n".join(body), "\n".join(md), figures=bool(figures), force=force,
                               status=run.record.status)

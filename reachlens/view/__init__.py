@@ -7,7 +7,7 @@ paired figures on the questions shown, marked post hoc when a filter chose them.
 library's (:mod:`reachlens.view.server`); the page is one static file and a script with no build step.
 """
 
-from reachlens.view.expr import matches
+from reachlens.store.filter_expr import matches
 from reachlens.view.query import View, paired_figures, questions_of, select
 from reachlens.view.server import CSP, ViewServer, serve
 from reachlens.view.source import AuditSide, QuestionSet, question_sets

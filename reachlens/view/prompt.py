@@ -19,7 +19,7 @@ from typing import Any
 
 from reachlens.errors import ReachlensError
 
-__all__ = ["PromptPiece", "prompt_pieces", "question_texts"]
+__all__ = ["PromptPiece", "prompt_pieces", "question_golds", "question_texts"]
 
 PromptPiece = tuple[str, bool]
 """A piece of a prompt and whether it is one special token (BOS, a chat template's turn markers)."""
@@ -67,6 +67,17 @@ def question_texts(record) -> dict[str, str]:
         fmt = task.format(chat_inner(record.protocol.prompt_format) or record.protocol.prompt_format or None)
         return {q.question_id: fmt.render(q) for q in task.questions}
     except Exception:  # noqa: BLE001 - a question's text is a convenience; the page says when it is missing
+        return {}
+
+
+def question_golds(record) -> dict[str, str]:
+    """Each question's gold answer as the run's task holds it, by question id (for a run whose tables do not keep
+    it: a probe run, a routing run). Empty when the task cannot be rebuilt."""
+    try:
+        with _LOCK:
+            task = _task(record)
+        return {q.question_id: str(q.gold) for q in task.questions}
+    except Exception:  # noqa: BLE001 - a convenience, as question_texts
         return {}
 
 

@@ -23,7 +23,7 @@ from typing import Any
 import pandas as pd
 
 from reachlens.errors import ReachlensError
-from reachlens.view.expr import matches
+from reachlens.store.filter_expr import matches
 from reachlens.view.source import QuestionSet, question_sets
 
 __all__ = ["View", "paired_figures", "questions_of", "select"]
@@ -37,7 +37,7 @@ class View:
     """A view's words, as the address bar holds them."""
 
     filter: str = ""
-    """An expression over the set's columns (:func:`reachlens.view.expr.matches`)."""
+    """An expression over the set's columns (:func:`reachlens.store.filter_expr.matches`)."""
     search: str = ""
     """Text every row shown holds in one of :data:`SEARCH_COLUMNS` (case ignored)."""
     sort: str = ""

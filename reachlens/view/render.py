@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 import numbers
+from collections.abc import Callable
 from typing import Any
 from urllib.parse import quote, urlencode
 
@@ -18,22 +19,17 @@ import pandas as pd
 
 from reachlens.errors import ReachlensError
 from reachlens.escape import html_text as h
+from reachlens.store.view_address import FATE_FILTERS
+from reachlens.view.fragments import answer_groups, problem_fragment
 from reachlens.view.query import View, paired_figures, select
 from reachlens.view.source import QuestionSet
 
-__all__ = ["controls_fragment", "list_fragment", "problem_fragment", "question_fragment", "sample_fragment",
-           "sets_fragment", "FATE_FILTERS", "STATUS_FILTERS"]
+__all__ = ["answer_groups", "controls_fragment", "list_fragment", "problem_fragment", "question_fragment", "sample_fragment",
+           "sets_fragment", "STATUS_FILTERS"]
 
 ROWS_SHOWN = 2000
 """The most rows the list shows at once (the count says how many matched)."""
 
-FATE_FILTERS = {
-    "gained, already base-reachable": 'realized_fate == "gained" and base_reachable',
-    "gained, outside base-reachable": 'realized_fate == "gained" and not base_reachable',
-    "lost": 'realized_fate == "lost"', "kept": 'realized_fate == "kept"', "never realized": 'realized_fate == "never"',
-    "left the reachable set": 'reach_fate == "left"', "entered the reachable set": 'reach_fate == "entered"',
-}
-"""A comparison's fate filters: what the page's menu says, and the expression it writes in the address."""
 STATUS_FILTERS = {"realized": "{p}realized", "reachable, not realized": "{p}reachable and not {p}realized",
                   "not reachable": "not {p}reachable"}
 """Status filters of one side (``{p}``: ``base_``, ``trained_`` or nothing for an audit)."""
@@ -42,7 +38,20 @@ _LIST_COLUMNS = {
     "audit": ["question_id", "question", "gold", "deployed_answer", "status", "n_correct", "n_scored", "propensity"],
     "comparison": ["question_id", "question", "gold", "realized_fate", "reach_fate", "base_answer", "trained_answer",
                    "base_n_correct", "trained_n_correct", "base_n_scored", "base_propensity", "trained_propensity"],
+    "probe": ["question_id", "question", "gold", "deployed_answer", "status", "reached_by", "n_correct", "n_candidates"],
+    "routing": ["question_id", "question", "gold", "deployed_answer", "status", "n_candidates", "n_unique",
+                "n_answers"],
+    "recognition": ["question_id", "question", "gold", "rec_choice", "rec_choice_norm", "rec_margin",
+                    "deployed_answer", "status"],
 }
+RECOGNITION_FILTERS = {
+    "recognized, generated wrong": "rec_correct and deployed_scored and not realized",
+    "recognized and generated": "rec_correct and realized", "generated, not recognized": "realized and not rec_correct",
+    "neither": "not rec_correct and not realized"}
+"""A recognition run's filters (recognition's pick against the greedy generation)."""
+_SORTS = {"audit": ["propensity", "n_correct"], "probe": ["propensity", "n_correct"],
+          "routing": ["n_unique", "n_answers"], "recognition": ["rec_margin"],
+          "comparison": ["base_propensity", "trained_propensity", "base_n_correct", "trained_n_correct"]}
 
 
 def _cell(value: Any) -> str:
@@ -55,10 +64,6 @@ def _cell(value: Any) -> str:
     if isinstance(value, float):
         return f'<td class="num">{value:.3f}</td>'
     return f"<td>{h(value)}</td>"
-
-
-def problem_fragment(message: str) -> str:
-    return f'<p class="problem">{h(message)}</p>'
 
 
 def sets_fragment(sets: list[QuestionSet], current: str | None) -> str:
@@ -79,14 +84,31 @@ def controls_fragment(qs: QuestionSet) -> str:
         for side in ("base", "trained"):
             menus.append(_menu(f"status-{side}", f"{side} status",
                                {k: v.format(p=f"{side}_") for k, v in STATUS_FILTERS.items()}))
-        sorts = ["base_propensity", "trained_propensity", "base_n_correct", "trained_n_correct"]
+    elif qs.kind == "recognition":
+        menus.append(_menu("status", "status", RECOGNITION_FILTERS))
     else:
         menus.append(_menu("status", "status", {k: v.format(p="") for k, v in STATUS_FILTERS.items()}))
-        sorts = ["propensity", "n_correct"]
+    if qs.kind == "probe":
+        menus.append(_menu("family", "reached by", _family_filters(qs)))
+    sorts = _SORTS[qs.kind]
     sort = ['<option value="">task order</option>'] + [
         f'<option value="{h(d + c)}">{h(c)} {"high first" if d else "low first"}</option>' for c in sorts
         for d in ("-", "")]
     return "".join(menus) + f'<label>sort <select id="sort-menu">{"".join(sort)}</select></label>'
+
+
+def _family_filters(qs: QuestionSet) -> dict[str, str]:
+    """A probe run's filters by the family that reached a question, and by it alone."""
+    try:
+        cols = [c for c in qs.table().columns if c.endswith("_reached")]
+    except ReachlensError:
+        return {}
+    out = {}
+    for col in cols:
+        name = col[: -len("_reached")]
+        out[name] = col
+        out[f"{name} alone"] = " and ".join([col, "not realized", *(f"not {c}" for c in cols if c != col)])
+    return out
 
 
 def _menu(name: str, label: str, choices: dict[str, str]) -> str:
@@ -99,18 +121,22 @@ def _banner(qs: QuestionSet) -> str:
     return "" if qs.problem is None else f'<p class="problem">{h(qs.problem)}</p>'
 
 
-def list_fragment(qs: QuestionSet, view: View) -> str:
-    """The set's question list under ``view``: how many rows, a comparison's paired figures of them, the rows."""
+def list_fragment(qs: QuestionSet, view: View, href: Callable[[str], str] | None = None) -> str:
+    """The set's question list under ``view``: how many rows, a comparison's paired figures of them, the rows
+    (each question id a link to ``href(question_id)`` when given: a static export's pages)."""
     table = qs.table()
     rows = select(table, view)
     head = f'<h2>{h(qs.title)}</h2>{_banner(qs)}<p class="count" id="count">{len(rows)} of {len(table)} questions</p>'
     stats = _paired(rows, view) if qs.paired else ""
     cols = [c for c in _LIST_COLUMNS[qs.kind] if c in rows.columns]
+    if qs.kind == "routing":  # each selector's pick
+        cols += [c for c in rows.columns if c.endswith("_answer") and c != "deployed_answer"]
     body = []
     for rec in rows.head(ROWS_SHOWN).itertuples(index=False):
         r = rec._asdict()
         qid = h(quote(str(r["question_id"]), safe=""))  # the id as the address holds it (control bytes too)
-        body.append(f'<tr data-qid="{qid}">' + "".join(_cell(r[c]) for c in cols) + "</tr>")
+        first = _cell(r[cols[0]]) if href is None else f'<td><a href="{h(href(r[cols[0]]))}">{h(r[cols[0]])}</a></td>'
+        body.append(f'<tr data-qid="{qid}">' + first + "".join(_cell(r[c]) for c in cols[1:]) + "</tr>")
     more = f'<p class="count">the first {ROWS_SHOWN} shown</p>' if len(rows) > ROWS_SHOWN else ""
     header = "".join(f"<th>{h(c)}</th>" for c in cols)
     return (f'{head}{stats}<table id="questions"><thead><tr>{header}</tr></thead><tbody>{"".join(body)}</tbody>'
@@ -140,22 +166,6 @@ def _paired(rows: pd.DataFrame, view: View) -> str:
     return f'<section id="paired"><h3>Paired figures of these questions</h3>{mark}<dl>{dl}</dl></section>'
 
 
-def _answer_groups(samples: pd.DataFrame) -> list[dict[str, Any]]:
-    """The samples grouped by extracted answer (no answer: one group), most frequent first; the majority's pick
-    (the answers tied for the most votes among graded samples with an answer, :mod:`reachlens.selectors`) marked."""
-    groups = []
-    for answer, g in samples.groupby(samples["answer"].astype(object).where(samples["answer"].notna(), None),
-                                     dropna=False, sort=False):
-        eligible = int((g["scored"].astype(bool) & g["answer"].notna()).sum())
-        groups.append({"answer": answer, "n": len(g), "eligible": eligible,
-                       "correct": int((g["correct"].astype(bool) & g["scored"].astype(bool)).sum()),
-                       "idx": g["candidate_idx"].tolist(), "rows": g})
-    top = max((g["eligible"] for g in groups), default=0)
-    for g in groups:
-        g["majority"] = top > 0 and g["eligible"] == top
-    return sorted(groups, key=lambda g: (-g["n"], str(g["answer"])))
-
-
 def _side_column(qs: QuestionSet, i: int, qid: str) -> str:
     side = qs.sides[i]
     row = side.questions()
@@ -165,7 +175,7 @@ def _side_column(qs: QuestionSet, i: int, qid: str) -> str:
     r = row.iloc[0]
     grade = "correct" if bool(r["realized"]) else "wrong" if bool(r["deployed_scored"]) else "ungraded"
     samples = side.samples(qid)
-    groups = _answer_groups(samples)
+    groups = answer_groups(samples)
     n_ok = int((samples["correct"].astype(bool) & samples["scored"].astype(bool)).sum())
     parts = [f'<div class="side" data-side="{i}"><h3>{h(side.name)}</h3>',
              f'<p>deployed (greedy): <b class="{grade}">{h(r["deployed_answer"])}</b> ({grade}, '
@@ -206,7 +216,12 @@ def question_fragment(qs: QuestionSet, qid: str) -> str:
     if qs.paired:
         r = row.iloc[0]
         fate = f'<p>fate: <b>{h(r["realized_fate"])}</b> (reach: {h(r["reach_fate"])})</p>'
-    sides = "".join(_side_column(qs, i, qid) for i in range(len(qs.sides)))
+    if qs.kind in ("audit", "comparison"):
+        sides = "".join(_side_column(qs, i, qid) for i in range(len(qs.sides)))
+    else:
+        from reachlens.view.render_runs import run_body
+
+        sides = run_body(qs, qid)
     link = h("?" + urlencode({"set": qs.key, "question": qid}))
     return (f'<h2>question {h(qid)}</h2><p><a href="{link}">link to this question</a></p>'
             f'<p>gold: <b>{h(row.iloc[0]["gold"])}</b></p>{fate}'
@@ -222,8 +237,12 @@ def sample_fragment(qs: QuestionSet, qid: str, side: int, idx: str) -> str:
         row = audit.questions()
         row = row[row["question_id"] == qid]
         return h(row.iloc[0]["deployed_text"]) if len(row) else problem_fragment("no such question")
-    samples = audit.samples(qid)
-    hit = samples[samples["candidate_idx"] == int(idx)] if idx.isdigit() else samples.iloc[0:0]
+    if qs.kind in ("probe", "routing"):  # a candidate named by its place among the question's rows
+        samples = audit.rows(qid)
+        hit = samples.iloc[int(idx):int(idx) + 1] if idx.isdigit() else samples.iloc[0:0]
+    else:
+        samples = audit.samples(qid)
+        hit = samples[samples["candidate_idx"] == int(idx)] if idx.isdigit() else samples.iloc[0:0]
     if not len(hit):
         raise ReachlensError(f"sample {idx!r} of question {qid!r} is not in {audit.name}")
     r = hit.iloc[0]

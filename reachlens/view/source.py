@@ -18,6 +18,7 @@ whose ``problem`` says so in one line: the viewer shows it and goes on, never a 
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -27,7 +28,8 @@ import pandas as pd
 from reachlens.errors import ReachlensError
 from reachlens.store import RunDir, list_runs
 from reachlens.store.files import present, read_parquet
-from reachlens.view.prompt import question_texts
+from reachlens.view import runs
+from reachlens.view.prompt import question_golds, question_texts
 from reachlens.view.samples import RowIndex
 
 __all__ = ["AuditSide", "QuestionSet", "describe", "question_sets"]
@@ -45,8 +47,12 @@ class AuditSide:
     path: Path
     k_cut: int | None = None
     """A comparison's common budget: only samples below it are shown (None: all)."""
+    table: str = "samples"
+    """The table of its candidates: an audit's ``samples``, a probe or routing run's ``candidates``, a recognition
+    run's ``options``."""
     _questions: pd.DataFrame | None = field(default=None, repr=False)
     _index: RowIndex | None = field(default=None, repr=False)
+    _last: tuple | None = field(default=None, repr=False)
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     @property
@@ -59,15 +65,24 @@ class AuditSide:
                 self._questions = _table(self.path, "questions")
             return self._questions
 
-    def samples(self, question_id: str) -> pd.DataFrame:
-        """The question's samples (below ``k_cut``), in sample order."""
+    def rows(self, question_id: str, columns: list[str] | None = None) -> pd.DataFrame:
+        """The question's rows of the candidate table (``columns`` of them: all when None), in file order."""
         with self._lock:
             if self._index is None:
-                path = self.path / "samples.parquet"
+                path = self.path / f"{self.table}.parquet"
                 if not present(path, "table"):
-                    raise ReachlensError(f"audit {str(self.path)!r} has no samples table; the run did not finish")
+                    raise ReachlensError(f"run {str(self.path)!r} has no {self.table} table; the run did not finish")
                 self._index = RowIndex(path)
-        rows = self._index.rows(question_id, SAMPLE_COLUMNS)
+            last = self._last
+        if last is not None and last[0] == (question_id, tuple(columns or ())):
+            return last[1]
+        rows = self._index.rows(question_id, columns).reset_index(drop=True)
+        self._last = ((question_id, tuple(columns or ())), rows)  # one question's rows: its texts opened one by one
+        return rows
+
+    def samples(self, question_id: str) -> pd.DataFrame:
+        """The question's samples (below ``k_cut``), in sample order."""
+        rows = self.rows(question_id, SAMPLE_COLUMNS)
         if self.k_cut is not None and len(rows):
             rows = rows[rows["candidate_idx"] < self.k_cut]
         return rows.sort_values("candidate_idx", kind="stable").reset_index(drop=True)
@@ -80,13 +95,15 @@ class QuestionSet:
     key: str
     """Its name in the address bar: the DIR's number and the run's path under it (``0/comparisons/base--grpo``)."""
     kind: str
-    """``audit`` or ``comparison``."""
+    """``audit``, ``comparison``, ``probe``, ``routing`` or ``recognition``."""
     title: str
     path: Path
     status: str
     sides: tuple[AuditSide, ...] = ()
     problem: str | None = None
     """Why it cannot be shown, or what is missing (one line); None when it reads."""
+    join: Callable[[], pd.DataFrame] | None = None
+    """A comparison not saved as one (an elicitation's pair): how to join its two audits; None: its ``questions``."""
     _table: pd.DataFrame | None = field(default=None, repr=False)
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
@@ -98,7 +115,7 @@ class QuestionSet:
         """The question list: one row per question (read once, kept)."""
         with self._lock:
             if self._table is None:
-                table = _pair_table(self) if self.paired else _audit_table(self.sides[0])
+                table = _TABLES[self.kind](self)
                 table.insert(1, "question", table["question_id"].map(question_texts(self.sides[0].record)))
                 self._table = table
             return self._table
@@ -130,7 +147,7 @@ def _audit_table(side: AuditSide) -> pd.DataFrame:
 
 
 def _pair_table(qs: QuestionSet) -> pd.DataFrame:
-    join = _table(qs.path, "questions")
+    join = _table(qs.path, "questions") if qs.join is None else qs.join()
     for side, audit in zip(("base", "trained"), qs.sides):
         answers = audit.questions().set_index("question_id")
         join[f"{side}_answer"] = join["question_id"].map(answers["deployed_answer"])
@@ -138,6 +155,19 @@ def _pair_table(qs: QuestionSet) -> pd.DataFrame:
                                                join[f"{side}_reachable"].astype(bool))
     first = ["question_id", "gold", "realized_fate", "reach_fate", "base_answer", "trained_answer"]
     return join[first + [c for c in join.columns if c not in first]].reset_index(drop=True)
+
+
+def _run_table(qs: QuestionSet) -> pd.DataFrame:
+    side = qs.sides[0]
+    if qs.kind == "probe":
+        return runs.probe_table(qs.path, question_golds(side.record))
+    if qs.kind == "routing":
+        return runs.routing_table(_table(qs.path, "questions"), question_golds(side.record))
+    return runs.recognition_table(_table(qs.path, "questions"))
+
+
+_TABLES = {"audit": lambda qs: _audit_table(qs.sides[0]), "comparison": _pair_table, "probe": _run_table,
+           "routing": _run_table, "recognition": _run_table}
 
 
 def question_sets(dirs: list[str | Path]) -> list[QuestionSet]:
@@ -154,24 +184,48 @@ def question_sets(dirs: list[str | Path]) -> list[QuestionSet]:
         runs = list_runs(root)
         if not runs:
             raise ReachlensError(f"{str(d)!r} holds no reachlens run (no run.json at or under it)")
-        found = [_set_of(f"{i}/{info.path.relative_to(root).as_posix()}".rstrip("/."), info) for info in runs]
-        found = [s for s in found if s is not None]
+        found = [s for info in runs for s in _sets_of(f"{i}/{info.path.relative_to(root).as_posix()}".rstrip("/."),
+                                                      info)]
         out += [s for s in found if s.paired] + [s for s in found if not s.paired]
     return out
 
 
-def _set_of(key: str, info) -> QuestionSet | None:
+def _sets_of(key: str, info) -> list[QuestionSet]:
     status, kind, path = info.record.status, info.kind, info.path
+    spec = (info.record.model or {}).get("spec")
     if kind == "audit":
-        spec = (info.record.model or {}).get("spec")
-        qs = QuestionSet(key, "audit", f"audit {path.name} ({spec})", path, status, (AuditSide(path.name, path),))
+        found = [QuestionSet(key, "audit", f"audit {path.name} ({spec})", path, status, (AuditSide(path.name, path),))]
     elif kind == "comparison":
-        qs = _comparison(key, info)
+        found = [_comparison(key, info)]
+    elif kind in ("probe", "routing", "recognition"):
+        side = AuditSide(path.name, path, table=runs.CANDIDATE_TABLES[kind])
+        found = [QuestionSet(key, kind, f"{kind} run {path.name} ({spec})", path, status, (side,))]
+    elif kind == "elicitation":
+        found = _elicitation_pairs(key, info)
     else:
-        return None
-    if status != "complete" and qs.problem is None:
-        qs.problem = f"this run is {status}, not complete: what it holds may be partial"
-    return qs
+        return []
+    for qs in found:
+        if status != "complete" and qs.problem is None:
+            qs.problem = f"this run is {status}, not complete: what it holds may be partial"
+    return found
+
+
+def _elicitation_pairs(key: str, info) -> list[QuestionSet]:
+    """An elicitation's pairs: each source (``model``, ``control``) beside each copy of it that finished."""
+    from reachlens.studies.compare import compare
+
+    out = []
+    audits = info.path / "audits"
+    for n in (info.record.options or {}).get("demos", []):
+        for side in ("model", "control"):
+            base, copy = audits / side, audits / f"{side}-n{n}"
+            if not (RunDir(base).is_complete() and RunDir(copy).is_complete()):
+                continue
+            sides = (AuditSide(side, base), AuditSide(copy.name, copy))
+            out.append(QuestionSet(f"{key}/{side}--{copy.name}", "comparison",
+                                   f"elicitation {info.path.name}: {side} -> {copy.name}", info.path, info.record.status,
+                                   sides, join=lambda b=base, c=copy: compare(b, c).questions.copy()))
+    return out
 
 
 def _comparison(key: str, info) -> QuestionSet:
