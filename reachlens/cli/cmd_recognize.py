@@ -66,7 +66,7 @@ def run(args: argparse.Namespace) -> int:
     rule = FailureRule(args.metric, args.min_failures, args.max_failures, args.max_healthy)
     out = RunDir(args.out)
     out.check_target()  # a file or a folder of other files: refused before the model loads
-    with RunProgress(f"recognize {args.task}", "questions") as bar:
+    with RunProgress(f"recognize {args.model}", "questions") as bar:
         result = recognize(source_from_args(args), task, protocol, config, rule=rule, spec=spec, out=out.path,
                            exec_config=exec_from_args(args), progress=bar.done)
     s = result.summary()

@@ -60,7 +60,7 @@ def run(args: argparse.Namespace) -> int:
     from reachlens.studies.causal import best_layer, silence_sweep
 
     model, task, sets = open_study(args)
-    with RunProgress(f"silence {args.out}", "questions") as bar:
+    with RunProgress(f"silence {args.model}", "questions") as bar:
         result = silence_sweep(model, task, sets, layers=args.layers, components=args.components,
                                allow_other_model=True, control_seed=None if args.no_control else args.control_seed,
                                **sweep_running(args, bar))

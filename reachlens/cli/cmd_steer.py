@@ -40,7 +40,7 @@ def run(args: argparse.Namespace) -> int:
 
     model, task, sets = open_study(args)
     direction = read_vector(args.direction) if args.direction else None
-    with RunProgress(f"steer {args.out}", "questions") as bar:
+    with RunProgress(f"steer {args.model} L{args.layer} {args.site}", "questions") as bar:
         result = steer_sweep(model, task, sets, args.layer, alphas=args.alphas, direction=direction,
                              site=args.site, control_seed=args.control_seed, allow_other_model=True,
                              **sweep_running(args, bar))

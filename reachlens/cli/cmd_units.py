@@ -33,7 +33,7 @@ def run(args: argparse.Namespace) -> int:
 
     model, task, sets = open_study(args)
     direction = read_vector(args.direction) if args.direction else None
-    with RunProgress(f"units {args.out}", "questions") as bar:
+    with RunProgress(f"units {args.model} L{args.layer}", "questions") as bar:
         result = units_sweep(model, task, sets, args.layer, ks=args.units, direction=direction,
                              control_seed=None if args.no_control else (args.control_seed or 0), allow_other_model=True,
                              **sweep_running(args, bar))

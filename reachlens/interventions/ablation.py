@@ -61,10 +61,17 @@ def replace_hook(value: Float[Tensor, "..."] | None = None, *, arm: Hashable = N
             placed[key] = tensor.new_zeros(()) if fixed is None else fixed.to(device=tensor.device, dtype=tensor.dtype)
         return placed[key]
 
+    return _acting_on(arm, lambda tensor: filled(tensor).expand_as(tensor).clone(), zero=fixed is None)
+
+
+def _acting_on(arm: Hashable, change, *, zero: bool = False) -> HookFn:
+    """A hook function applying ``change`` (an activation -> its replacement) to every row (``arm=None``) or to
+    ``arm``'s rows only; ``zero``: the arm's rows are zeroed in place of ``change`` (one ``index_fill``: a where over
+    the whole batch reads and writes every row)."""
     if arm is None:
         @row_agnostic
         def every_row(tensor: Float[Tensor, "..."], *, hook) -> Float[Tensor, "..."]:
-            return filled(tensor).expand_as(tensor).clone()
+            return change(tensor)
 
         return every_row
     keys = (arm,)
@@ -74,10 +81,10 @@ def replace_hook(value: Float[Tensor, "..."] | None = None, *, arm: Hashable = N
         entries = arm_entries(keys, tensor.device)
         if entries is None:
             return None
-        if fixed is None:  # writes the arm's rows only (a where over the whole batch reads and writes every row)
+        if zero:
             return tensor.index_fill(0, entries, 0)
         out = tensor.clone()
-        out[entries] = filled(tensor)
+        out[entries] = change(tensor[entries])
         return out
 
     return arm_rows
@@ -111,24 +118,7 @@ def displacement_hook(direction: Float[Tensor, " d"], *, arm: Hashable = None) -
         step = unit.to(device=tensor.device, dtype=tensor.dtype)
         return tensor + tensor.norm(dim=-1, keepdim=True) * step
 
-    if arm is None:
-        @row_agnostic
-        def every_row(tensor: Float[Tensor, "..."], *, hook) -> Float[Tensor, "..."]:
-            return moved(tensor)
-
-        return every_row
-    keys = (arm,)
-
-    @per_arm(keys)
-    def arm_rows(tensor: Float[Tensor, "..."], *, hook) -> Float[Tensor, "..."] | None:
-        entries = arm_entries(keys, tensor.device)
-        if entries is None:
-            return None
-        out = tensor.clone()
-        out[entries] = moved(tensor[entries])
-        return out
-
-    return arm_rows
+    return _acting_on(arm, moved)
 
 
 def random_displacement(

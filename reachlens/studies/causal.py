@@ -117,15 +117,6 @@ def _run(kind: str, model, task: Task, sets: EvalSets, conditions: list[Conditio
 
 
 
-def flip_rate(per_question: pd.DataFrame, reference: pd.DataFrame) -> float:
-    """The share of questions whose deployed answer under a condition differs from ``reference``'s (the unhooked
-    model's): how often the intervention merely changes the answer, right or wrong. NaN without common questions."""
-    ref = dict(zip(reference["question_id"], reference["deployed_answer"].astype(str)))
-    pairs = [(a, ref[q]) for q, a in zip(per_question["question_id"], per_question["deployed_answer"].astype(str))
-             if q in ref]
-    return sum(a != b for a, b in pairs) / len(pairs) if pairs else math.nan
-
-
 def _check_sets(model, sets: EvalSets, allow_other_model: bool) -> None:
     if not allow_other_model:
         sets.check_model(model)
