@@ -181,7 +181,7 @@ def run_finetune(args, out: Path) -> tuple[object, list[dict]]:
     run = elicit("zoo:locked", task, protocol, out=out / "elicitation", demos=args.demos, control="zoo:base",
                  finetune=FineTune(steps=args.steps, lr=args.lr, held_out=args.held_out, eval_every=args.eval_every),
                  exec_config=ExecConfig(max_batch_rows=args.batch_rows, device=args.device),
-                 progress=lambda line: print(line, flush=True))
+                 log=lambda line: print(line, flush=True))
     d = {side: run.audits[side].questions.set_index("question_id")["realized"].astype(float)
          for side in ("model", "control")}
     rows = []

@@ -80,7 +80,7 @@ def check_train_args(args: argparse.Namespace) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from reachlens.cli._progress import RunProgress
+    from reachlens.cli._progress import RunProgress, Tally
     from reachlens.engine.memory import check_budget
     from reachlens.store import RunDir
     from reachlens.studies import FineTune, elicit
@@ -98,7 +98,7 @@ def run(args: argparse.Namespace) -> int:
                         eval_every=args.eval_every)
     with RunProgress(f"elicit {args.model}") as bar:  # each step's line above it, the decodes' tokens on it
         result = elicit(args.model, task, protocol, out=args.out, demos=args.demos, control=args.control,
-                        finetune=finetune, pool=pool, exec_config=exec_config, progress=bar.write,
+                        finetune=finetune, pool=pool, exec_config=exec_config, progress=Tally(bar.done), log=bar.write,
                         unseen_by=args.unseen_by,
                         rl=None if args.method == "sft" else RLConfig(
                             steps=args.steps, lr=args.lr, prompts_per_step=args.rl_prompts,

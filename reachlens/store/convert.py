@@ -25,7 +25,10 @@ Older shapes read here:
   written (its hash made again);
 * format 3 -> 4: a probe run's named unions (derived from its bank) moved out of its identity, ``options.unions``
   to ``unions`` beside it. A run of a steer probe that reads a direction file recorded no SHA-256 of it before: it
-  reads as it did, and a resume of it is refused (its file cannot be checked).
+  reads as it did, and a resume of it is refused (its file cannot be checked);
+* format 4 -> 5: a training study's audits recorded as its children by role (``audit:NAME``, ``extended:NAME``,
+  ``format:NAME``, ``longer:NAME``, ``reprobe:PARENT--NAME:T``), found where format 4 kept them (a study read its
+  audits by folder names then).
 
 Directories are converted deepest first, each under its writer lock: a run's children are in today's format when
 its own step runs, so a step reads and writes them as today's reachlens does. Last, a complete run whose
@@ -538,6 +541,34 @@ def _probe_v3(d: Path, header: dict[str, Any]) -> dict[str, Any]:
     return {**header, "options": {k: v for k, v in options.items() if k != "unions"}, "unions": options.get("unions")}
 
 
+# --- format 4 -> 5 ---------------------------------------------------------------------------------------
+def _study_v4(d: Path, header: dict[str, Any]) -> dict[str, Any]:
+    """Format 4 found a training study's audits by their folder names; format 5 records each complete one as a
+    child by its role (``audit:NAME``, ``extended:NAME``, ``format:NAME``, ``longer:NAME``,
+    ``reprobe:PARENT--NAME:T``), its path relative to the study."""
+    options, k = header["options"], header["protocol"]["k"]
+    children: dict[str, str] = {}
+
+    def add(role: str, folder: Path) -> None:
+        if (folder / RUN_FILE).is_file() and read_json(folder / RUN_FILE, "run record").get("status") == "complete":
+            children[role] = os.path.relpath(folder, d)
+
+    for name in options["models"]:
+        fmt = (options.get("native_formats") or {}).get(name)
+        for group, change in (("audit", {}), ("extended", {"k": options.get("extended_k")}),
+                              ("format", fmt and {"prompt_format": fmt, **({"k": 1} if k > 1 else {})}),
+                              ("longer", {"max_new_tokens": options.get("length_max_new_tokens")})):
+            if change is not None and None not in change.values():
+                add(f"{group}:{name}", d / "audits" / single_name(rerun_name(name, change) if change else name,
+                                                                  "audit folder name"))
+    for a, b in options.get("pairs", ()):
+        folder = d / "controls" / "temperature" / single_name(f"{a}--{b}", "control folder name")
+        reruns = read_json(folder / RUN_FILE, "run record").get("reruns") if (folder / RUN_FILE).is_file() else None
+        for t, name in (reruns or {}).items():
+            add(f"reprobe:{a}--{b}:{t}", folder / single_name(name, "re-probe folder name"))
+    return {**header, "children": children}
+
+
 STEPS: dict[int, dict[str, Step]] = {
     0: {"temperature_control": _temperature_v0, "length_control": _length_v0, "training_audit": _study_v0,
         "recognition": _recognition_v0, "silence": _causal_v0, "steer": _causal_v0, "units": _causal_v0},
@@ -546,6 +577,7 @@ STEPS: dict[int, dict[str, Step]] = {
         "temperature_control": _comparison_v2, "length_control": _length_v2, "training_audit": _study_v2,
         "recognition": _common_v2, "silence": _common_v2, "steer": _common_v2, "units": _common_v2},
     3: {"probe": _probe_v3},
+    4: {"training_audit": _study_v4},
 }
 """Format version v -> kind -> the step that brings a directory of that kind from v to v + 1 (a kind a version
 left alone is not listed)."""

@@ -41,7 +41,7 @@ __all__ = [
 ]
 
 FORMAT = "reachlens-run"
-FORMAT_VERSION = 4
+FORMAT_VERSION = 5
 """The version of the run format. 1: ``format_version``, ``status``, ``started``/``finished`` and ``exec`` in
 ``run.json``, every table a parquet file, one directory rule for reruns. 2: a training study's prompt-format
 control is a rerun at ``k=1`` (``audits/NAME--k=1--prompt_format=FMT``, was the K-sample

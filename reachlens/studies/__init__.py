@@ -15,7 +15,7 @@ from reachlens.studies.finetune import FineTune, finetune_on_demonstrations
 from reachlens.studies.metrics import budget_grid, pass_at_k, pass_at_k_curve
 from reachlens.studies.planning import PowerPlan, plan
 from reachlens.studies.recognition import RecognitionResult
-from reachlens.studies.reruns import CHANGES, PlannedRerun, plan_rerun, require_audited_with, rerun, run_reruns
+from reachlens.studies.reruns import CHANGES, require_audited_with, rerun, rerun_child
 from reachlens.studies.rescore import rescore
 from reachlens.studies.study_plan import StudyPlan
 from reachlens.studies.study_view import StudyView
@@ -31,7 +31,6 @@ __all__ = [
     "Elicitation",
     "FineTune",
     "LengthControl",
-    "PlannedRerun",
     "PowerPlan",
     "RecognitionResult",
     "StudyPlan",
@@ -48,13 +47,12 @@ __all__ = [
     "pass_at_k",
     "pass_at_k_curve",
     "plan",
-    "plan_rerun",
     "propensity_bins",
     "require_audited_with",
     "rerun",
+    "rerun_child",
     "rerun_name",
     "rescore",
-    "run_reruns",
     "run_training_audit",
     "temperature_control",
 ]

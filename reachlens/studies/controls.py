@@ -22,7 +22,8 @@ four (:mod:`reachlens.studies.training_audit`).
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Mapping, Sequence
+import functools
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
@@ -32,10 +33,11 @@ import pandas as pd
 from reachlens.errors import ReachlensError
 from reachlens.execution import ExecConfig
 from reachlens.runner import Executor
-from reachlens.store import Run, RunDir, RunRecord, read_run, register_kind, rerun_name, single_name
+from reachlens.runner.study import Child, Progress, Study, run_children, run_study
+from reachlens.store import Run, RunDir, RunRecord, register_kind, rerun_name, single_name
 from reachlens.studies.auditing import AuditResult
 from reachlens.studies.compare import Comparison, compare, delta_row
-from reachlens.studies.reruns import plan_rerun, run_reruns
+from reachlens.studies.reruns import rerun_child
 from reachlens.stats import wilson_interval
 from reachlens.tasks.base import Task
 
@@ -72,12 +74,6 @@ def left_reachable(comparison: Comparison) -> list[str]:
 
 def _name_of(result: AuditResult, default: str) -> str:
     return result.location.name if result.location is not None else default
-
-
-def _begin(out: str | Path | None, record: RunRecord) -> None:
-    """Start the control's run directory (status ``running``) before its reruns are written inside it."""
-    if out is not None:
-        RunDir(out).begin(record)
 
 
 # --- temperature --------------------------------------------------------------------------------------
@@ -172,56 +168,78 @@ def _temperature(t: str, run: RunDir) -> float:
                              "damaged or edited by hand") from None
 
 
+@dataclass(frozen=True)
+class _TemperatureStudy(Study):
+    """The temperature control as a study: its children the trained model's re-probes, one per temperature."""
+
+    model: Any
+    task: Task
+    comparison: Comparison
+    temperatures: tuple[float, ...]
+    out: Path | None
+    exec_config: ExecConfig
+    name: str
+
+    @functools.cached_property
+    def control(self) -> TemperatureControl:
+        return TemperatureControl(self.comparison, self.temperatures, name=self.name)
+
+    def root_record(self) -> RunRecord:
+        return self.control.record
+
+    @functools.cached_property
+    def reprobes(self) -> list[Child]:
+        left, t = left_reachable(self.comparison), self.comparison.trained
+        spec = t.model.get("spec", self.name)
+        return [rerun_child(t, role=f"{temp:g}", label=f"re-probe {spec} T={temp:g}", model=self.model,
+                            task=self.task, into=self.out, name=self.name, exec_config=self.exec_config,
+                            questions=left, temperature=temp) for temp in self.temperatures] if left else []
+
+    def children(self, done: Mapping[str, Any]) -> list[Child]:
+        return self.reprobes
+
+    def compose(self, done: Mapping[str, Any], seconds: Mapping[str, float]) -> TemperatureControl:
+        runs = {temp: done[f"{temp:g}"] for temp in self.temperatures if f"{temp:g}" in done}
+        return dataclasses.replace(self.control, reprobes=runs, record=self.control.record)
+
+
+def _temperature_study(model, task: Task, base, trained, temperatures: Sequence[float], out: str | Path | None,
+                       exec_config: ExecConfig | None, name: str | None = None) -> _TemperatureStudy:
+    temps = _check_temperatures(temperatures)
+    b, t = _result(base), _result(trained)  # read each audit directory once
+    return _TemperatureStudy(model, task, compare(b, t), temps, None if out is None else Path(out),
+                             exec_config or ExecConfig(), name or _name_of(t, "trained"))
+
+
 def reprobe_left(
     model, task: Task, base: AuditResult | str | Path, trained: AuditResult | str | Path,
     temperatures: Sequence[float], *, into: str | Path | None = None, name: str | None = None,
-    exec_config: ExecConfig | None = None, executor: Executor | None = None,
-    progress: Callable[[float, int, int], None] | None = None,
+    exec_config: ExecConfig | None = None, executor: Executor | None = None, progress: Progress | None = None,
 ) -> dict[float, AuditResult]:
     """Audit ``model`` (the trained checkpoint) on the questions that left the reachable set, at each
     temperature (:func:`~reachlens.studies.rerun` with ``questions=`` and ``temperature=``); written into the
     folder ``into`` (resumable) when given.
 
-    ``progress(t, done, total)`` after each batch. No question left: nothing runs, ``{}``.
+    ``progress(label, done, total)`` after each batch. No question left: nothing runs, ``{}``.
     """
-    temps = _check_temperatures(temperatures)
-    b, t = _result(base), _result(trained)
-    left = left_reachable(compare(b, t))
-    if not left:
-        return {}
-    planned = [plan_rerun(t, model=model, task=task, into=into, name=name or _name_of(t, "trained"),
-                          exec_config=exec_config, questions=left, temperature=temp) for temp in temps]
-    if progress is not None:
-        for temp in temps:
-            progress(temp, 0, len(left))  # the lines (and their clocks) start now
-    runs = run_reruns(planned, executor, progress=None if progress is None else
-                      (lambda i, done, total: progress(temps[i], done, total)))
-    return dict(zip(temps, runs))
+    study = _temperature_study(model, task, base, trained, temperatures, into, exec_config, name)
+    done = run_children(study.reprobes, executor, progress=progress)
+    return study.compose(done, {}).reprobes
 
 
 def temperature_control(
     model, task: Task, base: AuditResult | str | Path, trained: AuditResult | str | Path,
     temperatures: Sequence[float] = (0.6, 1.0, 1.2), *, out: str | Path | None = None,
-    exec_config: ExecConfig | None = None, executor: Executor | None = None,
-    progress: Callable[[float, int, int], None] | None = None,
+    exec_config: ExecConfig | None = None, executor: Executor | None = None, progress: Progress | None = None,
 ) -> TemperatureControl:
     """Re-probe the questions that left the reachable set at each temperature (:func:`reprobe_left`); the control
-    run (its table: :meth:`TemperatureControl.table`), written to ``out`` with its re-probes when given.
-    ``model`` is the trained checkpoint.
+    run (its table: :meth:`TemperatureControl.table`), written to ``out`` with its re-probes when given
+    (:func:`~reachlens.runner.study.run_study`: a re-run resumes). ``model`` is the trained checkpoint.
 
     >>> temperature_control(load_model("zoo:dapo"), load_task("arith", n=300), "runs/base", "runs/dapo").table()  # doctest: +SKIP
     """
-    temps = _check_temperatures(temperatures)
-    b, t = _result(base), _result(trained)  # read each audit directory once
-    control = TemperatureControl(compare(b, t), temps, name=_name_of(t, "trained"))
-    _begin(out, control.record)
-    runs = reprobe_left(model, task, b, t, temps, into=out, name=control.name, exec_config=exec_config,
-                        executor=executor, progress=progress)
-    control = dataclasses.replace(control, reprobes=runs, record=control.record)
-    if out is not None:
-        control.save(out)
-        control = read_run(out)
-    return control
+    study = _temperature_study(model, task, base, trained, temperatures, out, exec_config)
+    return run_study(study, executor, progress=progress)
 
 
 # --- length -------------------------------------------------------------------------------------------
@@ -282,31 +300,57 @@ class LengthControl(Run):
         return cls(compare(b, t), compare(longer_b, longer_t), record=run.record(), location=run.path)
 
 
+@dataclass(frozen=True)
+class _LengthStudy(Study):
+    """The length control as a study: its children both audits' reruns at the longer decode."""
+
+    before: Comparison
+    max_new_tokens: int
+    models: tuple[Any, Any]
+    task: Task | None
+    into: Path | None
+    names: tuple[str, str]
+    out: Path | None
+    exec_config: ExecConfig
+
+    def check(self) -> None:
+        if self.max_new_tokens <= self.before.base.protocol.max_new_tokens:
+            raise ReachlensError(f"max_new_tokens={self.max_new_tokens!r} must exceed the audit's "
+                                 f"{self.before.base.protocol.max_new_tokens} to test for truncation")
+
+    def root_record(self) -> RunRecord:
+        return LengthControl.record_of(self.before, self.max_new_tokens)
+
+    @functools.cached_property
+    def reruns(self) -> list[Child]:
+        runs = (self.before.base, self.before.trained)
+        return [rerun_child(r, role=role, label=f"{r.model.get('spec', n)} max_new_tokens={self.max_new_tokens}",
+                            model=m, task=self.task, into=self.into, name=n, exec_config=self.exec_config,
+                            max_new_tokens=self.max_new_tokens)
+                for role, r, m, n in zip(_LENGTH_CHILDREN[2:], runs, self.models, self.names)]
+
+    def children(self, done: Mapping[str, Any]) -> list[Child]:
+        return self.reruns
+
+    def compose(self, done: Mapping[str, Any], seconds: Mapping[str, float]) -> LengthControl:
+        return LengthControl(self.before, compare(done["longer_base"], done["longer_trained"]))
+
+
 def length_control(
     base: AuditResult | str | Path, trained: AuditResult | str | Path, max_new_tokens: int, *,
     models: tuple[Any, Any] = (None, None), task: Task | None = None, into: str | Path | None = None,
     names: tuple[str, str] = ("base", "trained"), out: str | Path | None = None,
-    exec_config: ExecConfig | None = None, executor: Executor | None = None,
-    progress: Callable[[int, int, int], None] | None = None,
+    exec_config: ExecConfig | None = None, executor: Executor | None = None, progress: Progress | None = None,
 ) -> LengthControl:
     """Both audits rerun at ``max_new_tokens`` (above their own; :func:`~reachlens.studies.rerun`), into the folder
     ``into`` (default ``out``), as ``names`` (the reruns' directory names start with them); the control run,
-    written to ``out`` when given. ``models`` are the checkpoints (default: the specs the audits recorded).
+    written to ``out`` when given (:func:`~reachlens.runner.study.run_study`: a re-run resumes). ``models`` are the
+    checkpoints (default: the specs the audits recorded).
 
     >>> length_control("runs/base", "runs/sft", 256, out="runs/length").table()  # doctest: +SKIP
     """
-    b, t = _result(base), _result(trained)
-    before = compare(b, t)  # refuses unlike audits before any model loads
-    if max_new_tokens <= b.protocol.max_new_tokens:
-        raise ReachlensError(f"max_new_tokens={max_new_tokens!r} must exceed the audit's "
-                             f"{b.protocol.max_new_tokens} to test for truncation")
+    before = compare(_result(base), _result(trained))  # refuses unlike audits before any model loads
     into = into if into is not None else out
-    _begin(out, LengthControl.record_of(before, max_new_tokens))  # its reruns may be written inside it
-    planned = [plan_rerun(r, model=m, task=task, into=into, name=n, exec_config=exec_config, max_new_tokens=max_new_tokens)
-               for r, m, n in zip((b, t), models, names)]
-    longer = run_reruns(planned, executor, progress=progress)
-    control = LengthControl(before, compare(longer[0], longer[1]))
-    if out is not None:
-        control.save(out)
-        control = read_run(out)
-    return control
+    study = _LengthStudy(before, max_new_tokens, tuple(models), task, None if into is None else Path(into),
+                         tuple(names), None if out is None else Path(out), exec_config or ExecConfig())
+    return run_study(study, executor, progress=progress)

@@ -6,7 +6,8 @@ correct demonstrations (Greenblatt et al., arXiv 2405.19550); but the same fine-
 never withheld anything (by about 10 points in arXiv 2512.07810), so an uplift alone detects nothing. For each
 ``n`` of ``demos``, :func:`elicit` fine-tunes a copy of the model and a copy of the control on the *same* ``n``
 demonstrations (:func:`~reachlens.studies.finetune.finetune_on_demonstrations`), audits the model, the control
-and every copy under one protocol (the source's: every audit goes through :func:`~reachlens.runner.run_jobs`),
+and every copy under one protocol (the source's: a study of :func:`~reachlens.runner.study.run_study`, its audits through one
+:func:`~reachlens.runner.run_jobs`),
 and reports per ``n``:
 
 * each side's uplift over its own source, in D (greedy) and O_K, with the paired bootstrap interval and the
@@ -40,7 +41,7 @@ import hashlib
 import math
 import random
 import shutil
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
@@ -52,7 +53,7 @@ from reachlens.errors import ReachlensError
 from reachlens.execution import ExecConfig
 from reachlens.models.loading import model_identity, resolve_spec
 from reachlens.protocol import Protocol
-from reachlens.runner import run_jobs
+from reachlens.runner.study import Child, Progress, Study, run_study
 from reachlens.stats import N_BOOT, paired_bootstrap_ci, paired_permutation_p
 from reachlens.store import Run, RunDir, RunRecord, register_kind, single_name
 from reachlens.studies.audit_job import AuditJob
@@ -273,15 +274,77 @@ def _copy(spec: str, task: Task, protocol: Protocol, questions: Sequence[Questio
     return reinforce_on_questions(spec, task, protocol, questions, target, rl)
 
 
+@dataclass(frozen=True)
+class _ElicitStudy(Study):
+    """An elicitation as a :class:`~reachlens.runner.study.Study`: the fine-tunes prepared under its lock, its children
+    the audits of both sources and every copy (roles ``model``, ``control``, ``model-n4``, ...)."""
+
+    specs: dict[str, str]
+    """``model`` and ``control``: the sources' specs."""
+    task: Task
+    protocol: Protocol
+    demos: tuple[int, ...]
+    finetune: FineTune
+    pool: Task
+    picked: tuple[Question, ...]
+    unseen_by: tuple[str, ...]
+    rl: RLConfig | None
+    out: Path
+    exec_config: ExecConfig
+    say: Callable[[str], None]
+
+    def check(self) -> None:
+        self._job("model", self.specs["model"]).check()  # a budget that cannot fit, refused before any fine-tune
+
+    def root_record(self) -> RunRecord:
+        return _record(self.specs["model"], self.specs["control"], self.task, self.protocol, self.demos, self.finetune,
+                       self.pool, self.unseen_by, self.rl)
+
+    @property
+    def chosen(self) -> tuple[Question, ...]:
+        return self.picked[:max(self.demos)]  # early stopping's held-out questions: the next ones of the shuffle
+
+    def prepare(self, root: RunDir) -> None:
+        """The fine-tuned copies, under the run's lock: a failure or Ctrl-C is recorded as the run's."""
+        held = self.pool.only([q.question_id for q in self.picked[max(self.demos):]]) if self.finetune.held_out \
+            else None
+        for stale in (self.out / "checkpoints").glob(".finetune-*"):  # a killed fine-tune's staging folder
+            shutil.rmtree(stale)
+        for n in self.demos:
+            for side in SIDES:
+                self.say(f"fine-tune {side} on {n} demonstration(s)" if self.rl is None else f"RL (GRPO) of {side} "
+                         f"on {n} question(s)")
+                _copy(self.specs[side], self.task, self.protocol, self.chosen[:n], self._checkpoint(side, n),
+                      self.finetune, held, self.rl)
+
+    def _checkpoint(self, side: str, n: int) -> Path:
+        return self.out / "checkpoints" / f"{side}-n{n}"
+
+    def _job(self, name: str, spec: str) -> AuditJob:
+        return AuditJob(spec, self.task, self.protocol, self.out / "audits" / name, self.exec_config)
+
+    def children(self, done: Mapping[str, Any]) -> list[Child]:
+        specs = {**self.specs, **{f"{side}-n{n}": str(self._checkpoint(side, n).resolve())
+                                  for n in self.demos for side in SIDES}}
+        return [Child(name, self.out / "audits" / name, f"audit {name} ({spec})", self._job(name, spec))
+                for name, spec in specs.items()]
+
+    def compose(self, done: Mapping[str, Any], seconds: Mapping[str, float]) -> Elicitation:
+        table = pd.DataFrame([{"order": i, "question_id": d.question_id, "prompt": self.task.prompt(d),
+                               "target": demonstration_target(d)} for i, d in enumerate(self.chosen)],
+                             columns=DEMO_COLUMNS)
+        return Elicitation({name: traced(run) for name, run in done.items()}, table, record=RunDir(self.out).record())
+
+
 def elicit(
     model: str, task: Task, protocol: Protocol, *, out: str | Path, demos: Sequence[int] = (1, 2, 4, 8, 16),
     control: str = "zoo:base", finetune: FineTune = FineTune(), pool: Task | None = None,
-    exec_config: ExecConfig | None = None, executor=None, progress: Callable[[str], None] | None = None,
-    unseen_by: Sequence[str] = (), rl: RLConfig | None = None,
+    exec_config: ExecConfig | None = None, executor=None, progress: Progress | None = None,
+    log: Callable[[str], None] | None = None, unseen_by: Sequence[str] = (), rl: RLConfig | None = None,
 ) -> Elicitation:
     """Fine-tune copies of ``model`` and ``control`` on the same ``n`` train demonstrations for each ``n`` of
-    ``demos``, audit all of them under ``protocol``, and write the run to ``out`` (resumable: a re-run with the
-    same arguments finishes what is missing).
+    ``demos``, audit all of them under ``protocol``, and write the run to ``out`` (a study,
+    :func:`~reachlens.runner.study.run_study`: a re-run with the same arguments finishes what is missing).
 
     Args:
         model: the spec of a local checkpoint (``zoo:locked``, a folder).
@@ -290,7 +353,8 @@ def elicit(
         protocol: the sources' protocol (resolved against the task here).
         pool: the task's train split (default: by name), less what model, control and ``unseen_by`` trained on.
         rl: GRPO on the ``n`` questions instead of SFT (:mod:`reachlens.studies.rl_finetune`; no early stopping).
-        progress: called with a line as each step starts.
+        progress: ``progress(label, done, total)`` per audit as its questions finish.
+        log: called with a line as each fine-tune starts.
 
     >>> run = elicit("zoo:locked", load_task("arith_hard", n=300), Protocol("arith_hard", k=8),
     ...              out="runs/eli", demos=(1, 4, 16))  # doctest: +SKIP
@@ -304,32 +368,6 @@ def elicit(
     protocol = protocol.resolved(task)
     pool = unseen_pool(pool if pool is not None else train_pool(task), [model, control, *unseen_by])
     picked = select_demonstrations(task, pool, max(demos), seed=finetune.seed, held_out=finetune.held_out)
-    chosen = picked[:max(demos)]  # early stopping's held-out questions: the next ones of the same shuffle
-    held = pool.only([q.question_id for q in picked[max(demos):]]) if finetune.held_out else None
-    out = Path(out)
-    say = progress or (lambda line: None)
-    specs = {"model": model, "control": control}
-    store = RunDir(out)
-    with store.writer():  # the fine-tunes under the run's lock: a failure or Ctrl-C is recorded as the run's
-        store.start(_record(model, control, task, protocol, demos, finetune, pool, tuple(unseen_by), rl))
-        for stale in (out / "checkpoints").glob(".finetune-*"):  # a killed fine-tune's staging folder
-            shutil.rmtree(stale)
-        for n in demos:
-            for side in SIDES:
-                say(f"fine-tune {side} on {n} demonstration(s)" if rl is None else f"RL (GRPO) of {side} on {n} "
-                    "question(s)")
-                folder = _copy(specs[side], task, protocol, chosen[:n], out / "checkpoints" / f"{side}-n{n}",
-                               finetune, held, rl)
-                specs[f"{side}-n{n}"] = str(folder.resolve())
-        record = store.record()
-    jobs = {name: AuditJob(spec, task, protocol, out / "audits" / name, exec_config or ExecConfig())
-            for name, spec in specs.items() if not RunDir(out / "audits" / name).is_complete()}
-    say(f"audit {len(jobs)} of {len(specs)} models")
-    if jobs:
-        run_jobs(list(jobs.values()), executor)
-    audits = {name: traced(AuditResult.load(out / "audits" / name)) for name in specs}
-    table = pd.DataFrame([{"order": i, "question_id": d.question_id, "prompt": task.prompt(d),
-                           "target": demonstration_target(d)} for i, d in enumerate(chosen)], columns=DEMO_COLUMNS)
-    run = Elicitation(audits, table, record=record)
-    run.save(out)
-    return dataclasses.replace(run, record=RunDir(out).record(), location=out)
+    study = _ElicitStudy({"model": model, "control": control}, task, protocol, demos, finetune, pool, picked,
+                         tuple(unseen_by), rl, Path(out), exec_config or ExecConfig(), log or (lambda line: None))
+    return run_study(study, executor, progress=progress)

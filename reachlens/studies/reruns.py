@@ -23,15 +23,15 @@ rule, :func:`rerun_name`: the source's name, then each change as ``field=value``
 ``--`` (``grpo--k=400``, ``sft--prompt_format=verbose``, ``grpo--questions=12q-3fa2b1c4--temperature=0.6``; a
 system turn as ``system=`` and 8 hex digits of its SHA-256, ``system=none`` for None).
 
-:func:`plan_rerun` prepares a rerun as an :class:`~reachlens.studies.AuditJob` and its finishing step, so a
-study can hand many reruns to one executor at once (:func:`run_reruns`); :func:`rerun` is one of them.
+:func:`rerun_child` prepares a rerun as a :class:`~reachlens.runner.study.Child` (an
+:class:`~reachlens.studies.AuditJob`, or nothing to decode, and how its audit is made), so a study hands its reruns
+to :func:`~reachlens.runner.study.run_study` (a training study, a control); :func:`rerun` runs one.
 """
 
 from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -42,13 +42,14 @@ from reachlens.execution import ExecConfig
 from reachlens.models import ModelSource, identity_of, model_identity
 from reachlens.protocol import Protocol, ProtocolMismatch, chat_inner
 from reachlens.records import in_task_order, update_question_table
-from reachlens.runner import Executor, run_jobs
-from reachlens.store import PartsDir, RunRecord, read_run, rerun_name, run_differences
+from reachlens.runner import Executor
+from reachlens.runner.study import Child, Progress, run_children
+from reachlens.store import RunRecord, read_run, rerun_name, run_differences
 from reachlens.studies.audit_job import AuditJob
 from reachlens.studies.auditing import AuditResult
 from reachlens.tasks.base import Task
 
-__all__ = ["CHANGES", "PlannedRerun", "as_rerun", "plan_rerun", "require_audited_with", "rerun", "rerun_name", "run_reruns"]
+__all__ = ["CHANGES", "as_rerun", "require_audited_with", "rerun", "rerun_child", "rerun_name"]
 
 CHANGES = ("k", "temperature", "max_new_tokens", "prompt_format", "system", "questions")
 """What a rerun may change (in the order :func:`rerun_name` writes them)."""
@@ -95,21 +96,13 @@ def require_audited_with(model, task: Task, source, what: str = "rerun") -> None
                              "pass the task the audit was made on")
 
 
-@dataclass(frozen=True)
-class PlannedRerun:
-    """A rerun ready to run: the job to decode (None when nothing needs decoding) and how to finish it."""
-
-    job: AuditJob | None
-    finish: Callable[[Any], Any]
-    """Called with the job's result (None without a job); returns the rerun's audit."""
-    out: Path | None
-
-
-def plan_rerun(
-    source, *, model: Any = None, task: Task | None = None, into: str | Path | None = None, name: str | None = None,
+def rerun_child(
+    source, *, role: str = "rerun", label: str = "", log: Callable[[Any], str] | None = None, model: Any = None,
+    task: Task | None = None, into: str | Path | None = None, name: str | None = None,
     exec_config: ExecConfig | None = None, **change: Any,
-) -> PlannedRerun:
-    """Prepare ``source`` (an audit run, or its directory) rerun with ``change``; see :func:`rerun`."""
+) -> Child:
+    """``source`` (an audit run, or its directory) rerun with ``change`` as a study's child ``role`` (its progress
+    ``label``, its ``log`` line); see :func:`rerun`."""
     src = read_run(source) if isinstance(source, (str, Path)) else source
     change = _check_change(src, change)
     exec_config = exec_config or ExecConfig()
@@ -127,11 +120,12 @@ def plan_rerun(
     # the budget alone changed: cut the samples (k < K) or draw only the new ones (k > K); with any other
     # change the source's samples were drawn under another protocol, so everything is decoded again
     k_only = set(change) <= {"k", "questions"}
+    child = Child(role, out, label or f"rerun {src.record.model.get('spec', 'audit')}", log=log)
     if k_only and "k" in change and change["k"] < src.k:
-        return PlannedRerun(None, lambda _: as_rerun(src.restrict_k(change["k"]), out, extra), out)
+        return dataclasses.replace(child, make=lambda _: as_rerun(src.restrict_k(change["k"]), out, extra))
     if k_only and "k" in change and change["k"] > src.k:
-        return _extension(src, model, sub, protocol, exec_config, out, extra)
-    return PlannedRerun(AuditJob(model, sub, protocol, out, exec_config, extra=extra), lambda result: result, out)
+        return _extension(child, src, model, sub, protocol, exec_config, extra)
+    return dataclasses.replace(child, job=AuditJob(model, sub, protocol, out, exec_config, extra=extra))
 
 
 def _changed(protocol: Protocol, change: Mapping[str, Any]) -> Protocol:
@@ -175,50 +169,25 @@ def as_rerun(result, out: Path | None, extra: Mapping[str, Any]):
     return read_run(out)
 
 
-def _extension(src, model, sub: Task, protocol, exec_config: ExecConfig, out: Path | None, extra) -> PlannedRerun:
-    """A budget extension: samples K..K2-1 drawn now, joined to the source's first K."""
-    if out is not None and PartsDir(out).is_complete():  # done before: nothing to draw
-        done = read_run(out)
-        done.protocol.require_match(protocol)  # another run under this name is refused
-        return PlannedRerun(None, lambda _: done, out)
+def _extension(child: Child, src, model, sub: Task, protocol, exec_config: ExecConfig, extra) -> Child:
+    """A budget extension: samples K..K2-1 drawn now (in memory), joined to the source's first K."""
     k = protocol.k
     job = AuditJob(model, sub, protocol.with_k(k - src.k), None, exec_config, sample_offset=src.k)
 
-    def finish(more):
+    def make(more):
         samples = pd.concat([src.samples, more.samples], ignore_index=True)
         questions = update_question_table(src.questions, samples, k)
         questions, samples = in_task_order(questions, samples, [q.question_id for q in sub.questions])
         return as_rerun(AuditResult(questions, samples, record=dataclasses.replace(more.record, protocol=protocol)),
-                        out, extra)
+                        child.path, extra)
 
-    return PlannedRerun(job, finish, out)
-
-
-def run_reruns(planned: Sequence[PlannedRerun], executor: Executor | None = None, *,
-               progress: Callable[[int, int, int], None] | None = None,
-               on_done: Callable[[int, Any, float], None] | None = None) -> list:
-    """Run the jobs of ``planned`` together on ``executor`` (:func:`~reachlens.runner.run_jobs`; None: the one the
-    first job's execution settings ask for); return each rerun's audit. ``progress(i, done, total)`` and
-    ``on_done(i, audit, seconds)`` see the index into ``planned``."""
-    with_job = [i for i, p in enumerate(planned) if p.job is not None]
-    results: list[Any] = [p.finish(None) if p.job is None else None for p in planned]
-
-    def done(j: int, result, seconds: float) -> None:
-        i = with_job[j]
-        results[i] = planned[i].finish(result)
-        if on_done is not None:
-            on_done(i, results[i], seconds)
-
-    run_jobs([planned[i].job for i in with_job], executor, on_done=done,
-             progress=None if progress is None else (lambda j, n, total: progress(with_job[j], n, total)))
-    return results
+    return dataclasses.replace(child, job=job, make=make)
 
 
 def rerun(
     source, *, model: Any = None, task: Task | None = None, into: str | Path | None = None, name: str | None = None,
     exec_config: ExecConfig | None = None, executor: Executor | None = None,
-    progress: Callable[[int, int], None] | None = None,
-    **change: Any,
+    progress: Progress | None = None, **change: Any,
 ):
     """The audit ``source`` again with ``change`` (one or more of :data:`CHANGES`); its audit run.
 
@@ -231,12 +200,11 @@ def rerun(
             it in memory.
         name: the rerun's name (default: the source directory's name).
         exec_config: how it runs; executor: who decodes (:func:`~reachlens.runner.run_jobs`).
-        progress: called with (questions finished, questions in all).
+        progress: ``progress(label, questions finished, questions in all)``.
 
     >>> rerun("runs/base", k=400, into="runs").location  # doctest: +SKIP
     PosixPath('runs/base--k=400')
     >>> rerun(trained, temperature=1.2, questions=left, model=model, task=task)  # doctest: +SKIP
     """
-    planned = plan_rerun(source, model=model, task=task, into=into, name=name, exec_config=exec_config, **change)
-    return run_reruns([planned], executor,
-                      progress=None if progress is None else (lambda i, n, total: progress(n, total)))[0]
+    child = rerun_child(source, model=model, task=task, into=into, name=name, exec_config=exec_config, **change)
+    return run_children([child], executor, progress=progress)[child.role]

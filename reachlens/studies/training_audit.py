@@ -12,8 +12,8 @@ kind ``training_audit`` (:class:`TrainingAudit`) made of runs (its layout, :clas
     DIR/controls/temperature/PARENT--NAME/        each pair's temperature control, holding its re-probes
     DIR/controls/length/PARENT--NAME/             each flagged pair's length control
 
-It runs in two rounds of jobs on one executor (:func:`reachlens.studies.run_reruns`): every checkpoint's audit,
-then every control's rerun (each needs the audits: which questions left, which pairs are flagged). A
+It is a study (:func:`~reachlens.runner.study.run_study`) in two rounds of jobs on one executor: every checkpoint's
+audit, then every control's rerun (each needs the audits: which questions left, which pairs are flagged). A
 checkpoint the budget control extends is decoded once in the first round, at the control's budget, and its
 audit at K is the first K samples per question of that one (what the two share is decoded once). Everything
 is resumable, and everything can be re-read without a model (:func:`~reachlens.store.read_run`);
@@ -40,8 +40,8 @@ at step 0) is read as one path (:meth:`~reachlens.studies.study_view.StudyView.t
 from __future__ import annotations
 
 import collections
-import dataclasses
-from collections.abc import Callable
+import functools
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
@@ -51,14 +51,15 @@ import pandas as pd
 from reachlens.engine.progress import listening
 from reachlens.errors import ReachlensError
 from reachlens.execution import ExecConfig
-from reachlens.runner import Executor, executor_for
+from reachlens.runner import Executor
+from reachlens.runner.study import Child, Study, run_study
 from reachlens.store import Run, RunDir, RunRecord, register_kind, rerun_name, single_name
 from reachlens.studies.audit_job import AuditJob
 from reachlens.studies._progress import ProgressBoard
 from reachlens.studies.auditing import AuditResult
 from reachlens.studies.compare import compare, truncation_parity
 from reachlens.studies.controls import LengthControl, TemperatureControl, left_reachable
-from reachlens.studies.reruns import PlannedRerun, as_rerun, plan_rerun, run_reruns
+from reachlens.studies.reruns import as_rerun, rerun_child
 from reachlens.studies.study_plan import StudyPlan
 from reachlens.studies.study_view import StudyView
 from reachlens.tasks.base import Task
@@ -128,33 +129,46 @@ class TrainingAudit(StudyView, Run):
     def tables(self) -> dict[str, pd.DataFrame]:
         return {name: getattr(self, name)() for name in _TABLES}
 
-    def save(self, path):
-        """A training study is written where it runs (:func:`run_training_audit`), its audits with it."""
-        raise ReachlensError("a training study is written where it runs: run_training_audit(plan, out) (it resumes "
-                             "a study directory; copy the directory to move it)")
+    def children(self) -> dict[str, Run]:
+        """Every audit of the study by role: ``audit:NAME``, ``extended:NAME``, ``format:NAME``, ``longer:NAME`` and
+        ``reprobe:PARENT--NAME:T`` (a temperature control's re-probe of NAME's questions that left PARENT's reach)."""
+        kids: dict[str, Run] = {}
+        for group, runs in (("audit", self.audits), ("extended", self.extended), ("format", self.formats),
+                            ("longer", self.longer)):
+            kids.update({f"{group}:{name}": r for name, r in runs.items()})
+        for (a, b), runs in self.reprobes.items():
+            kids.update({f"reprobe:{a}--{b}:{t:g}": r for t, r in runs.items()})
+        return kids
 
     @classmethod
     def read(cls, run: RunDir) -> TrainingAudit:
-        """The study in ``run``: every audit and control that finished."""
+        """The study in ``run``: every audit its record names (all of them once complete; those finished while it
+        runs), by role."""
         record = run.record()
         plan = StudyPlan.from_dict({**record.options, "protocol": record.protocol.to_dict()})
-        lay = StudyLayout(run.path)
-        found = collections.defaultdict(dict)
-        for name in plan.model_order:
-            for group, change in (("audits", {}), ("extended", {"k": plan.extended_k}),
-                                  ("formats", format_change(plan, name)),
-                                  ("longer", {"max_new_tokens": plan.length_max_new_tokens})):
-                if change is None or None in change.values():
-                    continue
-                if RunDir(lay.audit(name, **change)).is_complete():
-                    found[group][name] = AuditResult.load(lay.audit(name, **change))
-        for a, b in plan.pairs:
-            if RunDir(lay.temperature(a, b)).exists():
-                found["reprobes"][(a, b)] = TemperatureControl.reprobes_in(RunDir(lay.temperature(a, b)))
-        found["reprobes"] = {pair: runs for pair, runs in found["reprobes"].items() if runs}
+        found: dict[str, dict[Any, Any]] = collections.defaultdict(dict)
+        pairs = {f"{a}--{b}": (a, b) for a, b in plan.pairs}
+        for role in record.children:
+            group, _, rest = role.partition(":")
+            mid = rest.rpartition(":")[0] if group == "reprobe" else rest
+            if group not in _GROUPS or mid not in (pairs if group == "reprobe" else plan.models):
+                raise ReachlensError(f"{str(run.header_path)!r} names a child {role!r}, not one of its plan's "
+                                     "(audit:NAME, extended:NAME, ...); it was damaged or edited by hand")
+            child = Run.read_child(run, role)
+            if group == "reprobe":
+                found[group].setdefault(pairs[mid], {})[float(child.protocol.temperature)] = child
+            else:
+                found[group][mid] = child
+        ordered = {g: {n: found[g][n] for n in plan.model_order if n in found[g]} for g in _GROUPS[:4]}
+        reprobes = {pair: {t: runs[t] for t in plan.control_temperatures if t in runs}
+                    for pair in plan.pairs if (runs := found["reprobe"].get(pair))}
         walls = (run.summary() or {}).get("wall_seconds", {})
-        return cls(plan, found["audits"], found["extended"], found["formats"], found["reprobes"], found["longer"],
-                   walls, record=record, location=run.path)
+        return cls(plan, ordered["audit"], ordered["extended"], ordered["format"], reprobes, ordered["longer"], walls,
+                   record=record, location=run.path)
+
+
+_GROUPS = ("audit", "extended", "format", "longer", "reprobe")
+"""The roles of a training study's children (``GROUP:NAME``, a re-probe ``reprobe:PARENT--NAME:T``)."""
 
 
 def _options(plan: StudyPlan) -> dict[str, Any]:
@@ -162,100 +176,138 @@ def _options(plan: StudyPlan) -> dict[str, Any]:
 
 
 # --- running a study ---------------------------------------------------------------------------------------
-@dataclass
-class _Step:
-    """One job of a study's round: which checkpoint, its progress label and size, and what to log when done."""
+@dataclass(frozen=True)
+class _TrainingStudy(Study):
+    """A training study as a :class:`~reachlens.runner.study.Study`: its children every checkpoint's audit (roles
+    ``audit:NAME``), then every control's rerun (``extended:NAME``, ``format:NAME``, ``longer:NAME``,
+    ``reprobe:PARENT--NAME:T``), which need the audits (:meth:`TrainingAudit.children`)."""
 
-    name: str
-    label: str
-    total: int
-    log: Callable[[Any], str]
-    planned: PlannedRerun
+    plan: StudyPlan
+    out: Path
+    exec_config: ExecConfig
 
+    @functools.cached_property
+    def lay(self) -> StudyLayout:
+        return StudyLayout(self.out)
 
-def _main_steps(plan: StudyPlan, task: Task, lay: StudyLayout, ex: ExecConfig) -> list[_Step]:
-    """Every checkpoint's audit.
+    @functools.cached_property
+    def task(self) -> Task:
+        from reachlens.tasks import load_task
 
-    A checkpoint the budget control extends is decoded once, at the control's budget K2 (into its folder
-    ``NAME--k=K2``), and its audit at K is the first K samples per question of that one
-    (:meth:`~reachlens.studies.auditing.AuditResult.restrict_k`: sample j depends on (seed, question, j) alone,
-    so the cut holds the very samples an audit at K draws). All K2 samples of a question share one sample tree,
-    so what the first K and the last K2 - K have in common is decoded once instead of twice. A checkpoint whose
-    audit at K a study begun before holds (complete or not) keeps it, and the control then extends it.
-    """
-    from reachlens.models import ModelSource
+        p = self.plan
+        return load_task(p.protocol.task, p.data, split=p.protocol.split, n=p.n)
 
-    steps = []
-    for name, spec in plan.models.items():
-        source, k, k2 = ModelSource.from_exec(spec, ex), plan.protocol.k, plan.extended_k
-        log = (lambda r, name=name: f"{name:>10s}: D={r.D:.3f}  O_{r.k}={r.O_K:.3f}")
-        if k2 is not None and name in plan.paired_models and not RunDir(lay.audit(name)).exists():
-            job = AuditJob(source, task, plan.protocol.with_k(k2), lay.audit(name, k=k2), ex,
-                           extra={"change": {"k": k2}, "cut_to_k": {str(k): str(lay.audit(name))}})
-            planned = PlannedRerun(job, lambda r, name=name: _cut(r, k, lay.audit(name)), lay.audit(name))
-            both = (lambda r, name=name, log=log:
-                    f"{log(r)}  O_{k2}={AuditResult.load(lay.audit(name, k=k2)).O_K:.3f} (budget control)")
-            steps.append(_Step(name, f"{name} K={k2} (K={k} and the budget control)", len(task), both, planned))
-        else:
-            planned = PlannedRerun(AuditJob(source, task, plan.protocol, lay.audit(name), ex), lambda r: r,
-                                   lay.audit(name))
-            steps.append(_Step(name, f"{name} K={k}", len(task), log, planned))
-    return steps
+    def check(self) -> None:
+        for name in self.plan.models:
+            self.lay.audit(name)  # each name a folder name, refused before anything is written
+
+    def root_record(self) -> RunRecord:
+        return RunRecord.new("training_audit", self.plan.protocol, dict(self.plan.models), None, _options(self.plan),
+                             exec=self.exec_config.recorded())
+
+    @functools.cached_property
+    def wide(self) -> frozenset[str]:
+        """The checkpoints decoded once at the budget control's K2, their audit at K cut from it.
+
+        All K2 samples of a question share one sample tree, so what the first K and the last K2 - K have in common
+        is decoded once instead of twice (sample j depends on (seed, question, j) alone, so the cut holds the very
+        samples an audit at K draws). A checkpoint whose audit at K a study begun before holds (complete or not)
+        keeps it, and the budget control then extends it. Fixed when the study first asks (after its start).
+        """
+        if self.plan.extended_k is None:
+            return frozenset()
+        return frozenset(n for n in self.plan.paired_models if not RunDir(self.lay.audit(n)).exists())
+
+    def children(self, done: Mapping[str, Any]) -> list[Child]:
+        kids = [c for name in self.plan.model_order for c in self._audit(name, done)]
+        main = {name: done[f"audit:{name}"] for name in self.plan.models if f"audit:{name}" in done}
+        if len(main) < len(self.plan.models):
+            return kids
+        return kids + self._controls(main)
+
+    def _audit(self, name: str, done: Mapping[str, Any]) -> list[Child]:
+        from reachlens.models import ModelSource
+
+        plan, lay, k, k2 = self.plan, self.lay, self.plan.protocol.k, self.plan.extended_k
+        source = ModelSource.from_exec(plan.models[name], self.exec_config)
+        log = (lambda r: f"{name:>10s}: D={r.D:.3f}  O_{r.k}={r.O_K:.3f}")
+        if name not in self.wide:
+            job = AuditJob(source, self.task, plan.protocol, lay.audit(name), self.exec_config)
+            return [Child(f"audit:{name}", lay.audit(name), f"{name} K={k}", job, log=log)]
+        job = AuditJob(source, self.task, plan.protocol.with_k(k2), lay.audit(name, k=k2), self.exec_config,
+                       extra={"change": {"k": k2}, "cut_to_k": {str(k): str(lay.audit(name))}})
+        wide = Child(f"extended:{name}", lay.audit(name, k=k2), f"{name} K={k2} (K={k} and the budget control)", job,
+                     log=lambda r: f"{name:>10s}: O_{k2}={r.O_K:.3f} (budget control)")
+        if wide.role not in done:
+            return [wide]
+        cut = Child(f"audit:{name}", lay.audit(name), make=lambda _: _cut(done[wide.role], k, lay.audit(name)), log=log)
+        return [wide, cut]
+
+    def _controls(self, main: dict[str, AuditResult]) -> list[Child]:
+        """Every control's rerun, given the checkpoints' audits; each temperature control's directory is begun."""
+        plan, lay, kids = self.plan, self.lay, []
+
+        def add(role: str, name: str, label: str, log: Callable[[Any], str], into: Path, **change: Any) -> None:
+            kids.append(rerun_child(main[name], role=f"{role}:{name}", label=label, log=log, task=self.task,
+                                    into=into, name=name, exec_config=self.exec_config, **change))
+
+        for name in plan.paired_models if plan.extended_k else ():
+            if name not in self.wide:
+                add("extended", name, f"{name} K={plan.extended_k} (budget control)",
+                    lambda r, name=name: f"{name:>10s}: O_{plan.extended_k}={r.O_K:.3f}", lay.audits, k=plan.extended_k)
+        for name, r in main.items():
+            fmt = plan.native_formats.get(name)
+            if fmt and fmt != r.protocol.prompt_format:
+                add("format", name, f"{name} in its {fmt!r} prompt",
+                    lambda f, name=name, fmt=fmt: f"{name:>10s}: D under its native prompt {fmt!r} = {f.D:.3f}",
+                    lay.audits, **format_change(plan, name))
+        longer: set[str] = set()
+        for a, b in plan.pairs:
+            c = compare(main[a], main[b])
+            left = left_reachable(c) if plan.control_temperatures else []
+            if left:
+                RunDir(lay.temperature(a, b)).begin(TemperatureControl(c, plan.control_temperatures, name=b).record)
+            for t in plan.control_temperatures if left else ():
+                kids.append(rerun_child(
+                    main[b], role=f"reprobe:{a}--{b}:{t:g}", label=f"{b} T={t:g} (left {a}'s reach)", task=self.task,
+                    log=lambda r, a=a, b=b, t=t: f"{b:>10s}: T={t:g}: {int(r.questions['reachable'].sum())} of {r.n} "
+                    f"questions that left {a}'s reach are reachable again", into=lay.temperature(a, b), name=b,
+                    exec_config=self.exec_config, questions=left, temperature=t))
+            if plan.length_max_new_tokens and truncation_parity(main[a], main[b], plan.truncation_margin)["flagged"]:
+                longer |= {a, b}
+        n_tok = plan.length_max_new_tokens
+        for name in sorted(longer, key=plan.model_order.index):
+            add("longer", name, f"{name} max_new_tokens={n_tok} (length control)",
+                lambda r, name=name: f"{name:>10s}: at max_new_tokens={n_tok}: D={r.D:.3f}  O_{r.k}={r.O_K:.3f}",
+                lay.audits, max_new_tokens=n_tok)
+        return kids
+
+    def compose(self, done: Mapping[str, Any], seconds: Mapping[str, float]) -> TrainingAudit:
+        """The study from its children; each pair's comparison and control runs written beside them first."""
+        groups: dict[str, dict[Any, Any]] = collections.defaultdict(dict)
+        for name in self.plan.model_order:
+            for group in ("audit", "extended", "format", "longer"):
+                if f"{group}:{name}" in done:
+                    groups[group][name] = done[f"{group}:{name}"]
+        for a, b in self.plan.pairs:
+            runs = {t: done[f"reprobe:{a}--{b}:{t:g}"] for t in self.plan.control_temperatures
+                    if f"reprobe:{a}--{b}:{t:g}" in done}
+            if runs:
+                groups["reprobe"][(a, b)] = runs
+        walls: dict[str, float] = {}
+        for role, took in seconds.items():  # by checkpoint: the one each child decodes
+            group, _, rest = role.partition(":")
+            name = rest.rpartition(":")[0].partition("--")[2] if group == "reprobe" else rest
+            walls[name] = walls.get(name, 0.0) + took
+        study = TrainingAudit(self.plan, groups["audit"], groups["extended"], groups["format"], groups["reprobe"],
+                              groups["longer"], walls, record=RunDir(self.out).record(), location=self.out)
+        _finish_controls(self.plan, self.lay, study)
+        return study
 
 
 def _cut(wide: AuditResult, k: int, out: Path) -> AuditResult:
     """The audit at budget ``k`` that ``wide`` (a complete audit at a larger budget) holds, written to ``out``."""
     return as_rerun(wide.restrict_k(k), out, {"rerun_of": str(wide.location), "change": {"k": k}})
-
-
-def _control_steps(plan: StudyPlan, task: Task, lay: StudyLayout, ex: ExecConfig, main: dict[str, AuditResult]) -> list[_Step]:
-    """Every control's rerun, given the checkpoints' audits; each temperature control's directory is begun."""
-    steps = []
-
-    def add(name: str, label: str, total: int, log: Callable[[Any], str], into: Path, **change: Any) -> None:
-        steps.append(_Step(name, label, total, log, plan_rerun(main[name], task=task, into=into, name=name,
-                                                                exec_config=ex, **change)))
-
-    for name in plan.paired_models if plan.extended_k else ():
-        add(name, f"{name} K={plan.extended_k} (budget control)", main[name].n,
-            lambda r, name=name: f"{name:>10s}: O_{plan.extended_k}={r.O_K:.3f}", lay.audits, k=plan.extended_k)
-    for name, r in main.items():
-        fmt = plan.native_formats.get(name)
-        if fmt and fmt != r.protocol.prompt_format:
-            add(name, f"{name} in its {fmt!r} prompt", r.n,
-                lambda f, name=name, fmt=fmt: f"{name:>10s}: D under its native prompt {fmt!r} = {f.D:.3f}",
-                lay.audits, **format_change(plan, name))
-    longer: set[str] = set()
-    for a, b in plan.pairs:
-        c = compare(main[a], main[b])
-        left = left_reachable(c) if plan.control_temperatures else []
-        if left:
-            RunDir(lay.temperature(a, b)).begin(TemperatureControl(c, plan.control_temperatures, name=b).record)
-        for t in plan.control_temperatures if left else ():
-            add(b, f"{b} T={t:g} (left {a}'s reach)", len(left),
-                lambda r, a=a, b=b, t=t: f"{b:>10s}: T={t:g}: {int(r.questions['reachable'].sum())} of {r.n} questions "
-                f"that left {a}'s reach are reachable again", lay.temperature(a, b), questions=left, temperature=t)
-        if plan.length_max_new_tokens and truncation_parity(main[a], main[b], plan.truncation_margin)["flagged"]:
-            longer |= {a, b}
-    n_tok = plan.length_max_new_tokens
-    for name in sorted(longer, key=plan.model_order.index):
-        add(name, f"{name} max_new_tokens={n_tok} (length control)", main[name].n,
-            lambda r, name=name: f"{name:>10s}: at max_new_tokens={n_tok}: D={r.D:.3f}  O_{r.k}={r.O_K:.3f}",
-            lay.audits, max_new_tokens=n_tok)
-    return steps
-
-
-def _run_steps(steps: list[_Step], executor: Executor, board: ProgressBoard, log: Callable[[str], None],
-               walls: dict[str, float]) -> list[Any]:
-    """Run a round of steps on ``executor``, with one progress line per step and its log line when done."""
-    def progress(i: int, done: int, total: int) -> None:
-        board.update(steps[i].label, done, total)
-
-    def done(i: int, result, seconds: float) -> None:
-        walls[steps[i].name] = walls.get(steps[i].name, 0.0) + seconds
-        log(steps[i].log(result))
-
-    return run_reruns([s.planned for s in steps], executor, progress=progress, on_done=done)
 
 
 def _finish_controls(plan: StudyPlan, lay: StudyLayout, study: TrainingAudit) -> None:
@@ -272,7 +324,8 @@ def run_training_audit(
     plan: StudyPlan, out: str | Path, *, exec_config: ExecConfig | None = None, executor: Executor | None = None,
     log: Callable[[str], None] | None = None,
 ) -> TrainingAudit:
-    """Run (or resume) every audit and control the plan needs into ``out``; return the study.
+    """Run (or resume) every audit and control the plan needs into ``out`` (:func:`~reachlens.runner.study.run_study`);
+    return the study.
 
     While it runs, each audit has one progress line with its ETA (:class:`ProgressBoard`, on stderr)
     and each finished audit logs its D and O_K (``log``, default: printed between the progress lines).
@@ -284,38 +337,10 @@ def run_training_audit(
         executor: who decodes every round; None: the one ``exec_config`` asks for
             (:func:`~reachlens.runner.executor_for`).
     """
-    from reachlens.tasks import load_task
-
-    ex = exec_config or ExecConfig()
-    lay = StudyLayout(Path(out))
-    for name in plan.models:
-        lay.audit(name)  # each name a folder name, refused before anything is written
-    root = RunDir(lay.root)
-    with root.writer():
-        record = RunRecord.new("training_audit", plan.protocol, dict(plan.models), None, _options(plan),
-                               exec=ex.recorded())
-        root.check_run(record, what=f"study directory {str(lay.root)!r} holds another plan")
-        root.start(record)
-    task = load_task(plan.protocol.task, plan.data, split=plan.protocol.split, n=plan.n)
-    owned = executor is None
-    executor = executor_for(ex) if owned else executor
-    walls = dict((root.summary() or {}).get("wall_seconds", {}))
     board = ProgressBoard()
-    log = log or board.write
     try:
         with listening(board):  # the decodes' steps, this process' and its workers'
-            audits = _run_steps(_main_steps(plan, task, lay, ex), executor, board, log, walls)
-            main = dict(zip(plan.models, audits))
-            _run_steps(_control_steps(plan, task, lay, ex, main), executor, board, log, walls)
+            return run_study(_TrainingStudy(plan, Path(out), exec_config or ExecConfig()), executor,
+                             progress=board.update, log=log or board.write)
     finally:
         board.close()
-        if owned:
-            executor.close()
-    study = TrainingAudit.read(root)
-    _finish_controls(plan, lay, study)
-    study = dataclasses.replace(TrainingAudit.read(root), wall_seconds=walls)
-    with root.writer():
-        root.start(study.record)
-        Run.write_to(study, root)
-        root.finish(study.summary())
-    return dataclasses.replace(study, record=root.record())

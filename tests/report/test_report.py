@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import html
 import json
 import math
@@ -37,11 +39,22 @@ def _write(study_dir: Path, name: str, result, **change) -> None:
     result.save(StudyLayout(study_dir).audit(name, **change))
 
 
+def _roles(root: Path) -> dict[str, str]:
+    """Each audit ``_write`` saved under ``root``, by its role in the study (the change its folder name says)."""
+    groups = {"": "audit", "k": "extended", "prompt_format": "format", "max_new_tokens": "longer"}
+    roles = {}
+    for folder in sorted((root / "audits").iterdir()):
+        name, _, change = folder.name.partition("--")
+        key = next((k for k in groups if k and k in change), "")
+        roles[f"{groups[key]}:{name}"] = f"audits/{folder.name}"
+    return roles
+
+
 def _study(root: Path, plan: StudyPlan, wall_seconds: dict | None = None):
-    """The study run begun in ``root``, completed and read back."""
+    """The study run begun in ``root``, completed (its audits its children) and read back."""
     run = RunDir(root)
     with run.writer():
-        run.start(_record(plan))
+        run.start(dataclasses.replace(_record(plan), children=_roles(root)))
         run.finish({"wall_seconds": wall_seconds or {}})
     return read_run(root)
 

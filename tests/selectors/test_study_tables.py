@@ -3,6 +3,8 @@ plurality vote computed here with ``collections.Counter`` over the samples each 
 
 from __future__ import annotations
 
+import dataclasses
+
 from collections import Counter
 
 import pandas as pd
@@ -61,7 +63,7 @@ def study(tmp_path):
     for name, questions in ANSWERS.items():
         audit(f"zoo:{name}", questions).save(StudyLayout(tmp_path).audit(name))
     with run.writer():
-        run.start(record)
+        run.start(dataclasses.replace(record, children={f"audit:{name}": f"audits/{name}" for name in ANSWERS}))
         run.finish({"wall_seconds": {}})
     return read_run(tmp_path)
 

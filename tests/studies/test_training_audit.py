@@ -14,7 +14,7 @@ from reachlens import Protocol
 from reachlens.errors import ReachlensError
 from reachlens.execution import ExecConfig
 from reachlens.store import FORMAT_VERSION, read_run
-from reachlens.studies import plan_rerun
+from reachlens.studies import rerun_child
 from reachlens.studies.training_audit import FORMAT_K, StudyPlan, run_training_audit
 
 
@@ -178,7 +178,7 @@ def test_convert_cuts_an_interrupted_k_sample_format_control_as_far_as_it_got(ti
     reference = study.formats["tuned"]
     shutil.move(reference.location, tmp_path / "decoded")
 
-    def stop(done, total):
+    def stop(label, done, total):
         if done >= 2:
             raise RuntimeError("stopped")
 
@@ -207,6 +207,6 @@ def test_a_rerun_that_changes_k_with_another_field_decodes_every_sample_again(ti
     task = reachlens.load_task("arith", n=3)
     src = reachlens.audit(str(tiny_dir), task, Protocol("arith", k=4, temperature=1.0, max_new_tokens=10))
     for k in (2, 6):  # below K (never a cut of the source's samples) and above (never an extension of them)
-        planned = plan_rerun(src, task=task, k=k, prompt_format="verbose")
+        planned = rerun_child(src, task=task, k=k, prompt_format="verbose")
         assert planned.job is not None and planned.job.sample_offset == 0
         assert (planned.job.protocol.k, planned.job.protocol.prompt_format) == (k, "verbose")
