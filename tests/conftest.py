@@ -216,6 +216,19 @@ def vllm_python() -> str:
 
 
 @pytest.fixture(scope="session")
+def zoo_audit_dirs(tmp_path_factory) -> Path:
+    """Audits of ``zoo:base`` and ``zoo:sft`` made by the CLI (arith, 10 questions, K=4, 40 new tokens): the input of
+    the ``reachlens control`` tests. ``ROOT/base`` and ``ROOT/sft``."""
+    from reachlens.cli import main
+
+    root = tmp_path_factory.mktemp("zoo-audits")
+    for name in ("base", "sft"):
+        assert main(["audit", f"zoo:{name}", "--task", "arith", "--n", "10", "--k", "4", "--max-new-tokens", "40",
+                     "--out", str(root / name)]) == 0
+    return root
+
+
+@pytest.fixture(scope="session")
 def audit_setup():
     """(task, protocol, exec config) of the session's tiny audit: 3 arith questions, K=2, one question per batch."""
     from reachlens import Protocol, load_task

@@ -11,19 +11,10 @@ from reachlens.store import read_run
 from reachlens.studies.controls import left_reachable
 
 
-@pytest.fixture(scope="module")
-def audit_dirs(tmp_path_factory):
-    root = tmp_path_factory.mktemp("control")
-    for name in ("base", "sft"):
-        assert main(["audit", f"zoo:{name}", "--task", "arith", "--n", "10", "--k", "4", "--max-new-tokens", "40",
-                     "--out", str(root / name)]) == 0
-    return root
-
-
-def test_temperature_control_prints_and_writes_its_table(audit_dirs, tmp_path, capsys):
+def test_temperature_control_prints_and_writes_its_table(zoo_audit_dirs, tmp_path, capsys):
     capsys.readouterr()
     out = tmp_path / "temp"
-    assert main(["control", "temperature", str(audit_dirs / "base"), str(audit_dirs / "sft"),
+    assert main(["control", "temperature", str(zoo_audit_dirs / "base"), str(zoo_audit_dirs / "sft"),
                  "--temperatures", "0.6,1.2", "--out", str(out)]) == 0
     printed = capsys.readouterr().out
     table = pd.read_parquet(out / "temperature_control.parquet")
@@ -45,10 +36,10 @@ def test_temperature_control_prints_and_writes_its_table(audit_dirs, tmp_path, c
     assert (out / "report.html").is_file()
 
 
-def test_length_control_prints_both_lengths(audit_dirs, tmp_path, capsys):
+def test_length_control_prints_both_lengths(zoo_audit_dirs, tmp_path, capsys):
     capsys.readouterr()
     out = tmp_path / "len"
-    assert main(["control", "length", str(audit_dirs / "base"), str(audit_dirs / "sft"), "--max-new-tokens", "64",
+    assert main(["control", "length", str(zoo_audit_dirs / "base"), str(zoo_audit_dirs / "sft"), "--max-new-tokens", "64",
                  "--out", str(out)]) == 0
     printed = capsys.readouterr().out
     assert "cut at max_new_tokens=40" in printed
@@ -62,9 +53,9 @@ def test_length_control_prints_both_lengths(audit_dirs, tmp_path, capsys):
     (["temperature", "--temperatures", "0,1"], "give temperatures > 0"),
     (["length", "--max-new-tokens", "40"], "--max-new-tokens 40 must exceed the audits' 40"),
 ])
-def test_bad_values_are_one_line(audit_dirs, tmp_path, capsys, argv, message):
+def test_bad_values_are_one_line(zoo_audit_dirs, tmp_path, capsys, argv, message):
     kind, *rest = argv
-    code = main(["control", kind, str(audit_dirs / "base"), str(audit_dirs / "sft"), *rest, "--out", str(tmp_path / "x")])
+    code = main(["control", kind, str(zoo_audit_dirs / "base"), str(zoo_audit_dirs / "sft"), *rest, "--out", str(tmp_path / "x")])
     err = capsys.readouterr().err.strip()
     assert code == 2 and "\n" not in err and message in err
     assert not (tmp_path / "x").exists()  # refused before anything ran

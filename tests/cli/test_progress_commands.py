@@ -51,15 +51,6 @@ def _moves(err: str, label: str) -> tuple[int, int, int]:
 
 
 @pytest.fixture(scope="module")
-def audits(tmp_path_factory):
-    root = tmp_path_factory.mktemp("audits")
-    for name in ("base", "sft"):
-        assert main(["audit", f"zoo:{name}", "--task", "arith", "--n", "6", "--k", "4", "--max-new-tokens", "24",
-                     "--out", str(root / name)]) == 0
-    return root
-
-
-@pytest.fixture(scope="module")
 def sets(tmp_path_factory):
     """The zoo base's recognition of arith_mc (6 questions) and a failure set and healthy panel of 2 each (the
     causal commands' input, made up as the families' CLI test makes it)."""
@@ -100,7 +91,8 @@ def test_a_causal_sweep_shows_its_decode_moving(command, extra, sets, tmp_path, 
 
 @pytest.mark.parametrize("kind,extra", [("length", ["--max-new-tokens", "48"]),
                                         ("temperature", ["--temperatures", "1.2"])])
-def test_a_control_shows_its_reruns_moving(kind, extra, audits, tmp_path, capfd, slow_steps):
+def test_a_control_shows_its_reruns_moving(kind, extra, zoo_audit_dirs, tmp_path, capfd, slow_steps):
+    audits = zoo_audit_dirs
     capfd.readouterr()
     code = main(["control", kind, str(audits / "base"), str(audits / "sft"), *extra, "--out", str(tmp_path / kind)])
     err = capfd.readouterr().err
@@ -108,9 +100,9 @@ def test_a_control_shows_its_reruns_moving(kind, extra, audits, tmp_path, capfd,
     lines = [ln for ln in err.splitlines() if ln.startswith(f"control {kind}:")]
     tokens, _, rows = _moves(err, f"control {kind}")
     table = pd.read_parquet(tmp_path / kind / f"{kind}_control.parquet")
-    # the reruns' rows: each question's K=4 samples and its greedy row; length: both audits' 6 questions again
-    questions = 2 * 6 if kind == "length" else int(table["n_reprobed"].iloc[0])
-    assert questions > 0 and rows == questions * 5 and tokens <= rows * max(48, 24), table
+    # the reruns' rows: each question's K=4 samples and its greedy row; length: both audits' 10 questions again
+    questions = 2 * 10 if kind == "length" else int(table["n_reprobed"].iloc[0])
+    assert questions > 0 and rows == questions * 5 and tokens <= rows * max(48, 40), table
     assert f"control {kind}: {questions}/{questions} q" in lines[-1]
 
 

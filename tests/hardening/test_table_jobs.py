@@ -87,20 +87,6 @@ def route_argv(model, out, *extra) -> list[str]:
             "--max-new-tokens", str(TOKENS), "--max-batch-rows", "3", "--out", str(out), *extra]
 
 
-def test_kill_9_mid_search_then_resume_and_two_workers_equal_an_uninterrupted_search(tiny_model, tiny_dir, arith,
-                                                                                      tmp_path, capsys):
-    whole = run_routing(tiny_model, arith, "skip", "random", protocol=GREEDY, config=CONFIG,
-                        exec_config=ExecConfig(max_batch_rows=3))  # the command's slices
-    kill_after_first_part(route_argv(tiny_dir, tmp_path / "cut"), tmp_path / "cut")
-    assert main(route_argv(tiny_dir, tmp_path / "cut")) == 0
-    assert main(route_argv(tiny_dir, tmp_path / "two", "--workers", "2")) == 0
-    capsys.readouterr()
-    for name in ("cut", "two"):
-        run = read_run(tmp_path / name)
-        assert run.record.status == "complete" and not (tmp_path / name / "parts").exists()
-        assert_same_tables(run, whole)
-
-
 # --- recognition ---------------------------------------------------------------------------------
 MC = TaskSpec("arith_mc", n=6)
 MC_GREEDY = Protocol.greedy("arith_mc", max_new_tokens=TOKENS)
@@ -125,21 +111,6 @@ def test_a_recognition_run_in_slices_equals_the_whole_task_at_once(tiny_model, w
 def recognize_argv(model, out, *extra) -> list[str]:
     return ["recognize", str(model), "--task", "arith_mc", "--n", "6", "--max-new-tokens", str(TOKENS),
             "--max-batch-rows", "1", "--min-failures", "1", "--out", str(out), *extra]
-
-
-def test_kill_9_mid_recognition_then_resume_and_two_workers_equal_an_uninterrupted_run(tiny_model, tiny_dir, tmp_path,
-                                                                                       capsys):
-    whole = recognize(tiny_model, MC.load(), MC_GREEDY, RecognitionConfig(max_batch_rows=1),  # the command's slices
-                      rule=FailureRule(min_failures=1), spec=MC)
-    kill_after_first_part(recognize_argv(tiny_dir, tmp_path / "cut"), tmp_path / "cut")
-    assert main(recognize_argv(tiny_dir, tmp_path / "cut")) == 0
-    assert main(recognize_argv(tiny_dir, tmp_path / "two", "--workers", "2")) == 0
-    capsys.readouterr()
-    for name in ("cut", "two"):
-        run = read_run(tmp_path / name)
-        assert run.record.status == "complete"
-        assert_same_tables(run, whole)
-        assert run.sets.failure == whole.sets.failure and run.sets.healthy == whole.sets.healthy
 
 
 # --- a silencing sweep ---------------------------------------------------------------------------
@@ -168,16 +139,37 @@ def silence_argv(model, sets_path, out, *extra) -> list[str]:
             "--max-batch-rows", "5", "--out", str(out), *extra]
 
 
-def test_kill_9_mid_sweep_then_resume_and_two_workers_equal_an_uninterrupted_sweep(tiny_model, tiny_dir, sets,
-                                                                                   tmp_path, capsys):
-    made, path = sets
+# --- kill -9 and resume, and two workers, for each ------------------------------------------------
+def _search(request):
+    whole = run_routing(request.getfixturevalue("tiny_model"), request.getfixturevalue("arith"), "skip", "random",
+                        protocol=GREEDY, config=CONFIG, exec_config=ExecConfig(max_batch_rows=3))  # the command's slices
+    return whole, route_argv, lambda run: not (run.location / "parts").exists()
+
+
+def _recognition(request):
+    whole = recognize(request.getfixturevalue("tiny_model"), MC.load(), MC_GREEDY,
+                      RecognitionConfig(max_batch_rows=1), rule=FailureRule(min_failures=1), spec=MC)
+    return whole, recognize_argv, lambda run: (run.sets.failure, run.sets.healthy) == (whole.sets.failure,
+                                                                                         whole.sets.healthy)
+
+
+def _sweep(request):
+    made, path = request.getfixturevalue("sets")
     five = dataclasses.replace(made, config=dataclasses.replace(made.config, max_batch_rows=5))  # the command's slices
-    whole = silence_sweep(tiny_model, MC.load(), five, layers=[0, 2], components=["mlp", "layer"])
-    kill_after_first_part(silence_argv(tiny_dir, path, tmp_path / "cut"), tmp_path / "cut")
-    assert main(silence_argv(tiny_dir, path, tmp_path / "cut")) == 0
-    assert main(silence_argv(tiny_dir, path, tmp_path / "two", "--workers", "2")) == 0
+    whole = silence_sweep(request.getfixturevalue("tiny_model"), MC.load(), five, layers=[0, 2],
+                          components=["mlp", "layer"])
+    return whole, lambda model, out, *extra: silence_argv(model, path, out, *extra), lambda run: run.meta == whole.meta
+
+
+@pytest.mark.parametrize("case", [_search, _recognition, _sweep], ids=["search", "recognition", "sweep"])
+def test_kill_9_mid_run_then_resume_and_two_workers_equal_an_uninterrupted_run(case, tiny_dir, tmp_path, capsys,
+                                                                               request):
+    whole, argv, same = case(request)
+    kill_after_first_part(argv(tiny_dir, tmp_path / "cut"), tmp_path / "cut")
+    assert main(argv(tiny_dir, tmp_path / "cut")) == 0
+    assert main(argv(tiny_dir, tmp_path / "two", "--workers", "2")) == 0
     capsys.readouterr()
     for name in ("cut", "two"):
         run = read_run(tmp_path / name)
-        assert run.record.status == "complete" and run.meta == whole.meta
+        assert run.record.status == "complete" and same(run)
         assert_same_tables(run, whole)

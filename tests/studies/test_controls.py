@@ -122,3 +122,28 @@ def test_study_runs_the_controls_and_reads_them_back(tmp_path):
     assert kinds["controls/temperature/base--sft"] == "temperature_control"
     assert kinds["controls/length/base--sft"] == "length_control" and kinds["audits/sft--max_new_tokens=64"] == "audit"
     assert all(i.record.status == "complete" for i in list_runs(tmp_path / "one"))
+
+
+def test_each_control_run_as_a_study_equals_its_reruns_composed_by_hand_and_a_rerun_decodes_nothing(
+        zoo, tmp_path, monkeypatch):
+    import reachlens.runner.study as study_module
+    from reachlens.studies.controls import LengthControl, TemperatureControl
+
+    task, models, audits = zoo
+    b, t = (audits[n] for n in ("base", "sft"))
+    left = left_reachable(compare(b, t))
+    by_hand = {1.3: rerun(t, model=models["sft"], task=task, questions=left, temperature=1.3)}
+    temp = temperature_control(models["sft"], task, b, t, (1.3,), out=tmp_path / "temp")
+    pd.testing.assert_frame_equal(temp.table(), temperature_table(compare(b, t), by_hand))
+    assert isinstance(read_run(tmp_path / "temp"), TemperatureControl) and temp.record.status == "complete"
+    longer = [rerun(r, model=models[n], task=task, max_new_tokens=64) for n, r in (("base", b), ("sft", t))]
+    length = length_control(b, t, 64, models=(models["base"], models["sft"]), task=task, out=tmp_path / "length")
+    pd.testing.assert_frame_equal(length.table(), length_table(compare(b, t), compare(*longer)))
+    assert isinstance(read_run(tmp_path / "length"), LengthControl)
+    seen = []
+    real = study_module.run_jobs
+    monkeypatch.setattr(study_module, "run_jobs", lambda jobs, *a, **k: seen.extend(jobs) or real(jobs, *a, **k))
+    again = temperature_control(models["sft"], task, b, t, (1.3,), out=tmp_path / "temp")
+    assert length_control(b, t, 64, models=(models["base"], models["sft"]), task=task,
+                          out=tmp_path / "length").table().equals(length.table())
+    assert seen == [] and again.table().equals(temp.table())  # every rerun was complete: none decoded again

@@ -94,7 +94,7 @@ def test_a_rerun_decodes_only_the_children_not_finished(tiny_dir, tmp_path, monk
 def test_the_study_records_its_children_by_role_with_paths_inside_it(tiny_dir, tmp_path):
     study = run_training_audit(plan_for(tiny_dir), tmp_path / "s", **QUIET)
     children = study.record.children
-    assert {"audit/base", "audit/tuned", "extended/base", "format/tuned"} <= set(children)
+    assert {"audit:base", "audit:tuned", "extended:base", "extended:tuned", "format:tuned"} <= set(children)
     for role, rel in children.items():
         assert not os.path.isabs(rel) and ".." not in rel.split("/"), (role, rel)
         assert read_run(tmp_path / "s" / rel).location.resolve().is_relative_to((tmp_path / "s").resolve())
@@ -112,3 +112,21 @@ def test_a_bad_value_is_refused_before_the_study_directory_is_made(tiny_dir, tmp
     with pytest.raises(ReachlensError, match="folder name"):
         run_training_audit(bad, tmp_path / "s", **QUIET)
     assert not (tmp_path / "s").exists()
+
+
+def test_convert_records_a_format_4_study_s_audits_as_its_children_by_role(tiny_dir, tmp_path):
+    import json
+
+    from reachlens.store.convert import convert
+
+    study = run_training_audit(plan_for(tiny_dir), tmp_path / "s", **QUIET)
+    for header in (tmp_path / "s").rglob("run.json"):  # format 4: a study found its audits by folder name
+        old = {**json.loads(header.read_text()), "format_version": 4}
+        if old["kind"] == "training_audit":
+            old["children"] = {}
+        header.write_text(json.dumps(old))
+    converted = dict(convert(tmp_path / "s"))
+    assert converted[tmp_path / "s"].startswith("format 4 -> format 5")
+    again = read_run(tmp_path / "s")
+    assert again.record.children == study.record.children
+    _tables_equal(again, study)
