@@ -142,6 +142,7 @@ def run_study(study: Study, executor: Executor | None = None, *, progress: Progr
     if root is not None:
         root.check_target()
         with root.writer():
+            root.check_run(record, what=f"study directory {str(root.path)!r} holds another plan")
             root.start(record)
             study.prepare(root)
     owned = executor is None
