@@ -144,7 +144,9 @@ def test_bad_arguments_are_refused_before_anything_trains(tmp_path):
         elicit("org/not-here", TASK, PROTOCOL, out=tmp_path / "b", demos=(1,))
     with pytest.raises(ReachlensError, match="lr="):
         FineTune(lr=0.0)
-    assert not (tmp_path / "a").exists() and not (tmp_path / "b").exists()
+    with pytest.raises(ReachlensError, match="k=1000000000: one question"):  # from Python too, before any fine-tune
+        elicit("zoo:locked", TASK, PROTOCOL.with_k(10**9), out=tmp_path / "c", demos=(1,))
+    assert not any((tmp_path / d).exists() for d in "abc")
 
 
 def test_early_stopping_keeps_the_best_held_out_step_of_each_model(tmp_path):
