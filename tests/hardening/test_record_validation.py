@@ -79,27 +79,27 @@ def test_a_kind_whose_options_lack_what_it_reads_is_one_line(finished_audit, tmp
     assert code == 2 and message in error_line(err)
 
 
-def _study(path: Path, protocol, models: dict[str, str], **options) -> Path:
-    """A training study's record (complete) by hand: its plan is its protocol and options."""
+def _study(path: Path, protocol, models: dict[str, str], children: dict[str, str] | None = None, **options) -> Path:
+    """A training study's record (complete) by hand: its plan is its protocol and options, its audits ``children``."""
     from reachlens.studies import StudyPlan
 
     plan = StudyPlan(models, (), protocol)
     opts = {**{k: v for k, v in plan.to_dict().items() if k != "protocol"}, **options}
     record = dataclasses.replace(RunRecord.new("training_audit", plan.protocol, dict(plan.models), None, opts),
-                                 status="complete")
+                                 status="complete", children=children or {})
     path.mkdir(parents=True)
     write_json(path / "run.json", record.to_dict())
     write_json(path / "summary.json", {})
     return path
 
 
-@pytest.mark.parametrize("name", ["../../ref", "/abs/ref", "..", "a\\b"])
-def test_a_study_never_reads_a_name_outside_itself(finished_audit, tmp_path, capsys, name) -> None:
+@pytest.mark.parametrize("child", ["../ref", "/abs/ref", ".."])
+def test_a_study_never_reads_a_child_outside_itself(finished_audit, tmp_path, capsys, child) -> None:
     protocol = read_run(finished_audit).protocol
-    copy_of(finished_audit, tmp_path / "ref")  # where ../../ref leads from study/audits/: a real audit to read
-    study = _study(tmp_path / "study", protocol, {name: "zoo:base"})
+    copy_of(finished_audit, tmp_path / "ref")  # where ../ref leads from the study: a real audit to read
+    study = _study(tmp_path / "study", protocol, {"base": "zoo:base"}, children={"audit:base": child})
     code, _, err = cli(capsys, "report", study)
-    assert code == 2 and f"audit folder name {name!r} is not a plain folder name" in error_line(err)
+    assert code == 2 and f"child 'audit:base' {child!r} in" in error_line(err)
     assert not (study / "report.html").exists()
 
 
