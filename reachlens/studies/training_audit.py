@@ -3,7 +3,8 @@
 :func:`run_training_audit` runs a :class:`~reachlens.studies.study_plan.StudyPlan` into one directory, a run of
 kind ``training_audit`` (:class:`TrainingAudit`) made of runs (its layout, :class:`StudyLayout`)::
 
-    DIR/run.json, its summary, *.parquet         the study: its plan (protocol + options), its tables
+    DIR/run.json, its summary, *.parquet         the study: its plan (protocol + options), its audits as children
+                                                  by role (relative paths: audit:NAME, extended:NAME, ...), its tables
     DIR/audits/NAME/                              each checkpoint's audit
     DIR/audits/NAME--k=K2/                        the budget control (rerun at budget K2)
     DIR/audits/NAME--k=1--prompt_format=FMT/      the prompt-format control (its deployment in its native format)
@@ -16,7 +17,7 @@ It is a study (:func:`~reachlens.runner.study.run_study`) in two rounds of jobs 
 audit, then every control's rerun (each needs the audits: which questions left, which pairs are flagged). A
 checkpoint the budget control extends is decoded once in the first round, at the control's budget, and its
 audit at K is the first K samples per question of that one (what the two share is decoded once). Everything
-is resumable, and everything can be re-read without a model (:func:`~reachlens.store.read_run`);
+is resumable (a re-run reads every finished audit and decodes only the rest), and everything can be re-read without a model (:func:`~reachlens.store.read_run`);
 :mod:`reachlens.report` renders it.
 
 Controls (each a :func:`~reachlens.studies.rerun` of a checkpoint's audit):
