@@ -316,6 +316,8 @@ class _ElicitStudy(Study):
                          f"on {n} question(s)")
                 _copy(self.specs[side], self.task, self.protocol, self.chosen[:n], self._checkpoint(side, n),
                       self.finetune, held, self.rl)
+        kids = self.children({})
+        self.say(f"audit {sum(not c.complete() for c in kids)} of {len(kids)} models")
 
     def _checkpoint(self, side: str, n: int) -> Path:
         return self.out / "checkpoints" / f"{side}-n{n}"
