@@ -121,10 +121,13 @@ class _Handler(BaseHTTPRequestHandler):
         qs = find_set(sets, one.get("set"))
         if name == "controls":
             return render.controls_fragment(qs)
-        if name == "list":
-            return render.list_fragment(qs, View(one.get("filter", ""), one.get("search", ""), one.get("sort", "")))
-        if name == "question":
-            return render.question_fragment(qs, one.get("question", ""))
+        if name == "list":  # at once, the questions' texts filled in when ready; texts=wait: with them
+            return render.list_fragment(qs, View(one.get("filter", ""), one.get("search", ""), one.get("sort", "")),
+                                        wait=one.get("texts") == "wait")
+        if name == "question":  # at once; the prompt (the task and the tokenizer loaded) asked for apart
+            return render.question_fragment(qs, one.get("question", ""), prompt=False)
+        if name == "prompt":
+            return render.prompt_fragment(qs, one.get("question", ""))
         if name == "sample":
             side = one.get("side", "0")
             if not side.isdigit():
