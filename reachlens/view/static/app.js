@@ -67,6 +67,10 @@ async function showControls(p) {
   document.getElementById("controls").innerHTML = await fragment("controls", q);
   const sort = document.getElementById("sort-menu");
   if (sort) sort.value = p.get("sort") || "";
+  const filter = p.get("filter") || "";  // a menu whose choice is the whole filter shows that choice
+  for (const menu of document.querySelectorAll("select.preset")) {
+    if ([...menu.options].some((o) => o.value === filter)) menu.value = filter;
+  }
 }
 
 async function load() {
