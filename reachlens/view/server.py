@@ -1,7 +1,7 @@
 """``reachlens view``'s server: the standard library's HTTP server, read-only, on 127.0.0.1 by default.
 
 Why the standard library (:mod:`http.server`): the viewer serves one static page, its script and style, and HTML
-fragments rendered here from the run's tables; that needs routing of six GET paths and nothing a framework adds
+fragments rendered here from the run's tables; that needs routing of nine GET paths and nothing a framework adds
 (templates, sessions, forms), so no dependency is taken on. ``ThreadingHTTPServer`` answers each request in its
 own thread; the tables each set reads are kept once per set (:mod:`reachlens.view.source`, under a lock).
 
