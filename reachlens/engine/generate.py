@@ -1,6 +1,6 @@
 """Batched generation over a hooked model: shared-prefix prefill, in-place KV cache, exact greedy.
 
-One module (about 570 lines) because the decode loop and the chunk state it advances (prefill, choose,
+One module (about 610 lines) because the decode loop and the chunk state it advances (prefill, choose,
 advance, copy/select, forward) are one algorithm; its parts are the engine's other modules.
 
 One call decodes many *rows*. A row is (prompt, seed): ``seed=None`` is the greedy deployment, an
@@ -21,11 +21,18 @@ from the end of the batch (only the moved rows' cache is copied), so a forward n
 (bookkeeping, tested without a model); the loop of :func:`_generate_chunk` reads choose -> advance
 the tree -> copy/select cache rows -> forward.
 
-Hooks: under sharing a batch row is a distinct prefix, not a sample. So sharing is the default only
-while no hook is attached other than reachlens' own (:func:`~reachlens.engine.hooks.row_agnostic`);
-with any other hook attached, every row gets its own batch entry in every forward, prefill
-included, and keeps it to the end of its chunk (see :mod:`reachlens.engine.hooks`, which also
-says how a hook that opts in to sharing learns which samples each row stands for).
+Without sharing (``share_prefixes=False``) no two samples share an entry after the prompt, but the prompt is
+still prefilled once per (prompt, arm, route) and fanned out to its rows at the first step (the rows read its keys
+in place on the fused path), and finished rows leave the batch: a forward computes the live samples only, each
+one's generated keys in one contiguous buffer (the sample tree with ``merge=False``). HuggingFace ``generate``
+instead prefills the prompt once per sample and feeds finished samples padding to the end.
+
+Hooks: under sharing a batch row is a distinct prefix, not a sample, and without it batch rows move as samples
+finish. So sharing is the default only while no hook is attached other than reachlens' own
+(:func:`~reachlens.engine.hooks.row_agnostic`); with any other hook attached, every row gets its own batch entry in
+every forward, prefill included, and keeps it to the end of its chunk (on the fused path its keys in one
+contiguous buffer; see :mod:`reachlens.engine.hooks`, which also says how a hook that opts in to sharing learns
+which samples each row stands for).
 
 Arms: a row may carry an *arm* (``Row.arm``: the intervention it runs, any hashable key; None is the
 plain model). Rows of different arms never share a batch entry: the sample tree's roots are the
