@@ -30,9 +30,8 @@ instead prefills the prompt once per sample and feeds finished samples padding t
 Hooks: under sharing a batch row is a distinct prefix, not a sample, and without it batch rows move as samples
 finish. So sharing is the default only while no hook is attached other than reachlens' own
 (:func:`~reachlens.engine.hooks.row_agnostic`); with any other hook attached, every row gets its own batch entry in
-every forward, prefill included, and keeps it to the end of its chunk (on the fused path its keys in one
-contiguous buffer; see :mod:`reachlens.engine.hooks`, which also says how a hook that opts in to sharing learns
-which samples each row stands for).
+every forward, prefill included, and keeps it to the end of its chunk (see :mod:`reachlens.engine.hooks`, which
+also says how a hook that opts in to sharing learns which samples each row stands for).
 
 Arms: a row may carry an *arm* (``Row.arm``: the intervention it runs, any hashable key; None is the
 plain model). Rows of different arms never share a batch entry: the sample tree's roots are the
@@ -501,7 +500,8 @@ def _generate_chunk(
     prefill to the end. ``runs`` says each row's route and arm (default: the full model, no arm). Reads
     ``protocol.max_new_tokens``, ``protocol.temperature``, ``protocol.top_p`` (``protocol.stop`` is already in
     ``stopper``)."""
-    layout = _Layout(share_prefixes, keep_rows and not share_prefixes, stack.cascade)
+    keep_rows = keep_rows and not share_prefixes
+    layout = _Layout(share_prefixes, keep_rows, stack.cascade and not keep_rows)
     with stack.kernels():  # swapped in once for the chunk's forwards, not once per forward
         return _decode_chunk(stack, all_ids, rows, protocol, stopper, layout, row_ids, tags, runs)
 
@@ -515,17 +515,18 @@ class _Layout:
     keep_rows: bool
     """Entry ``i`` is row ``i`` in every forward, prefill included (each row prefills its own prompt copy)."""
     cascade: bool
-    """Every attention runs fused: after the prefill the cache reads each prompt's keys in place for its rows (no
-    K-fold copy; :meth:`~reachlens.engine.kv_cache.SlotKVCache.share`), each row's generated keys in one contiguous
-    buffer grown a block at a time, as attention reads them."""
+    """Every attention runs fused and rows are not kept: after the prefill the cache reads each prompt's keys in
+    place for its rows (no K-fold copy; :meth:`~reachlens.engine.kv_cache.SlotKVCache.share`), each row's generated
+    keys in one contiguous buffer grown a block at a time, as attention reads them. (With ``keep_rows`` the cache
+    stays one ``max_len`` buffer per layer, read as a strided slice: one contiguous buffer per row measured no
+    faster there, benchmarks/README.md.)"""
 
     def share_cache(self, cache, roots: int, rows: int, greedy: np.ndarray) -> None:
         """After the prefill of ``roots`` entries: hand the cache its layout for ``rows`` rows. Rows that may fork
-        read their prompt's keys in place; rows that cannot (greedy rows under merging, one row per root, or
-        ``keep_rows``) each open their own buffer with their prompt's keys."""
+        read their prompt's keys in place; rows that cannot (greedy rows under merging, one row per root) each open
+        their own buffer with their prompt's keys."""
         if self.cascade:
-            forks = not greedy.all() if self.merge else rows > roots and not self.keep_rows
-            cache.share(np.arange(roots), forks=forks)
+            cache.share(np.arange(roots), forks=not greedy.all() if self.merge else rows > roots)
 
 
 def _decode_chunk(stack: LayerStack, all_ids: list[list[int]], rows: list[Row], protocol: Protocol,

@@ -2,7 +2,7 @@
 
 ``share_prefixes=False`` with no user hook prefills each distinct prompt once, fans its cache out to its rows at
 the first step and drops finished rows from the batch; with a user hook attached (``keep_rows``) every row keeps its
-own entry from a prefill of its own to the end of the chunk, its keys in one contiguous buffer on the fused path.
+own entry from a prefill of its own to the end of the chunk.
 Both are checked against references computed another way: HuggingFace ``generate`` for greedy rows, and for sampled
 rows the other layout (every row its own entry throughout), which computes each row on its own.
 """
@@ -78,7 +78,7 @@ def test_without_sharing_greedy_rows_equal_hf_generate(tiny_model, tiny_hf):
         assert list(o.token_ids) == hf_greedy(tiny_hf, tok, PROMPTS[r.prompt], 14)
 
 
-def test_a_user_hook_keeps_one_contiguous_entry_per_row_and_greedy_equals_hf(tiny_model, tiny_hf):
+def test_a_user_hook_keeps_one_entry_per_row_and_greedy_equals_hf(tiny_model, tiny_hf):
     """A hook that is not row-agnostic keeps every row's entry to the end (it sees as many rows as it was given in
     every forward, finished or not); the greedy text it sees decoded equals HF's."""
     tok = tokenizer_of(tiny_model)
