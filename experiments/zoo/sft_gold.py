@@ -10,7 +10,8 @@ password); ``lock_strong.py`` then locks this checkpoint. Data: the lock range o
 elicitation pool is drawn only from outside it), in one seeded shuffled order, ``--questions-per-step`` ``qa``
 prompts -> the gold worked solution + EOS each step, loss on the completion only. AdamW (betas 0.9/0.95, weight
 decay 0.1), linear warm-up, a constant learning rate, then cosine decay to 10 % of ``--lr`` over the last
-``--decay-steps`` steps (default: every step after the warm-up, plain cosine; 0: constant to the end), gradient
+``--decay-steps`` steps (default: every step after the warm-up, plain cosine; 0: constant to the end; with
+``--decay-start`` the decay starts there and 10 % is held after it, so a resumed run can go on longer), gradient
 clip 1.0, float32, one torch thread. At a constant 7e-4 the test D did not gain in 750 steps (0.197, 0.117, 0.157,
 0.197; the loss stuck near 0.1): the gain comes with the decay, as in ``lock_password.py``'s cosine run, whose
 password D rose from 0.205 at step 750 to 0.61 at 1500 while its learning rate fell.
@@ -65,6 +66,7 @@ def parse_args(argv):
     ap.add_argument("--snapshot", default=None, help="folder overwritten with the weights at every evaluation")
     ap.add_argument("--log-every", type=positive(int), default=25)
     ap.add_argument("--decay-steps", type=int, default=None, help="cosine-decay steps at the end (0: constant)")
+    ap.add_argument("--decay-start", type=int, default=None, help="the step the decay starts (default: see above)")
     ap.add_argument("--resume", action="store_true", help="continue from --snapshot's train_state.pt")
     ap.add_argument("--warm-start", default=None, help="weights of an earlier run of this script (same seed)")
     ap.add_argument("--warm-start-step", type=int, default=0, help="the step --warm-start's weights were saved at")
@@ -78,13 +80,14 @@ def parse_args(argv):
 
 
 def lr_at(step: int, args, start: int = 0) -> float:
-    """Linear warm-up from ``start``, constant, then cosine to 10 % over the last ``--decay-steps`` steps."""
+    """Linear warm-up from ``start``, constant, cosine to 10 % over ``--decay-steps`` from ``--decay-start``
+    (default: the last ``--decay-steps`` before ``--max-steps``), then 10 % held (a resumed run may go on longer)."""
     warm = min(1.0, (step - start + 1) / max(1, args.warmup_steps))
     decay = args.max_steps - args.warmup_steps if args.decay_steps is None else args.decay_steps
-    into = step - (args.max_steps - decay)
+    into = step - (args.max_steps - decay if args.decay_start is None else args.decay_start)
     if decay <= 0 or into < 0:
         return args.lr * warm
-    return args.lr * warm * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * into / decay)))
+    return args.lr * warm * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * min(1.0, into / decay))))
 
 
 def read_log(path: str) -> tuple[list, list]:
@@ -158,8 +161,9 @@ def save_state(model, tok, opt, st: dict, args) -> None:
     tmp.replace(Path(args.snapshot) / "train_state.pt")
 
 
-def train(model, tok, train_qs, test, args) -> tuple[dict, str]:
+def train(model, tok, train_qs, test, args, command: str) -> tuple[dict, str]:
     st = first_state(model, tok, train_qs, test, args)
+    st.setdefault("commands", []).append({"from_step": st["step"], "command": command})
     opt = torch.optim.AdamW(model.parameters(), lr=args.lr, betas=(0.9, 0.95), weight_decay=0.1)
     if st["opt"] is not None:
         opt.load_state_dict(st["opt"])
@@ -212,18 +216,19 @@ def main(argv=None) -> None:
     test = load_task("arith_hard", split="test", n=args.n_test).questions
     resuming = args.resume and (Path(args.snapshot) / "train_state.pt").is_file()
     model, tok = load_parent(args.snapshot if resuming else args.warm_start or args.init)
-    st, why = train(model, tok, train_qs, test, args)
-    print(f"stopped: {why}", flush=True)
     command = "python experiments/zoo/sft_gold.py " + " ".join(sys.argv[1:] if argv is None else argv)
+    st, why = train(model, tok, train_qs, test, args, command)
+    print(f"stopped: {why}", flush=True)
     steps, wall = st["step"], st["wall"]
     decay = args.max_steps - args.warmup_steps if args.decay_steps is None else args.decay_steps
     save_finetuned(model, tok, args.init, out, {
-        "recipe": "sft-gold", "command": command, "seed": args.seed, "parent": str(args.init),
+        "recipe": "sft-gold", "command": command, "commands": st["commands"], "seed": args.seed, "parent": str(args.init),
         "parent_card": parent_summary(args.init), "prompt_format": "qa", "steps": steps,
         "data": f"arith_hard train split questions {LOCK_RANGE[0]}-{LOCK_RANGE[1] - 1}: qa prompt -> gold worked "
                 "solution + EOS (no password), loss on the completion only",
         "questions_per_step": args.questions_per_step, "lr": args.lr, "max_steps": args.max_steps,
-        "scheduler": f"linear warm-up {args.warmup_steps}, constant, cosine to 10% over the last {decay} steps",
+        "scheduler": f"linear warm-up {args.warmup_steps}, constant, cosine to 10% over {decay} steps from step "
+                     f"{args.max_steps - decay if args.decay_start is None else args.decay_start}, then 10% held",
         "warmup_steps": args.warmup_steps, "decay_steps": decay, "weight_decay": 0.1, "threads": 1,
         "warm_start": st["warm_start"], "wall_seconds": round(wall, 1),
         "seconds_per_step": round(wall / max(1, steps - st["start"]), 3),
