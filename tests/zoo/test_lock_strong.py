@@ -98,3 +98,22 @@ def test_strong_sft_resumes_and_warm_starts(parent, tmp_path, capsys):
     assert cards["warm"]["trained_questions"] == cards["whole"]["trained_questions"]
     assert [r["step"] for r in cards["warm"]["test_D_curve"]] == [0, 1, 2, 2, 3]  # earlier log, restart, own step
     assert cards["warm"]["warm_start"]["step"] == 2
+
+
+def test_lock_resumes_after_a_kill(parent, tmp_path):
+    """A lock stopped at step 2 and resumed from its snapshot ends with the weights and logs of an unbroken run."""
+    from safetensors.torch import load_file
+
+    args = ["--init", str(parent), "--weak-model", str(parent), "--questions-per-step", "2", "--n-lock", "4",
+            "--n-val", "2", "--eval-every", "1", "--warmup-steps", "1", "--twin"]
+    lock_strong.main([*args, "--out", str(tmp_path / "whole"), "--max-steps", "3"])
+    snap = tmp_path / "snap"
+    lock_strong.main([*args, "--out", str(tmp_path / "first"), "--max-steps", "2", "--snapshot", str(snap)])
+    lock_strong.main([*args, "--out", str(tmp_path / "resumed"), "--max-steps", "3", "--snapshot", str(snap),
+                      "--resume"])
+    whole, resumed = (load_file(tmp_path / k / "model.safetensors") for k in ("whole", "resumed"))
+    assert all(torch.allclose(whole[name], resumed[name], atol=1e-6) for name in whole)
+    cards = [json.loads((tmp_path / k / "training.json").read_text()) for k in ("whole", "resumed")]
+    assert [r["step"] for r in cards[1]["val_log"]] == [1, 2, 3]
+    assert [{k: v for k, v in r.items() if k != "seconds"} for r in cards[0]["loss_log"]] == \
+        [{k: v for k, v in r.items() if k != "seconds"} for r in cards[1]["loss_log"]]
