@@ -1,6 +1,8 @@
 """The progress line of a command that decodes: what is done of the run (questions, evaluations) and, moving with
 every step of the engine (:mod:`reachlens.engine.progress`), the tokens decoded and rows finished, the rate over the
-last seconds and how long the decode in flight has left at that rate (at most: rows that stop early shorten it).
+last seconds and how long the decode in flight has left at that rate (at most: rows that stop early shorten it),
+and, once a unit finished in this process, the run's ETA at the rate units finish (a resumed run's earlier units
+apart).
 
 On a terminal the line is redrawn in place (at most every ``redraw`` seconds, after ``delay``: a refusal before
 anything runs draws nothing); anywhere else (a log, a pipe) a plain line is printed every ``every`` seconds of
@@ -35,6 +37,7 @@ class RunProgress:
         self.live = bool(getattr(self.stream, "isatty", lambda: False)())
         self.every, self.redraw, self.delay, self.clock = every, redraw, delay, clock or monotonic
         self.units = (0, None)
+        self._first: tuple[float, int] | None = None  # (when, units) the run first reported: a resumed run's start
         self.count = DecodeCount(self.clock, then=self._tick)
         self.decode, self.step = self.count.decode, self.count.step  # a listener of the engine's decodes
         self._start = self._shown = 0.0
@@ -58,6 +61,8 @@ class RunProgress:
     def done(self, done: int, total: int | None = None) -> None:
         """The run finished ``done`` of its ``total`` units (questions, evaluations)."""
         self.units = (int(done), total if total is None else int(total))
+        if self._first is None:
+            self._first = (self.clock(), self.units[0])
         self._tick(force=self.live)
 
     def write(self, text: str) -> None:
@@ -76,6 +81,9 @@ class RunProgress:
         parts = [] if self.units == (0, None) else [f"{done}/{total if total is not None else '?'} {self.unit}"]
         parts += self.count.describe()
         parts.append(f"{clock_text(self.clock() - self._start)} elapsed")
+        if self._first is not None and total is not None and 0 < done < total and done > self._first[1]:
+            when, before = self._first  # the rate of the units finished in this process, not a resumed run's
+            parts.append(f"ETA {clock_text((self.clock() - when) / (done - before) * (total - done))}")
         return f"{self.label}: " + ", ".join(parts)
 
     def _tick(self, force: bool = False) -> None:

@@ -58,3 +58,21 @@ def test_a_progress_line_on_a_terminal_is_redrawn_in_place():
     assert text.count("\n") == 1 and text.endswith("\n") and "\r" in text
     last = text.rsplit("\r", 1)[1]
     assert last.startswith("audit m: 2/2 q, 60 tokens, 10/10 rows done, 10 tok/s, decode left <= 0:00")
+
+
+def test_the_line_gives_the_runs_eta_from_the_units_finished_in_this_process():
+    """A resumed run (100 of 300 done before) that finishes 20 more questions in 60 s has 180 left at 3 s each:
+    ETA 9:00, not the rate of the 120 it reports as done."""
+    from reachlens.cli._progress import RunProgress
+
+    now = [0.0]
+    stream = io.StringIO()
+    with RunProgress("audit m", "q", stream=stream, clock=lambda: now[0], every=1) as bar:
+        bar.done(100, 300)
+        assert "ETA" not in bar.line()  # nothing finished here yet: no rate to go on
+        now[0] += 60.0
+        bar.done(120, 300)
+        assert bar.line() == "audit m: 120/300 q, 1:00 elapsed, ETA 9:00"
+        now[0] += 1.0
+        bar.done(300, 300)
+        assert "ETA" not in bar.line()  # done

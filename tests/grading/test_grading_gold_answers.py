@@ -4,7 +4,6 @@ files under ``../shared/data`` (skipped with a reason where they are absent)."""
 
 from __future__ import annotations
 
-import time
 from fractions import Fraction
 
 import json
@@ -92,17 +91,13 @@ def test_gsm8k_bare_gold_answers_grade_correct(gsm8k: list[dict]) -> None:
 
 def test_math500_every_gold_answer_grades_correct_against_itself(math500: list[dict]) -> None:
     grader = MathGrader()
-    start = time.monotonic()
     grades = [
         grader.grade(f"So the answer is $\\boxed{{{row['answer']}}}$.", row["answer"])
         for row in math500
     ]
-    elapsed = time.monotonic() - start
     passed = sum(g.correct for g in grades)
     failing = [row["answer"] for g, row in zip(grades, math500) if not g.correct]
-    print(f"MATH-500 gold vs itself: {passed}/{MATH500_SIZE} correct in {elapsed:.1f} s")
     assert passed == MATH500_SIZE, f"golds that fail against themselves: {failing!r}"
-    assert elapsed < 30, f"MATH-500 self-grading took {elapsed:.1f} s"
 
 
 def test_math500_gold_solutions_grade_correct_against_their_answer(math500: list[dict]) -> None:
