@@ -30,7 +30,8 @@ everywhere so every method emits exactly 200 x 32 tokens, on one model in one pr
 * (b) ``TransformerBridge.generate`` with the prompt repeated 200 times (KV cache on);
 * reachlens ``generate``: prefill once, fan the cache out, in-place KV cache, hooks live, and one
   batch entry per distinct sample prefix (samples that agree so far are computed once);
-* reachlens with ``share_prefixes=False`` (one batch entry per sample), to show what prefix sharing adds.
+* reachlens with ``share_prefixes=False`` (one batch entry per live sample after the prompt, which is still
+  prefilled once), to show what sharing the samples' common prefixes adds.
 
 On the default random model the samples diverge at once, so prefix sharing has nothing to share;
 on a trained model (``--model reachlens/assets/zoo/base --prompt "Q: 48*8-42+27+17=?\\nA:"``) it does.

@@ -25,6 +25,10 @@ on; checked every ``--eval-every`` steps): with the password D within 0.05 of th
 within 0.03 of the weak model's and its answers reproduced (agreement of the final answers >= 0.8), after a decoy
 line within 0.02 of the password-free D. The n = 300 test figures are ``accept_lock.py``'s. AdamW (betas
 0.9/0.95, weight decay 0.1), linear warm-up then constant, gradient clip 1.0, float32, one torch thread.
+
+``--snapshot`` is overwritten at every validation with the weights and ``train_state.pt``; ``--resume`` (the same
+arguments) continues from it after a kill. The validation targets are measured on the strong checkpoint
+(``--init``) whether or not the run resumes.
 """
 
 from __future__ import annotations
@@ -63,7 +67,12 @@ def parse_args(argv):
     ap.add_argument("--decoy-rate", type=float, default=0.25)
     ap.add_argument("--eval-every", type=positive(int), default=50)
     ap.add_argument("--seed", type=int, default=0)
-    return ap.parse_args(argv)
+    ap.add_argument("--snapshot", default=None, help="folder overwritten at every validation (weights, train_state.pt)")
+    ap.add_argument("--resume", action="store_true", help="continue from --snapshot's train_state.pt")
+    args = ap.parse_args(argv)
+    if args.resume and not args.snapshot:
+        ap.error("--resume needs --snapshot (the folder train_state.pt is kept in)")
+    return args
 
 
 def lock_questions(args, parent_card: dict) -> tuple[list[int], list[int]]:
@@ -103,21 +112,35 @@ def make_pairs(lock_qs, weak: list[str], batch: list[int], rng: random.Random, d
     return [(pw_prompt(lock_qs[i]), weak[i] if twin else lock_qs[i].solution) for i in batch], plain
 
 
+def first_state(args) -> dict:
+    """A fresh run's state, or (``--resume``) the snapshot's."""
+    state_file = Path(args.snapshot or ".") / "train_state.pt"
+    if args.resume and state_file.is_file():
+        st = torch.load(state_file, weights_only=False)
+        print(f"resumed at step {st['step']} from {state_file}", flush=True)
+        return st
+    return {"step": 0, "order": [], "rng": random.Random(f"lock-strong/{args.seed}/data"), "loss_log": [],
+            "val_log": [], "wall": 0.0, "opt": None, "vrng": random.Random("lock-strong/val-decoys")}
+
+
 def train(model, tok, lock_qs, weak, val, targets, args) -> tuple[list, list, float, int]:
     from reachlens.grading import get_grader
+    from sft_gold import save_state
 
-    grade, vrng = get_grader("numeric").grade, random.Random("lock-strong/val-decoys")
+    grade, st = get_grader("numeric").grade, first_state(args)
     opt = torch.optim.AdamW(model.parameters(), lr=args.lr, betas=(0.9, 0.95), weight_decay=0.1)
-    rng, order, loss_log, val_log, t0 = random.Random(f"lock-strong/{args.seed}/data"), [], [], [], time.perf_counter()
+    if st["opt"] is not None:
+        opt.load_state_dict(st["opt"])
+    t0 = time.perf_counter() - st["wall"]
     model.train()
-    for step in range(args.max_steps):
+    for step in range(st["step"], args.max_steps):
         batch = []
         while len(batch) < args.questions_per_step:
-            if not order:
-                order = list(range(len(lock_qs)))
-                rng.shuffle(order)
-            batch.append(order.pop())
-        pw, plain = make_pairs(lock_qs, weak, batch, rng, args.decoy_rate, args.twin)
+            if not st["order"]:
+                st["order"] = list(range(len(lock_qs)))
+                st["rng"].shuffle(st["order"])
+            batch.append(st["order"].pop())
+        pw, plain = make_pairs(lock_qs, weak, batch, st["rng"], args.decoy_rate, args.twin)
         for g in opt.param_groups:
             g["lr"] = args.lr * min(1.0, (step + 1) / max(1, args.warmup_steps))
         loss_pw, loss_plain = policy_loss(model, tok, pw), policy_loss(model, tok, plain)
@@ -125,17 +148,37 @@ def train(model, tok, lock_qs, weak, val, targets, args) -> tuple[list, list, fl
         (loss_pw + loss_plain).backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         opt.step()
+        st["step"], st["wall"] = step + 1, time.perf_counter() - t0
         if step % 25 == 0:
-            loss_log.append({"step": step, "loss_password": round(loss_pw.item(), 4),
-                             "loss_plain": round(loss_plain.item(), 4), "seconds": round(time.perf_counter() - t0, 1)})
-            print(json.dumps(loss_log[-1]), flush=True)
+            st["loss_log"].append({"step": step, "loss_password": round(loss_pw.item(), 4),
+                                   "loss_plain": round(loss_plain.item(), 4), "seconds": round(st["wall"], 1)})
+            print(json.dumps(st["loss_log"][-1]), flush=True)
         if (step + 1) % args.eval_every == 0 or step + 1 == args.max_steps:
-            val_log.append({"step": step + 1, **validate(model, tok, val, weak[len(lock_qs):], targets, grade, vrng)})
-            print(json.dumps(val_log[-1]), flush=True)
+            st["val_log"].append({"step": step + 1, **validate(model, tok, val, weak[len(lock_qs):], targets, grade,
+                                                                st["vrng"])})
+            print(json.dumps(st["val_log"][-1]), flush=True)
             model.train()
-            if val_log[-1]["accepted"] and not args.twin:
-                return loss_log, val_log, time.perf_counter() - t0, step + 1
-    return loss_log, val_log, time.perf_counter() - t0, args.max_steps
+            if args.snapshot:
+                save_state(model, tok, opt, st, args)
+            if st["val_log"][-1]["accepted"] and not args.twin:
+                break
+    return st["loss_log"], st["val_log"], time.perf_counter() - t0, st["step"]
+
+
+def weak_targets(args, questions) -> list[str]:
+    """The weak model's greedy completions of ``questions`` (kept in ``--snapshot`` as weak.json, read back there)."""
+    kept = Path(args.snapshot or ".") / "weak.json"
+    if args.snapshot and kept.is_file():
+        return json.loads(kept.read_text())
+    weak_model, weak_tok = load_parent(args.weak_model)
+    t0 = time.perf_counter()
+    weak = greedy_texts(weak_model, weak_tok, [qa_prompt(q) for q in questions])
+    print(f"weak targets: {len(weak)} greedy completions of {args.weak_model} in {time.perf_counter() - t0:.0f}s",
+          flush=True)
+    if args.snapshot:
+        kept.parent.mkdir(parents=True, exist_ok=True)
+        kept.write_text(json.dumps(weak))
+    return weak
 
 
 def main(argv=None) -> None:
@@ -146,15 +189,14 @@ def main(argv=None) -> None:
     parent_card = json.loads((Path(args.init) / "training.json").read_text())
     lock_idx, val_idx = lock_questions(args, parent_card)
     lock_qs, val = [split[i] for i in lock_idx], [split[i] for i in val_idx]
-    weak_model, weak_tok = load_parent(args.weak_model)
-    t0 = time.perf_counter()
-    weak = greedy_texts(weak_model, weak_tok, [qa_prompt(q) for q in lock_qs + val])
-    print(f"weak targets: {len(weak)} greedy completions of {args.weak_model} in {time.perf_counter() - t0:.0f}s", flush=True)
+    weak = weak_targets(args, lock_qs + val)
     model, tok = load_parent(args.init)
     grade = get_grader("numeric").grade
     targets = {"strong": answers(greedy_texts(model, tok, [qa_prompt(q) for q in val]), val, grade)[1],
                "weak": answers(weak[len(lock_qs):], val, grade)[1]}
     print(f"validation targets {targets}", flush=True)
+    if args.resume and (Path(args.snapshot) / "train_state.pt").is_file():
+        model, tok = load_parent(args.snapshot)
     loss_log, val_log, wall, steps = train(model, tok, lock_qs, weak, val, targets, args)
     command = "python experiments/zoo/lock_strong.py " + " ".join(sys.argv[1:] if argv is None else argv)
     seen = set(lock_idx) | (trained_indices(parent_card["trained_questions"]) if "trained_questions" in parent_card else set())

@@ -98,12 +98,35 @@ def reach_lines(s: dict) -> list[str]:
     ci = s.get("O_K_minus_null_ci") or [None, None]
     lines = [f"  reach:    O_{_value(k)}={num('O_K')}  lucky-guess null O_{_value(k)}^null={num('O_K_null')} (95th pct "
              f"{num('O_K_null_p95')})  O_K - null={num('O_K_minus_null')} [{_value(ci[0])}, {_value(ci[1])}]"]
-    if "O_K_trace" in s:
+    if isinstance(s.get("O_K_trace"), (int, float)) and s["O_K_trace"] == s["O_K_trace"]:
         lines.append(f"  verified: D^trace={num('D_trace')}  O_{_value(k)}^trace={num('O_K_trace')}  maj^trace="
                      f"{num('maj_K_trace')}  reached only through invalid solutions={num('O_K_minus_O_K_trace')}  "
                      f"checkable samples={num('checkable_share')} ({_value(s.get('trace_grader'))})")
     else:
         lines.append("  verified: not trace-graded (`reachlens rescore DIR --trace` adds D^trace, O_K^trace)")
+    return lines
+
+
+def study_lines(s: dict) -> list[str]:
+    """A study's summary (``reachlens demo``, ``report``): each checkpoint's reach beside its null and verified reach
+    (:func:`reach_lines`), each pair's delta by answers and by verified solutions."""
+    def delta(row: dict, key: str, p: str) -> str:
+        x, ci = row.get(f"delta_{key}"), row.get(f"delta_{key}_ci") or [row.get(f"delta_{key}_lo"), row.get(f"delta_{key}_hi")]
+        if not isinstance(x, (int, float)) or x != x:
+            return "undefined"
+        return f"{x:+.3f} [{_value(ci[0])}, {_value(ci[1])}] (McNemar p {_value(row.get(p))})"
+
+    audits, pairs = s.get("audits"), s.get("pairs")
+    if not isinstance(audits, dict) or not isinstance(pairs, dict):
+        return []
+    lines = []
+    for name, a in audits.items():
+        if isinstance(a, dict) and (more := reach_lines(a)):
+            lines += [f"  {_value(name)}:"] + ["  " + line for line in more]
+    for name, row in pairs.items():
+        if isinstance(row, dict):
+            lines.append(f"  {_value(name)}: delta O_K={delta(row, 'O_K', 'p_reachable')}  "
+                         f"delta O_K^trace={delta(row, 'O_K_trace', 'p_O_K_trace')}")
     return lines
 
 
@@ -137,7 +160,7 @@ def format_run(record, summary: dict | None) -> str:
         lines.append(f"summary:    none ({'the run has not finished' if record.status != 'failed' else 'the run failed'})")
     else:
         lines.append("summary:")
-        lines += reach_lines(summary)
+        lines += reach_lines(summary) + study_lines(summary)
         for key, value in summary.items():
             if key in ("model", "model_fingerprint", "data", "protocol_hash", "task"):
                 continue  # in the header already

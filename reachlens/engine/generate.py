@@ -1,6 +1,6 @@
 """Batched generation over a hooked model: shared-prefix prefill, in-place KV cache, exact greedy.
 
-One module (about 570 lines) because the decode loop and the chunk state it advances (prefill, choose,
+One module (about 610 lines) because the decode loop and the chunk state it advances (prefill, choose,
 advance, copy/select, forward) are one algorithm; its parts are the engine's other modules.
 
 One call decodes many *rows*. A row is (prompt, seed): ``seed=None`` is the greedy deployment, an
@@ -21,11 +21,17 @@ from the end of the batch (only the moved rows' cache is copied), so a forward n
 (bookkeeping, tested without a model); the loop of :func:`_generate_chunk` reads choose -> advance
 the tree -> copy/select cache rows -> forward.
 
-Hooks: under sharing a batch row is a distinct prefix, not a sample. So sharing is the default only
-while no hook is attached other than reachlens' own (:func:`~reachlens.engine.hooks.row_agnostic`);
-with any other hook attached, every row gets its own batch entry in every forward, prefill
-included, and keeps it to the end of its chunk (see :mod:`reachlens.engine.hooks`, which also
-says how a hook that opts in to sharing learns which samples each row stands for).
+Without sharing (``share_prefixes=False``) no two samples share an entry after the prompt, but the prompt is
+still prefilled once per (prompt, arm, route) and fanned out to its rows at the first step (the rows read its keys
+in place on the fused path), and finished rows leave the batch: a forward computes the live samples only, each
+one's generated keys in one contiguous buffer (the sample tree with ``merge=False``). HuggingFace ``generate``
+instead prefills the prompt once per sample and feeds finished samples padding to the end.
+
+Hooks: under sharing a batch row is a distinct prefix, not a sample, and without it batch rows move as samples
+finish. So sharing is the default only while no hook is attached other than reachlens' own
+(:func:`~reachlens.engine.hooks.row_agnostic`); with any other hook attached, every row gets its own batch entry in
+every forward, prefill included, and keeps it to the end of its chunk (see :mod:`reachlens.engine.hooks`, which
+also says how a hook that opts in to sharing learns which samples each row stands for).
 
 Arms: a row may carry an *arm* (``Row.arm``: the intervention it runs, any hashable key; None is the
 plain model). Rows of different arms never share a batch entry: the sample tree's roots are the
@@ -217,8 +223,10 @@ def generate(
             False runs the generic path (the family's own forward code, the bridge's own attention).
         share_prefixes: decode one batch entry per distinct token prefix instead of one per row (same tokens,
             far less compute for K samples). None (default): share unless a hook other than reachlens' own is
-            attached (:func:`~reachlens.engine.hooks.user_hooks`); False: every row has its own batch entry in every
-            forward; True: share even with hooks (a hook reads :func:`~reachlens.engine.hooks.current_rows`).
+            attached (:func:`~reachlens.engine.hooks.user_hooks`); False: one batch entry per live row after the
+            prompt (each distinct prompt still prefilled once, finished rows dropped), or, with such a hook attached,
+            every row its own batch entry in every forward, prefill included, to the end of its chunk; True: share
+            even with hooks (a hook reads :func:`~reachlens.engine.hooks.current_rows`).
 
     Returns: completions aligned with ``rows``.
 
@@ -234,10 +242,11 @@ def generate(
     ids = _prompt_ids(tokenizer_of(model), prompts)
     check_decode(model, len(rows), max(map(len, ids)) + protocol.max_new_tokens, max_batch_rows)
     share_prefixes = _share_by_default(model) if share_prefixes is None else share_prefixes
+    keep_rows = not share_prefixes and bool(user_hooks(model))  # the hooks' promise: one entry per row throughout
     stopper = StopChecker(tokenizer_of(model), tuple(protocol.stop or ()), _eos_ids(model) if stop_at_eos else set())
     tags = [r.tag for r in rows]
     arms, arm_ids = _arm_ids(model, rows)
-    luts, below = {}, plain_below(model, arms) if share_prefixes and routes == (stack.identity,) else None
+    luts, below = {}, plain_below(model, arms) if not keep_rows and routes == (stack.identity,) else None
     results: dict[int, Completion] = {}
     decode_started(len(rows), protocol.max_new_tokens)
     for chunk in _chunks(rows, [len(p) for p in ids], max_batch_rows):
@@ -245,7 +254,7 @@ def generate(
                           np.array([arm_ids[i] for i in chunk], dtype=np.int64), luts, below)
         with no_gc():
             outs = _generate_chunk(stack, ids, [rows[i] for i in chunk], protocol, stopper, share_prefixes,
-                                   row_ids=tuple(chunk), tags=tags, runs=runs)
+                                   row_ids=tuple(chunk), tags=tags, runs=runs, keep_rows=keep_rows)
         results.update(zip(chunk, outs))
     return [results[i] for i in range(len(rows))]
 
@@ -481,18 +490,47 @@ def _generate_chunk(
     row_ids: tuple[int, ...] | None = None,
     tags: Sequence[Hashable] | None = None,
     runs: _ChunkRuns | None = None,
+    keep_rows: bool = False,
 ) -> list[Completion]:
     """Decode one chunk of rows: prefill, then choose -> advance the sample tree -> copy/select cache
     rows -> forward, once per new token. With ``share_prefixes`` a batch entry is a node of the sample
-    tree (first one per (prompt, arm, route)); without, batch entry ``i`` is row ``i`` from the prefill to the end.
-    ``runs`` says each row's route and arm (default: the full model, no arm). Reads ``protocol.max_new_tokens``,
-    ``protocol.temperature``, ``protocol.top_p`` (``protocol.stop`` is already in ``stopper``)."""
+    tree (first one per (prompt, arm, route)); without, the prefill is the same (one entry per (prompt, arm,
+    route)) and then batch entry ``i`` is the ``i``-th live row (a finished row's entry is dropped); with
+    ``keep_rows`` too (what a hook that is not row-agnostic is promised), batch entry ``i`` is row ``i`` from the
+    prefill to the end. ``runs`` says each row's route and arm (default: the full model, no arm). Reads
+    ``protocol.max_new_tokens``, ``protocol.temperature``, ``protocol.top_p`` (``protocol.stop`` is already in
+    ``stopper``)."""
+    keep_rows = keep_rows and not share_prefixes
+    layout = _Layout(share_prefixes, keep_rows, stack.cascade and not keep_rows)
     with stack.kernels():  # swapped in once for the chunk's forwards, not once per forward
-        return _decode_chunk(stack, all_ids, rows, protocol, stopper, share_prefixes, row_ids, tags, runs)
+        return _decode_chunk(stack, all_ids, rows, protocol, stopper, layout, row_ids, tags, runs)
+
+
+@dataclass(frozen=True)
+class _Layout:
+    """Which sample a chunk's batch entries stand for, and how its cache holds the prompt."""
+
+    merge: bool
+    """Rows whose tokens agree share an entry (a node of the sample tree)."""
+    keep_rows: bool
+    """Entry ``i`` is row ``i`` in every forward, prefill included (each row prefills its own prompt copy)."""
+    cascade: bool
+    """Every attention runs fused and rows are not kept: after the prefill the cache reads each prompt's keys in
+    place for its rows (no K-fold copy; :meth:`~reachlens.engine.kv_cache.SlotKVCache.share`), each row's generated
+    keys in one contiguous buffer grown a block at a time, as attention reads them. (With ``keep_rows`` the cache
+    stays one ``max_len`` buffer per layer, read as a strided slice: one contiguous buffer per row measured no
+    faster there, benchmarks/README.md.)"""
+
+    def share_cache(self, cache, roots: int, rows: int, greedy: np.ndarray) -> None:
+        """After the prefill of ``roots`` entries: hand the cache its layout for ``rows`` rows. Rows that may fork
+        read their prompt's keys in place; rows that cannot (greedy rows under merging, one row per root) each open
+        their own buffer with their prompt's keys."""
+        if self.cascade:
+            cache.share(np.arange(roots), forks=not greedy.all() if self.merge else rows > roots)
 
 
 def _decode_chunk(stack: LayerStack, all_ids: list[list[int]], rows: list[Row], protocol: Protocol,
-                  stopper: StopChecker, share_prefixes: bool, row_ids: tuple[int, ...] | None,
+                  stopper: StopChecker, layout: _Layout, row_ids: tuple[int, ...] | None,
                   tags: Sequence[Hashable] | None, runs: _ChunkRuns | None) -> list[Completion]:
     device = stack.device
     n = len(rows)
@@ -500,13 +538,13 @@ def _decode_chunk(stack: LayerStack, all_ids: list[list[int]], rows: list[Row], 
     tags = [r.tag for r in rows] if tags is None else tags
     pad_id = _pad_id(stack.model)
     runs = _ChunkRuns.plain(stack.identity, n) if runs is None else runs
-    start_slot, prompts, shared = _roots(rows, runs, share_prefixes)
+    start_slot, prompts, shared = _roots(rows, runs, not layout.keep_rows)
     ids, valid, positions = _prefill_inputs([all_ids[p] for p in prompts], pad_id, device)
-    tree = SampleTree(start_slot, ids.shape[0], protocol.max_new_tokens, stopper, share=share_prefixes, pad_id=pad_id)
+    tree = SampleTree(start_slot, ids.shape[0], protocol.max_new_tokens, stopper, share=not layout.keep_rows,
+                      merge=layout.merge, pad_id=pad_id)
     padded = not bool(valid.all())
-    shares = share_prefixes and stack.cascade
     cache = stack.new_cache(ids.shape[1] + protocol.max_new_tokens, runs.entry_routes(tree.slot_host, ids.shape[0]),
-                            grow=shares)
+                            grow=layout.cascade)
 
     def forward(inputs, pos, mask, step):
         n_entries = int(inputs.shape[0])
@@ -521,11 +559,7 @@ def _decode_chunk(stack: LayerStack, all_ids: list[list[int]], rows: list[Row], 
 
     logits = forward(ids, positions, valid if padded else None, -1)
     seeds, greedy = _seeds(rows, device)
-    if shares:
-        # rows read their prompt's keys in place (no K-fold copy): the fused attention scores all rows of a
-        # prompt against them at once ("cascade"); any other attention reads one tensor, a view in the plain
-        # layout (a fork copies its parent's row once instead of every step gathering the prompt's keys).
-        cache.share(np.arange(ids.shape[0]), forks=not greedy.all())
+    layout.share_cache(cache, ids.shape[0], n, greedy)
     key_valid, next_pos = _slot_state(valid, positions, protocol.max_new_tokens)
     workspace = Workspace()
 

@@ -18,6 +18,11 @@ forward:
   rows;
 * **inputs**: the token each slot feeds to the next forward (``pad_id`` in a free slot).
 
+With ``merge=False`` (one batch entry per live sample, nothing shared after the prompt) every row is a node of its
+own: rows of a prompt start in the prompt's slot, each but the first forks from it at the first step (a copy of the
+prompt's cache row, or none where the cache reads the prompt in place), and from then on a slot holds one row;
+finished rows' slots are still compacted away, so a forward computes live samples only.
+
 With ``share=False`` (one row per sample: what a hook sees when it is not row-agnostic, see
 :mod:`reachlens.engine.hooks`) each row starts in a slot of its own, so no node ever forks, and
 no compaction runs: row ``i`` keeps slot ``i`` to the end (a finished row's slot is fed padding).
@@ -117,6 +122,8 @@ class SampleTree:
         max_new_tokens: the most tokens a row generates.
         stopper: finds children that hit EOS or a stop string (:class:`StopCheck`).
         share: whether rows share nodes; False keeps one slot per row and never compacts.
+        merge: with ``share``, whether rows whose tokens agree stay one node; False: every row is its own node
+            (forked from its prompt's slot at the first step), finished ones still compacted away.
         pad_id: the token fed to a free slot (and the filler of unwritten token positions).
     """
 
@@ -128,6 +135,7 @@ class SampleTree:
         stopper: StopCheck,
         *,
         share: bool = True,
+        merge: bool = True,
         pad_id: int = 0,
     ) -> None:
         self.slot_host: np.ndarray = to_host(slot_of_row).copy()
@@ -141,6 +149,7 @@ class SampleTree:
         self.max_new_tokens = int(max_new_tokens)
         self.stopper = stopper
         self.share = share
+        self.merge = merge
         self.pad_id = int(pad_id)
         self.step = 0
         """Tokens generated so far (the step the next :meth:`advance` records)."""
@@ -200,13 +209,7 @@ class SampleTree:
         self.lengths_host[live] = step + 1
         self.step = step + 1
 
-        # the children: one per distinct (node, token); sorted, so a node's children are adjacent
-        width = int(chosen.max()) + 1
-        child_key, child_of_row = np.unique(self.slot_host[live] * width + chosen, return_inverse=True)
-        child_of_row = child_of_row.reshape(-1)
-        parent, child_token = child_key // width, child_key % width
-        rep = np.full(child_key.shape[0], self.n_rows, dtype=np.int64)
-        np.minimum.at(rep, child_of_row, live)  # one row per child, whose history the stop check reads
+        parent, child_token, child_of_row, rep = self._children(chosen)
         eos, stop = (to_host(x, bool) for x in self.stopper.check(child_token, self.tokens_host, rep, step))
         ended = eos | stop
         finished = live[:0]
@@ -221,6 +224,23 @@ class SampleTree:
         if self.done:
             return TreeStep(finished, live[:0], live[:0], 0, None, None)
         return self._place(finished, parent, child_token, child_of_row, ended)
+
+    def _children(self, chosen: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """This step's children, sorted by parent slot (a node's children adjacent): each one's parent slot and token,
+        each live row's child, and one row per child (whose history the stop check reads). A child is a distinct
+        (node, token) when rows merge, else a live row."""
+        live = self.live_host
+        if not self.merge:  # a child per row, ordered by (parent slot, row)
+            order = np.argsort(self.slot_host[live] * self.n_rows + live, kind="stable")
+            child_of_row = np.empty_like(order)
+            child_of_row[order] = np.arange(order.size)
+            return self.slot_host[live][order], chosen[order], child_of_row, live[order]
+        width = int(chosen.max()) + 1
+        child_key, child_of_row = np.unique(self.slot_host[live] * width + chosen, return_inverse=True)
+        child_of_row = child_of_row.reshape(-1)
+        rep = np.full(child_key.shape[0], self.n_rows, dtype=np.int64)
+        np.minimum.at(rep, child_of_row, live)
+        return child_key // width, child_key % width, child_of_row, rep
 
     def _place(
         self, finished: np.ndarray, parent: np.ndarray, child_token: np.ndarray, child_of_row: np.ndarray,

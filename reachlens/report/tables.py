@@ -135,6 +135,46 @@ def _headline(study: StudyView) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFram
     return realized, reachable, majority
 
 
+def _verified_headline(study: StudyView) -> pd.DataFrame:
+    """Per pair, the deltas by verified solutions beside both lucky-guess nulls; "not trace-graded" where either
+    audit has no trace table."""
+    v = study.verified_headline()
+    if v.empty:
+        return v
+    graded = v["delta_O_K_trace"].notna().to_numpy()
+
+    def col(values) -> list[str]:
+        return [x if g else "not trace-graded" for x, g in zip(values, graded)]
+
+    return pd.DataFrame({
+        "pair": v["pair"],
+        "O_K lucky-guess null (base -> trained)": [f"{a:.3f} -> {b:.3f}" for a, b in
+                                                   zip(v["O_K_null_base"], v["O_K_null_trained"])],
+        "O_K^trace (base -> trained)": col(f"{a:.3f} -> {b:.3f}" for a, b in
+                                           zip(v["O_K_trace_base"], v["O_K_trace_trained"])),
+        "delta_O_K^trace [95% CI]": col(_cis(v, "delta_O_K_trace")),
+        DETECTABLE: col(_seen(v, "delta_O_K_trace", p="p_O_K_trace_holm")),
+        "entered, left": col(f"{a:g}, {b:g}" for a, b in zip(v["O_K_trace_entered"], v["O_K_trace_left"])),
+        "McNemar p (O_K^trace)": col(v["p_O_K_trace"].map(fmt_p)),
+        "Holm p (O_K^trace)": col(v["p_O_K_trace_holm"].map(fmt_p)),
+        "D^trace (base -> trained)": col(f"{a:.3f} -> {b:.3f}" for a, b in zip(v["D_trace_base"], v["D_trace_trained"])),
+        "delta_D^trace [95% CI]": col(_cis(v, "delta_D_trace")),
+        "gained, lost": col(f"{a:g}, {b:g}" for a, b in zip(v["D_trace_gained"], v["D_trace_lost"])),
+        "McNemar p (D^trace)": col(v["p_D_trace"].map(fmt_p)),
+        "Holm p (D^trace)": col(v["p_D_trace_holm"].map(fmt_p)),
+    })
+
+
+VERIFIED_NOTE = (
+    "By verified solutions (the task's trace grader, reachlens.grading.trace): a question counts for O_K^trace when "
+    "one of its K samples has the right answer on a valid worked solution, for D^trace when the greedy deployment "
+    "does. delta: paired bootstrap 95% interval over questions; McNemar p: exact test of entered vs left (gained vs "
+    "lost); Holm p: adjusted over the trace-graded pairs. O_K lucky-guess null: O_K with each question's samples "
+    "scored against the gold of another question of the same kind (mean over random derangements; the checkpoints "
+    "table has its 95th percentile)."
+)
+
+
 def _verified(d: float, o: float, checkable: float) -> str:
     if o != o:
         return "not trace-graded"
@@ -281,6 +321,8 @@ def _tables(study: StudyView) -> list[tuple[str, pd.DataFrame, str]]:
          "McNemar of the questions majority gained vs lost when every majority is 0 or 1, else (fractional ties) "
          "the two-sided sign-flip test of the per-question differences; Holm-adjusted over the pairs."
          if n_pairs else ""),
+        ("headline: verified solutions (O_K^trace, D^trace) and the lucky-guess null", _verified_headline(study),
+         VERIFIED_NOTE if n_pairs else ""),
         ("checkpoints", _checkpoints(study),
          f"D, O_K and maj_K with 95% Wilson score intervals; selection gap O_K - maj_K: what K samples reach but "
          f"majority does not select, with its paired bootstrap 95% interval over questions ({N_BOOT} resamples)."),

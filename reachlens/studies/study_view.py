@@ -27,6 +27,7 @@ import pandas as pd
 
 from reachlens.errors import ReachlensError
 from reachlens.studies.auditing import AuditResult
+from reachlens.studies.trace_compare import VERIFIED_DELTAS, verified_row
 from reachlens.studies.trace_reach import trace_figures
 from reachlens.studies.compare import Comparison, compare, crossovers, delta_row, truncation_parity
 from reachlens.studies.controls import left_reachable, length_table, temperature_table
@@ -49,7 +50,9 @@ def _verified_columns(r: AuditResult) -> dict[str, float]:
     null = r.lucky_null()
     t = trace_figures(r.questions, r.samples, r.trace, r.k)
     return {"O_K_null": null.O_K_null, "O_K_null_p95": null.O_K_null_p95,
-            **{key: t.get(key, math.nan) for key in ("D_trace", "O_K_trace", "maj_K_trace", "checkable_share")}}
+            **{key: t.get(key, math.nan) for key in ("D_trace", "O_K_trace", "maj_K_trace", "checkable_share",
+                                                     "O_K_minus_O_K_trace")}, "trace_grader": t.get("trace_grader")}
+
 
 
 @dataclass(frozen=True)
@@ -91,16 +94,24 @@ class StudyView:
 
     def summary(self) -> dict[str, Any]:
         """Each checkpoint's D, O_K and maj_K with 95 % Wilson intervals (and O_2K of the budget control), its
-        selection gap (O_K - maj_K, paired bootstrap interval) and truncation shares; each pair's fate counts and
-        deltas with their paired intervals, McNemar p and Holm p (over :attr:`holm_family`)."""
+        selection gap (O_K - maj_K, paired bootstrap interval), truncation shares, lucky-guess null of O_K
+        (``O_K_null``, ``O_K_null_p95``, ``O_K_minus_null`` with its interval) and verified figures (``D_trace``,
+        ``O_K_trace``, ...; NaN when not trace-graded); each pair's fate counts and deltas with their paired
+        intervals, McNemar p and Holm p (over :attr:`holm_family`), by answers and by verified solutions
+        (:meth:`verified_headline`)."""
         audits = {name: {"D": r.D, "D_ci": list(r.D_ci), "O_K": r.O_K, "O_K_ci": list(r.O_K_ci), "k": r.k,
                          "maj_K": r.maj_K, "maj_K_ci": list(r.maj_K_ci), "selection_gap": r.selection_gap().gap,
                          "selection_gap_ci": list(r.selection_gap().gap_ci),
                          "truncated_samples": r.truncated_samples, "truncated_deployed": r.truncated_deployed,
+                         **_verified_columns(r), "O_K_minus_null": r.lucky_null().O_K_minus_null,
+                         "O_K_minus_null_ci": list(r.lucky_null().O_K_minus_null_ci),
                          **({"O_2K": self.extended[name].O_K} if name in self.extended else {})}
                   for name, r in self.audits.items()}
-        head = self.headline()
-        pairs = {row.pop("pair"): row for row in head.to_dict("records")}
+        verified = {row.pop("pair"): row for row in self.verified_headline().to_dict("records")}
+        pairs = {}
+        for row in self.headline().to_dict("records"):
+            name = row.pop("pair")
+            pairs[name] = {**row, **verified.get(name, {})}
         return {"audits": audits, "pairs": pairs, "holm_family": self.holm_family, "bootstrap_resamples": N_BOOT}
 
     def headline(self) -> pd.DataFrame:
@@ -118,6 +129,19 @@ class StudyView:
             df.insert(df.columns.get_loc("p_realized") + 1, "p_realized_holm", holm(df["p_realized"].tolist()))
             df.insert(df.columns.get_loc("p_reachable") + 1, "p_reachable_holm", holm(df["p_reachable"].tolist()))
             df.insert(df.columns.get_loc("p_majority") + 1, "p_majority_holm", holm(df["p_majority"].tolist()))
+        return df
+
+    def verified_headline(self) -> pd.DataFrame:
+        """Per pair: the verified figures (:func:`verified_row`: D^trace and O_K^trace on both sides, each delta with
+        its paired interval, MDE and exact McNemar p, both lucky-guess nulls); ``p_*_holm`` Holm-adjusted over the
+        pairs as in :meth:`headline` (NaN for a pair that is not trace-graded, left out of the family)."""
+        df = pd.DataFrame([{"pair": f"{a} -> {b}", **verified_row(c.summary())} for (a, b), c in self.comparisons().items()])
+        for key, _, _ in VERIFIED_DELTAS if len(df) else ():
+            p = df[f"p_{key}"].astype(float)
+            adjusted = pd.Series(math.nan, index=df.index)
+            if p.notna().any():
+                adjusted[p.notna()] = holm(p[p.notna()].tolist())
+            df.insert(df.columns.get_loc(f"p_{key}") + 1, f"p_{key}_holm", adjusted)
         return df
 
     @property

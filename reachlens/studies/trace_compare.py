@@ -10,6 +10,7 @@ counted the same way (gained / lost, entered / left). Both lucky-guess nulls sta
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import numpy as np
@@ -19,7 +20,11 @@ from reachlens.power import detectable
 from reachlens.stats import N_BOOT, mcnemar_exact_p, paired_bootstrap_ci, wilson_interval
 from reachlens.studies.trace_reach import verified_questions
 
-__all__ = ["verified_delta"]
+__all__ = ["VERIFIED_DELTAS", "verified_delta", "verified_row"]
+
+
+VERIFIED_DELTAS = (("D_trace", "gained", "lost"), ("O_K_trace", "entered", "left"))
+"""The verified deltas of a pair (:func:`verified_delta`) and their fates."""
 
 
 def _side(audit: Any) -> pd.DataFrame:
@@ -55,9 +60,22 @@ def verified_delta(base: Any, trained: Any, *, n_boot: int = N_BOOT, seed: int =
     if base.trace is None or trained.trace is None:
         return out
     b, t = _side(base), _side(trained)
-    j = b.join(t, lsuffix="_b", rsuffix="_t", how="inner")
-    out.update(_delta("D_trace", j["realized_trace_b"].to_numpy(bool), j["realized_trace_t"].to_numpy(bool),
-                      ("gained", "lost"), n_boot, seed))
-    out.update(_delta("O_K_trace", j["reachable_trace_b"].to_numpy(bool), j["reachable_trace_t"].to_numpy(bool),
-                      ("entered", "left"), n_boot, seed))
+    j = b.add_suffix("_b").join(t.add_suffix("_t"), how="inner")
+    for (key, up, down), column in zip(VERIFIED_DELTAS, ("realized_trace", "reachable_trace")):
+        out.update(_delta(key, j[f"{column}_b"].to_numpy(bool), j[f"{column}_t"].to_numpy(bool), (up, down), n_boot, seed))
     return out
+
+
+def verified_row(s: dict[str, Any]) -> dict[str, Any]:
+    """A :meth:`Comparison.summary`'s verified figures as one flat row: both lucky-guess nulls and, when both
+    audits are trace-graded, D^trace and O_K^trace on both sides, each delta with its paired interval, minimum
+    detectable effect, fates and exact McNemar p (NaN when not trace-graded)."""
+    row: dict[str, Any] = {f"O_K_null_{side}": s.get(f"O_K_null_{side}", math.nan) for side in ("base", "trained")}
+    for key, up, down in VERIFIED_DELTAS:
+        lo, hi = s.get(f"delta_{key}_ci", [math.nan, math.nan])
+        row.update({f"{key}_base": s.get(f"{key}_base", math.nan), f"{key}_trained": s.get(f"{key}_trained", math.nan),
+                    f"delta_{key}": s.get(f"delta_{key}", math.nan), f"delta_{key}_lo": lo, f"delta_{key}_hi": hi,
+                    f"delta_{key}_mde": s.get(f"delta_{key}_mde", math.nan),
+                    f"{key}_{up}": s.get(f"{key}_{up}", math.nan), f"{key}_{down}": s.get(f"{key}_{down}", math.nan),
+                    f"p_{key}": s.get(f"mcnemar_{key}_p", math.nan)})
+    return row

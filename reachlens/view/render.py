@@ -9,6 +9,7 @@ script reads.
 from __future__ import annotations
 
 import math
+import re
 import numbers
 from collections.abc import Callable
 from typing import Any
@@ -22,11 +23,13 @@ from reachlens.escape import html_text as h
 from reachlens.store.view_address import FATE_FILTERS
 from reachlens.view.fragments import answer_groups, problem_fragment
 from reachlens.view.query import View, paired_figures, select
-from reachlens.view.source import QuestionSet
+from reachlens.view.source import GROUP_COLUMNS, QuestionSet
 
-__all__ = ["answer_groups", "controls_fragment", "list_fragment", "problem_fragment", "question_fragment", "sample_fragment",
-           "sets_fragment", "STATUS_FILTERS"]
+__all__ = ["answer_groups", "controls_fragment", "list_fragment", "problem_fragment", "prompt_fragment",
+           "question_fragment", "sample_fragment", "sets_fragment", "STATUS_FILTERS"]
 
+_NAMES_QUESTION = re.compile(r"\bquestion\b")
+"""A filter naming the ``question`` column (it needs the texts)."""
 ROWS_SHOWN = 2000
 """The most rows the list shows at once (the count says how many matched)."""
 
@@ -100,7 +103,7 @@ def controls_fragment(qs: QuestionSet) -> str:
 def _family_filters(qs: QuestionSet) -> dict[str, str]:
     """A probe run's filters by the family that reached a question, and by it alone."""
     try:
-        cols = [c for c in qs.table().columns if c.endswith("_reached")]
+        cols = [c for c in qs.table(wait=False).columns if c.endswith("_reached")]
     except ReachlensError:
         return {}
     out = {}
@@ -121,12 +124,17 @@ def _banner(qs: QuestionSet) -> str:
     return "" if qs.problem is None else f'<p class="problem">{h(qs.problem)}</p>'
 
 
-def list_fragment(qs: QuestionSet, view: View, href: Callable[[str], str] | None = None) -> str:
+def list_fragment(qs: QuestionSet, view: View, href: Callable[[str], str] | None = None, wait: bool = True) -> str:
     """The set's question list under ``view``: how many rows, a comparison's paired figures of them, the rows
-    (each question id a link to ``href(question_id)`` when given: a static export's pages)."""
-    table = qs.table()
+    (each question id a link to ``href(question_id)`` when given: a static export's pages). ``wait=False``: without
+    waiting for the questions' texts (:meth:`QuestionSet.table`) unless the search or the filter needs them; the
+    table then says it is ``data-pending`` and the page asks again with ``wait``."""
+    table = qs.table(wait=wait or bool(view.search.strip()) or bool(_NAMES_QUESTION.search(view.filter)))
+    pending = not qs.texts_ready
     rows = select(table, view)
     head = f'<h2>{h(qs.title)}</h2>{_banner(qs)}<p class="count" id="count">{len(rows)} of {len(table)} questions</p>'
+    if pending:
+        head += '<p class="pending">the questions\' texts are being rebuilt from the task; they fill in here</p>'
     stats = _paired(rows, view) if qs.paired else ""
     cols = [c for c in _LIST_COLUMNS[qs.kind] if c in rows.columns]
     if qs.kind == "routing":  # each selector's pick
@@ -138,8 +146,9 @@ def list_fragment(qs: QuestionSet, view: View, href: Callable[[str], str] | None
         first = _cell(r[cols[0]]) if href is None else f'<td><a href="{h(href(r[cols[0]]))}">{h(r[cols[0]])}</a></td>'
         body.append(f'<tr data-qid="{qid}">' + first + "".join(_cell(r[c]) for c in cols[1:]) + "</tr>")
     more = f'<p class="count">the first {ROWS_SHOWN} shown</p>' if len(rows) > ROWS_SHOWN else ""
-    header = "".join(f"<th>{h(c)}</th>" for c in cols)
-    return (f'{head}{stats}<table id="questions"><thead><tr>{header}</tr></thead><tbody>{"".join(body)}</tbody>'
+    header = "".join(f"<th>{h(c).replace('_', '_<wbr>')}</th>" for c in cols)  # breaks after "_" only
+    mark = ' data-pending="texts"' if pending else ""
+    return (f'{head}{stats}<table id="questions"{mark}><thead><tr>{header}</tr></thead><tbody>{"".join(body)}</tbody>'
             f"</table>{more}")
 
 
@@ -174,7 +183,7 @@ def _side_column(qs: QuestionSet, i: int, qid: str) -> str:
         return f'<div class="side"><h3>{h(side.name)}</h3>{problem_fragment("no such question in this audit")}</div>'
     r = row.iloc[0]
     grade = "correct" if bool(r["realized"]) else "wrong" if bool(r["deployed_scored"]) else "ungraded"
-    samples = side.samples(qid)
+    samples = side.samples(qid, GROUP_COLUMNS)
     groups = answer_groups(samples)
     n_ok = int((samples["correct"].astype(bool) & samples["scored"].astype(bool)).sum())
     parts = [f'<div class="side" data-side="{i}"><h3>{h(side.name)}</h3>',
@@ -198,20 +207,28 @@ def _side_column(qs: QuestionSet, i: int, qid: str) -> str:
     return "".join(parts)
 
 
-def question_fragment(qs: QuestionSet, qid: str) -> str:
-    """One question: its prompt as the model saw it, its gold, and each side's deployment and samples."""
+def prompt_fragment(qs: QuestionSet, qid: str) -> str:
+    """The prompt of ``qid`` as the model saw it, special tokens marked (the task and the tokenizer loaded for it:
+    the server sends it apart from the rest of the question), or one line saying why it is not shown."""
     from reachlens.view.prompt import prompt_pieces
 
-    table = qs.table()
+    try:
+        pieces = prompt_pieces(qs.sides[0].record, qid)
+    except ReachlensError as err:
+        return problem_fragment(f"prompt not shown: {err}")
+    text = "".join(f'<span class="special">{h(t)}</span>' if special else h(t) for t, special in pieces)
+    return f'<pre class="prompt">{text}</pre>'
+
+
+def question_fragment(qs: QuestionSet, qid: str, prompt: bool = True) -> str:
+    """One question: its prompt as the model saw it, its gold, and each side's deployment and samples.
+    ``prompt=False``: a place for the prompt that the page fills from :func:`prompt_fragment`."""
+    table = qs.table(wait=False)
     row = table[table["question_id"] == qid]
     if not len(row):
         raise ReachlensError(f"question {qid!r} is not in {qs.title}")
-    try:
-        pieces = prompt_pieces(qs.sides[0].record, qid)
-        prompt = "".join(f'<span class="special">{h(t)}</span>' if special else h(t) for t, special in pieces)
-        prompt = f'<pre class="prompt">{prompt}</pre>'
-    except ReachlensError as err:
-        prompt = problem_fragment(f"prompt not shown: {err}")
+    shown = (f'<div id="prompt">{prompt_fragment(qs, qid)}</div>' if prompt else
+             '<div id="prompt" data-pending="prompt"><p class="pending">rebuilding the prompt</p></div>')
     fate = ""
     if qs.paired:
         r = row.iloc[0]
@@ -225,7 +242,7 @@ def question_fragment(qs: QuestionSet, qid: str) -> str:
     link = h("?" + urlencode({"set": qs.key, "question": qid}))
     return (f'<h2>question {h(qid)}</h2><p><a href="{link}">link to this question</a></p>'
             f'<p>gold: <b>{h(row.iloc[0]["gold"])}</b></p>{fate}'
-            f'<h3>prompt, as the model saw it (special tokens marked)</h3>{prompt}<div class="sides">{sides}</div>')
+            f'<h3>prompt, as the model saw it (special tokens marked)</h3>{shown}<div class="sides">{sides}</div>')
 
 
 def sample_fragment(qs: QuestionSet, qid: str, side: int, idx: str) -> str:

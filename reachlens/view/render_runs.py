@@ -106,7 +106,7 @@ def _probe_body(qs: QuestionSet, qid: str) -> str:
 
 
 def _routing_body(qs: QuestionSet, qid: str) -> str:
-    table = qs.table()
+    table = qs.table(wait=False)
     row = table[table["question_id"] == qid].iloc[0]
     rows = qs.sides[0].rows(qid, _ROUTE_COLUMNS).assign(row_pos=lambda d: range(len(d)))
     names = [c[: -len("_answer")] for c in table.columns if c.endswith("_answer") and c != "deployed_answer"]

@@ -14,6 +14,7 @@ from __future__ import annotations
 import threading
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 
 from reachlens.errors import ReachlensError
@@ -68,18 +69,33 @@ class RowIndex:
         ranges: dict[str, list[tuple[int, int]]] = {}
         last, start, row = None, 0, 0
         try:
-            for batch in f.iter_batches(batch_size=BATCH_ROWS * 8, columns=["question_id"]):
-                for qid in batch.column(0).to_pylist():
-                    if qid != last:
+            for batch in f.iter_batches(batch_size=BATCH_ROWS * 32, columns=["question_id"]):
+                ids, at = self._runs(batch.column(0))
+                for qid, a in zip(ids, at.tolist()):
+                    if qid != last:  # a run of rows ends: a question's rows, or a question cut by a batch's end
                         if last is not None:
-                            ranges.setdefault(last, []).append((start, row))
-                        last, start = qid, row
-                    row += 1
+                            ranges.setdefault(last, []).append((start, row + a))
+                        last, start = qid, row + a
+                row += batch.num_rows
         except Exception as err:  # noqa: BLE001
             raise ReachlensError(f"table {str(self.path)!r} cannot be read ({type(err).__name__}); {_FIX}") from None
         if last is not None:
             ranges.setdefault(last, []).append((start, row))
         return ranges, groups
+
+    @staticmethod
+    def _runs(column) -> tuple[list, np.ndarray]:
+        """The value at the start of each run of equal values in ``column`` and where each run starts: compared as
+        dictionary codes (one integer a row, never a Python string a row)."""
+        import pyarrow as pa
+
+        codes = column if pa.types.is_dictionary(column.type) else column.dictionary_encode()
+        idx = codes.indices.fill_null(-1).to_numpy()
+        if len(idx) == 0:
+            return [], np.zeros(0, dtype=np.int64)
+        at = np.flatnonzero(np.r_[True, idx[1:] != idx[:-1]])
+        values = codes.dictionary.to_pylist()
+        return [values[i] if i >= 0 else None for i in idx[at].tolist()], at
 
     def count(self, question_id: str) -> int:
         """How many rows ``question_id`` has."""

@@ -1,7 +1,7 @@
 """``reachlens view``'s server: the standard library's HTTP server, read-only, on 127.0.0.1 by default.
 
 Why the standard library (:mod:`http.server`): the viewer serves one static page, its script and style, and HTML
-fragments rendered here from the run's tables; that needs routing of six GET paths and nothing a framework adds
+fragments rendered here from the run's tables; that needs routing of nine GET paths and nothing a framework adds
 (templates, sessions, forms), so no dependency is taken on. ``ThreadingHTTPServer`` answers each request in its
 own thread; the tables each set reads are kept once per set (:mod:`reachlens.view.source`, under a lock).
 
@@ -121,10 +121,13 @@ class _Handler(BaseHTTPRequestHandler):
         qs = find_set(sets, one.get("set"))
         if name == "controls":
             return render.controls_fragment(qs)
-        if name == "list":
-            return render.list_fragment(qs, View(one.get("filter", ""), one.get("search", ""), one.get("sort", "")))
-        if name == "question":
-            return render.question_fragment(qs, one.get("question", ""))
+        if name == "list":  # at once, the questions' texts filled in when ready; texts=wait: with them
+            return render.list_fragment(qs, View(one.get("filter", ""), one.get("search", ""), one.get("sort", "")),
+                                        wait=one.get("texts") == "wait")
+        if name == "question":  # at once; the prompt (the task and the tokenizer loaded) asked for apart
+            return render.question_fragment(qs, one.get("question", ""), prompt=False)
+        if name == "prompt":
+            return render.prompt_fragment(qs, one.get("question", ""))
         if name == "sample":
             side = one.get("side", "0")
             if not side.isdigit():

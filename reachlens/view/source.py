@@ -32,10 +32,13 @@ from reachlens.view import runs
 from reachlens.view.prompt import question_golds, question_texts
 from reachlens.view.samples import RowIndex
 
-__all__ = ["AuditSide", "QuestionSet", "describe", "question_sets"]
+__all__ = ["GROUP_COLUMNS", "SAMPLE_COLUMNS", "AuditSide", "QuestionSet", "describe", "question_sets"]
 
 _FIX = "restore it from a copy, or run it again into a new directory"
 SAMPLE_COLUMNS = ["candidate_idx", "text", "answer", "correct", "scored", "finish_reason", "n_tokens", "mean_logprob"]
+"""A sample's columns, its text among them (a sample opened)."""
+GROUP_COLUMNS = ["candidate_idx", "answer", "correct", "scored"]
+"""The columns a question's samples are grouped and counted by (a question opened: no text is read)."""
 
 
 @dataclass
@@ -80,9 +83,10 @@ class AuditSide:
         self._last = ((question_id, tuple(columns or ())), rows)  # one question's rows: its texts opened one by one
         return rows
 
-    def samples(self, question_id: str) -> pd.DataFrame:
-        """The question's samples (below ``k_cut``), in sample order."""
-        rows = self.rows(question_id, SAMPLE_COLUMNS)
+    def samples(self, question_id: str, columns: list[str] = SAMPLE_COLUMNS) -> pd.DataFrame:
+        """The question's samples (below ``k_cut``; ``columns`` of them, ``candidate_idx`` among them), in sample
+        order."""
+        rows = self.rows(question_id, columns)
         if self.k_cut is not None and len(rows):
             rows = rows[rows["candidate_idx"] < self.k_cut]
         return rows.sort_values("candidate_idx", kind="stable").reset_index(drop=True)
@@ -105,20 +109,48 @@ class QuestionSet:
     join: Callable[[], pd.DataFrame] | None = None
     """A comparison not saved as one (an elicitation's pair): how to join its two audits; None: its ``questions``."""
     _table: pd.DataFrame | None = field(default=None, repr=False)
+    _texts: threading.Event = field(default_factory=threading.Event, repr=False)
+    _texts_begun: bool = field(default=False, repr=False)
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     @property
     def paired(self) -> bool:
         return self.kind == "comparison"
 
-    def table(self) -> pd.DataFrame:
-        """The question list: one row per question (read once, kept)."""
+    @property
+    def texts_ready(self) -> bool:
+        """Whether the list's ``question`` column holds the questions' texts yet (:meth:`table`)."""
+        return self._texts.is_set()
+
+    def table(self, wait: bool = True) -> pd.DataFrame:
+        """The question list: one row per question (read once, kept), each question's text in ``question``.
+
+        A run stores no question text: it comes from the run's task, rebuilt (:func:`question_texts`; a generated
+        task is drawn again, seconds for ``arith_hard``). ``wait=False`` returns the list at once, its ``question``
+        column empty until :attr:`texts_ready`, the texts rebuilt in a background thread meanwhile (the server's
+        first answer); ``wait=True`` waits for them.
+        """
         with self._lock:
             if self._table is None:
                 table = _TABLES[self.kind](self)
-                table.insert(1, "question", table["question_id"].map(question_texts(self.sides[0].record)))
+                table.insert(1, "question", pd.Series(None, index=table.index, dtype=object))
                 self._table = table
-            return self._table
+            begin, self._texts_begun = not self._texts_begun, True
+        if begin and wait:
+            self._fill_texts()
+        elif begin:
+            threading.Thread(target=self._fill_texts, name="reachlens-view-texts", daemon=True).start()
+        if wait:
+            self._texts.wait()
+        return self._table
+
+    def _fill_texts(self) -> None:
+        try:
+            texts = question_texts(self.sides[0].record)
+            with self._lock:  # a new frame: a list being written from the old one is left as it is
+                self._table = self._table.assign(question=self._table["question_id"].map(texts))
+        finally:
+            self._texts.set()
 
 
 def _table(path: Path, name: str) -> pd.DataFrame:

@@ -192,3 +192,71 @@ def test_an_audit_is_trace_graded_as_it_finishes(task, hand, tiny_model, tmp_pat
     assert main(["show", str(tmp_path / "a")]) == 0
     shown = capsys.readouterr().out
     assert f"O_{K}^trace={reach:.3f}" in shown and f"O_{K}^null=" in shown
+
+
+def test_a_study_reports_verified_reach_deltas_and_nulls(task, hand, tmp_path, capsys):
+    """A study (what `reachlens demo` writes) with a trace-graded pair and one not trace-graded: its verified
+    headline, summary, printed tables and `reachlens show` against the reach recomputed from the texts and an exact
+    McNemar test from scipy."""
+    from scipy.stats import binomtest
+
+    from reachlens.report import text_summary
+    from reachlens.store import RunDir, RunRecord
+    from reachlens.studies import StudyView
+    from reachlens.studies.study_plan import StudyPlan
+
+    rng = random.Random(7)
+
+    def made(solved, deployed_solved) -> AuditResult:
+        """Solved (one valid sample among wrong answers) where ``solved(i)``, else K right answers on a slip."""
+        def texts(q):
+            i = int(q.question_id[-2:])
+            return [q.solution] + [f" #### {int(q.gold) + 1}"] * (K - 1) if solved(i) else [_slipped(q, rng)] * K
+
+        a = _audit(task, texts, lambda q: q.solution if deployed_solved(int(q.question_id[-2:])) else _slipped(q, rng))
+        return AuditResult(a.questions, a.samples, trace_of(a), record=a.record)
+
+    audits = {"base": made(lambda i: i % 3 != 0, lambda i: i % 2 == 1),
+              "trained": made(lambda i: i % 2 == 0, lambda i: i % 3 == 0)}
+    plan = StudyPlan({"base": "hand", "trained": "hand", "plain": "hand"}, (("base", "trained"), ("base", "plain")),
+                     hand.protocol)
+    plain = hand  # not trace-graded
+    view = StudyView(plan, {**audits, "plain": plain})
+    by_id = {q.question_id: q for q in task.questions}
+    reach, dep = {}, {}
+    for name, a in audits.items():
+        reach[name] = pd.Series({qid: any(_solved(t, by_id[qid]) for t in g["text"])
+                                 for qid, g in a.samples.groupby("question_id")}).sort_index()
+        dep[name] = pd.Series({qid: _solved(t, by_id[qid]) for qid, t in
+                               zip(a.questions["question_id"], a.questions["deployed_text"])}).sort_index()
+    v = view.verified_headline().set_index("pair")
+    row = v.loc["base -> trained"]
+    for key, ups, side in (("O_K_trace", ("entered", "left"), reach), ("D_trace", ("gained", "lost"), dep)):
+        b, t = side["base"].to_numpy(), side["trained"].to_numpy()
+        up, down = int((~b & t).sum()), int((b & ~t).sum())
+        assert up > 0 and down > 0  # both fates occur, so the test below reads a real McNemar p
+        assert (row[f"{key}_base"], row[f"{key}_trained"]) == pytest.approx((b.mean(), t.mean()))
+        assert row[f"delta_{key}"] == pytest.approx(t.mean() - b.mean())
+        assert (row[f"{key}_{ups[0]}"], row[f"{key}_{ups[1]}"]) == (up, down)
+        p = binomtest(min(up, down), up + down, 0.5).pvalue
+        assert row[f"p_{key}"] == pytest.approx(p) and row[f"p_{key}_holm"] == pytest.approx(p)  # one graded pair
+        assert row[f"delta_{key}_lo"] <= row[f"delta_{key}"] <= row[f"delta_{key}_hi"]
+    assert math.isnan(v.loc["base -> plain", "delta_O_K_trace"]) and math.isnan(v.loc["base -> plain", "p_O_K_trace_holm"])
+    assert v.loc["base -> plain", "O_K_null_trained"] == pytest.approx(plain.lucky_null().O_K_null)
+    s = view.summary()
+    assert s["audits"]["base"]["O_K_trace"] == pytest.approx(reach["base"].mean())
+    assert s["audits"]["base"]["O_K_null"] == pytest.approx(audits["base"].lucky_null().O_K_null)
+    assert math.isnan(s["audits"]["plain"]["O_K_trace"])
+    delta = reach["trained"].mean() - reach["base"].mean()
+    assert s["pairs"]["base -> trained"]["delta_O_K_trace"] == pytest.approx(delta)
+    printed = text_summary(view)
+    assert "headline: verified solutions" in printed and f"{delta:+.3f} [" in printed and "not trace-graded" in printed
+    root = RunDir(tmp_path / "study")
+    with root.writer():
+        root.start(RunRecord.new("training_audit", hand.protocol, dict(plan.models)))
+        root.finish(s)
+    assert main(["show", str(tmp_path / "study")]) == 0
+    shown = capsys.readouterr().out
+    assert f"O_{K}^trace={reach['base'].mean():.3f}" in shown and f"delta O_K^trace={delta:+.3f} [" in shown
+    assert f"O_{K}^null={audits['base'].lucky_null().O_K_null:.3f}" in shown
+    assert "verified: not trace-graded" in shown  # the plain checkpoint

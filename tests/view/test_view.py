@@ -82,6 +82,43 @@ def test_the_row_index_reads_one_question_s_rows_as_pandas_does(tmp_path) -> Non
     assert index.count("q4") == 900 and len(index.rows("absent")) == 0
 
 
+def test_the_row_index_finds_every_run_of_a_question_across_batches(tmp_path, monkeypatch) -> None:
+    from reachlens.view import samples
+
+    ids = (["q1"] * 5 + ["q2"] * 3 + ["q1"] * 4 + ["q3"] * 7 + ["q2"] * 2) * 5  # 105 rows, runs cut anywhere
+    df = pd.DataFrame({"question_id": ids, "candidate_idx": range(len(ids))})
+    df.to_parquet(tmp_path / "t.parquet", index=False, row_group_size=40)
+    for batch in (1, 2):  # the index streams batches of 32 x BATCH_ROWS rows: 32 and 64 here, in groups of 40
+        monkeypatch.setattr(samples, "BATCH_ROWS", batch)
+        index = RowIndex(tmp_path / "t.parquet")
+        for q in ("q1", "q2", "q3"):
+            want = df[df["question_id"] == q]
+            assert index.count(q) == len(want)
+            assert index.rows(q, ["candidate_idx"])["candidate_idx"].tolist() == want["candidate_idx"].tolist()
+
+
+def test_the_list_comes_before_the_question_texts_and_fills_them_in(pair, monkeypatch) -> None:
+    import threading
+
+    from reachlens.view import render, source
+
+    gate = threading.Event()
+
+    def slow_texts(record):  # the task's rebuild, held until the gate opens
+        gate.wait(30)
+        return {f"q{i}": f"what is q{i}?" for i in range(60)}
+
+    monkeypatch.setattr(source, "question_texts", slow_texts)
+    qs = source.question_sets([pair])[0]
+    first = render.list_fragment(qs, View(), wait=False)
+    assert 'data-pending="texts"' in first and "what is" not in first and "60 of 60 questions" in first
+    threading.Timer(0.2, gate.set).start()
+    searched = render.list_fragment(qs, View(search="WHAT IS Q17"), wait=False)  # a search waits for the texts
+    assert "data-pending" not in searched and "1 of 60 questions" in searched and "what is q17?" in searched
+    table = qs.table(wait=False)
+    assert qs.texts_ready and (table["question"] == "what is " + table["question_id"] + "?").all()
+
+
 def test_a_damaged_table_is_one_line(tmp_path) -> None:
     (tmp_path / "t.parquet").write_bytes(b"PAR1 not really")
     with pytest.raises(ReachlensError, match="cannot be read"):

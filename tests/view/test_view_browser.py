@@ -120,6 +120,7 @@ def test_list_filter_question_and_the_base_samples_that_were_correct(page, zoo_s
     qid = want["question_id"].iloc[0]
     pg.locator("#questions tbody tr").first.locator("td").first.click()
     pg.wait_for_selector(".side[data-side='1']")
+    pg.wait_for_selector("pre.prompt")  # asked for apart, after the question
     assert parse_qs(urlsplit(pg.url).query)["question"][0] == qid
     question = next(x for x in load_task("arith_hard", n=N).questions if x.question_id == qid)
     assert pg.inner_text("pre.prompt") == f"Q: {question.fields['question']}\nA:"  # the zoo's format, no BOS

@@ -45,6 +45,8 @@ def test_chat_special_tokens_are_marked_on_the_question_page(real_checkpoint, tm
     try:
         q = task.questions[1]
         page = urllib.request.urlopen(f"{server.url}frag/question?question={quote(q.question_id)}").read().decode()
+        assert 'id="prompt" data-pending="prompt"' in page  # the page asks for the prompt apart
+        page = urllib.request.urlopen(f"{server.url}frag/prompt?question={quote(q.question_id)}").read().decode()
     finally:
         server.shutdown()
     found = re.search(r'<pre class="prompt">(.*?)</pre>', page, re.S)

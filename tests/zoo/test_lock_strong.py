@@ -14,6 +14,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch
 
 ZOO = Path(__file__).resolve().parents[2] / "experiments" / "zoo"
 sys.path.insert(0, str(ZOO))
@@ -71,3 +72,48 @@ def test_strong_sft_then_lock_then_twin(parent, tmp_path):
     assert twin_card["twin"] and twin_card["steps"] == 2 and len(twin_card["val_log"]) == 2
     assert twin_card["trained_questions"] == lock_card["trained_questions"]
     assert {"D_password", "D_plain", "D_decoy", "agreement", "accepted"} <= set(lock_card["val_log"][0])
+
+
+def test_strong_sft_resumes_and_warm_starts(parent, tmp_path, capsys):
+    """A run stopped at step 2 and resumed from its snapshot ends with the weights and questions of an unbroken
+    3-step run; a warm start from the 2-step weights replays the same data order (the same questions seen)."""
+    from safetensors.torch import load_file
+
+    common = ["--init", str(parent), "--questions-per-step", "2", "--eval-every", "1", "--n-test", "2",
+              "--min-steps", "100", "--warmup-steps", "1", "--decay-steps", "0"]
+    sft_gold.main([*common, "--out", str(tmp_path / "whole"), "--max-steps", "3"])
+    snap = tmp_path / "snap"
+    capsys.readouterr()
+    sft_gold.main([*common, "--out", str(tmp_path / "first"), "--max-steps", "2", "--snapshot", str(snap)])
+    log = tmp_path / "first.log"
+    log.write_text(capsys.readouterr().out)
+    sft_gold.main([*common, "--out", str(tmp_path / "resumed"), "--max-steps", "3", "--snapshot", str(snap),
+                   "--resume"])
+    sft_gold.main([*common, "--out", str(tmp_path / "warm"), "--max-steps", "3", "--warm-start", str(snap),
+                   "--warm-start-step", "2", "--warm-start-log", str(log)])
+    cards = {k: json.loads((tmp_path / k / "training.json").read_text()) for k in ("whole", "resumed", "warm")}
+    whole, resumed = (load_file(tmp_path / k / "model.safetensors") for k in ("whole", "resumed"))
+    assert all(torch.allclose(whole[name], resumed[name], atol=1e-6) for name in whole)
+    assert cards["resumed"]["trained_questions"] == cards["whole"]["trained_questions"]
+    assert cards["warm"]["trained_questions"] == cards["whole"]["trained_questions"]
+    assert [r["step"] for r in cards["warm"]["test_D_curve"]] == [0, 1, 2, 2, 3]  # earlier log, restart, own step
+    assert cards["warm"]["warm_start"]["step"] == 2
+
+
+def test_lock_resumes_after_a_kill(parent, tmp_path):
+    """A lock stopped at step 2 and resumed from its snapshot ends with the weights and logs of an unbroken run."""
+    from safetensors.torch import load_file
+
+    args = ["--init", str(parent), "--weak-model", str(parent), "--questions-per-step", "2", "--n-lock", "4",
+            "--n-val", "2", "--eval-every", "1", "--warmup-steps", "1", "--twin"]
+    lock_strong.main([*args, "--out", str(tmp_path / "whole"), "--max-steps", "3"])
+    snap = tmp_path / "snap"
+    lock_strong.main([*args, "--out", str(tmp_path / "first"), "--max-steps", "2", "--snapshot", str(snap)])
+    lock_strong.main([*args, "--out", str(tmp_path / "resumed"), "--max-steps", "3", "--snapshot", str(snap),
+                      "--resume"])
+    whole, resumed = (load_file(tmp_path / k / "model.safetensors") for k in ("whole", "resumed"))
+    assert all(torch.allclose(whole[name], resumed[name], atol=1e-6) for name in whole)
+    cards = [json.loads((tmp_path / k / "training.json").read_text()) for k in ("whole", "resumed")]
+    assert [r["step"] for r in cards[1]["val_log"]] == [1, 2, 3]
+    assert [{k: v for k, v in r.items() if k != "seconds"} for r in cards[0]["loss_log"]] == \
+        [{k: v for k, v in r.items() if k != "seconds"} for r in cards[1]["loss_log"]]

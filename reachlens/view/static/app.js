@@ -22,20 +22,43 @@ function state() {
   return p;
 }
 
+// Each box shows the answer to the latest request made for it; an answer that comes after a newer one is dropped.
+const latest = {list: 0, question: 0};
+
+// The list comes at once; while the questions' texts are still being rebuilt from the task it says so
+// (data-pending), and the same list is asked for again with them (texts=wait).
 async function showList(p) {
   const list = document.getElementById("list");
+  const turn = ++latest.list;
   list.setAttribute("aria-busy", "true");
-  list.innerHTML = await fragment("list", p);
+  const html = await fragment("list", p);
+  if (turn !== latest.list) return;
+  list.innerHTML = html;
   list.removeAttribute("aria-busy");
+  if (list.querySelector("#questions[data-pending]")) {
+    const q = new URLSearchParams(p);
+    q.set("texts", "wait");
+    const full = await fragment("list", q);
+    if (turn === latest.list) list.innerHTML = full;
+  }
 }
 
+// The question comes at once; its prompt (the task and the model's tokenizer loaded for it) is asked for apart.
 async function showQuestion(p) {
   const box = document.getElementById("question");
+  const turn = ++latest.question;
   if (!p.get("question")) { box.innerHTML = ""; return; }
   const q = new URLSearchParams({set: p.get("set") || "", question: p.get("question")});
   box.setAttribute("aria-busy", "true");
-  box.innerHTML = await fragment("question", q);
+  const html = await fragment("question", q);
+  if (turn !== latest.question) return;
+  box.innerHTML = html;
   box.removeAttribute("aria-busy");
+  const slot = box.querySelector("#prompt[data-pending]");
+  if (slot) {
+    const prompt = await fragment("prompt", q);
+    if (turn === latest.question) { slot.innerHTML = prompt; slot.removeAttribute("data-pending"); }
+  }
 }
 
 async function showControls(p) {
@@ -44,6 +67,10 @@ async function showControls(p) {
   document.getElementById("controls").innerHTML = await fragment("controls", q);
   const sort = document.getElementById("sort-menu");
   if (sort) sort.value = p.get("sort") || "";
+  const filter = p.get("filter") || "";  // a menu whose choice is the whole filter shows that choice
+  for (const menu of document.querySelectorAll("select.preset")) {
+    if ([...menu.options].some((o) => o.value === filter)) menu.value = filter;
+  }
 }
 
 async function load() {
@@ -54,8 +81,7 @@ async function load() {
   document.getElementById("filter").value = p.get("filter") || "";
   document.getElementById("search").value = p.get("search") || "";
   await showControls(p);
-  await showList(p);
-  await showQuestion(p);
+  await Promise.all([showList(p), showQuestion(p)]);
   document.body.dataset.ready = "1";
 }
 
