@@ -173,11 +173,14 @@ def test_convert_moves_a_format_3_probe_run_s_unions_beside_its_identity(tiny_mo
     unions = record.pop("unions")
     (out / "run.json").write_text(json.dumps({**record, "format_version": 3,
                                               "options": {**record["options"], "unions": unions}}))
-    with pytest.raises(ReachlensError, match="run format 3, this reachlens reads 4; rewrite it with `reachlens convert"):
+    from reachlens.store.record import FORMAT_VERSION  # the format this tree writes (a later step converts further)
+
+    with pytest.raises(ReachlensError, match=f"run format 3, this reachlens reads {FORMAT_VERSION}; rewrite it with "
+                                              "`reachlens convert"):
         read_run(out)
     assert main(["convert", str(out)]) == 0
     converted = json.loads((out / "run.json").read_text())
-    assert converted["unions"] == unions and "unions" not in converted["options"] and converted["format_version"] == 4
+    assert converted["unions"] == unions and "unions" not in converted["options"] and converted["format_version"] == FORMAT_VERSION
     assert read_run(out).unions == unions
 
 
