@@ -219,14 +219,11 @@ def generate(
         stop_at_eos: finish a row when it emits an end-of-sequence token (not included in the text).
         route: layer route to run (the full model when None); a row's own ``Row.route`` takes precedence.
         max_batch_rows: most rows decoded together.
-        fused: take the engine's fused path where it applies (:func:`~reachlens.engine.describe`);
-            False runs the generic path (the family's own forward code, the bridge's own attention).
-        share_prefixes: decode one batch entry per distinct token prefix instead of one per row (same tokens,
-            far less compute for K samples). None (default): share unless a hook other than reachlens' own is
-            attached (:func:`~reachlens.engine.hooks.user_hooks`); False: one batch entry per live row after the
-            prompt (each distinct prompt still prefilled once, finished rows dropped), or, with such a hook attached,
-            every row its own batch entry in every forward, prefill included, to the end of its chunk; True: share
-            even with hooks (a hook reads :func:`~reachlens.engine.hooks.current_rows`).
+        fused: the fused path where it applies (:func:`~reachlens.engine.describe`); False: the generic one.
+        share_prefixes: one batch entry per distinct token prefix (same tokens, far less compute for K samples).
+            None: share unless a user hook is attached (:func:`~reachlens.engine.hooks.user_hooks`); False: one
+            entry per live row after each prompt's one prefill, or, with a user hook, per row in every forward to
+            the chunk's end; True: share even with hooks (a hook reads :func:`~reachlens.engine.hooks.current_rows`).
 
     Returns: completions aligned with ``rows``.
 
