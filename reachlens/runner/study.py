@@ -102,8 +102,10 @@ def run_children(children: list[Child], executor: Executor | None = None, *, pro
     decoded through one :func:`~reachlens.runner.run_jobs` (``seconds`` gains the workers' time on each)."""
     done: dict[str, Any] = {}
     for c in children:
-        if c.job is None or c.complete():
-            done[c.role] = read_run(c.path) if c.complete() else c.finish(None)
+        if c.complete():
+            done[c.role] = read_run(c.path)
+        elif c.job is None:
+            done[c.role] = c.finish(None)
     todo = [c for c in children if c.role not in done]
 
     def finished(i: int, result: Any, took: float) -> None:
