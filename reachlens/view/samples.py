@@ -69,7 +69,7 @@ class RowIndex:
         ranges: dict[str, list[tuple[int, int]]] = {}
         last, start, row = None, 0, 0
         try:
-            for batch in f.iter_batches(batch_size=BATCH_ROWS * 32, columns=["question_id"]):
+            for batch in f.iter_batches(batch_size=BATCH_ROWS, columns=["question_id"]):
                 ids, at = self._runs(batch.column(0))
                 for qid, a in zip(ids, at.tolist()):
                     if qid != last:  # a run of rows ends: a question's rows, or a question cut by a batch's end
