@@ -1,6 +1,7 @@
 """Training-based elicitation on the zoo: `reachlens elicit zoo:locked --control zoo:base` writes its run, its
 fine-tuned checkpoints with their cards and its report; the demonstrations come from the train split only; a run
-stopped after its first fine-tune resumes to the end. Tiny: 3 test questions, K=2, one and two demonstrations,
+killed with ``kill -9`` in the middle of a fine-tune resumes to the tables of an uninterrupted run, whose audits
+decode in two worker processes (``--workers 2``). Tiny: 3 test questions, K=2, one and two demonstrations,
 two optimizer steps per fine-tune.
 
 The references: the uplift and its difference are recomputed here from the audits' own question tables; the
@@ -11,13 +12,18 @@ parent's.
 from __future__ import annotations
 
 import json
+import os
+import signal
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 import numpy as np
+import pandas as pd
 import pytest
 from safetensors.torch import load_file
 
-import reachlens.studies.elicitation as elicitation_module
 from reachlens import Protocol, load_task, read_run
 from reachlens.cli import main
 from reachlens.errors import ReachlensError
@@ -28,37 +34,64 @@ from reachlens.studies import Elicitation, FineTune, elicit
 from reachlens.studies.elicitation import select_demonstrations
 from reachlens.studies.elicitation_split import trained_question_ids, unseen_pool
 
+ROOT = Path(__file__).resolve().parents[2]
 TASK = load_task("arith_hard", n=3)
 PROTOCOL = Protocol("arith_hard", k=2, temperature=0.8, max_new_tokens=48)
 ARGV = ["elicit", "zoo:locked", "--task", "arith_hard", "--n", "3", "--k", "2", "--max-new-tokens", "48",
         "--demos", "1,2", "--control", "zoo:base", "--steps", "2"]
 
 
+def _kill_mid_finetune(out: Path) -> None:
+    """``reachlens elicit ARGV --out out`` in a child process, ``kill -9``-ed while its second fine-tune (the
+    control's on one demonstration) is under way: the model's copy is written, the next one's staging folder open."""
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1", "TQDM_DISABLE": "1"}
+    proc = subprocess.Popen([sys.executable, "-m", "reachlens", *ARGV, "--out", str(out)], env=env,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    ckpt = out / "checkpoints"
+    deadline = time.monotonic() + 600
+    while not ((ckpt / "model-n1").is_dir() and list(ckpt.glob(".finetune-*"))) and proc.poll() is None \
+            and time.monotonic() < deadline:
+        time.sleep(0.01)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+
+
 @pytest.fixture(scope="module")
 def run_dir(tmp_path_factory):
-    """A run stopped by an error after its first fine-tune (Python API), then finished by the CLI."""
+    """A run killed with SIGKILL in the middle of its second fine-tune, then finished by the CLI (one process)."""
     out = tmp_path_factory.mktemp("eli") / "run"
-    real = elicitation_module.finetune_on_demonstrations
-    calls: list = []
-
-    def once(*args, **kwargs):
-        if calls:
-            raise KeyboardInterrupt("stopped after the first fine-tune")
-        calls.append(real(*args, **kwargs))
-        return calls[-1]
-
-    elicitation_module.finetune_on_demonstrations = once
-    try:
-        with pytest.raises(KeyboardInterrupt):
-            elicit("zoo:locked", TASK, PROTOCOL, out=out, demos=(1, 2), control="zoo:base", finetune=FineTune(steps=2))
-    finally:
-        elicitation_module.finetune_on_demonstrations = real
-    first = out / "checkpoints" / "model-n1" / "model.safetensors"
-    assert first.is_file() and read_run(out).record.status != "complete" and not read_run(out).finished
+    _kill_mid_finetune(out)
+    first, ckpt = out / "checkpoints" / "model-n1" / "model.safetensors", out / "checkpoints"
+    assert first.is_file() and list(ckpt.glob(".finetune-*")), "killed in the middle of a fine-tune"
+    assert not (ckpt / "control-n1").exists() and read_run(out).record.status == "interrupted"
     stamp = first.stat().st_mtime_ns
     assert main([*map(str, ARGV), "--out", str(out)]) == 0
     assert first.stat().st_mtime_ns == stamp, "the resumed run reuses the finished fine-tune"
+    assert not list(ckpt.glob(".finetune-*")), "the killed fine-tune's staging folder is gone"
     return out
+
+
+@pytest.fixture(scope="module")
+def whole_two(tmp_path_factory):
+    """The same run uninterrupted, its audits decoded by two worker processes (``--workers 2``)."""
+    out = tmp_path_factory.mktemp("eli") / "whole"
+    assert main([*map(str, ARGV), "--workers", "2", "--out", str(out)]) == 0
+    return out
+
+
+def test_a_run_killed_mid_finetune_and_resumed_equals_an_uninterrupted_run_in_two_workers(run_dir, whole_two):
+    """kill -9 in a fine-tune, resumed in one process, against the run never stopped, its audits in two worker
+    processes: every table and every audit's questions and samples equal, every copy's weights bit for bit."""
+    cut, whole = read_run(run_dir), read_run(whole_two)
+    assert cut.tables().keys() == whole.tables().keys() and cut.audits.keys() == whole.audits.keys()
+    for name, table in whole.tables().items():
+        pd.testing.assert_frame_equal(cut.tables()[name], table, obj=name)
+    for name, a in whole.audits.items():
+        pd.testing.assert_frame_equal(cut.audits[name].questions, a.questions, obj=f"{name} questions")
+        pd.testing.assert_frame_equal(cut.audits[name].samples, a.samples, obj=f"{name} samples")
+    for folder in (whole_two / "checkpoints").iterdir():
+        tuned, again = (load_file(d / "checkpoints" / folder.name / "model.safetensors") for d in (run_dir, whole_two))
+        assert tuned.keys() == again.keys() and all(np.array_equal(tuned[k], again[k]) for k in tuned), folder.name
 
 
 def test_the_run_reads_back_typed_with_every_audit_and_table(run_dir):
