@@ -12,15 +12,17 @@ fingerprint. ``--out DIR`` is the control's run (kind ``temperature_control`` or
 record, summary and table ``{kind}.parquet``) holding its reruns, each an audit directory named by
 :func:`reachlens.store.rerun_name` (``trained--questions=...--temperature=0.6``; ``base--max_new_tokens=N``
 and ``trained--max_new_tokens=N``); ``reachlens show DIR`` and ``reachlens report DIR`` read it, and
-re-running the command resumes.
+re-running the command resumes. The reruns decode on the runner: ``--workers N`` processes side by side (or Ray
+actors with ``--ray``) give the tables of one process.
 """
 
 from __future__ import annotations
 
 import argparse
 
-from reachlens.cli._common import DTYPES, comma_list, echo, positive_int
-from reachlens.cli._scale_args import exec_from_args
+from reachlens.cli._common import comma_list, echo
+from reachlens.cli._scale_args import add_scale_args, exec_from_args
+from reachlens.cli.flags import ModelFlags, ProtocolFlags, add_flags
 
 NAME = "control"
 HELP = "the temperature and length controls of a comparison (rerun part of it under one changed field)"
@@ -32,10 +34,8 @@ def _common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--out", required=True, help="directory for the rerun audits and the table (re-running resumes)")
     p.add_argument("--data", default=None, help="the data file the audits were made on (file-based tasks)")
     p.add_argument("--trained-model", default=None, help="load the descendant from here (default: its audit's spec)")
-    p.add_argument("--max-batch-rows", type=positive_int("--max-batch-rows"), default=1024,
-                   help="most completions decoded together (default 1024; recorded in run.json)")
-    p.add_argument("--device", default="cpu", help="where the models run (default cpu)")
-    p.add_argument("--dtype", default="float32", choices=DTYPES, help="weights and activations (default float32)")
+    add_flags(p, ModelFlags, only=("device", "dtype"))
+    add_scale_args(p, backend=False)  # the reruns decode on the runner: --workers, --ray as everywhere
 
 
 def register(sub) -> argparse.ArgumentParser:
@@ -47,8 +47,8 @@ def register(sub) -> argparse.ArgumentParser:
                    help="comma-separated temperatures (default 0.6,1.0,1.2)")
     n = kinds.add_parser("length", help="rerun both audits at a longer decode (truncation parity)")
     _common(n)
-    n.add_argument("--max-new-tokens", type=positive_int("--max-new-tokens"), required=True,
-                   help="the longer decode length (above the audits' own)")
+    add_flags(n, ProtocolFlags, only=("max_new_tokens",),
+              help={"max_new_tokens": "the longer decode length (above the audits' own; required)"})
     n.add_argument("--base-model", default=None, help="load the parent from here (default: its audit's spec)")
     return p
 
@@ -64,6 +64,8 @@ def run(args: argparse.Namespace) -> int:
     from reachlens.studies.controls import length_control, temperature_control
     from reachlens.tasks import load_task
 
+    if args.control == "length" and args.max_new_tokens is None:
+        raise CLIError("control length needs --max-new-tokens N, the longer decode length (above the audits' own)")
     for d in (args.base, args.trained):
         if not Path(d).is_dir():
             raise CLIError(f"{d!r} is not an audit directory")

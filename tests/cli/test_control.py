@@ -28,6 +28,7 @@ def test_temperature_control_prints_and_writes_its_table(zoo_audit_dirs, tmp_pat
         rerun_dir = out / rerun_name("sft", {"questions": left, "temperature": t})
         assert read_run(rerun_dir).record.status == "complete" and control.reprobes[t].location == rerun_dir
     assert "share_lo" in printed
+    _two_workers_equal(["temperature", "--temperatures", "0.6,1.2"], zoo_audit_dirs, control, tmp_path)
     # a run directory: `reachlens show` and `reachlens report` read it
     assert main(["show", str(out)]) == 0
     shown = capsys.readouterr().out
@@ -47,11 +48,30 @@ def test_length_control_prints_both_lengths(zoo_audit_dirs, tmp_path, capsys):
     control = read_run(out)
     for side, r in (("base", control.after.base), ("trained", control.after.trained)):
         assert r.location == out / f"{side}--max_new_tokens=64" and r.protocol.max_new_tokens == 64
+    _two_workers_equal(["length", "--max-new-tokens", "64"], zoo_audit_dirs, control, tmp_path)
+
+
+def _two_workers_equal(argv, zoo_audit_dirs, one, tmp_path) -> None:
+    """The same control with ``--workers 2`` (its reruns decoded by two processes): its table and every rerun's
+    questions and samples equal those of the one-process run ``one``."""
+    kind, *rest = argv
+    out = tmp_path / "two"
+    assert main(["control", kind, str(zoo_audit_dirs / "base"), str(zoo_audit_dirs / "sft"), *rest, "--workers", "2",
+                 "--out", str(out)]) == 0
+    two = read_run(out)
+    pd.testing.assert_frame_equal(two.table(), one.table())
+    reruns = (lambda c: c.reprobes) if kind == "temperature" else (lambda c: {"base": c.after.base,
+                                                                                 "trained": c.after.trained})
+    assert reruns(two).keys() == reruns(one).keys()
+    for key, run in reruns(one).items():
+        pd.testing.assert_frame_equal(reruns(two)[key].questions, run.questions, obj=f"{key} questions")
+        pd.testing.assert_frame_equal(reruns(two)[key].samples, run.samples, obj=f"{key} samples")
 
 
 @pytest.mark.parametrize("argv,message", [
     (["temperature", "--temperatures", "0,1"], "give temperatures > 0"),
     (["length", "--max-new-tokens", "40"], "--max-new-tokens 40 must exceed the audits' 40"),
+    (["length"], "control length needs --max-new-tokens N"),
 ])
 def test_bad_values_are_one_line(zoo_audit_dirs, tmp_path, capsys, argv, message):
     kind, *rest = argv

@@ -17,9 +17,16 @@ from reachlens.cli.main import build_parser, main
 
 
 def _subparsers() -> dict[str, tuple[argparse.ArgumentParser, object]]:
+    """Every subcommand's parser by name, a nested one too (``control temperature``), with its command's module."""
     parser, mods = build_parser()
     sub = next(a for a in parser._actions if a.dest == "command")
-    return {name: (p, mods[name]) for name, p in sub.choices.items()}
+    found = {}
+    for name, p in sub.choices.items():
+        found[name] = (p, mods[name])
+        for a in p._actions:
+            if isinstance(a, argparse._SubParsersAction):
+                found.update({f"{name} {inner}": (q, mods[name]) for inner, q in a.choices.items()})
+    return found
 
 
 def _flags(p: argparse.ArgumentParser):
@@ -95,7 +102,7 @@ def test_the_budget_is_spelled_k_and_decode_length_defaults_to_the_task_in_every
 
 def test_every_command_whose_study_decodes_on_the_runner_takes_the_execution_group():
     execution = {("--" + f.name.replace("_", "-")) for f in dataclasses.fields(GROUPS[3])}
-    for command in ("audit", "probe", "elicit", "demo"):
+    for command in ("audit", "probe", "elicit", "demo", "control temperature", "control length"):
         names = {n for n, _ in _flags(_subparsers()[command][0])}
         assert execution <= names, (command, execution - names)
 
