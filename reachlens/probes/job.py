@@ -28,7 +28,7 @@ from reachlens.engine.memory import check_budget, check_rows
 from reachlens.engine.tokens import encode_prompts
 from reachlens.errors import ReachlensError
 from reachlens.execution import ExecConfig
-from reachlens.models import ModelSource, load_tokenizer
+from reachlens.models import load_tokenizer
 from reachlens.probes.activation import ArmProbe
 from reachlens.probes.bank import BANK_COLUMNS, GREEDY, ORDER, bank_frame, family_of, union_terms
 from reachlens.probes.decode import Decoder, check_whole, expected_rows, plan_units
@@ -41,11 +41,10 @@ from reachlens.runner import (
     Opened,
     ResolvedModel,
     Slice,
-    check_context,
-    check_replica,
     resolve_model,
     run_jobs,
 )
+from reachlens.runner.shard import ModelShard
 from reachlens.store import PartKey, PartsDir, RunRecord
 from reachlens.tasks import load_task
 from reachlens.tasks.base import Task
@@ -57,25 +56,18 @@ _REDO = "re-run the same probe command into this directory to decode its slice a
 
 
 @dataclass(frozen=True)
-class ProbeShard:
-    """What a worker needs to decode any slice of one probe run (sent once per run)."""
+class ProbeShard(ModelShard):
+    """What a worker needs to decode any slice of one probe run (sent once per run): the model, task and the
+    deployment's greedy protocol (:class:`~reachlens.runner.shard.ModelShard`), and these."""
 
-    source: ModelSource | None
-    task: Task
-    protocol: Protocol
-    """The deployment's (greedy), resolved and bound to the model's chat template."""
     probes: tuple[Probe, ...]
-    model_id: dict[str, Any]
     exec_config: ExecConfig = field(default_factory=ExecConfig)
-    model: Any = field(default=None, repr=False, compare=False)
 
     @property
     def units(self) -> dict[int, Decoder]:
         return plan_units(self.probes)
 
-    def prepare(self, model: Any) -> None:
-        check_replica(model, self.model_id, self.source)
-        check_context(model, self.task, self.protocol)
+    def check_model(self, model: Any) -> None:
         for p in self.probes:
             p.check(model, self.protocol)
 
@@ -193,7 +185,8 @@ class ProbeJob:
         inputs = {path: sha for _, found in read for path, sha in found.items()}
         r = resolve_model(self.model, self.task, self.protocol, self.exec_config, in_process)
         _check_prompts(probes, self.task, r)
-        shard = ProbeShard(r.source, self.task, r.protocol, probes, r.model_id, self.exec_config, r.model)
+        shard = ProbeShard(probes, self.exec_config, source=r.source, task=self.task, protocol=r.protocol,
+                           model_id=r.model_id, model=r.model)
         options = {"probes": [p.label for p in probes], **({"inputs": inputs} if inputs else {})}
         extra = {"task_source": self.task.source, "n_questions": len(self.task), "unions": _unions(self.unions, probes)}
         return shard, RunRecord.new("probe", r.protocol, r.model_id, self.task.data_identity, options, extra, r.exec)

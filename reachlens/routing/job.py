@@ -32,13 +32,12 @@ from reachlens.routing.study import RoutingResult
 from reachlens.runner import (
     Executor,
     Slice,
-    check_context,
-    check_replica,
     model_config,
     question_slices,
     resolve_model,
     run_jobs,
 )
+from reachlens.runner.shard import ModelShard
 from reachlens.runner.tables_job import TablesJob
 from reachlens.selectors import verification_scores
 from reachlens.store import RunRecord
@@ -52,25 +51,18 @@ DEPLOYED_COLUMNS = ["question_id", "realized", "deployed_answer", "deployed_scor
 
 
 @dataclass(frozen=True)
-class RoutingShard:
-    """What a worker needs to search any slice of one routing run (sent once per run)."""
+class RoutingShard(ModelShard):
+    """What a worker needs to search any slice of one routing run (sent once per run): the model, task and greedy
+    protocol (:class:`~reachlens.runner.shard.ModelShard`), and these."""
 
-    source: ModelSource | None
-    task: Task
-    protocol: Protocol
-    """Greedy, resolved and bound to the model's chat template."""
     space: RouteSpace
     strategy: str
     config: RoutingConfig
-    model_id: dict[str, Any]
     exec_config: ExecConfig = field(default_factory=ExecConfig)
-    model: Any = field(default=None, repr=False, compare=False)
     evaluator: RouteEvaluator | None = field(default=None, repr=False, compare=False)
     """An evaluator of this process shared with other cells (in process only): pairs it decoded are reused."""
 
-    def prepare(self, model: Any) -> None:
-        check_replica(model, self.model_id, self.source)
-        check_context(model, self.task, self.protocol)
+    def check_model(self, model: Any) -> None:
         if self.space.n_layers != len(model.blocks):
             raise ReachlensError(f"the space is built for {self.space.n_layers} layers but the model has "
                                  f"{len(model.blocks)}")
@@ -128,8 +120,9 @@ class RoutingJob(TablesJob):
         evaluation = {"task_source": self.task.source, "n_questions": len(self.task), "window": self.config.window}
         options = {"config": self.config.to_dict(), "strategy": self.strategy, "space": self.space.spec(),
                    "evaluation": evaluation}
-        shard = RoutingShard(r.source, self.task, protocol, self.space, self.strategy, self.config, r.model_id,
-                             self.exec_config, r.model, self.evaluator if in_process else None)
+        shard = RoutingShard(self.space, self.strategy, self.config, self.exec_config,
+                             self.evaluator if in_process else None, source=r.source, task=self.task,
+                             protocol=protocol, model_id=r.model_id, model=r.model)
         return shard, RunRecord.new("routing", protocol, r.model_id, self.task.data_identity, options, exec=r.exec)
 
     def plan(self, shard: RoutingShard) -> list[Slice]:

@@ -6,6 +6,8 @@
   an :class:`~reachlens.execution.ExecConfig` asks for; a routing search, a recognition run and a causal sweep are
   jobs too (:class:`~reachlens.runner.tables_job.TablesJob`: their parts are named tables). The driver holds every
   directory's lock and writes its parts; executors only decode, each worker holding one model :class:`Replica`.
+  A job hands its workers a shard, each a :class:`ModelShard` (the model, its identity, task and protocol, and
+  the one check of a replica) with what its slices need.
 * :func:`run_study` runs a run made of runs (a :class:`Study`: a training study, a control, an elicitation): what it
   checks first, its record started once, its children (:class:`Child`) by role in rounds through one
   :func:`run_jobs`, the finished ones skipped on a re-run, and its run composed and saved with relative child paths.
@@ -33,11 +35,12 @@ from reachlens.runner.executor import Executor, Replica, Shard, Slice, SliceResu
 from reachlens.runner.executors import InProcessExecutor, ProcessPool
 from reachlens.runner.jobs import Job, Opened, ResolvedModel, executor_for, model_config, resolve_model, run_jobs
 from reachlens.runner.ray_executor import RayExecutor
+from reachlens.runner.shard import ModelShard
 from reachlens.runner.study import Child, Progress, Study, run_children, run_study
 
 __all__ = [
-    "Child", "Executor", "InProcessExecutor", "Job", "Opened", "ProcessPool", "RayExecutor", "Replica", "ResolvedModel",
-    "Progress", "Shard", "Slice", "SliceResult", "Study", "audit_slice", "batch_slices", "check_context", "check_fits", "check_replica",
+    "Child", "Executor", "InProcessExecutor", "Job", "ModelShard", "Opened", "ProcessPool", "RayExecutor", "Replica",
+    "ResolvedModel", "Progress", "Shard", "Slice", "SliceResult", "Study", "audit_slice", "batch_slices", "check_context", "check_fits", "check_replica",
     "deploy_and_grade", "deploy_arms_and_grade", "executor_for", "model_config", "grade_questions", "grade_samples", "question_slices",
     "resolve_model", "run_children", "run_jobs", "run_study", "sample_slice",
 ]

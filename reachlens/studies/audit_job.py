@@ -22,7 +22,6 @@ import pandas as pd
 
 from reachlens.engine.memory import check_budget
 from reachlens.execution import ExecConfig
-from reachlens.models import ModelSource
 from reachlens.protocol import Protocol
 from reachlens.records import QUESTION_COLUMNS, SAMPLE_COLUMNS, in_task_order
 from reachlens.runner import (
@@ -31,11 +30,10 @@ from reachlens.runner import (
     Slice,
     audit_slice,
     batch_slices,
-    check_context,
-    check_replica,
     resolve_model,
     run_jobs,
 )
+from reachlens.runner.shard import ModelShard
 from reachlens.store import PartsDir, RunRecord, audit_tables
 from reachlens.studies.auditing import AuditResult, stored_trace
 from reachlens.studies.trace_reach import task_trace
@@ -45,24 +43,12 @@ __all__ = ["AuditJob", "AuditShard", "audit"]
 
 
 @dataclass(frozen=True)
-class AuditShard:
-    """What a worker needs to decode any slice of one audit (sent once per audit, not per slice)."""
+class AuditShard(ModelShard):
+    """What a worker needs to decode any slice of one audit (sent once per audit, not per slice): the model, task and
+    protocol (:class:`~reachlens.runner.shard.ModelShard`; the protocol with its backend), and these."""
 
-    source: ModelSource | None
-    """What the worker loads; None for a model only this process holds (:attr:`model`)."""
-    task: Task
-    protocol: Protocol
-    """Resolved: explicit format, stop strings, grader and backend."""
-    model_id: dict[str, Any]
-    """The identity the directory records; a worker whose checkpoint differs refuses to run."""
     exec_config: ExecConfig = field(default_factory=ExecConfig)
     sample_offset: int = 0
-    model: Any = field(default=None, repr=False, compare=False)
-    """The model this process holds (decoded in process, hooks live); None for a shard sent to workers."""
-
-    def prepare(self, model: Any) -> None:
-        check_replica(model, self.model_id, self.source)
-        check_context(model, self.task, self.protocol)
 
     def decode(self, model: Any, part: Slice) -> dict[str, pd.DataFrame]:
         _, start, stop = part
@@ -99,8 +85,8 @@ class AuditJob:
         r = resolve_model(self.model, self.task, self.protocol, self.exec_config, in_process)
         extra = {"task_source": self.task.source, "n_questions": len(self.task), **self.extra}
         record = RunRecord.new("audit", r.protocol, r.model_id, self.task.data_identity, extra=extra, exec=r.exec)
-        return AuditShard(r.source, self.task, r.protocol, r.model_id, self.exec_config, self.sample_offset,
-                          r.model), record
+        return AuditShard(self.exec_config, self.sample_offset, source=r.source, task=self.task, protocol=r.protocol,
+                          model_id=r.model_id, model=r.model), record
 
     def plan(self, shard: AuditShard) -> list[Slice]:
         return [(0, a, b) for a, b in batch_slices(self.task, shard.protocol, self.exec_config.max_batch_rows)]

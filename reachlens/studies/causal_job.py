@@ -21,8 +21,8 @@ from typing import Any
 import pandas as pd
 
 from reachlens.execution import ExecConfig
-from reachlens.models import ModelSource
-from reachlens.runner import Executor, Slice, check_context, check_replica, question_slices, resolve_model, run_jobs
+from reachlens.runner import Executor, Slice, question_slices, resolve_model, run_jobs
+from reachlens.runner.shard import ModelShard
 from reachlens.runner.tables_job import TablesJob
 from reachlens.store import RunRecord
 from reachlens.studies.causal_runs import SWEEPS, CausalResult, ConditionSpec, evaluate_conditions, set_ids
@@ -40,19 +40,15 @@ def _sliced(sets: EvalSets, ids: Sequence[str]) -> EvalSets:
 
 
 @dataclass(frozen=True)
-class SweepShard:
-    """What a worker needs to decode any slice of one sweep (sent once per sweep)."""
+class SweepShard(ModelShard):
+    """What a worker needs to decode any slice of one sweep (sent once per sweep): the model, task and the sets'
+    protocol resolved (:class:`~reachlens.runner.shard.ModelShard`), the sets and the conditions."""
 
-    source: ModelSource | None
-    task: Task
     sets: EvalSets
     conditions: tuple[ConditionSpec, ...]
-    model_id: dict[str, Any]
-    model: Any = field(default=None, repr=False, compare=False)
 
-    def prepare(self, model: Any) -> None:
-        check_replica(model, self.model_id, self.source)
-        check_context(model, self.task.only(set_ids(self.sets, "both")), self.sets.protocol.resolved(self.task))
+    def context(self) -> Task:
+        return self.task.only(set_ids(self.sets, "both"))  # the sets' questions alone are decoded
 
     def decode(self, model: Any, part: Slice) -> dict[str, pd.DataFrame]:
         _, start, stop = part
@@ -92,7 +88,8 @@ class SweepJob(TablesJob):
         r = resolve_model(self.model, self.task, self.sets.protocol, self.exec_config, in_process)
         record = RunRecord.new(self.kind, self.sets.protocol, r.model_id, self.task.data_identity,
                                options=dict(self.meta), exec=r.exec)
-        return SweepShard(r.source, self.task, self.sets, self.conditions, r.model_id, r.model), record
+        return SweepShard(self.sets, self.conditions, source=r.source, task=self.task,
+                          protocol=self.sets.protocol.resolved(self.task), model_id=r.model_id, model=r.model), record
 
     def plan(self, shard: SweepShard) -> list[Slice]:
         n = len(set_ids(self.sets, "both"))

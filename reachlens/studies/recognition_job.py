@@ -21,18 +21,16 @@ import pandas as pd
 
 from reachlens.engine.scoring import scoring_window
 from reachlens.execution import ExecConfig
-from reachlens.models import ModelSource
 from reachlens.protocol import Protocol
 from reachlens.runner import (
     Executor,
     Slice,
-    check_context,
-    check_replica,
     model_config,
     question_slices,
     resolve_model,
     run_jobs,
 )
+from reachlens.runner.shard import ModelShard
 from reachlens.runner.tables_job import TablesJob
 from reachlens.store import RunRecord
 from reachlens.studies.recognition import (
@@ -51,21 +49,12 @@ __all__ = ["RecognitionJob", "RecognitionShard", "recognize"]
 
 
 @dataclass(frozen=True)
-class RecognitionShard:
-    """What a worker needs to run any slice of one recognition run (sent once per run)."""
+class RecognitionShard(ModelShard):
+    """What a worker needs to run any slice of one recognition run (sent once per run): the model, task and the
+    greedy generation's protocol (:class:`~reachlens.runner.shard.ModelShard`), and its configuration."""
 
-    source: ModelSource | None
-    task: Task
-    protocol: Protocol
-    """The greedy generation's, resolved and bound to the model's chat template."""
     config: RecognitionConfig
     """Resolved: the recognition format and the scoring window are explicit."""
-    model_id: dict[str, Any]
-    model: Any = field(default=None, repr=False, compare=False)
-
-    def prepare(self, model: Any) -> None:
-        check_replica(model, self.model_id, self.source)
-        check_context(model, self.task, self.protocol)
 
     def decode(self, model: Any, part: Slice) -> dict[str, pd.DataFrame]:
         _, start, stop = part
@@ -109,7 +98,8 @@ class RecognitionJob(TablesJob):
                    "task": None if self.spec is None else dataclasses.asdict(self.spec)}
         record = RunRecord.new("recognition", r.protocol, r.model_id, dict(self.task.data_identity) or None, options,
                                exec=r.exec)
-        return RecognitionShard(r.source, self.task, r.protocol, config, r.model_id, r.model), record
+        return RecognitionShard(config, source=r.source, task=self.task, protocol=r.protocol, model_id=r.model_id,
+                                model=r.model), record
 
     def plan(self, shard: RecognitionShard) -> list[Slice]:
         return [(0, a, b) for a, b in question_slices(len(self.task), 1, shard.config.max_batch_rows)]
