@@ -213,7 +213,7 @@ _NOTES = {
                     "clean (the greedy D; undefined at 0), union the share any draw of that sigma answers.",
     "weight_noise_trace": "The weight-noise table by verified solutions (the task's trace grader): a draw counts a "
                           "question only when its answer is right on a valid worked solution; clean is D^trace. The "
-                          "gap to the table above is what the noised models reach through invalid solutions.",
+                          "gap to the weight-noise table is what the noised models reach through invalid solutions.",
 }
 
 
