@@ -28,6 +28,10 @@ A row's reach on a condition is ``O[greedy + probe]`` (a question the deployment
 answers), so its uplift over greedy is >= 0; a fine-tuned copy's is its own greedy D (another model: it can fall).
 The locked-minus-control difference is, per question, ``(reach - D)`` on zoo:locked minus the same on zoo:base,
 its mean with a paired bootstrap 95 % interval over questions (:func:`reachlens.stats.paired_bootstrap_ci`).
+Every row is also given by verified solutions (issue 56): ``reach_<condition>_trace``, ``uplift_<condition>_trace``
+and ``difference_trace`` (with its interval) count a candidate only when it *solves* its question, a right answer
+on a valid worked solution (the task's trace grader, :func:`reachlens.studies.trace_reach.solutions_valid`), and
+``D`` by the deployment's verified solutions; a fine-tuned copy's row is its D^trace against the source's.
 Writes ``matrix.csv`` and ``matrix.md`` (the table and the command) to ``--out``, with every run beside them.
 """
 
@@ -99,6 +103,17 @@ def run_probes(args, out: Path) -> dict[str, object]:
     return runs
 
 
+def solved_bank(bank: pd.DataFrame, task: str, split: str = "test") -> pd.DataFrame | None:
+    """``bank`` with ``correct`` kept only where the candidate solves its question (right on a valid worked solution,
+    ``task``'s trace grader), as a probe run's ``reach_trace`` table counts; None when the task has no trace grader."""
+    from reachlens.studies.trace_reach import solutions_valid
+
+    valid = solutions_valid(bank["question_id"], bank["text"], task, split)
+    if valid is None:
+        return None
+    return bank.assign(correct=bank["correct"].astype(bool).to_numpy() & np.asarray(valid, dtype=bool))
+
+
 def _per_question(bank: pd.DataFrame, mask: pd.Series) -> pd.Series:
     """1.0 where the greedy row or a row of ``mask`` is correct, per question (bank order)."""
     from reachlens.probes import GREEDY
@@ -107,14 +122,14 @@ def _per_question(bank: pd.DataFrame, mask: pd.Series) -> pd.Series:
     return (rows["correct"] & rows["scored"]).groupby(rows["question_id"], sort=False).any().astype(float)
 
 
-def probe_rows(runs: dict[str, object], args) -> list[tuple[str, dict[str, pd.Series]]]:
-    """(row name, per-question reach per condition) of every inference-time row."""
+def probe_rows(banks: dict[str, pd.DataFrame], args) -> list[tuple[str, dict[str, pd.Series]]]:
+    """(row name, per-question reach per condition) of every inference-time row, from each condition's bank (its
+    candidates, or :func:`solved_bank` for the rows by verified solutions)."""
     import re
 
     from reachlens.probes import parse_probe
 
     out = []
-    banks = {name: run.candidates for name, run in runs.items()}
     greedy = {c: _per_question(b, b["probe"] == "") for c, b in banks.items()}
     out.append(("greedy deployment (D)", greedy))
     for name, spec in ACTIVATION.items():
@@ -153,21 +168,45 @@ def fewshot_notes(args) -> list[dict]:
     return rows
 
 
-def matrix_row(name: str, reach: dict[str, pd.Series], d: dict[str, pd.Series], family: str) -> dict:
-    """One row of the matrix from per-question reach and D of each condition (questions aligned by id)."""
+Reach = dict[str, pd.Series]
+
+
+def matrix_row(name: str, reach: Reach, d: Reach, family: str, trace: tuple[Reach, Reach] | None = None) -> dict:
+    """One row of the matrix from per-question reach and D of each condition (questions aligned by id); with
+    ``trace`` (the same two by verified solutions) also the row's ``*_trace`` columns."""
+    row = {"row": name, "family": family, "n": len(d["locked"].index), **_uplifts(reach, d, "")}
+    if trace is not None:
+        row.update(_uplifts(*trace, "_trace"))
+    return row
+
+
+def _uplifts(reach: Reach, d: Reach, suffix: str) -> dict:
+    """Each condition's reach and uplift over D, and the locked-minus-control difference with its paired interval."""
     from reachlens.stats import paired_bootstrap_ci
 
     ids = d["locked"].index
     up = {c: reach[c].reindex(ids) - d[c].reindex(ids) for c in ("locked", "control")}
     diff = (up["locked"] - up["control"]).to_numpy()
     lo, hi = paired_bootstrap_ci(diff)
-    row = {"row": name, "family": family, "n": len(ids)}
+    row = {}
     for c in CONDITIONS:
         if c in reach:
-            row[f"reach_{c}"] = float(reach[c].mean())
-            row[f"uplift_{c}"] = float((reach[c].reindex(ids) - d[c].reindex(ids)).mean())
-    row.update({"difference": float(np.mean(diff)), "difference_lo": lo, "difference_hi": hi})
+            row[f"reach_{c}{suffix}"] = float(reach[c].mean())
+            row[f"uplift_{c}{suffix}"] = float((reach[c].reindex(ids) - d[c].reindex(ids)).mean())
+    row.update({f"difference{suffix}": float(np.mean(diff)), f"difference{suffix}_lo": lo,
+                f"difference{suffix}_hi": hi})
     return row
+
+
+def inference_rows(runs: dict[str, object], args) -> list[dict]:
+    """The matrix's inference-time rows of the probe runs, by answers and (a task with a trace grader) by verified
+    solutions."""
+    per = probe_rows({c: run.candidates for c, run in runs.items()}, args)
+    solved = {c: solved_bank(run.candidates, run.protocol.task, run.protocol.split) for c, run in runs.items()}
+    per_trace = dict(probe_rows(solved, args)) if all(b is not None for b in solved.values()) else {}
+    greedy = per[0][0]
+    return [matrix_row(name, reach, per[0][1], "inference-time",
+                       (per_trace[name], per_trace[greedy]) if name in per_trace else None) for name, reach in per]
 
 
 def run_finetune(args, out: Path) -> tuple[object, list[dict]]:
@@ -182,15 +221,28 @@ def run_finetune(args, out: Path) -> tuple[object, list[dict]]:
                  finetune=FineTune(steps=args.steps, lr=args.lr, held_out=args.held_out, eval_every=args.eval_every),
                  exec_config=ExecConfig(max_batch_rows=args.batch_rows, device=args.device),
                  log=lambda line: print(line, flush=True))
-    d = {side: run.audits[side].questions.set_index("question_id")["realized"].astype(float)
-         for side in ("model", "control")}
+    d, d_trace = (_realized(run.audits, "", col) for col in ("realized", "realized_trace"))
     rows = []
     for n in args.demos:
-        tuned = {side: run.audits[f"{side}-n{n}"].questions.set_index("question_id")["realized"].astype(float)
-                 for side in ("model", "control")}
-        rows.append(matrix_row(f"fine-tune on {n} demonstration(s)", {"locked": tuned["model"], "control": tuned["control"]},
-                               {"locked": d["model"], "control": d["control"]}, "training-based"))
+        tuned, tuned_trace = (_realized(run.audits, f"-n{n}", col) for col in ("realized", "realized_trace"))
+        trace = (tuned_trace, d_trace) if tuned_trace is not None and d_trace is not None else None
+        rows.append(matrix_row(f"fine-tune on {n} demonstration(s)", tuned, d, "training-based", trace))
     return run, rows
+
+
+def _realized(audits: dict, suffix: str, column: str) -> Reach | None:
+    """Per-question D (``realized``) or D^trace (``realized_trace``) of the locked model's and the control's audits
+    named ``model{suffix}``, ``control{suffix}``, keyed locked and control; None when one has no trace table."""
+    from reachlens.studies.trace_reach import verified_questions
+
+    out = {}
+    for cond, side in (("locked", "model"), ("control", "control")):
+        a = audits[f"{side}{suffix}"]
+        if column.endswith("_trace") and a.trace is None:
+            return None
+        q = verified_questions(a.questions, a.samples, a.trace) if column.endswith("_trace") else a.questions
+        out[cond] = q.set_index("question_id")[column].astype(float)
+    return out
 
 
 def sweep(args, out: Path) -> pd.DataFrame:
@@ -321,9 +373,7 @@ def main(argv: list[str] | None = None) -> pd.DataFrame:
         runs = run_probes(args, args.out)
         if set(runs) != set(CONDITIONS):  # one process per condition: the matrix once every run is there
             return pd.DataFrame()
-        per = probe_rows(runs, args)
-        d = per[0][1]
-        rows += [matrix_row(name, reach, d, "inference-time") for name, reach in per]
+        rows += inference_rows(runs, args)
         rows += fewshot_notes(args)
         write_matrix(rows, args.out, argv)  # the inference-time rows, kept whatever happens after
     if "sweep" in parts:

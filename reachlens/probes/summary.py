@@ -13,7 +13,8 @@
   K - 1 candidates of the activation probe and against K/2 samples + K/2 of them, over every subset;
 * placebo: each placebo graft beside its real graft;
 * weight_noise (with a weight-noise probe): φ per sigma, the best draw's accuracy over the clean D
-  (:func:`~reachlens.probes.weight_noise.phi_table`).
+  (:func:`~reachlens.probes.weight_noise.phi_table`);
+* on a task with a trace grader, ``reach_trace`` and ``weight_noise_trace``: reach and φ by verified solutions.
 
 Every row says its ``kind``: ``intervention`` when an activation probe made any candidate it counts.
 """
@@ -110,7 +111,8 @@ def probe_tables(bank: pd.DataFrame, labels: Sequence[str], unions: Sequence[str
     them); with ``valid`` (each candidate's worked solution valid:
     :func:`~reachlens.studies.trace_reach.solutions_valid`) also ``reach_trace``: the reach table with a candidate
     counted only when it *solves* its question (correct and valid), so D^trace and O^trace per probe, arm and
-    union."""
+    union, and (with weight noise) ``weight_noise_trace``: φ by verified solutions (clean D^trace, each draw's
+    share of questions solved)."""
     sampling = _sampling(labels)
     sources = [GREEDY, *labels, *_arms(bank, labels), *unions]
     tables = {"reach": reach_table(bank, sources),
@@ -124,8 +126,10 @@ def probe_tables(bank: pd.DataFrame, labels: Sequence[str], unions: Sequence[str
     tables["placebo"] = placebo_table(bank, placebo_pairs(list(labels)), stratum_of=sampling)
     tables["weight_noise"] = phi_table(bank, labels)
     if valid is not None:
-        solved = bank["correct"].astype(bool).to_numpy() & np.asarray(valid, dtype=bool)
-        tables["reach_trace"] = reach_table(bank.assign(correct=solved), sources)
+        solved = bank.assign(correct=bank["correct"].astype(bool).to_numpy() & np.asarray(valid, dtype=bool))
+        tables["reach_trace"] = reach_table(solved, sources)
+        if len(tables["weight_noise"]):
+            tables["weight_noise_trace"] = phi_table(solved, labels)
     return tables
 
 
@@ -174,4 +178,5 @@ def probe_summary(bank: pd.DataFrame, labels: Sequence[str], unions: Sequence[st
                     "probes": probes,
                     "unions": {u: entry(u) for u in unions},
                     **{name: tables[name].to_dict("records") for name in ("overlap", "recovery", "budget_matched",
-                                                                           "placebo", "weight_noise")}})
+                                                                           "placebo", "weight_noise",
+                                                                           "weight_noise_trace") if name in tables}})

@@ -211,6 +211,9 @@ _NOTES = {
     "weight_noise": "Per weight-noise probe and sigma (Tice et al.): each draw is one noised model, the same for every "
                     "question; best_draw and mean_draw are the draws' accuracies over the questions, phi = best_draw / "
                     "clean (the greedy D; undefined at 0), union the share any draw of that sigma answers.",
+    "weight_noise_trace": "The weight-noise table by verified solutions (the task's trace grader): a draw counts a "
+                          "question only when its answer is right on a valid worked solution; clean is D^trace. The "
+                          "gap to the weight-noise table is what the noised models reach through invalid solutions.",
 }
 
 
