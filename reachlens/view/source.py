@@ -111,6 +111,7 @@ class QuestionSet:
     _table: pd.DataFrame | None = field(default=None, repr=False)
     _texts: threading.Event = field(default_factory=threading.Event, repr=False)
     _texts_begun: bool = field(default=False, repr=False)
+    _texts_error: BaseException | None = field(default=None, repr=False)
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     @property
@@ -142,6 +143,8 @@ class QuestionSet:
             threading.Thread(target=self._fill_texts, name="reachlens-view-texts", daemon=True).start()
         if wait:
             self._texts.wait()
+            if self._texts_error is not None:  # the rebuild failed (in the background): said to whoever waits
+                raise self._texts_error
         return self._table
 
     def _fill_texts(self) -> None:
@@ -149,6 +152,8 @@ class QuestionSet:
             texts = question_texts(self.sides[0].record)
             with self._lock:  # a new frame: a list being written from the old one is left as it is
                 self._table = self._table.assign(question=self._table["question_id"].map(texts))
+        except Exception as err:  # noqa: BLE001 - kept for table(wait=True), which raises it in its own thread
+            self._texts_error = err
         finally:
             self._texts.set()
 

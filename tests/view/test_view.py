@@ -88,7 +88,7 @@ def test_the_row_index_finds_every_run_of_a_question_across_batches(tmp_path, mo
     ids = (["q1"] * 5 + ["q2"] * 3 + ["q1"] * 4 + ["q3"] * 7 + ["q2"] * 2) * 5  # 105 rows, runs cut anywhere
     df = pd.DataFrame({"question_id": ids, "candidate_idx": range(len(ids))})
     df.to_parquet(tmp_path / "t.parquet", index=False, row_group_size=40)
-    for batch in (1, 2):  # the index streams batches of 32 x BATCH_ROWS rows: 32 and 64 here, in groups of 40
+    for batch in (1, 2):  # the index streams batches of BATCH_ROWS rows: 1 and 2 here, in groups of 40
         monkeypatch.setattr(samples, "BATCH_ROWS", batch)
         index = RowIndex(tmp_path / "t.parquet")
         for q in ("q1", "q2", "q3"):
@@ -117,6 +117,19 @@ def test_the_list_comes_before_the_question_texts_and_fills_them_in(pair, monkey
     assert "data-pending" not in searched and "1 of 60 questions" in searched and "what is q17?" in searched
     table = qs.table(wait=False)
     assert qs.texts_ready and (table["question"] == "what is " + table["question_id"] + "?").all()
+
+
+def test_a_failure_filling_the_texts_in_the_background_reaches_whoever_waits_for_them(pair, monkeypatch) -> None:
+    from reachlens.view import source
+
+    def broken(record):
+        raise RuntimeError("a bug while rebuilding the texts")
+
+    monkeypatch.setattr(source, "question_texts", broken)
+    qs = source.question_sets([pair])[0]
+    assert qs.table(wait=False)["question"].isna().all()  # the list at once, without texts
+    with pytest.raises(RuntimeError, match="a bug while rebuilding"):
+        qs.table(wait=True)
 
 
 def test_a_damaged_table_is_one_line(tmp_path) -> None:
