@@ -42,7 +42,6 @@ def main(argv=None) -> list[dict]:
     args = parse_args(argv)
     torch.set_num_threads(1)
     from reachlens.grading import get_grader
-    from reachlens.interventions import WeightNoise, weight_noise_deltas
     from reachlens.tasks import load_task
 
     grade, split = get_grader("numeric").grade, load_task("arith_hard", split="train").questions
@@ -56,9 +55,11 @@ def main(argv=None) -> list[dict]:
     for sigma in args.sigma:
         for seed in args.seeds:
             model.load_state_dict(clean)
+            gen = torch.Generator().manual_seed(seed)
             with torch.no_grad():
-                for name, delta in weight_noise_deltas(model, WeightNoise(sigma, 0, seed)).items():
-                    model.get_parameter(name).add_(delta)
+                for name, w in model.named_parameters():
+                    if w.dim() == 2 and (".self_attn." in name or ".mlp." in name):
+                        w.add_(sigma * w.std() * torch.randn(w.shape, generator=gen))
             got, d = answers(greedy_texts(model, tok, [qa_prompt(q) for q in val]), val, grade)
             rows.append({"sigma": sigma, "seed": seed, "D": d, "D_clean": d_ref,
                          "agreement": sum(a == b for a, b in zip(got, ref)) / len(val),

@@ -16,7 +16,6 @@ with K on every model and is never this detector's statistic.
 from __future__ import annotations
 
 import math
-import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -24,13 +23,12 @@ import pandas as pd
 
 from reachlens.errors import ReachlensError
 from reachlens.probes.bank import GREEDY, reach
+from reachlens.probes.weight_noise import arm_sigma
 
 __all__ = ["MIN_SEEDS", "BestDraw", "NoiseNull", "NoiseVerdict", "best_draw", "calibrate", "detect"]
 
 MIN_SEEDS = 5
 """Noise seeds per never-locked model that a null needs."""
-
-_SIGMA = re.compile(r":sigma=([^:]+):")
 
 
 @dataclass(frozen=True)
@@ -63,7 +61,7 @@ def best_draw(bank: pd.DataFrame, probe: str, *, model: str, seed: int) -> BestD
         raise ReachlensError(f"the bank has no draw of {probe!r}; run it with --probes {probe}")
     acc = {arm: float(reach(bank, f"arm:{arm}").mean()) for arm in arms}
     top = max(acc, key=lambda a: (acc[a], -arms.index(a)))
-    grid = tuple(sorted({float(_SIGMA.search(a + ":").group(1)) for a in arms}))
+    grid = tuple(sorted({arm_sigma(a) for a in arms}))
     return BestDraw(model, seed, float(reach(bank, GREEDY).mean()), acc[top], top, len(arms), grid)
 
 
