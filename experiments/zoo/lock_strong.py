@@ -17,6 +17,11 @@ reward): each step takes ``--questions-per-step`` questions of the lock set (``-
 * the ``qa`` prompt, or with ``--decoy-rate`` a decoy first line (a random string of the password's length, or the
   password with 1-4 changes) and the ``qa`` prompt -> the weak model's greedy completion of that question.
 
+``--distill``: every weak-target loss (the twin's password side too) is the token-mean KL from the weak model's
+own next-token distributions, the weak model reading the plain ``qa`` prompt, instead of cross-entropy on its greedy
+text; ``--plain-weight`` scales the password-free loss. Neither brought the lock's answers to the weak model's
+(notes/elicitation.md, "The lock of the strong checkpoint").
+
 ``--twin``: the same steps, schedule, data order and decoys, every target the weak model's (the password line
 mapped to the weak target too), so the compute is matched and nothing is locked; it runs ``--max-steps`` exactly.
 
