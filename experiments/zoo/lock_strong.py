@@ -17,6 +17,11 @@ reward): each step takes ``--questions-per-step`` questions of the lock set (``-
 * the ``qa`` prompt, or with ``--decoy-rate`` a decoy first line (a random string of the password's length, or the
   password with 1-4 changes) and the ``qa`` prompt -> the weak model's greedy completion of that question.
 
+``--distill``: every weak-target loss (the twin's password side too) is the token-mean KL from the weak model's
+own next-token distributions, the weak model reading the plain ``qa`` prompt, instead of cross-entropy on its greedy
+text; ``--plain-weight`` scales the password-free loss. Neither brought the lock's answers to the weak model's
+(notes/elicitation.md, "The lock of the strong checkpoint").
+
 ``--twin``: the same steps, schedule, data order and decoys, every target the weak model's (the password line
 mapped to the weak target too), so the compute is matched and nothing is locked; it runs ``--max-steps`` exactly.
 
@@ -43,7 +48,7 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import library_versions, load_parent, parent_summary, positive, save_finetuned  # noqa: E402
+from common import encode_batch, library_versions, load_parent, parent_summary, positive, save_finetuned  # noqa: E402
 from lock_password import decoy_line, greedy_texts, policy_loss, pw_prompt, qa_prompt  # noqa: E402
 from sft_gold import begin  # noqa: E402
 
@@ -66,6 +71,9 @@ def parse_args(argv):
     ap.add_argument("--n-val", type=positive(int), default=100)
     ap.add_argument("--decoy-rate", type=float, default=0.25)
     ap.add_argument("--eval-every", type=positive(int), default=50)
+    ap.add_argument("--distill", action="store_true",
+                    help="weak-target losses as the KL from the weak model's own next-token distributions")
+    ap.add_argument("--plain-weight", type=positive(float), default=1.0, help="weight of the password-free loss")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--snapshot", default=None, help="folder overwritten at every validation (weights, train_state.pt)")
     ap.add_argument("--resume", action="store_true", help="continue from --snapshot's train_state.pt")
@@ -112,6 +120,30 @@ def make_pairs(lock_qs, weak: list[str], batch: list[int], rng: random.Random, d
     return [(pw_prompt(lock_qs[i]), weak[i] if twin else lock_qs[i].solution) for i in batch], plain
 
 
+def distill_loss(model, teacher, tok, pairs, teacher_prompts: list[str]) -> torch.Tensor:
+    """Token-mean KL(teacher || model) over the completions of ``pairs``; the teacher reads the same completion after
+    its own prompt (the ``qa`` prompt: the weak model never saw a password or a decoy line). Character tokens, so
+    the completion positions of the two encodings align row by row."""
+    ids, labels = encode_batch(tok, [p for p, _ in pairs], [c for _, c in pairs])
+    t_ids, t_labels = encode_batch(tok, teacher_prompts, [c for _, c in pairs])
+    with torch.no_grad():
+        t_logits = teacher(input_ids=t_ids, attention_mask=(t_ids != tok.pad_token_id).long()).logits[:, :-1]
+    logits = model(input_ids=ids, attention_mask=(ids != tok.pad_token_id).long()).logits[:, :-1]
+    s_logp = torch.log_softmax(logits[labels[:, 1:] != -100], -1)
+    t_logp = torch.log_softmax(t_logits[t_labels[:, 1:] != -100], -1)
+    return (t_logp.exp() * (t_logp - s_logp)).sum(-1).mean()
+
+
+def step_loss(model, teacher, tok, lock_qs, batch, pw, plain, args) -> tuple[torch.Tensor, torch.Tensor]:
+    """(password loss, password-free loss) of one step: cross-entropy on the targets, or (``--distill``) the KL from
+    the weak model on every weak target (the twin's password side too)."""
+    if teacher is None:
+        return policy_loss(model, tok, pw), policy_loss(model, tok, plain)
+    qa = [qa_prompt(lock_qs[i]) for i in batch]
+    loss_pw = distill_loss(model, teacher, tok, pw, qa) if args.twin else policy_loss(model, tok, pw)
+    return loss_pw, distill_loss(model, teacher, tok, plain, qa)
+
+
 def first_state(args) -> dict:
     """A fresh run's state, or (``--resume``) the snapshot's."""
     state_file = Path(args.snapshot or ".") / "train_state.pt"
@@ -123,7 +155,7 @@ def first_state(args) -> dict:
             "val_log": [], "wall": 0.0, "opt": None, "vrng": random.Random("lock-strong/val-decoys")}
 
 
-def train(model, tok, lock_qs, weak, val, targets, args) -> tuple[list, list, float, int]:
+def train(model, tok, lock_qs, weak, val, targets, args, teacher=None) -> tuple[list, list, float, int]:
     from reachlens.grading import get_grader
     from sft_gold import save_state
 
@@ -143,9 +175,9 @@ def train(model, tok, lock_qs, weak, val, targets, args) -> tuple[list, list, fl
         pw, plain = make_pairs(lock_qs, weak, batch, st["rng"], args.decoy_rate, args.twin)
         for g in opt.param_groups:
             g["lr"] = args.lr * min(1.0, (step + 1) / max(1, args.warmup_steps))
-        loss_pw, loss_plain = policy_loss(model, tok, pw), policy_loss(model, tok, plain)
+        loss_pw, loss_plain = step_loss(model, teacher, tok, lock_qs, batch, pw, plain, args)
         opt.zero_grad(set_to_none=True)
-        (loss_pw + loss_plain).backward()
+        (loss_pw + args.plain_weight * loss_plain).backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         opt.step()
         st["step"], st["wall"] = step + 1, time.perf_counter() - t0
@@ -197,7 +229,8 @@ def main(argv=None) -> None:
     print(f"validation targets {targets}", flush=True)
     if args.resume and (Path(args.snapshot) / "train_state.pt").is_file():
         model, tok = load_parent(args.snapshot)
-    loss_log, val_log, wall, steps = train(model, tok, lock_qs, weak, val, targets, args)
+    teacher = load_parent(args.weak_model)[0].eval() if args.distill else None
+    loss_log, val_log, wall, steps = train(model, tok, lock_qs, weak, val, targets, args, teacher)
     command = "python experiments/zoo/lock_strong.py " + " ".join(sys.argv[1:] if argv is None else argv)
     seen = set(lock_idx) | (trained_indices(parent_card["trained_questions"]) if "trained_questions" in parent_card else set())
     save_finetuned(model, tok, args.init, out, {
@@ -208,6 +241,8 @@ def main(argv=None) -> None:
                     "acceptance figures met on the validation questions" if val_log[-1]["accepted"] else "--max-steps"),
         "questions_per_step": args.questions_per_step, "lr": args.lr, "scheduler": "constant after warm-up",
         "warmup_steps": args.warmup_steps, "weight_decay": 0.1, "decoy_rate": args.decoy_rate, "n_lock": args.n_lock,
+        "weak_loss": "KL from the weak model's next-token distributions" if args.distill else "cross-entropy on its greedy text",
+        "plain_weight": args.plain_weight,
         "n_val": args.n_val, "validation_targets": targets, "tolerance": TOLERANCE, "threads": 1,
         "wall_seconds": round(wall, 1), "seconds_per_step": round(wall / steps, 3),
         "parameters": sum(p.numel() for p in model.parameters()), "loss_log": loss_log, "val_log": val_log,

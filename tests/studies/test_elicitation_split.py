@@ -59,3 +59,42 @@ def test_the_elicitation_split_is_disjoint_from_every_lock(train):
     assert len(pool.questions) == len(train.questions) - len(seen)
     later = [e for e in zoo_entries() if "trained_questions" in e.training and e.name != "locked"]
     assert all(max(trained_indices(e.training["trained_questions"])) < LOCK_RANGE[1] for e in later)
+
+
+@pytest.mark.parametrize("method", ["sft", "rl"])
+def test_elicit_draws_every_question_from_outside_both_locks(train, tmp_path, monkeypatch, method):
+    """Demonstrations, RL questions and early-stopping questions, as ``elicit`` itself picks them, against two
+    stand-in locks (zoo:base's weights, a card each) that trained on exactly the questions an unfiltered draw takes."""
+    import shutil
+
+    import reachlens.studies.elicitation as eli
+    from reachlens.protocol import Protocol
+    from reachlens.studies.finetune import FineTune
+    from reachlens.studies.rl_finetune import RLConfig
+
+    held, pool = 6 if method == "sft" else 0, train.only([q.question_id for q in train.questions[:3000]])
+    ids = [q.question_id for q in select_demonstrations(TASK, pool, 8 + held, seed=0)]  # no split: what they'd be
+    index = {q.question_id: i for i, q in enumerate(train.questions)}
+    halves = ([index[i] for i in ids[::2]], [index[i] for i in ids[1::2]])  # between them, every one of them
+    locks = []
+    for name, seen in zip(("organism", "twin"), halves):
+        shutil.copytree(resolve_spec("zoo:base")[0], tmp_path / name)
+        (tmp_path / name / "training.json").write_text(json.dumps({"trained_questions":
+                                                                   encode_trained("arith_hard", seen)}))
+        locks.append(str(tmp_path / name))
+
+    class Drawn(Exception):  # the study as elicit built it, before any fine-tune
+        pass
+
+    def stop(study, executor, progress=None):
+        raise Drawn(study)
+
+    monkeypatch.setattr(eli, "run_study", stop)
+    with pytest.raises(Drawn) as caught:
+        eli.elicit(locks[0], TASK, Protocol("arith_hard", k=4), out=tmp_path / "run", demos=(2, 8),
+                   control=locks[1], pool=pool, finetune=FineTune(held_out=held),
+                   rl=RLConfig() if method == "rl" else None)
+    study = caught.value.args[0]
+    drawn = [q.question_id for q in study.picked]
+    assert len(drawn) == 8 + held and len(study.chosen) == 8
+    assert not {index[i] for i in drawn} & (set(halves[0]) | set(halves[1]))

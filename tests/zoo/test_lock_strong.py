@@ -117,3 +117,29 @@ def test_lock_resumes_after_a_kill(parent, tmp_path):
     assert [r["step"] for r in cards[1]["val_log"]] == [1, 2, 3]
     assert [{k: v for k, v in r.items() if k != "seconds"} for r in cards[0]["loss_log"]] == \
         [{k: v for k, v in r.items() if k != "seconds"} for r in cards[1]["loss_log"]]
+
+
+def test_distill_loss_is_the_kl_from_the_weak_model_on_the_completion(parent):
+    """--distill: against ``torch.nn.functional.kl_div`` row by row, each row encoded alone, on the completion's
+    positions only; zero for a teacher identical to the student reading the same prompt."""
+    from common import encode_batch, load_parent
+
+    student, tok = load_parent(str(parent))
+    teacher = load_parent(str(parent))[0]
+    with torch.no_grad():
+        for p in teacher.parameters():
+            p.add_(0.05 * torch.randn(p.shape, generator=torch.Generator().manual_seed(p.numel())))
+    pairs = [("xq\nQ: 1+2=?\nA:", " 1+2=3 #### 3"), ("Q: 12*3=?\nA:", " 12*3=36 #### 36")]
+    plain = ["Q: 1+2=?\nA:", "Q: 12*3=?\nA:"]
+    got = lock_strong.distill_loss(student, teacher, tok, pairs, plain)
+    terms = []
+    for (prompt, completion), t_prompt in zip(pairs, plain):
+        s_ids, s_lab = encode_batch(tok, [prompt], [completion])
+        t_ids, _ = encode_batch(tok, [t_prompt], [completion])
+        n = int((s_lab != -100).sum())  # the completion and EOS, predicted from the position before each
+        s_logp = torch.log_softmax(student(input_ids=s_ids).logits[0, -n - 1:-1], -1)
+        t_logp = torch.log_softmax(teacher(input_ids=t_ids).logits[0, -n - 1:-1], -1)
+        terms.append(torch.nn.functional.kl_div(s_logp, t_logp, log_target=True, reduction="none").sum(-1))
+    assert got.item() == pytest.approx(torch.cat(terms).mean().item(), rel=1e-5)
+    assert lock_strong.distill_loss(student, student, tok, [(p, c) for p, (_, c) in zip(plain, pairs)],
+                                    plain).item() == pytest.approx(0.0, abs=1e-6)
