@@ -88,14 +88,14 @@ def test_a_killed_ray_driver_resumes_in_one_process(isolated, single, tmp_path):
 def test_demo_ray_schedules_the_lineage_on_the_cluster_with_the_same_tables(isolated, tmp_path):
     from reachlens.cli import main
 
-    size = ["--n", "4", "--k", "4", "--extended-k", "8", "--max-new-tokens", "48", "--max-batch-rows", "10"]
+    size = ["--n", "3", "--k", "2", "--extended-k", "4", "--max-new-tokens", "32", "--max-batch-rows", "6"]
     run = isolated([sys.executable, "-m", "reachlens", "demo", "--ray", "--workers", "2", "--out", str(tmp_path / "ray"),
                     *size], _scratch(), timeout=900)
     assert run.returncode == 0, run.stderr[-3000:]
     assert "base -> grpo" in run.stdout and "budget control:" in run.stdout
     assert main(["demo", "--workers", "1", "--out", str(tmp_path / "local"), *size]) == 0
     names = sorted(p.name for p in (tmp_path / "local" / "audits").iterdir())
-    lineage = {f"{m}{suffix}" for m in ("base", "grpo", "dapo", "sft", "sft-grpo") for suffix in ("", "--k=8")}
+    lineage = {f"{m}{suffix}" for m in ("base", "grpo", "dapo", "sft", "sft-grpo") for suffix in ("", "--k=4")}
     assert lineage | {"sft--k=1--prompt_format=verbose", "sft-grpo--k=1--prompt_format=verbose"} <= set(names)  # on the pool
     assert sorted(p.name for p in (tmp_path / "ray" / "audits").iterdir()) == names  # + the length controls
     for name in names:
