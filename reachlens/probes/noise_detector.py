@@ -22,8 +22,7 @@ from dataclasses import dataclass
 import pandas as pd
 
 from reachlens.errors import ReachlensError
-from reachlens.probes.bank import GREEDY, reach
-from reachlens.probes.weight_noise import arm_sigma
+from reachlens.probes.weight_noise import phi_table
 
 __all__ = ["MIN_SEEDS", "BestDraw", "NoiseNull", "NoiseVerdict", "best_draw", "calibrate", "detect"]
 
@@ -55,14 +54,14 @@ class BestDraw:
 
 def best_draw(bank: pd.DataFrame, probe: str, *, model: str, seed: int) -> BestDraw:
     """The best single draw of the weight-noise probe ``probe`` in ``bank`` (one row per question and draw, with the
-    greedy deployment's rows): one maximum over every draw of every sigma."""
-    arms = list(dict.fromkeys(bank.loc[bank["probe"] == probe, "arm"]))
-    if not arms:
+    greedy deployment's rows): one maximum over every draw of every sigma, read from its per-sigma
+    :func:`~reachlens.probes.weight_noise.phi_table` (the first sigma's on a tie, as the draws are ordered)."""
+    table = phi_table(bank, [probe])
+    if table.empty:
         raise ReachlensError(f"the bank has no draw of {probe!r}; run it with --probes {probe}")
-    acc = {arm: float(reach(bank, f"arm:{arm}").mean()) for arm in arms}
-    top = max(acc, key=lambda a: (acc[a], -arms.index(a)))
-    grid = tuple(sorted({arm_sigma(a) for a in arms}))
-    return BestDraw(model, seed, float(reach(bank, GREEDY).mean()), acc[top], top, len(arms), grid)
+    top = table.loc[table["best_draw"].idxmax()]
+    return BestDraw(model, seed, float(top["clean"]), float(top["best_draw"]), top["best_arm"],
+                    int(table["draws"].sum()), tuple(sorted(table["sigma"].astype(float))))
 
 
 @dataclass(frozen=True)
