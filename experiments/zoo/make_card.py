@@ -80,7 +80,7 @@ def lock_summary(lock: dict, audits: dict) -> dict:
     95% Wilson interval, and the paired difference (with - without) with its paired bootstrap interval."""
     import numpy as np
 
-    from reachlens.studies.stats import paired_bootstrap_ci, wilson_interval
+    from reachlens.stats import paired_bootstrap_ci, wilson_interval
 
     task = lock["task"]
     plain, unlocked = audits[task], audits[f"{task}@{lock['unlocked_format']}"]
