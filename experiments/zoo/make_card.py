@@ -67,7 +67,8 @@ def measure(name: str, key: str, runs: Path) -> dict:
     run = read_run(out)  # the audit as reachlens reads it (never its files by name)
     summary, q = run.summary(), run.questions
     return {"D": summary["D"], "O_K": summary["O_K"], "k": summary["k"], "n": summary["n"],
-            "pass_at_k": summary["pass_at_k"], "protocol_hash": summary["protocol_hash"],
+            "pass_at_k": {str(k): v for k, v in summary["pass_at_k"].items()},  # keyed as card.json keeps it
+            "protocol_hash": summary["protocol_hash"],
             "command": "reachlens " + " ".join(cmd), "wall_seconds": round(time.perf_counter() - t0, 1),
             "resumed": resumed,  # True: wall_seconds is the call that finished a stopped audit
             # per question, so a test can re-audit a prefix and check it sample for sample
