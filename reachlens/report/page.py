@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import os
 import stat
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from itertools import chain, repeat
 from pathlib import Path
 
@@ -50,8 +50,10 @@ output is untrusted, and a 300-digit "answer" must not widen its column past the
 probes, conditions) are never cut."""
 
 
-def _cell(text: str, tag: str, cut: bool, href: Callable[[str], str] | None = None) -> str:
+def _cell(text: str, tag: str, cut: bool, href: Callable[[str], str] | None = None, breaks: bool = False) -> str:
     inner = html_text(text) if not cut or len(text) <= CELL_CHARS else f"{html_text(text[: CELL_CHARS - 1])}…"
+    if breaks:  # a long spec may break after its separators (escaped text holds no ':' or ',' of its own)
+        inner = inner.replace(":", ":<wbr>").replace(",", ",<wbr>")
     if href is not None:
         inner = f'<a href="{html_text(href(text))}">{inner}</a>'
     title = f' title="{html_text(text)}"' if cut and len(text) > CELL_CHARS else ""
@@ -59,25 +61,30 @@ def _cell(text: str, tag: str, cut: bool, href: Callable[[str], str] | None = No
 
 
 def _rows(cells: list[list[str]], tag: str = "td", *, cut: Sequence[bool] = (),
-          links: Sequence[Callable[[str], str] | None] = ()) -> str:
+          links: Sequence[Callable[[str], str] | None] = (), breaks: Sequence[bool] = ()) -> str:
     """Table rows; a column whose ``cut`` flag is set has its long cells cut (:data:`CELL_CHARS`), one with a
-    ``links`` function has each cell a link to ``function(cell)``."""
-    return "".join("<tr>" + "".join(_cell(c, tag, x, f) for c, x, f in zip(row, chain(cut, repeat(False)),
-                                                                          chain(links, repeat(None)))) + "</tr>\n"
-                   for row in cells)
+    ``links`` function has each cell a link to ``function(cell)``, one whose ``breaks`` flag is set may break
+    after ':' and ','."""
+    return "".join("<tr>" + "".join(_cell(c, tag, x, f, b) for c, x, f, b in zip(
+        row, chain(cut, repeat(False)), chain(links, repeat(None)), chain(breaks, repeat(False)))) + "</tr>\n"
+        for row in cells)
 
 
-def html_table(df: pd.DataFrame, links: Mapping[str, Callable[[str], str]] | None = None) -> str:
+def html_table(df: pd.DataFrame, links: Mapping[str, Callable[[str], str]] | None = None,
+               breaks: Collection[str] = ()) -> str:
     """``df`` as an HTML table, every value formatted for reading and escaped, a model's answers (a column named
     ``*answer*``) cut at :data:`CELL_CHARS` (an empty table: "(none)"); a column ``links`` names has each cell a link
-    to ``links[column](cell)`` (a question id to its page in ``reachlens view``)."""
+    to ``links[column](cell)`` (a question id to its page in ``reachlens view``); a column ``breaks`` names (a probe's
+    spec) may break after ':' and ',' (``<wbr>``: nothing is added to the text)."""
     if df.empty:
         return "<p><em>(none)</em></p>"
     head = _rows([[str(c) for c in df.columns]], "th")
     cut = tuple("answer" in str(c) for c in df.columns)
     form = [_p_value if _is_p_value(str(c)) else fmt for c in df.columns]
     hrefs = [(links or {}).get(str(c)) for c in df.columns]
-    body = _rows([[f(v) for f, v in zip(form, row)] for row in df.itertuples(index=False)], cut=cut, links=hrefs)
+    wbr = tuple(str(c) in breaks for c in df.columns)
+    body = _rows([[f(v) for f, v in zip(form, row)] for row in df.itertuples(index=False)], cut=cut, links=hrefs,
+                 breaks=wbr)
     return f'<table class="tbl">\n<thead>{head}</thead>\n<tbody>\n{body}</tbody>\n</table>'
 
 

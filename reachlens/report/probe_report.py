@@ -159,9 +159,8 @@ _DROP = {"budget_matched": ("probe",), "placebo": ("placebo",)}
 """Columns a reader does not need: the mixture names its probe; a placebo is its graft's spec with placebo=true."""
 
 
-def _display(name: str, df: pd.DataFrame, *, wrap: bool) -> pd.DataFrame:
-    """A table for reading: rates with their intervals in one column, interventions named; ``wrap``: long labels
-    may break after ':' and ',' (a zero-width space; for HTML)."""
+def _display(name: str, df: pd.DataFrame) -> pd.DataFrame:
+    """A table for reading: rates with their intervals in one column, interventions named."""
     if df.empty:
         return df
     reference = (df.groupby("probe")["mixture"].transform("first") == df["mixture"]) if name == "budget_matched" else None
@@ -181,8 +180,6 @@ def _display(name: str, df: pd.DataFrame, *, wrap: bool) -> pd.DataFrame:
     for col in (c for c in _LABELS if c in d.columns):
         if "kind" in d.columns and name != "overlap":
             d[col] = [_name(s, k) for s, k in zip(d[col], d["kind"])]
-        if wrap:
-            d[col] = [s.replace(":", ":\u200b").replace(",", ",\u200b") for s in d[col]]
     return d
 
 
@@ -228,9 +225,9 @@ def _sections(tables: dict[str, pd.DataFrame]) -> tuple[list[str], list[str]]:
     for name, df in tables.items():
         title = name.replace("_", "-").capitalize()
         note = _NOTES[name] + (" " + _TRACE_NOTE if any(c.endswith("_trace") for c in df.columns) else "")
+        shown = _display(name, df)
         body.append(f"<h2>{esc(title)}</h2><p class=note>{esc(note)}</p>"
-                    f'<div class="scroll">{html_table(_display(name, df, wrap=True))}</div>')
-        shown = _display(name, df, wrap=False)
+                    f'<div class="scroll">{html_table(shown, breaks=_LABELS)}</div>')
         md += [f"## {title}", "", note, "", md_table(shown) if len(shown) else "(none)\n"]
     return body, md
 

@@ -73,9 +73,9 @@ def test_the_summary_and_the_report_table_give_them():
     s = probe_summary(BANK, [SAMPLING, GRAFT, PLACEBO], [])
     (row,) = s["placebo"]
     assert {"dO_mde", "drecovery", "drecovery_mde"} <= set(row)
-    shown = _display("placebo", placebo_table(BANK, [(GRAFT, PLACEBO)], stratum_of=SAMPLING), wrap=False).iloc[0]
+    shown = _display("placebo", placebo_table(BANK, [(GRAFT, PLACEBO)], stratum_of=SAMPLING)).iloc[0]
     verdict = mde_verdict((row["dO_lo"], row["dO_hi"]), row["dO_mde"])
     assert shown["dO: detectable at this n (80% power)"] == verdict
     assert verdict.startswith(("not detected; detectable at this n: >= ", "detected ("))
-    rec = _display("recovery", recovery_table(BANK, SAMPLING, ["greedy", GRAFT]), wrap=False)
+    rec = _display("recovery", recovery_table(BANK, SAMPLING, ["greedy", GRAFT]))
     assert rec["drate"].iloc[0] == "(reference)" and "detectable at this n" in rec.iloc[1, -1]

@@ -147,6 +147,9 @@ def test_the_report_names_interventions_and_every_section(run, tmp_path, chromiu
     for section in ("Reach", "Selectors", "Overlap", "Recovery", "Budget-matched", "Placebo"):
         assert f"<h2>{section}</h2>" in page
     assert "[intervention]" in page and "graft:kind=zero,noise:layer=1 [intervention]" in md_path.read_text()
+    # a long spec may break after its separators, with nothing added to its text (a zero-width space was shown,
+    # escaped, as the six characters \u200b)
+    assert "graft:<wbr>kind=zero,<wbr>noise:<wbr>layer=1 [intervention]" in page and "\\u200b" not in page
     md = md_path.read_text()  # arith has a trace grader: each comparison by verified solutions beside its answers
     for section, column in (("Recovery", "rate_trace"), ("Budget-matched", "majority_trace"), ("Placebo", "dO_trace")):
         table = md.split(f"## {section}\n")[1].split("\n## ")[0]
