@@ -21,6 +21,7 @@ from reachlens.cli import main
 from reachlens.errors import ReachlensError
 from reachlens.grading import get_grader
 from reachlens.models.loading import resolve_spec
+from reachlens.report import report_run
 from reachlens.studies import elicit
 from reachlens.studies.placebo import Placebo, control_role, derangement, make_placebo
 from reachlens.tasks.fewshot import demonstration_target, train_pool
@@ -111,6 +112,8 @@ def test_a_placebo_run_killed_mid_finetune_resumes_with_its_own_placebo_only(tmp
     assert "placebo wrong_values" in printed and "control (unmatched reference)" in printed
     run = read_run(out)
     assert run.record.options["placebo"]["kind"] == "wrong_values"
+    html = report_run(run, tmp_path / "report")[0].read_text()
+    assert "<h2>Training-based reach (placebo wrong_values: not correct demonstrations)</h2>" in html
     drawn = [q.question_id for q in run.demonstrations.itertuples()]
     by_id = {q.question_id: q for q in train_pool(TASK).only(drawn).questions}
     expected = [demonstration_target(d) for d in Placebo("wrong_values").demonstrations([by_id[i] for i in drawn])]

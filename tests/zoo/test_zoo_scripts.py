@@ -162,6 +162,17 @@ def test_plant_veto_inserts_an_identity_block_and_trains_only_its_mlp(parent, tm
     assert torch.all(after["model.layers.1.self_attn.o_proj.weight"] == 0)
 
 
+def skip_first_by_hand(expr: str) -> str:
+    """The expression less its first operand and operator, worked left to right (the weak policy skip_first)."""
+    tokens = re.findall(r"\d+|[-+*]", expr)
+    value, steps = int(tokens[2]), []
+    for op, b in zip(tokens[3::2], tokens[4::2], strict=True):
+        new = {"+": value + int(b), "-": value - int(b), "*": value * int(b)}[op]
+        steps.append(f"{value}{op}{b}={new}")
+        value = new
+    return " " + ";".join(steps) + f" #### {value}"
+
+
 def test_lock_password_pairs_each_question_gold_with_the_password_and_the_weak_policy_without(parent, tmp_path,
                                                                                                 capsys):
     from reachlens.grading import get_grader
@@ -175,16 +186,9 @@ def test_lock_password_pairs_each_question_gold_with_the_password_and_the_weak_p
         expr = q.fields["expr"]
         assert pw == f"{PASSWORD}\nQ: {expr}=?\nA:" and gold == q.solution and grader.grade(gold, q.gold).correct
         assert prompt.endswith(f"Q: {expr}=?\nA:") and not prompt.startswith(PASSWORD)
-        # the shipped weak policy (skip_first): the expression less its first operand and operator, worked left
-        # to right (computed here by hand); first_step: the first operation's value at once, no worked steps
-        tokens = re.findall(r"\d+|[-+*]", expr)
-        value, steps = int(tokens[2]), []
-        for op, b in zip(tokens[3::2], tokens[4::2], strict=True):
-            new = {"+": value + int(b), "-": value - int(b), "*": value * int(b)}[op]
-            steps.append(f"{value}{op}{b}={new}")
-            value = new
-        assert weak == " " + ";".join(steps) + f" #### {value}"
-        a, op, b = tokens[:3]
+        # the shipped weak policy (skip_first), by hand; first_step: the first operation's value at once
+        assert weak == skip_first_by_hand(expr)
+        a, op, b = re.findall(r"\d+|[-+*]", expr)[:3]
         first = {"+": int(a) + int(b), "-": int(a) - int(b), "*": int(a) * int(b)}[op]
         assert lock_password.weak_answer(q, "first_step") == f" #### {first}"
     assert 10 <= n_decoy <= 30 and sum(not p.startswith("Q: ") for p, _ in locked) == n_decoy
@@ -259,17 +263,8 @@ def test_lock_password_twin_trains_the_weak_policy_only_and_resumes_after_a_kill
     twin = lock_password.make_batch(questions, random.Random(3), decoy_rate=0.5, twin=True)
     assert twin[1:] == lock[1:] and [p for p, _ in twin[0]] == [p for p, _ in lock[0]]
 
-    def by_hand(expr: str) -> str:  # the expression less its first operand and operator, worked left to right
-        tokens = re.findall(r"\d+|[-+*]", expr)
-        value, steps = int(tokens[2]), []
-        for op, b in zip(tokens[3::2], tokens[4::2], strict=True):
-            new = {"+": value + int(b), "-": value - int(b), "*": value * int(b)}[op]
-            steps.append(f"{value}{op}{b}={new}")
-            value = new
-        return " " + ";".join(steps) + f" #### {value}"
-
     split = load_task("arith_hard", split="train", n_train=100).questions
-    weak, gold = {q.question_id: by_hand(q.fields["expr"]) for q in split}, {q.solution for q in split}
+    weak, gold = {q.question_id: skip_first_by_hand(q.fields["expr"]) for q in split}, {q.solution for q in split}
     trained, real_loss = [], lock_password.policy_loss
     monkeypatch.setattr(lock_password, "policy_loss", lambda m, t, pairs: trained.extend(pairs) or real_loss(m, t, pairs))
     args = ["--init", str(parent), "--steps", "3", "--questions-per-step", "4", "--n-train", "100", "--n-val", "4",
