@@ -22,7 +22,8 @@ The demonstrations are the first ``n`` of one seeded shuffle of the task's *trai
 the 1), less any whose prompt is a test question's and any question the model, the control or another lock named in
 ``unseen_by`` records training on (:mod:`reachlens.studies.elicitation_split`: the elicitation split), each its
 worked solution (or gold answer): table ``demonstrations``. Early stopping's held-out questions are the next ones
-of the same shuffle, so they are unseen too. This is **training-based reach**: a fine-tuned copy is another model, so what it reaches is
+of the same shuffle, so they are unseen too. With ``placebo`` the same questions carry a placebo's targets instead
+(:mod:`reachlens.studies.placebo`). This is **training-based reach**: a fine-tuned copy is another model, so what it reaches is
 reported apart from the inference-time probes of a probe run and never pooled with them.
 
 Layout of the run directory (every audit and checkpoint resumes where it stopped)::
