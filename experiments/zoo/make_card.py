@@ -50,22 +50,26 @@ def measure(name: str, key: str, runs: Path) -> dict:
 
     task, _, prompt_format = key.partition("@")
     out = runs / key.replace("@", "-") / name
-    # the card measures this checkpoint: an audit directory left by an earlier build of the same name
-    # would be refused (another model fingerprint), so the card's audit always starts fresh
-    if out.exists():
+    from reachlens.models import model_identity
+    from reachlens.store import RunDir, read_run
+
+    # the card measures this checkpoint: an audit directory left by an earlier build of the same name holds other
+    # weights and starts fresh; one of these weights (a card build stopped part-way) is resumed
+    here = model_identity(f"zoo:{name}").fingerprint
+    resumed = RunDir(out).exists() and RunDir(out).record().model.get("fingerprint") == here
+    if out.exists() and not resumed:
         shutil.rmtree(out)
     cmd = card_command(name, task, out, prompt_format or None)
     t0 = time.perf_counter()
     code = cli(cmd)
     if code != 0:
         sys.exit(code)
-    from reachlens.store import read_run
-
     run = read_run(out)  # the audit as reachlens reads it (never its files by name)
     summary, q = run.summary(), run.questions
     return {"D": summary["D"], "O_K": summary["O_K"], "k": summary["k"], "n": summary["n"],
             "pass_at_k": summary["pass_at_k"], "protocol_hash": summary["protocol_hash"],
             "command": "reachlens " + " ".join(cmd), "wall_seconds": round(time.perf_counter() - t0, 1),
+            "resumed": resumed,  # True: wall_seconds is the call that finished a stopped audit
             # per question, so a test can re-audit a prefix and check it sample for sample
             "questions": {"question_id": q["question_id"].tolist(), "realized": [bool(x) for x in q["realized"]],
                           "n_correct": [int(x) for x in q["n_correct"]]}}

@@ -34,7 +34,7 @@ from reachlens.probes.bank import GREEDY, family_of, reach
 from reachlens.probes.spec import register_probe
 from reachlens.protocol import Protocol
 
-__all__ = ["PHI_COLUMNS", "WeightNoiseProbe", "arm_sigma", "phi_table"]
+__all__ = ["PHI_COLUMNS", "WeightNoiseProbe", "phi_table"]
 
 _DEFAULT_TARGETS = "attn+mlp"
 
@@ -103,7 +103,7 @@ clean) and the union's reach (a question any draw of that sigma solves)."""
 _SIGMA = re.compile(r":sigma=([^:]+):")
 
 
-def arm_sigma(arm: str) -> float:
+def _arm_sigma(arm: str) -> float:
     """The sigma of a draw's arm (``weight_noise:sigma=0.01:draw=3`` -> 0.01)."""
     return float(_SIGMA.search(arm + ":").group(1))
 
@@ -120,7 +120,7 @@ def phi_table(bank: pd.DataFrame, labels: Sequence[str]) -> pd.DataFrame:
         arms = list(dict.fromkeys(bank.loc[bank["probe"] == label, "arm"]))
         by_sigma: dict[float, list[str]] = {}
         for arm in arms:
-            by_sigma.setdefault(arm_sigma(arm), []).append(arm)
+            by_sigma.setdefault(_arm_sigma(arm), []).append(arm)
         for sigma, mine in by_sigma.items():
             acc = pd.Series({arm: float(reach(bank, f"arm:{arm}").mean()) for arm in mine})
             best = acc.idxmax() if acc.notna().any() else None

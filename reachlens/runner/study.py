@@ -40,6 +40,11 @@ __all__ = ["Child", "Progress", "Study", "run_children", "run_study"]
 Progress = Callable[[str, int, int], None]
 """``progress(label, done, total)``: a child's questions done, and in all."""
 
+WORKER_SECONDS = "worker_seconds"
+"""The key of a study record's ``extra`` that keeps the workers' seconds on each finished child, by role, so a
+re-run or a resume reports the time of the children earlier calls finished (a child stopped part-way counts
+from the call that finished it)."""
+
 
 @dataclass(frozen=True)
 class Child:
@@ -92,7 +97,8 @@ class Study:
         raise NotImplementedError
 
     def compose(self, done: Mapping[str, Any], seconds: Mapping[str, float]) -> Any:
-        """The study's run from its finished children (``seconds``: the workers' time on each decoded now)."""
+        """The study's run from its finished children (``seconds``: the workers' time on each, by role,
+        over the calls that finished them: :data:`WORKER_SECONDS`)."""
         raise NotImplementedError
 
 
@@ -141,22 +147,24 @@ def run_study(study: Study, executor: Executor | None = None, *, progress: Progr
     study.check()
     root = None if study.out is None else RunDir(study.out)
     record = study.root_record()
+    seconds: dict[str, float] = {}  # the workers' time on each child, over every call that finished it
     if root is not None:
         root.check_target()
         with root.writer():
             root.check_run(record, what=f"study directory {str(root.path)!r} holds another plan")
             root.start(record)
+            seconds.update(root.record().extra.get(WORKER_SECONDS, {}))
             study.prepare(root)
     owned = executor is None
     executor = executor_for(study.exec_config) if owned else executor
     done: dict[str, Any] = {}
-    seconds: dict[str, float] = {}
     try:
         while need := [c for c in study.children(done) if c.role not in done]:
             done.update(run_children(need, executor, progress=progress, log=log, seconds=seconds))
             if root is not None:  # the children finished so far, by role: what a reader of the running study sees
                 with root.writer():
-                    root.start(dataclasses.replace(record, children=_inside(root, done)))
+                    root.start(dataclasses.replace(record, children=_inside(root, done),
+                                                   extra={**record.extra, WORKER_SECONDS: dict(seconds)}))
     finally:
         if owned:
             executor.close()

@@ -119,7 +119,8 @@ class TrainingAudit(StudyView, Run):
     record_fields: ClassVar[dict[str, tuple[type, ...]]] = {"protocol": (dict,)}  # the plan: StudyPlan.from_dict
 
     wall_seconds: dict[str, float] = field(default_factory=dict)
-    """Seconds the workers spent on each checkpoint's audits (over every call that ran part of it)."""
+    """Seconds the workers spent on each checkpoint's audits, over every call that finished one (an audit stopped
+    part-way counts from the call that finished it: :data:`reachlens.runner.study.WORKER_SECONDS`)."""
 
     def make_record(self) -> RunRecord:
         return RunRecord.new(self.kind, self.plan.protocol, dict(self.plan.models), None, _options(self.plan))

@@ -49,6 +49,14 @@ def test_runner_writes_every_audit_and_two_workers_agree(tiny_dir, tmp_path):
     again = run_training_audit(plan, tmp_path / "one", log=lambda s: None)
     assert frames(again).keys() == a.keys()
     assert read_run(tmp_path / "one").headline().equals(one.headline())
+    # ... and keeps the time the first call's workers spent (it was lost: the re-run decoded nothing, reported {})
+    assert again.wall_seconds == one.wall_seconds and min(one.wall_seconds.values()) > 0
+    # a resume after one checkpoint's audits were lost: the other's time kept, the lost one's decoded again
+    for lost in (tmp_path / "one" / "audits").glob("tuned*"):
+        shutil.rmtree(lost)
+    resumed = run_training_audit(plan, tmp_path / "one", log=lambda s: None)
+    assert resumed.wall_seconds["base"] == one.wall_seconds["base"]
+    assert resumed.wall_seconds["tuned"] > one.wall_seconds["tuned"]
 
 
 def test_runner_refuses_bad_values(tiny_dir, tmp_path):
