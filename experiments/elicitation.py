@@ -106,12 +106,11 @@ def run_probes(args, out: Path) -> dict[str, object]:
 def solved_bank(bank: pd.DataFrame, task: str, split: str = "test") -> pd.DataFrame | None:
     """``bank`` with ``correct`` kept only where the candidate solves its question (right on a valid worked solution,
     ``task``'s trace grader), as a probe run's ``reach_trace`` table counts; None when the task has no trace grader."""
+    from reachlens.probes.bank import solved_bank as by_verdicts
     from reachlens.studies.trace_reach import solutions_valid
 
     valid = solutions_valid(bank["question_id"], bank["text"], task, split)
-    if valid is None:
-        return None
-    return bank.assign(correct=bank["correct"].astype(bool).to_numpy() & np.asarray(valid, dtype=bool))
+    return None if valid is None else by_verdicts(bank, valid)
 
 
 def _per_question(bank: pd.DataFrame, mask: pd.Series) -> pd.Series:

@@ -67,7 +67,8 @@ def measure(name: str, key: str, runs: Path) -> dict:
     run = read_run(out)  # the audit as reachlens reads it (never its files by name)
     summary, q = run.summary(), run.questions
     return {"D": summary["D"], "O_K": summary["O_K"], "k": summary["k"], "n": summary["n"],
-            "pass_at_k": summary["pass_at_k"], "protocol_hash": summary["protocol_hash"],
+            "pass_at_k": {str(k): v for k, v in summary["pass_at_k"].items()},  # keyed as card.json keeps it
+            "protocol_hash": summary["protocol_hash"],
             "command": "reachlens " + " ".join(cmd), "wall_seconds": round(time.perf_counter() - t0, 1),
             "resumed": resumed,  # True: wall_seconds is the call that finished a stopped audit
             # per question, so a test can re-audit a prefix and check it sample for sample
@@ -80,7 +81,7 @@ def lock_summary(lock: dict, audits: dict) -> dict:
     95% Wilson interval, and the paired difference (with - without) with its paired bootstrap interval."""
     import numpy as np
 
-    from reachlens.studies.stats import paired_bootstrap_ci, wilson_interval
+    from reachlens.stats import paired_bootstrap_ci, wilson_interval
 
     task = lock["task"]
     plain, unlocked = audits[task], audits[f"{task}@{lock['unlocked_format']}"]
@@ -124,8 +125,14 @@ def write_markdown(folder: Path, training: dict, audits: dict, lock: dict | None
     name = folder.name
     n_layers = json.loads((folder / "config.json").read_text()).get("num_hidden_layers", "?")
     # per-step logs stay in training.json; the card lists the settings
-    hyper = {k: v for k, v in sorted(training.items())
-             if k not in ("command", "model", "recipe", "parent") and not k.endswith("_log")}
+    hyper = {k: v for k, v in sorted(training.items()) if not k.endswith("_log")
+             and k not in ("command", "commands", "model", "recipe", "parent", "lock", "trained_questions")}
+    runs = [f"- a run of it: `{c['command']}` (from step {c['from_step']})" for c in training.get("commands", [])
+            if c["command"] != training.get("command")]  # the processes a resumed or moved run took
+    seen = training.get("trained_questions")
+    if seen:  # the bitmap stays in training.json (reachlens elicit draws around it)
+        runs.append(f"- trained on {seen['count']:,} of the {seen['n_split']:,} `{seen['task']}` {seen['split']} "
+                    "questions (`trained_questions` in training.json)")
     parent = f" from `zoo:{Path(training['parent']).name}`" if training.get("parent") else ""
     if "snapshot_step" in training:
         parent += (f", the snapshot at optimizer step {training['snapshot_step']} of the run that made "
@@ -138,7 +145,7 @@ def write_markdown(folder: Path, training: dict, audits: dict, lock: dict | None
         "## How it was made", "", "```bash", training.get("command", "?"), "```", "",
         f"- seed: {training.get('seed')}", f"- wall time on the 2-core CPU: {training.get('wall_seconds')} s",
         f"- parameters: {training.get('parameters'):,}",
-        *[f"- {k}: {v}" for k, v in hyper.items() if k not in ("seed", "wall_seconds", "parameters")], "",
+        *[f"- {k}: {v}" for k, v in hyper.items() if k not in ("seed", "wall_seconds", "parameters")], *runs, "",
     ]
     if training.get("prompt_format", "qa") != "qa":
         lines += [f"Its native prompt format is `{training['prompt_format']}`; the card measures every model under "

@@ -32,7 +32,7 @@ from reachlens.records import BANK_COLUMNS, CANDIDATE_COLUMNS, candidate_frame, 
 
 __all__ = [
     "BANK_COLUMNS", "GREEDY", "ORDER", "bank_frame", "bank_row", "bank_rows", "family_of", "question_ids", "reach", "realized",
-    "source_is_intervention", "source_mask", "union_name", "union_terms",
+    "solved_bank", "source_is_intervention", "source_mask", "union_name", "union_terms",
 ]
 
 GREEDY = "greedy"
@@ -139,6 +139,16 @@ def reach(bank: pd.DataFrame, source: str) -> pd.Series:
     graded = rows["scored"].groupby(rows["question_id"]).any()
     out = pd.Series(np.where(good, 1.0, np.where(graded, 0.0, math.nan)), index=good.index)
     return out.reindex(question_ids(bank))
+
+
+def solved_bank(bank: pd.DataFrame, valid: Sequence[bool]) -> pd.DataFrame:
+    """``bank`` by verified solutions: ``correct`` kept only where the candidate's worked solution is valid
+    (``valid``, one verdict a row: :func:`~reachlens.studies.trace_reach.solutions_valid`), so every table of it counts
+    a candidate only when it *solves* its question; an invalid candidate's ``answer`` is dropped, so a majority vote
+    of it is over the valid candidates alone (as an audit's ``maj_K_trace``)."""
+    ok = np.asarray(valid, dtype=bool)
+    out = bank.assign(correct=bank["correct"].astype(bool).to_numpy() & ok)
+    return out.assign(answer=bank["answer"].where(ok, None)) if "answer" in bank else out
 
 
 def realized(bank: pd.DataFrame) -> pd.Series:

@@ -14,7 +14,8 @@
 * placebo: each placebo graft beside its real graft;
 * weight_noise (with a weight-noise probe): φ per sigma, the best draw's accuracy over the clean D
   (:func:`~reachlens.probes.weight_noise.phi_table`);
-* on a task with a trace grader, ``reach_trace`` and ``weight_noise_trace``: reach and φ by verified solutions.
+* on a task with a trace grader, ``reach_trace`` and ``weight_noise_trace``: reach and φ by verified solutions, and
+  the recovery, budget-matched and placebo tables' ``*_trace`` columns: each by verified solutions, beside its own.
 
 Every row says its ``kind``: ``intervention`` when an activation probe made any candidate it counts.
 """
@@ -37,11 +38,11 @@ from reachlens.probes.analysis import (
     reach_table,
     recovery_table,
 )
-from reachlens.probes.bank import GREEDY, family_of, source_mask, union_name
+from reachlens.probes.bank import GREEDY, family_of, solved_bank, source_mask, union_name
 from reachlens.probes.weight_noise import phi_table
 from reachlens.selectors import selection_gap, selector_table
 
-__all__ = ["SELECTORS", "default_unions", "matched_mixtures", "probe_summary", "probe_tables"]
+__all__ = ["SELECTORS", "default_unions", "matched_mixtures", "probe_summary", "probe_tables", "with_trace"]
 
 SELECTORS = ("majority", "logprob")
 """The answer-blind selectors a probe run reports (the bank keeps answers and mean log-probabilities)."""
@@ -104,30 +105,67 @@ def matched_mixtures(bank: pd.DataFrame, labels: Sequence[str]) -> dict[str, dic
     return out
 
 
+def _comparisons(bank: pd.DataFrame, labels: Sequence[str]) -> dict[str, pd.DataFrame]:
+    """The tables a run's probes call for: ``recovery``, ``budget_matched``, ``placebo`` (empty when they do not)."""
+    sampling = _sampling(labels)
+    others = [x for x in labels if x != sampling]
+    with_greedy = [union_name([GREEDY, x]) for x in others]
+    matched = [budget_matched(bank, mixtures).assign(probe=label) for label, mixtures in
+               matched_mixtures(bank, labels).items()]
+    return {"recovery": recovery_table(bank, sampling, [GREEDY, *others, *with_greedy]) if sampling else pd.DataFrame(),
+            "budget_matched": pd.concat(matched, ignore_index=True) if matched else pd.DataFrame(),
+            "placebo": placebo_table(bank, placebo_pairs(list(labels)), stratum_of=sampling)}
+
+
+_ROW_KEYS = {"recovery": (["source"], ("kind", "stratum_of")),
+             "budget_matched": (["probe", "mixture"], ("kind", "budget", "subsets", "n")),
+             "placebo": (["graft"], ("placebo", "kind"))}
+"""Per comparison table: the columns naming a row, and those that read the same by answers and by verified solutions."""
+_ENDS = ("_lo", "_hi", "_mde")
+
+
+def with_trace(answers: pd.DataFrame, trace: pd.DataFrame, name: str) -> pd.DataFrame:
+    """The comparison table ``name`` by answers with the same table by verified solutions beside it: each measured
+    column ``c`` (its ``c_lo``, ``c_hi``, ``c_mde``) followed by ``c_trace`` (``c_trace_lo``, ...)."""
+    if answers.empty:
+        return answers
+    keys, same = _ROW_KEYS[name]
+    measured = [c for c in trace.columns if c not in (*keys, *same)]
+    base = [c for c in measured if not (c.endswith(_ENDS) and c.rsplit("_", 1)[0] in measured)]
+
+    def renamed(c: str) -> str:
+        stem, _, end = c.rpartition("_")
+        return f"{stem}_trace_{end}" if c not in base else f"{c}_trace"
+
+    out = answers.merge(trace[keys + measured].rename(columns={c: renamed(c) for c in measured}), on=keys, how="left")
+    order = [c for c in answers.columns if c not in measured]
+    for b in base:
+        order += [x for x in (b, *(b + e for e in _ENDS)) if x in answers.columns]
+        order += [x for x in (f"{b}_trace", *(f"{b}_trace{e}" for e in _ENDS)) if x in out.columns]
+    return out[order]
+
+
 def probe_tables(bank: pd.DataFrame, labels: Sequence[str], unions: Sequence[str],
                  valid: Sequence[bool] | None = None) -> dict[str, pd.DataFrame]:
     """Every table of a probe run by name: ``reach``, ``selectors``, ``overlap``, ``recovery``,
     ``budget_matched``, ``placebo``, ``weight_noise`` (the last four empty when the run's probes do not call for
     them); with ``valid`` (each candidate's worked solution valid:
     :func:`~reachlens.studies.trace_reach.solutions_valid`) also ``reach_trace``: the reach table with a candidate
-    counted only when it *solves* its question (correct and valid), so D^trace and O^trace per probe, arm and
-    union, and (with weight noise) ``weight_noise_trace``: φ by verified solutions (clean D^trace, each draw's
-    share of questions solved)."""
-    sampling = _sampling(labels)
+    counted only when it *solves* its question (correct and valid, :func:`~reachlens.probes.bank.solved_bank`), so
+    D^trace and O^trace per probe, arm and union; the recovery, budget-matched and placebo tables' ``*_trace``
+    columns beside their own (the same table by verified solutions: the stratum the sampling probe never solves,
+    the majority vote of the valid candidates); and (with weight noise) ``weight_noise_trace``: φ by verified
+    solutions (clean D^trace, each draw's share of questions solved)."""
     sources = [GREEDY, *labels, *_arms(bank, labels), *unions]
     tables = {"reach": reach_table(bank, sources),
               "selectors": _selectors(bank, labels), "overlap": jaccard_table(bank, list(labels))}
-    others = [x for x in labels if x != sampling]
-    with_greedy = [union_name([GREEDY, x]) for x in others]
-    tables["recovery"] = recovery_table(bank, sampling, [GREEDY, *others, *with_greedy]) if sampling else pd.DataFrame()
-    matched = [budget_matched(bank, mixtures).assign(probe=label) for label, mixtures in
-               matched_mixtures(bank, labels).items()]
-    tables["budget_matched"] = pd.concat(matched, ignore_index=True) if matched else pd.DataFrame()
-    tables["placebo"] = placebo_table(bank, placebo_pairs(list(labels)), stratum_of=sampling)
+    tables.update(_comparisons(bank, labels))
     tables["weight_noise"] = phi_table(bank, labels)
     if valid is not None:
-        solved = bank.assign(correct=bank["correct"].astype(bool).to_numpy() & np.asarray(valid, dtype=bool))
+        solved = solved_bank(bank, valid)
         tables["reach_trace"] = reach_table(solved, sources)
+        for name, table in _comparisons(solved, labels).items():
+            tables[name] = with_trace(tables[name], table, name)
         if len(tables["weight_noise"]):
             tables["weight_noise_trace"] = phi_table(solved, labels)
     return tables

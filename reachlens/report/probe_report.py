@@ -174,9 +174,10 @@ def _display(name: str, df: pd.DataFrame, *, wrap: bool) -> pd.DataFrame:
         d[col] = [_ci(v, lo, hi) for v, lo, hi in zip(d[col], d[f"{col}_lo"], d[f"{col}_hi"])]
         d = d.drop(columns=[f"{col}_lo", f"{col}_hi"])
     if reference is not None:  # the differences are from this row: it has none of its own
-        d.loc[reference.to_numpy(), ["dO", "dmajority"]] = "(reference)"
+        d.loc[reference.to_numpy(), [c for c in ("dO", "dmajority", "dO_trace", "dmajority_trace") if c in d]] = "(reference)"
     if name == "recovery":  # the differences are from the first source
-        d.loc[d.index[0], ["drate", f"drate: {DETECTABLE}"]] = "(reference)"
+        d.loc[d.index[0], [c for c in ("drate", f"drate: {DETECTABLE}", "drate_trace", f"drate_trace: {DETECTABLE}")
+                           if c in d]] = "(reference)"
     for col in (c for c in _LABELS if c in d.columns):
         if "kind" in d.columns and name != "overlap":
             d[col] = [_name(s, k) for s, k in zip(d[col], d["kind"])]
@@ -217,14 +218,20 @@ _NOTES = {
 }
 
 
+_TRACE_NOTE = ("On a task with a trace grader, each column c_trace beside c is c by verified solutions: a candidate "
+               "counts only when its answer is right on a valid worked solution (the stratum is then the questions the "
+               "sampling probe never solves, and a majority vote is over the valid candidates).")
+
+
 def _sections(tables: dict[str, pd.DataFrame]) -> tuple[list[str], list[str]]:
     body, md = [], []
     for name, df in tables.items():
         title = name.replace("_", "-").capitalize()
-        body.append(f"<h2>{esc(title)}</h2><p class=note>{esc(_NOTES[name])}</p>"
+        note = _NOTES[name] + (" " + _TRACE_NOTE if any(c.endswith("_trace") for c in df.columns) else "")
+        body.append(f"<h2>{esc(title)}</h2><p class=note>{esc(note)}</p>"
                     f'<div class="scroll">{html_table(_display(name, df, wrap=True))}</div>')
         shown = _display(name, df, wrap=False)
-        md += [f"## {title}", "", _NOTES[name], "", md_table(shown) if len(shown) else "(none)\n"]
+        md += [f"## {title}", "", note, "", md_table(shown) if len(shown) else "(none)\n"]
     return body, md
 
 

@@ -147,6 +147,10 @@ def test_the_report_names_interventions_and_every_section(run, tmp_path, chromiu
     for section in ("Reach", "Selectors", "Overlap", "Recovery", "Budget-matched", "Placebo"):
         assert f"<h2>{section}</h2>" in page
     assert "[intervention]" in page and "graft:kind=zero,noise:layer=1 [intervention]" in md_path.read_text()
+    md = md_path.read_text()  # arith has a trace grader: each comparison by verified solutions beside its answers
+    for section, column in (("Recovery", "rate_trace"), ("Budget-matched", "majority_trace"), ("Placebo", "dO_trace")):
+        table = md.split(f"## {section}\n")[1].split("\n## ")[0]
+        assert f"| {column} " in table and "each column c_trace beside c" in table
     from reachlens.report.probe_report import CAPTIONS
 
     assert page.count('class="plotly-graph-div"') == len(CAPTIONS) == 4  # reach, selection, overlap, budget-matched
@@ -159,6 +163,16 @@ def test_the_report_names_interventions_and_every_section(run, tmp_path, chromiu
     assert shot.stat().st_size > 50_000  # a drawn page, not a blank one
     if os.environ.get("REACHLENS_SCREENSHOT_DIR"):
         shutil.copy(shot, os.environ["REACHLENS_SCREENSHOT_DIR"])
+
+
+def test_show_prints_the_comparisons_by_verified_solutions_beside_the_answers(run, capsys):
+    assert main(["show", str(run.location)]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    for key, pair in (("recovery", ("rate", "rate_trace")), ("budget_matched", ("O", "O_trace")),
+                      ("placebo", ("O_graft", "O_graft_trace"))):
+        header = lines[lines.index(f"  {key}:") + 1]
+        names = [c.strip() for c in header.split("|")]
+        assert names.index(pair[1]) > names.index(pair[0])
 
 
 def test_arm_hooks_keep_prefix_sharing_on(tiny_model):

@@ -102,6 +102,17 @@ def test_the_locked_card_holds_the_lock_with_intervals(entry):
     assert f"| D | {d['with_password']:.3f} [" in text and audits["arith_hard@password"]["command"] in text
 
 
+def test_make_card_recomputes_the_lock_entry_from_the_card_audits(entry):
+    """make_card.lock_summary (what writes a lock entry: the test above checks the shipped one against scipy) gives
+    the shipped entry from the card's per-question audits (it imported a module that had moved, unseen: no zoo
+    model had been carded with a lock since)."""
+    sys.path.insert(0, str(ZOO_SCRIPTS))
+    import make_card
+
+    again = make_card.lock_summary(entry.training["lock"], entry.card["audits"])
+    assert json.loads(json.dumps(again)) == entry.card["lock"]
+
+
 def test_the_locked_card_is_reproduced_by_its_audit_commands(capsys):
     """Each arith_hard audit of the card (with and without the password) on its first 4 questions, K=64: the
     card's rows exactly."""
