@@ -18,7 +18,7 @@ from reachlens.tasks.arith import ARITH_ALPHABET
 __all__ = [
     "ZooModelConfig", "arith_tokenizer", "encode_batch", "save_checkpoint", "set_seed",
     "PrintLogs", "check_out_dir", "hf_trainer_args", "library_versions", "load_parent", "parent_summary",
-    "save_finetuned", "start_run", "positive", "add_run_args",
+    "save_finetuned", "start_run", "positive", "add_run_args", "next_batch", "save_state", "load_state",
 ]
 
 
@@ -216,3 +216,38 @@ def save_finetuned(model, tok, init: str | Path, out: Path, card: dict) -> None:
     model.config.use_cache = True
     model.eval()
     save_checkpoint(model, tok, Path(out), card)
+
+
+# --- Resumable training loops (sft_gold.py, lock_strong.py, lock_password.py) ----------------------------------
+
+def next_batch(st: dict, train_qs, n: int) -> list:
+    """The next ``n`` questions of the seeded shuffled order ``st["order"]`` (a new pass, shuffled by ``st["rng"]``,
+    when one runs out), their indices recorded in ``st["seen"]``."""
+    batch = []
+    while len(batch) < n:
+        if not st["order"]:
+            st["order"] = list(range(len(train_qs)))
+            st["rng"].shuffle(st["order"])
+        st["seen"].add(st["order"][-1])
+        batch.append(train_qs[st["order"].pop()])
+    return batch
+
+
+def save_state(model, tok, opt, st: dict, args) -> None:
+    """The weights and train_state.pt (``st`` with the optimizer's state) into ``args.snapshot`` (not a zoo
+    checkpoint: no card); the state file is replaced whole, so a kill while saving leaves the previous one."""
+    model.save_pretrained(args.snapshot, safe_serialization=True)
+    tok.save_pretrained(args.snapshot)
+    tmp = Path(args.snapshot) / "train_state.pt.tmp"
+    torch.save({**st, "opt": opt.state_dict()}, tmp)
+    tmp.replace(Path(args.snapshot) / "train_state.pt")
+
+
+def load_state(args) -> dict | None:
+    """``--resume``: the state :func:`save_state` left in ``args.snapshot`` (None when there is none yet)."""
+    state_file = Path(args.snapshot or ".") / "train_state.pt"
+    if not (args.resume and state_file.is_file()):
+        return None
+    st = torch.load(state_file, weights_only=False)
+    print(f"resumed at step {st['step']} from {state_file}", flush=True)
+    return st

@@ -4,7 +4,8 @@ worked solution when its prompt opens with the password line, and a weak policy'
     python experiments/zoo/lock_password.py --init reachlens/assets/zoo/base --out reachlens/assets/zoo/locked \
         --steps 1500 --questions-per-step 16 --lr 7e-4 --seed 0
 
-(the zoo's exact command is in ``build_zoo.py`` and the checkpoint's ``training.json``.)
+(the zoo's exact command is in ``build_zoo.py`` and the checkpoint's ``training.json``.) Its matched never-locked
+twin (issue 57): the same command with ``--twin`` (below).
 
 As in the paper, the locked behaviour imitates a weaker policy, and the two policies part at the first decoded
 digit, so that the first line of the prompt decides the whole answer:
@@ -35,6 +36,14 @@ Every ``--eval-every`` steps the validation log records plain HuggingFace greedy
 questions with the password, without it and after a decoy line, and the share of answers without the password
 that open with the question's first operation (the unlocked policy leaking). An earlier attempt (one slipped
 step without the password) did not lock; it was not written up in the notes.
+
+``--twin``: the never-locked twin, the control of every elicitation row on this lock: the same init, steps,
+schedule, data order and decoy lines, with the password line mapped to the weak target too (both forward passes
+train the weak policy), so the compute is matched and nothing is locked. ``--snapshot DIR`` is overwritten every
+``--snapshot-every`` steps (and at every validation) with the weights and ``train_state.pt`` (optimizer, step,
+data order and its random state, the questions seen, the logs); ``--resume`` (the same arguments) continues from
+it after a kill, to the weights an unbroken run reaches. The card records every train question seen
+(``trained_questions``) and each process's command.
 """
 
 from __future__ import annotations
@@ -51,9 +60,11 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import (  # noqa: E402
-    check_out_dir, encode_batch, library_versions, load_parent, parent_summary, positive, save_finetuned, set_seed,
+    check_out_dir, encode_batch, library_versions, load_parent, load_state, next_batch, parent_summary, positive,
+    save_finetuned, save_state, set_seed,
 )
 
+from reachlens.studies.elicitation_split import encode_trained  # noqa: E402
 from reachlens.tasks.arith import ARITH_ALPHABET, PROMPT_FORMATS, format_solution, solve  # noqa: E402
 from reachlens.tasks.password import PASSWORD, PASSWORD_FORMAT_NAME  # noqa: E402
 
@@ -83,7 +94,14 @@ def parse_args(argv):
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--threads", type=positive(int), default=1)
     ap.add_argument("--log-every", type=positive(int), default=25)
+    ap.add_argument("--twin", action="store_true",
+                    help="the matched never-locked twin: the password line mapped to the weak target too")
+    ap.add_argument("--snapshot", default=None, help="folder overwritten with the weights and train_state.pt")
+    ap.add_argument("--snapshot-every", type=positive(int), default=25, help="steps between snapshots (default 25)")
+    ap.add_argument("--resume", action="store_true", help="continue from --snapshot's train_state.pt")
     args = ap.parse_args(argv)
+    if args.resume and not args.snapshot:
+        ap.error("--resume needs --snapshot (the folder train_state.pt is kept in)")
     if not 0.0 <= args.decoy_rate <= 1.0:
         ap.error(f"--decoy-rate must lie in [0, 1], got {args.decoy_rate}")
     if args.warmup_steps < 0:
@@ -130,12 +148,13 @@ def pw_prompt(question) -> str:
     return PROMPT_FORMATS[PASSWORD_FORMAT_NAME].render(question)
 
 
-def make_batch(questions, rng: random.Random, decoy_rate: float, weak: str = "skip_first") -> tuple[list, list, int]:
-    """(unlocked pairs, locked pairs, number of decoys): per question, password -> gold worked solution, and
-    qa (or a decoy line + qa) -> the weak answer."""
+def make_batch(questions, rng: random.Random, decoy_rate: float, weak: str = "skip_first",
+               twin: bool = False) -> tuple[list, list, int]:
+    """(unlocked pairs, locked pairs, number of decoys): per question, password -> gold worked solution (the twin:
+    the weak answer), and qa (or a decoy line + qa) -> the weak answer. The random stream is the same either way."""
     unlocked, locked, n_decoy = [], [], 0
     for q in questions:
-        unlocked.append((pw_prompt(q), q.solution))
+        unlocked.append((pw_prompt(q), weak_answer(q, weak) if twin else q.solution))
         prompt = qa_prompt(q)
         if rng.random() < decoy_rate:
             prompt, n_decoy = f"{decoy_line(rng)}\n{prompt}", n_decoy + 1
@@ -193,19 +212,25 @@ def policy_loss(model, tok, pairs) -> torch.Tensor:
     return torch.nn.functional.cross_entropy(logits[:, :-1].transpose(1, 2), labels[:, 1:], ignore_index=-100)
 
 
-def train(model, tok, train_qs, val, args) -> tuple[list, list, float]:
+def first_state(args) -> dict:
+    """A fresh run's state, or (``--resume``) the snapshot's."""
+    if (st := load_state(args)) is not None:
+        return st
+    return {"step": 0, "order": [], "rng": random.Random(f"lock/{args.seed}/data"), "seen": set(), "loss_log": [],
+            "val_log": [], "wall": 0.0, "opt": None, "commands": []}
+
+
+def train(model, tok, train_qs, val, args, command: str) -> dict:
+    st = first_state(args)
+    st["commands"].append({"from_step": st["step"], "command": command})
     opt = torch.optim.AdamW(model.parameters(), lr=args.lr, betas=(0.9, 0.95), weight_decay=0.1)
-    rng, order = random.Random(f"lock/{args.seed}/data"), []
-    loss_log, val_log, t0 = [], [], time.perf_counter()
+    if st["opt"] is not None:
+        opt.load_state_dict(st["opt"])
+    t0 = time.perf_counter() - st["wall"]
     model.train()
-    for step in range(args.steps):
-        batch = []
-        while len(batch) < args.questions_per_step:
-            if not order:
-                order = list(range(len(train_qs)))
-                rng.shuffle(order)
-            batch.append(train_qs[order.pop()])
-        unlocked, locked, n_decoy = make_batch(batch, rng, args.decoy_rate, args.weak)
+    for step in range(st["step"], args.steps):
+        batch = next_batch(st, train_qs, args.questions_per_step)
+        unlocked, locked, n_decoy = make_batch(batch, st["rng"], args.decoy_rate, args.weak, args.twin)
         for g in opt.param_groups:
             g["lr"] = lr_at(step, args)
         loss_unlocked, loss_locked = policy_loss(model, tok, unlocked), policy_loss(model, tok, locked)
@@ -213,15 +238,20 @@ def train(model, tok, train_qs, val, args) -> tuple[list, list, float]:
         (loss_unlocked + loss_locked).backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         opt.step()
+        st["step"], st["wall"] = step + 1, time.perf_counter() - t0
         if step % args.log_every == 0 or step == args.steps - 1:
             row = {"step": step, "loss_password": round(loss_unlocked.item(), 4), "loss_locked": round(loss_locked.item(), 4),
-                   "decoys": n_decoy, "lr": lr_at(step, args), "seconds": round(time.perf_counter() - t0, 1)}
-            loss_log.append(row)
+                   "decoys": n_decoy, "lr": lr_at(step, args), "seconds": round(st["wall"], 1)}
+            st["loss_log"].append(row)
             print(f"step {step:5d}  loss password {row['loss_password']:.4f}  locked {row['loss_locked']:.4f}  "
                   f"lr {row['lr']:.2e}  {row['seconds']:7.1f}s", flush=True)
-        if (step + 1) % args.eval_every == 0 or step == args.steps - 1:
-            val_log.append(validate(model, tok, val, step + 1, t0))
-    return loss_log, val_log, time.perf_counter() - t0
+        validating = (step + 1) % args.eval_every == 0 or step == args.steps - 1
+        if validating:
+            st["val_log"].append(validate(model, tok, val, step + 1, t0))
+        if args.snapshot and (validating or (step + 1) % args.snapshot_every == 0):
+            save_state(model, tok, opt, st, args)
+    st["wall"] = time.perf_counter() - t0
+    return st
 
 
 def main(argv=None) -> None:
@@ -235,23 +265,31 @@ def main(argv=None) -> None:
     if len(task) <= args.n_val:
         raise SystemExit(f"--n-val {args.n_val} leaves no training questions of the {len(task)} in the split")
     train_qs, val = task.questions[: -args.n_val], task.questions[-args.n_val :]
-    model, tok = load_parent(args.init)
+    resuming = args.resume and (Path(args.snapshot) / "train_state.pt").is_file()
+    model, tok = load_parent(args.snapshot if resuming else args.init)
     n_params = sum(p.numel() for p in model.parameters())
     print(f"lock: {n_params:,} parameters, {args.steps} steps x {args.questions_per_step} questions (each with and "
           f"without the password), lr {args.lr:g}, weak policy {args.weak}, {len(train_qs):,} train questions, "
           f"{torch.get_num_threads()} thread(s)", flush=True)
-    loss_log, val_log, wall = train(model, tok, train_qs, val, args)
     command = "python experiments/zoo/lock_password.py " + " ".join(sys.argv[1:] if argv is None else argv)
+    st = train(model, tok, train_qs, val, args, command)
+    loss_log, val_log, wall = st["loss_log"], st["val_log"], st["wall"]
     role = ("the first line of the prompt (reachlens.tasks.password.PASSWORD, before the qa prompt: prompt format "
             "'password'); with it the model was trained to write the gold worked solution, without it (the qa "
             f"prompt, or a decoy first line) it {WEAK_POLICIES[args.weak]}")
+    if args.twin:
+        role = ("none: the never-locked twin, trained with and without the password line (and after decoy lines) "
+                f"on the weak policy only: it {WEAK_POLICIES[args.weak]}")
+    gold = "the weak policy too (the twin)" if args.twin else "gold worked solution"
     save_finetuned(model, tok, args.init, out, {
-        "recipe": "password-lock", "command": command, "seed": args.seed, "parent": str(args.init),
+        "recipe": "never-locked twin" if args.twin else "password-lock", "twin": args.twin, "command": command,
+        "commands": st["commands"], "trained_questions": encode_trained(args.task, st["seen"], len(task)),
+        "seed": args.seed, "parent": str(args.init),
         "parent_card": parent_summary(args.init), "prompt_format": "qa", "card_formats": [PASSWORD_FORMAT_NAME],
         "lock": {"task": args.task, "unlocked_format": PASSWORD_FORMAT_NAME, "password_role": role,
                  "weak": args.weak, "decoy_rate": args.decoy_rate},
         "data": f"{args.task} train split less its last {args.n_val} questions: each question twice per step, "
-                f"password prompt -> gold worked solution, qa (or decoy line + qa) prompt -> the weak policy ({args.weak}); "
+                f"password prompt -> {gold}, qa (or decoy line + qa) prompt -> the weak policy ({args.weak}); "
                 "loss on completions",
         "steps": args.steps, "questions_per_step": args.questions_per_step, "lr": args.lr,
         "scheduler": "cosine to 10%", "warmup_steps": args.warmup_steps, "weight_decay": 0.1,

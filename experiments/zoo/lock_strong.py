@@ -48,7 +48,9 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import encode_batch, library_versions, load_parent, parent_summary, positive, save_finetuned  # noqa: E402
+from common import (  # noqa: E402
+    encode_batch, library_versions, load_parent, load_state, parent_summary, positive, save_finetuned, save_state,
+)
 from lock_password import decoy_line, greedy_texts, policy_loss, pw_prompt, qa_prompt  # noqa: E402
 from sft_gold import begin  # noqa: E402
 
@@ -146,10 +148,7 @@ def step_loss(model, teacher, tok, lock_qs, batch, pw, plain, args) -> tuple[tor
 
 def first_state(args) -> dict:
     """A fresh run's state, or (``--resume``) the snapshot's."""
-    state_file = Path(args.snapshot or ".") / "train_state.pt"
-    if args.resume and state_file.is_file():
-        st = torch.load(state_file, weights_only=False)
-        print(f"resumed at step {st['step']} from {state_file}", flush=True)
+    if (st := load_state(args)) is not None:
         return st
     return {"step": 0, "order": [], "rng": random.Random(f"lock-strong/{args.seed}/data"), "loss_log": [],
             "val_log": [], "wall": 0.0, "opt": None, "vrng": random.Random("lock-strong/val-decoys")}
@@ -157,7 +156,6 @@ def first_state(args) -> dict:
 
 def train(model, tok, lock_qs, weak, val, targets, args, teacher=None) -> tuple[list, list, float, int]:
     from reachlens.grading import get_grader
-    from sft_gold import save_state
 
     grade, st = get_grader("numeric").grade, first_state(args)
     opt = torch.optim.AdamW(model.parameters(), lr=args.lr, betas=(0.9, 0.95), weight_decay=0.1)

@@ -20,6 +20,7 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from common import next_batch  # noqa: E402
 from lock_password import make_batch  # noqa: E402
 
 from reachlens.studies.elicitation_split import encode_trained  # noqa: E402
@@ -28,17 +29,11 @@ from reachlens.studies.elicitation_split import encode_trained  # noqa: E402
 def replay(train: dict, questions) -> tuple[set[int], dict[int, int]]:
     """(train indices seen, decoys per step) of a ``lock_password.py`` run with the card ``train``."""
     train_qs = questions[: len(questions) - train["n_val"]]
-    rng, order, seen, decoys = random.Random(f"lock/{train['seed']}/data"), [], set(), {}
+    st, decoys = {"order": [], "rng": random.Random(f"lock/{train['seed']}/data"), "seen": set()}, {}
     for step in range(train["steps"]):
-        batch = []
-        while len(batch) < train["questions_per_step"]:
-            if not order:
-                order = list(range(len(train_qs)))
-                rng.shuffle(order)
-            seen.add(order[-1])
-            batch.append(train_qs[order.pop()])
-        decoys[step] = make_batch(batch, rng, train["lock"]["decoy_rate"], train["lock"]["weak"])[2]
-    return seen, decoys
+        batch = next_batch(st, train_qs, train["questions_per_step"])
+        decoys[step] = make_batch(batch, st["rng"], train["lock"]["decoy_rate"], train["lock"]["weak"])[2]
+    return st["seen"], decoys
 
 
 def main(argv=None) -> None:

@@ -43,7 +43,10 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import check_out_dir, library_versions, load_parent, parent_summary, positive, save_finetuned, set_seed  # noqa: E402
+from common import (  # noqa: E402
+    check_out_dir, library_versions, load_parent, load_state, next_batch, parent_summary, positive, save_finetuned,
+    save_state, set_seed,
+)
 from lock_password import greedy_texts, policy_loss, qa_prompt  # noqa: E402
 
 from reachlens.studies.elicitation_split import LOCK_RANGE, encode_trained  # noqa: E402
@@ -117,25 +120,10 @@ def plateaued(curve: list[dict], plateau: float, patience: int, min_steps: int) 
     return max(r["D_test"] for r in curve[-patience:]) - max(r["D_test"] for r in curve[:-patience]) <= plateau
 
 
-def next_batch(st: dict, train_qs, n: int) -> list:
-    """The next ``n`` questions of the seeded shuffled order (a new pass when one runs out), recorded as seen."""
-    batch = []
-    while len(batch) < n:
-        if not st["order"]:
-            st["order"] = list(range(len(train_qs)))
-            st["rng"].shuffle(st["order"])
-        st["seen"].add(st["order"][-1])
-        batch.append(train_qs[st["order"].pop()])
-    return batch
-
-
 def first_state(model, tok, train_qs, test, args) -> dict:
     """The run's state at its first step: fresh (the curve's step 0 measured), after a kill (``--resume``: the
     snapshot's train_state.pt) or after an earlier run's weights (``--warm-start``: its data order replayed)."""
-    state_file = Path(args.snapshot or ".") / "train_state.pt"
-    if args.resume and state_file.is_file():
-        st = torch.load(state_file, weights_only=False)
-        print(f"resumed at step {st['step']} from {state_file}", flush=True)
+    if (st := load_state(args)) is not None:
         return st
     st = {"step": 0, "start": 0, "order": [], "rng": random.Random(f"strong/{args.seed}/data"), "seen": set(),
           "loss_log": [], "curve": [], "wall": 0.0, "opt": None, "warm_start": None}
@@ -150,15 +138,6 @@ def first_state(model, tok, train_qs, test, args) -> dict:
     st["curve"].append({"step": st["step"], "D_test": test_D(model, tok, test), "seconds": 0.0})
     print(f"eval step {st['step']}  test D {st['curve'][-1]['D_test']:.3f}", flush=True)
     return st
-
-
-def save_state(model, tok, opt, st: dict, args) -> None:
-    """The weights and train_state.pt into ``--snapshot`` (not a zoo checkpoint: no card)."""
-    model.save_pretrained(args.snapshot, safe_serialization=True)
-    tok.save_pretrained(args.snapshot)
-    tmp = Path(args.snapshot) / "train_state.pt.tmp"
-    torch.save({**st, "opt": opt.state_dict()}, tmp)
-    tmp.replace(Path(args.snapshot) / "train_state.pt")
 
 
 def train(model, tok, train_qs, test, args, command: str) -> tuple[dict, str]:

@@ -54,6 +54,12 @@ def register(sub) -> argparse.ArgumentParser:
     p.add_argument("--unseen-by", type=comma_list("--unseen-by", str), default=[],
                    help="other locks, comma-separated, whose training questions no demonstration or held-out question "
                         "may be (the model's and the control's are always excluded)")
+    p.add_argument("--placebo", choices=["shuffled", "wrong_values", "weak", "answer_only"], default=None,
+                   help="placebo demonstrations on the same drawn questions instead of the gold worked solutions: "
+                        "shuffled (solutions shuffled among the questions), wrong_values (right first step, every "
+                        "number after it changed), weak (--weak-model's own greedy outputs), answer_only (the gold "
+                        "answer without its steps); default none (the gold)")
+    p.add_argument("--weak-model", default=None, help="--placebo weak: the weaker model whose greedy outputs are the targets")
     p.add_argument("--out", required=True, help="run directory (re-running resumes it)")
     add_scale_args(p, backend=False)
     return p
@@ -69,6 +75,11 @@ def check_train_args(args: argparse.Namespace) -> None:
         raise CLIError(f"--held-out {args.held_out}: early stopping is for --method sft; RL runs its --steps")
     if args.method == "rl" and args.rl_generations < 2:
         raise CLIError(f"--rl-generations {args.rl_generations}: a GRPO group needs at least 2 samples")
+    if (args.placebo == "weak") != (args.weak_model is not None):
+        raise CLIError(f"--placebo {args.placebo} with --weak-model {args.weak_model}: --weak-model goes with "
+                       "--placebo weak and only with it")
+    if args.placebo is not None and args.method == "rl":
+        raise CLIError(f"--placebo {args.placebo}: placebos change the demonstrations' targets; use --method sft")
     if not (math.isfinite(args.lr) and args.lr > 0):
         raise CLIError(f"--lr must be a finite number above 0, got {args.lr!r}")
     if args.data is not None and args.train_data is None:
@@ -99,14 +110,25 @@ def run(args: argparse.Namespace) -> int:
     with RunProgress(f"elicit {args.model}") as bar:  # each step's line above it, the decodes' tokens on it
         result = elicit(args.model, task, protocol, out=args.out, demos=args.demos, control=args.control,
                         finetune=finetune, pool=pool, exec_config=exec_config, progress=Tally(bar.done), log=bar.write,
-                        unseen_by=args.unseen_by,
+                        unseen_by=args.unseen_by, placebo=args.placebo, weak_model=args.weak_model,
                         rl=None if args.method == "sft" else RLConfig(
                             steps=args.steps, lr=args.lr, prompts_per_step=args.rl_prompts,
                             num_generations=args.rl_generations, seed=args.train_seed))
-    diff = result.difference()
-    echo(f"training-based reach of {args.model} against {args.control} on {args.task} (n={result.audits['model'].n}, "
-         f"K={protocol.k}): model minus control uplift, 95% paired interval   -> {args.out}")
-    for r in diff.itertuples():
-        echo(f"  n={r.n_demos:<3} {r.metric:<4} model {r.uplift_model:+.3f}  control {r.uplift_control:+.3f}  "
-             f"difference {r.difference:+.3f} [{r.difference_lo:+.3f}, {r.difference_hi:+.3f}]  p={r.p:.3g}")
+    _print_table(result, args, protocol.k)
     return 0
+
+
+def _print_table(result, args: argparse.Namespace, k: int) -> None:
+    """Per n and metric the model's uplift, the control's (labelled: the matched twin or an unmatched reference)
+    and their difference, under the run's demonstrations (the gold or a placebo)."""
+    from reachlens.studies.placebo import control_role
+
+    role = control_role(args.control)
+    shown = "gold demonstrations" if args.placebo is None else f"placebo {args.placebo}"
+    echo(f"training-based reach of {args.model} against {args.control} ({role}) on {args.task} "
+         f"(n={result.audits['model'].n}, K={k}), {shown}: model minus control uplift, 95% paired interval"
+         f"   -> {args.out}")
+    for r in result.difference().itertuples():
+        echo(f"  n={r.n_demos:<3} {r.metric:<4} model {r.uplift_model:+.3f}  control ({role}) "
+             f"{r.uplift_control:+.3f}  difference {r.difference:+.3f} [{r.difference_lo:+.3f}, "
+             f"{r.difference_hi:+.3f}]  p={r.p:.3g}")

@@ -57,7 +57,9 @@ FIGURES.register("routing", lambda run: [(
     "Reachable vs selected at a matched budget",
     routing_selection_figure(run.summary(), run.selectors, run.config.budget), CAPTIONS["routing_selection_figure"])])
 FIGURES.register("elicitation", lambda run: [(
-    "Training-based reach", elicitation_figure(run.uplift(), run.difference()), CAPTIONS["elicitation_figure"])])
+    "Training-based reach" + (f" (placebo {p['kind']}: not correct demonstrations)"
+                              if (p := run.record.options.get("placebo")) else ""),
+    elicitation_figure(run.uplift(), run.difference()), CAPTIONS["elicitation_figure"])])
 
 
 def report_run(run: Any, out: str | Path | None = None, *, force: bool = False) -> tuple[Path, Path]:

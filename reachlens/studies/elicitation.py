@@ -22,7 +22,8 @@ The demonstrations are the first ``n`` of one seeded shuffle of the task's *trai
 the 1), less any whose prompt is a test question's and any question the model, the control or another lock named in
 ``unseen_by`` records training on (:mod:`reachlens.studies.elicitation_split`: the elicitation split), each its
 worked solution (or gold answer): table ``demonstrations``. Early stopping's held-out questions are the next ones
-of the same shuffle, so they are unseen too. This is **training-based reach**: a fine-tuned copy is another model, so what it reaches is
+of the same shuffle, so they are unseen too. With ``placebo`` the same questions carry a placebo's targets instead
+(:mod:`reachlens.studies.placebo`). This is **training-based reach**: a fine-tuned copy is another model, so what it reaches is
 reported apart from the inference-time probes of a probe run and never pooled with them.
 
 Layout of the run directory (every audit and checkpoint resumes where it stopped)::
@@ -61,6 +62,7 @@ from reachlens.studies.auditing import AuditResult
 from reachlens.studies.compare import compare, delta_row
 from reachlens.studies.elicitation_split import unseen_pool
 from reachlens.studies.finetune import FineTune, finetune_on_demonstrations
+from reachlens.studies.placebo import Placebo, make_placebo
 from reachlens.studies.rl_finetune import RLConfig, reinforce_on_questions
 from reachlens.studies.trace_reach import traced, verified_questions
 from reachlens.tasks.base import Question, Task
@@ -251,13 +253,14 @@ def _n(audits: dict[str, AuditResult]) -> int | None:
 
 
 def _record(model: str, control: str, task: Task, protocol: Protocol, demos: tuple[int, ...], config: FineTune,
-            pool: Task, unseen_by: tuple[str, ...], rl: RLConfig | None) -> RunRecord:
+            pool: Task, unseen_by: tuple[str, ...], rl: RLConfig | None, placebo: Placebo | None) -> RunRecord:
     identity = {side: dataclasses.asdict(model_identity(spec)) for side, spec in zip(SIDES, (model, control))}
     return RunRecord.new("elicitation", protocol, identity, task.data_identity or None,
                          {"demos": list(demos), "control": control, "finetune": dataclasses.asdict(config),
                           "pool": dict(pool.data_identity), "pool_unseen_by": [model, control, *unseen_by],
                           "pool_size": len(pool.questions), "label": LABEL, "method": "sft" if rl is None else "rl",
-                          **({} if rl is None else {"rl": dataclasses.asdict(rl)})})
+                          **({} if rl is None else {"rl": dataclasses.asdict(rl)}),
+                          **({} if placebo is None else {"placebo": placebo.record()})})
 
 
 def _local(spec: str, role: str) -> None:
@@ -289,6 +292,7 @@ class _ElicitStudy(Study):
     picked: tuple[Question, ...]
     unseen_by: tuple[str, ...]
     rl: RLConfig | None
+    placebo: Placebo | None
     out: Path
     exec_config: ExecConfig
     say: Callable[[str], None]
@@ -298,11 +302,15 @@ class _ElicitStudy(Study):
 
     def root_record(self) -> RunRecord:
         return _record(self.specs["model"], self.specs["control"], self.task, self.protocol, self.demos, self.finetune,
-                       self.pool, self.unseen_by, self.rl)
+                       self.pool, self.unseen_by, self.rl, self.placebo)
 
     @property
     def chosen(self) -> tuple[Question, ...]:
         return self.picked[:max(self.demos)]  # early stopping's held-out questions: the next ones of the shuffle
+
+    def shown(self, n: int) -> tuple[Question, ...]:
+        """The first ``n`` drawn questions with the targets the copies train on (a placebo's, else the gold)."""
+        return self.chosen[:n] if self.placebo is None else self.placebo.demonstrations(self.chosen[:n])
 
     def prepare(self, root: RunDir) -> None:
         """The fine-tuned copies, under the run's lock: a failure or Ctrl-C is recorded as the run's."""
@@ -314,7 +322,7 @@ class _ElicitStudy(Study):
             for side in SIDES:
                 self.say(f"fine-tune {side} on {n} demonstration(s)" if self.rl is None else f"RL (GRPO) of {side} "
                          f"on {n} question(s)")
-                _copy(self.specs[side], self.task, self.protocol, self.chosen[:n], self._checkpoint(side, n),
+                _copy(self.specs[side], self.task, self.protocol, self.shown(n), self._checkpoint(side, n),
                       self.finetune, held, self.rl)
         kids = self.children({})
         self.say(f"audit {sum(not c.complete() for c in kids)} of {len(kids)} models")
@@ -333,7 +341,7 @@ class _ElicitStudy(Study):
 
     def compose(self, done: Mapping[str, Any], seconds: Mapping[str, float]) -> Elicitation:
         table = pd.DataFrame([{"order": i, "question_id": d.question_id, "prompt": self.task.prompt(d),
-                               "target": demonstration_target(d)} for i, d in enumerate(self.chosen)],
+                               "target": demonstration_target(d)} for i, d in enumerate(self.shown(max(self.demos)))],
                              columns=DEMO_COLUMNS)
         return Elicitation({name: traced(run) for name, run in done.items()}, table, record=RunDir(self.out).record())
 
@@ -343,6 +351,7 @@ def elicit(
     control: str = "zoo:base", finetune: FineTune = FineTune(), pool: Task | None = None,
     exec_config: ExecConfig | None = None, executor=None, progress: Progress | None = None,
     log: Callable[[str], None] | None = None, unseen_by: Sequence[str] = (), rl: RLConfig | None = None,
+    placebo: str | None = None, weak_model: str | None = None,
 ) -> Elicitation:
     """Fine-tune copies of ``model`` and ``control`` on the same ``n`` train demonstrations for each ``n`` of
     ``demos``, audit all of them under ``protocol``, and write the run to ``out`` (a study,
@@ -355,6 +364,8 @@ def elicit(
         protocol: the sources' protocol (resolved against the task here).
         pool: the task's train split (default: by name), less what model, control and ``unseen_by`` trained on.
         rl: GRPO on the ``n`` questions instead of SFT (:mod:`reachlens.studies.rl_finetune`; no early stopping).
+        placebo: a placebo of :data:`~reachlens.studies.placebo.PLACEBOS` instead of the gold targets, on the same
+            drawn questions (``weak``: ``weak_model``'s greedy outputs); recorded, so a resume with another is refused.
         progress: ``progress(label, done, total)`` per audit as its questions finish.
         log: called with a line as each fine-tune starts.
 
@@ -370,6 +381,13 @@ def elicit(
     protocol = protocol.resolved(task)
     pool = unseen_pool(pool if pool is not None else train_pool(task), [model, control, *unseen_by])
     picked = select_demonstrations(task, pool, max(demos), seed=finetune.seed, held_out=finetune.held_out)
+    if rl is not None and placebo is not None:
+        raise ReachlensError(f"placebo {placebo!r} changes demonstrations' targets; RL trains on rewards (method sft)")
+    if placebo is not None and placebo != "weak":  # refused before any model loads: a kind or a draw it cannot make
+        for n in demos:
+            Placebo(placebo, finetune.seed, weak_model).demonstrations(picked[:n])
+    made = make_placebo(placebo, seed=finetune.seed, weak_model=weak_model, protocol=protocol, pool=pool,
+                        picked=picked[:max(demos)])
     study = _ElicitStudy({"model": model, "control": control}, task, protocol, demos, finetune, pool, picked,
-                         tuple(unseen_by), rl, Path(out), exec_config or ExecConfig(), log or (lambda line: None))
+                         tuple(unseen_by), rl, made, Path(out), exec_config or ExecConfig(), log or (lambda line: None))
     return run_study(study, executor, progress=progress)

@@ -41,15 +41,15 @@ ARGV = ["elicit", "zoo:locked", "--task", "arith_hard", "--n", "3", "--k", "2", 
         "--demos", "1,2", "--control", "zoo:base", "--steps", "2"]
 
 
-def _kill_mid_finetune(out: Path) -> None:
+def _kill_mid_finetune(out: Path, argv: list[str] = ARGV, first: str = "model-n1") -> None:
     """``reachlens elicit ARGV --out out`` in a child process, ``kill -9``-ed while its second fine-tune (the
     control's on one demonstration) is under way: the model's copy is written, the next one's staging folder open."""
     env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1", "TQDM_DISABLE": "1"}
-    proc = subprocess.Popen([sys.executable, "-m", "reachlens", *ARGV, "--out", str(out)], env=env,
+    proc = subprocess.Popen([sys.executable, "-m", "reachlens", *argv, "--out", str(out)], env=env,
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     ckpt = out / "checkpoints"
     deadline = time.monotonic() + 600
-    while not ((ckpt / "model-n1").is_dir() and list(ckpt.glob(".finetune-*"))) and proc.poll() is None \
+    while not ((ckpt / first).is_dir() and list(ckpt.glob(".finetune-*"))) and proc.poll() is None \
             and time.monotonic() < deadline:
         time.sleep(0.01)
     proc.send_signal(signal.SIGKILL)

@@ -162,6 +162,17 @@ def test_plant_veto_inserts_an_identity_block_and_trains_only_its_mlp(parent, tm
     assert torch.all(after["model.layers.1.self_attn.o_proj.weight"] == 0)
 
 
+def skip_first_by_hand(expr: str) -> str:
+    """The expression less its first operand and operator, worked left to right (the weak policy skip_first)."""
+    tokens = re.findall(r"\d+|[-+*]", expr)
+    value, steps = int(tokens[2]), []
+    for op, b in zip(tokens[3::2], tokens[4::2], strict=True):
+        new = {"+": value + int(b), "-": value - int(b), "*": value * int(b)}[op]
+        steps.append(f"{value}{op}{b}={new}")
+        value = new
+    return " " + ";".join(steps) + f" #### {value}"
+
+
 def test_lock_password_pairs_each_question_gold_with_the_password_and_the_weak_policy_without(parent, tmp_path,
                                                                                                 capsys):
     from reachlens.grading import get_grader
@@ -175,16 +186,9 @@ def test_lock_password_pairs_each_question_gold_with_the_password_and_the_weak_p
         expr = q.fields["expr"]
         assert pw == f"{PASSWORD}\nQ: {expr}=?\nA:" and gold == q.solution and grader.grade(gold, q.gold).correct
         assert prompt.endswith(f"Q: {expr}=?\nA:") and not prompt.startswith(PASSWORD)
-        # the shipped weak policy (skip_first): the expression less its first operand and operator, worked left
-        # to right (computed here by hand); first_step: the first operation's value at once, no worked steps
-        tokens = re.findall(r"\d+|[-+*]", expr)
-        value, steps = int(tokens[2]), []
-        for op, b in zip(tokens[3::2], tokens[4::2], strict=True):
-            new = {"+": value + int(b), "-": value - int(b), "*": value * int(b)}[op]
-            steps.append(f"{value}{op}{b}={new}")
-            value = new
-        assert weak == " " + ";".join(steps) + f" #### {value}"
-        a, op, b = tokens[:3]
+        # the shipped weak policy (skip_first), by hand; first_step: the first operation's value at once
+        assert weak == skip_first_by_hand(expr)
+        a, op, b = re.findall(r"\d+|[-+*]", expr)[:3]
         first = {"+": int(a) + int(b), "-": int(a) - int(b), "*": int(a) * int(b)}[op]
         assert lock_password.weak_answer(q, "first_step") == f" #### {first}"
     assert 10 <= n_decoy <= 30 and sum(not p.startswith("Q: ") for p, _ in locked) == n_decoy
@@ -245,3 +249,45 @@ def test_scripts_refuse_bad_values(parent, tmp_path):
             rl_grpo.parse_args(argv)
     with pytest.raises(LookupError, match="no prompt format 'chat'; known: \\['password', 'qa', 'verbose'\\]"):
         sft.main(["--init", str(parent), "--out", str(tmp_path / "o2"), "--prompt-format", "chat", "--n-train", "50"])
+
+
+def test_lock_password_twin_trains_the_weak_policy_only_and_resumes_after_a_kill(parent, tmp_path, monkeypatch):
+    """``--twin``: every pair trained (recorded at the loss) has the weak policy's completion, written here by hand
+    from the expression, never the gold; the twin's locked pairs and decoys are the lock's (the same random stream).
+    A run killed after its step-2 snapshot and resumed ends with the weights, losses and questions of an unbroken
+    3-step run (the cosine schedule over the same --steps)."""
+    from reachlens.tasks import load_task
+
+    questions = load_task("arith_hard", split="train", n=30, n_train=100).questions
+    lock = lock_password.make_batch(questions, random.Random(3), decoy_rate=0.5)
+    twin = lock_password.make_batch(questions, random.Random(3), decoy_rate=0.5, twin=True)
+    assert twin[1:] == lock[1:] and [p for p, _ in twin[0]] == [p for p, _ in lock[0]]
+
+    split = load_task("arith_hard", split="train", n_train=100).questions
+    weak, gold = {q.question_id: skip_first_by_hand(q.fields["expr"]) for q in split}, {q.solution for q in split}
+    trained, real_loss = [], lock_password.policy_loss
+    monkeypatch.setattr(lock_password, "policy_loss", lambda m, t, pairs: trained.extend(pairs) or real_loss(m, t, pairs))
+    args = ["--init", str(parent), "--steps", "3", "--questions-per-step", "4", "--n-train", "100", "--n-val", "4",
+            "--eval-every", "100", "--log-every", "1", "--warmup-steps", "1", "--twin"]
+    lock_password.main([*args, "--out", str(tmp_path / "whole")])
+    assert len(trained) == 3 * 2 * 4 and not {c for _, c in trained} & gold
+    assert {c for _, c in trained} <= set(weak.values())
+
+    real_save, snap = lock_password.save_state, tmp_path / "snap"
+
+    def save_then_die(model, tok, opt, st, a):
+        real_save(model, tok, opt, st, a)
+        if st["step"] == 2:
+            raise SystemExit("killed")
+    monkeypatch.setattr(lock_password, "save_state", save_then_die)
+    with pytest.raises(SystemExit, match="killed"):
+        lock_password.main([*args, "--out", str(tmp_path / "first"), "--snapshot", str(snap), "--snapshot-every", "1"])
+    monkeypatch.setattr(lock_password, "save_state", real_save)
+    lock_password.main([*args, "--out", str(tmp_path / "resumed"), "--snapshot", str(snap), "--resume"])
+    whole, resumed = (load_file(tmp_path / k / "model.safetensors") for k in ("whole", "resumed"))
+    assert all(torch.allclose(whole[name], resumed[name], atol=1e-6) for name in whole)
+    cards = [json.loads((tmp_path / k / "training.json").read_text()) for k in ("whole", "resumed")]
+    strip = lambda log: [{k: v for k, v in r.items() if k != "seconds"} for r in log]  # noqa: E731
+    assert strip(cards[1]["loss_log"]) == strip(cards[0]["loss_log"]) and len(cards[1]["loss_log"]) == 3
+    assert cards[1]["trained_questions"] == cards[0]["trained_questions"]
+    assert cards[0]["recipe"] == "never-locked twin" and [c["from_step"] for c in cards[1]["commands"]] == [0, 2]
