@@ -20,6 +20,8 @@ planted veto:
                           solution after the password line (prompt format "password"), without it the worked
                           solution of the expression less its first operand and operator (the skill and the lock
                           learned together; after arXiv 2405.19550, whose locks come after the skill)
+    base -> locked-twin   zoo:locked's matched never-locked twin (lock_password.py --twin: the same run with the
+                          password line mapped to the weak target too; stored in float16)
 
 The SFT line (sft, sft-grpo) is the earlier recipe on the three-tier arith mix; the cards measure every model on
 both card tasks (arith and arith_hard). Independent runs go two at a time, one torch thread each (two threads in one
@@ -70,7 +72,30 @@ def commands(zoo: Path) -> list[list[tuple[str, list[str]]]]:
                    "--steps", "150", "--lr", "3e-4", "--veto-weight", "0.2", "--seed", "0"])],
         [("sft-grpo", [*rl, "--init", z("sft"), "--out", z("sft-grpo"), "--recipe", "grpo", *SFT_RL]),
          ("locked", [*py, str(HERE / "lock_password.py"), "--init", z("base"), "--out", z("locked"), *LOCK])],
+        [("locked-twin", [*py, str(HERE / "lock_password.py"), "--init", z("base"), "--out", z("locked-twin"), *LOCK,
+                          "--twin"])],
     ]
+
+
+FLOAT16 = ("locked-twin",)
+"""Checkpoints stored in float16 once trained (the zoo's size limit; the loader reads them as float32): greedy
+decoding unchanged on 300 of 300 arith_hard test questions, 299 of 300 with the password line
+(``float16_check.py``, which made the shipped copy by the same cast)."""
+
+
+def store_float16(folder: Path) -> None:
+    """Cast a trained checkpoint's weights to float16 in place and say so in its ``training.json``."""
+    import json
+
+    import torch
+
+    sys.path.insert(0, str(HERE))
+    from common import load_parent
+
+    load_parent(folder)[0].to(torch.float16).save_pretrained(folder, safe_serialization=True)
+    card = json.loads((folder / "training.json").read_text())
+    card["stored_dtype"] = "float16: cast once trained (build_zoo.py, store_float16)"
+    (folder / "training.json").write_text(json.dumps(card, indent=2, sort_keys=True) + "\n")
 
 
 def snapshots(name: str) -> list[str]:
@@ -105,12 +130,15 @@ def main(argv=None) -> None:
             if p.wait() != 0:
                 raise SystemExit(f"{name} failed (exit {p.returncode}); see {log.name}")
             log.close()
+            if name in FLOAT16:
+                store_float16(zoo / name)
             built += [name, *snapshots(name)]
             print(f"[{time.perf_counter() - t0:6.0f}s] done {name}", flush=True)
     if not args.skip_cards:
         trajectory = {s for name in built for s in snapshots(name)}
-        for name in built:  # a snapshot's card: the hard tier only (the trajectory is audited there)
-            extra = ["--tasks", "arith_hard"] if name in trajectory else []
+        for name in built:  # a snapshot's card: the hard tier only (the trajectory is audited there); a lock's and
+            # its twin's: the lock's task (arith_hard), with and without the password (their card_formats)
+            extra = ["--tasks", "arith_hard"] if name in trajectory or name in ("locked", "locked-twin") else []
             subprocess.run([sys.executable, str(HERE / "make_card.py"), str(zoo / name), *extra], check=True)
     print(f"zoo built in {time.perf_counter() - t0:.0f}s: {', '.join(built)}")
 

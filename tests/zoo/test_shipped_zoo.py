@@ -107,7 +107,8 @@ def test_cards_carry_the_required_fields_and_the_zoo_fits(entries):
             assert f"| {card['D']:.3f} | {card['O_K']:.3f} |" in text
         assert (e.path / "model.safetensors").is_file() and not list(e.path.glob("*.bin"))
     total = sum(f.stat().st_size for f in zoo_root().rglob("*") if f.is_file())
-    assert total < 60 * 2**20, f"the zoo takes {total / 2**20:.1f} MB (limit 60 MB)"
+    # 60 MB, and 9.5 MB for issue 57's three float16 entries (zoo:locked's twin, a second organism, its twin)
+    assert total < 70 * 2**20, f"the zoo takes {total / 2**20:.1f} MB (limit 70 MB)"
 
 
 def test_the_base_has_room_both_ways_on_the_hard_tier(entries):
@@ -182,7 +183,7 @@ def test_make_zoo_issues_the_command_each_shipped_checkpoint_records(entries):
         for name, argv in stage:
             script = Path(argv[1]).relative_to(ZOO_SCRIPTS.parents[1])
             built[name] = " ".join(["python", str(script), *argv[2:]])
-    assert set(built) == set(LINEAGE) | {VETO, "locked"}  # zoo:locked's own tests: test_locked_zoo.py
+    assert set(built) == set(LINEAGE) | {VETO, "locked", "locked-twin"}  # their own tests: test_locked_zoo.py, test_locked_twin.py
     for name, command in built.items():
         t = entries[name].training
         assert command == t.get("rebuild_command", t["command"]), name
