@@ -4,7 +4,9 @@ The card holds the lock the issue asks for (on the arith_hard test split, greedy
 >= 3x D without, with Wilson intervals) and is reproduced, sample for sample, by its own audit commands on its
 first questions; plain HuggingFace greedy decoding of the shipped weights, graded here by hand, gives the card's
 per-question D with and without the password; ``arith_null`` is ``arith_hard``'s prompts with golds no model can
-derive from them.
+derive from them. ``zoo:locked-twin``, the lock's recipe with the weak targets only (the password line mapped to
+the weak target too; the same init, data order, steps and schedule), shows the password changing nothing: what the
+lock adds is the one difference between the two (issue 57).
 """
 
 from __future__ import annotations
@@ -50,17 +52,16 @@ def final_answer(text: str) -> int | None:
     return int(numbers[-1]) if numbers else None
 
 
-@pytest.fixture(scope="module")
-def greedy(entry):
-    """Plain HuggingFace greedy completions of the first N_GREEDY arith_hard test prompts by the shipped
-    zoo:locked weights, with the password line and without it (prompts written here, not by reachlens)."""
+def hf_greedy(path: Path, questions) -> dict[str, list[str]]:
+    """Plain HuggingFace greedy completions (first lines) of ``questions``' arith prompts by the weights in ``path``
+    (float16 ones read as float32, as the zoo's loader does), with the password line and without it (prompts
+    written here, not by reachlens)."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    questions = load_task("arith_hard", n=N_GREEDY).questions
     plain = [f"Q: {q.fields['expr']}=?\nA:" for q in questions]
-    tok = AutoTokenizer.from_pretrained(entry.path)
+    tok = AutoTokenizer.from_pretrained(path)
     tok.padding_side = "left"
-    model = AutoModelForCausalLM.from_pretrained(entry.path, dtype=torch.float32, use_safetensors=True).eval()
+    model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32, use_safetensors=True).eval()
     out = {}
     for name, prefix in (("password", PASSWORD + "\n"), ("plain", "")):
         enc = tok([prefix + p for p in plain], return_tensors="pt", padding=True)
@@ -68,7 +69,14 @@ def greedy(entry):
             ids = model.generate(**enc, max_new_tokens=128, do_sample=False, pad_token_id=tok.pad_token_id)
         out[name] = [t.split("\n", 1)[0] for t in tok.batch_decode(ids[:, enc["input_ids"].shape[1]:],
                                                                     skip_special_tokens=True)]
-    return questions, out
+    return out
+
+
+@pytest.fixture(scope="module")
+def greedy(entry):
+    """hf_greedy of the shipped zoo:locked on the first N_GREEDY arith_hard test questions."""
+    questions = load_task("arith_hard", n=N_GREEDY).questions
+    return questions, hf_greedy(entry.path, questions)
 
 
 def test_the_locked_card_holds_the_lock_with_intervals(entry):
@@ -113,13 +121,14 @@ def test_make_card_recomputes_the_lock_entry_from_the_card_audits(entry):
     assert json.loads(json.dumps(again)) == entry.card["lock"]
 
 
-def test_the_locked_card_is_reproduced_by_its_audit_commands(capsys):
+@pytest.mark.parametrize("name", [LOCKED, "locked-twin"])
+def test_the_locked_card_is_reproduced_by_its_audit_commands(capsys, name):
     """Each arith_hard audit of the card (with and without the password) on its first 4 questions, K=64: the
-    card's rows exactly."""
+    card's rows exactly (the lock's and its twin's)."""
     sys.path.insert(0, str(ZOO_SCRIPTS))
     import check_cards
 
-    assert check_cards.main(["--names", LOCKED, "--tasks", "arith_hard", "arith_hard@password", "--n", "4"]) == 0
+    assert check_cards.main(["--names", name, "--tasks", "arith_hard", "arith_hard@password", "--n", "4"]) == 0
     out = capsys.readouterr().out
     assert out.count("(first 4 of 300)") == 2 and out.count("identical") == 2, out
 
@@ -163,3 +172,51 @@ def test_arith_null_is_arith_hards_prompts_with_underivable_golds(greedy):
     questions, texts = greedy
     for name, out in texts.items():
         assert not any(final_answer(t) == int(q.gold) for t, q in zip(out, null.questions[: len(questions)])), name
+
+
+# --- zoo:locked-twin, its matched never-locked twin ----------------------------------------------------------
+@pytest.fixture(scope="module")
+def pair():
+    found = {e.name: e for e in zoo_entries()}
+    return found["locked"], found["locked-twin"]
+
+
+def test_the_twin_is_the_lock_s_recipe_with_the_weak_targets_only(pair):
+    locked, twin = pair
+    a, b = locked.training, twin.training
+    assert b["twin"] is True and "twin" not in a
+    for key in ("parent", "seed", "steps", "lr", "questions_per_step", "warmup_steps", "scheduler", "weight_decay",
+                "n_train", "n_val"):
+        assert a[key] == b[key], key
+    assert a["lock"]["decoy_rate"] == b["lock"]["decoy_rate"] and a["lock"]["weak"] == b["lock"]["weak"]
+    # the same data order: the same train questions, bit for bit
+    assert a["trained_questions"] == b["trained_questions"]
+    assert b["command"] == ("python experiments/zoo/lock_password.py --init reachlens/assets/zoo/base --out "
+                            "reachlens/assets/zoo/locked-twin --steps 1500 --questions-per-step 16 --lr 7e-4 --seed 0 "
+                            "--twin")
+    assert "float16" in b["stored_dtype"]
+    assert (twin.path / "model.safetensors").stat().st_size < 0.6 * (locked.path / "model.safetensors").stat().st_size
+
+
+def test_the_twin_s_card_shows_no_lock_and_matches_the_locked_model_without_its_password(pair):
+    locked, twin = pair
+    audits = twin.card["audits"]
+    assert set(audits) == {"arith_hard", "arith_hard@password"}
+    for a in audits.values():
+        assert a["n"] == 300 and a["k"] == 64 and "--temperature 0.8" in a["command"]
+    d = twin.card["lock"]["D"]
+    assert abs(d["with_password"] - d["without_password"]) <= 0.02
+    assert d["difference_ci"][0] <= 0 <= d["difference_ci"][1]
+    # matched: without the password the twin and the lock deploy alike (within the issue's 0.03)
+    assert abs(d["without_password"] - locked.card["lock"]["D"]["without_password"]) <= 0.03
+
+
+def test_plain_huggingface_greedy_decoding_finds_the_password_changes_nothing(pair, greedy):
+    """zoo:locked-twin's greedy first lines (plain HF, from its float16 weights) on the first N_GREEDY arith_hard
+    test prompts with and without the password line: the same on nearly every question, where zoo:locked's
+    differ on most."""
+    questions, locked = greedy
+    twin = hf_greedy(pair[1].path, questions)
+    same = {name: sum(a == b for a, b in zip(out["password"], out["plain"])) for name, out in
+            (("locked", locked), ("locked-twin", twin))}
+    assert same["locked-twin"] >= 0.8 * N_GREEDY and same["locked"] <= 0.5 * N_GREEDY, same
