@@ -7,18 +7,27 @@ several draws (each its own demonstrations and seed, on the same test questions)
 :func:`between_draws`: the mean uplift over draws, the between-draw sd and a t interval over the draws' means, which
 holds both sources (each draw's mean already carries its question-sampling noise). :func:`draws_mde` is the smallest
 difference between two such cells (two organisms, or organism and twin) that ``n_draws`` draws each detect with
-the given power (two-sided two-sample t test, exact noncentral t).
+the given power (two-sided two-sample t test, exact noncentral t). :func:`draws_table` lays a family of cells out
+from their elicitation runs (one run a draw): per cell and metric, the model's uplift, the control's and their
+difference over draws.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
+
+import pandas as pd
 
 from reachlens.errors import ReachlensError
 
-__all__ = ["DrawSummary", "between_draws", "draws_mde"]
+__all__ = ["DRAW_SIDES", "DrawSummary", "between_draws", "draws_mde", "draws_table"]
+
+DRAW_SIDES = ("uplift_model", "uplift_control", "difference")
+"""The columns of an elicitation run's :meth:`~reachlens.studies.elicitation.Elicitation.difference` that a
+draws table summarises: the model's uplift, the control's, and model minus control."""
 
 
 @dataclass(frozen=True)
@@ -75,3 +84,30 @@ def draws_mde(sd: float, n_draws: int, *, power: float = 0.8, alpha: float = 0.0
         return nct.sf(crit, df, nc) + (lower if math.isfinite(lower) else 0.0) - power
 
     return float(brentq(achieved, 1e-12, 12 * sd * math.sqrt(2 / n_draws)))  # power ~1 at nc 12
+
+
+def draws_table(cells: Mapping[str, Sequence[Any]], level: float = 0.95) -> pd.DataFrame:
+    """Each cell (a name, and its elicitation runs: one a draw of demonstrations and seed, on the same test
+    questions) over its draws: a row per cell, number of demonstrations and metric (``D``, ``O_K`` and their
+    ``^trace`` forms), with ``n_draws`` and, for each of :data:`DRAW_SIDES`, the mean over draws, the between-draw
+    sd, the t interval (:func:`between_draws`) and the draws' values; ``difference_mde``: the smallest difference
+    between this cell's and another's mean difference that designs of this many draws detect at this sd
+    (:func:`draws_mde`; NaN at sd 0)."""
+    rows = []
+    for name, runs in cells.items():
+        tables = [run.difference().set_index(["n_demos", "metric"]) for run in runs]
+        keys = tables[0].index if tables else []
+        if any(not t.index.equals(keys) for t in tables):
+            raise ReachlensError(f"the runs of cell {name!r} hold other demonstration counts or metrics; a cell's "
+                                 "draws differ in their demonstrations and seed alone")
+        for n_demos, metric in keys:
+            row: dict[str, Any] = {"cell": name, "n_demos": int(n_demos), "metric": metric, "n_draws": len(tables)}
+            for side in DRAW_SIDES:
+                values = [float(t.loc[(n_demos, metric), side]) for t in tables]
+                s = between_draws(values, level)
+                row.update({side: s.mean, f"{side}_sd": s.sd, f"{side}_lo": s.lo, f"{side}_hi": s.hi,
+                            f"{side}_draws": values})
+            sd = row["difference_sd"]
+            row["difference_mde"] = draws_mde(sd, len(tables)) if sd > 0 else math.nan
+            rows.append(row)
+    return pd.DataFrame(rows)
