@@ -55,7 +55,8 @@ def run(args: argparse.Namespace) -> int:
         gap = "" if "selection_gap" not in p else (f"  selection gap {_num(p['selection_gap'], '+')} "
                                                    f"[{_num(p['selection_gap_ci'][0], '+')}, {_num(p['selection_gap_ci'][1], '+')}]")
         solved = f"  verified {_num(p['O_trace'])}" if "O_trace" in p else ""
-        echo(f"  {name:<{width}}  {_num(p['O'])}  [{_num(p['O_ci'][0])}, {_num(p['O_ci'][1])}]{solved}{gap}{tag}")
+        null = f"  null {_num(p['O_null'])} (95th pct {_num(p['O_null_p95'])})" if "O_null" in p else ""
+        echo(f"  {name:<{width}}  {_num(p['O'])}  [{_num(p['O_ci'][0])}, {_num(p['O_ci'][1])}]{null}{solved}{gap}{tag}")
     echo(f"tables and charts: reachlens report {args.out}")
     return 0
 

@@ -68,6 +68,9 @@ def run(args: argparse.Namespace) -> int:
     s = result.summary()
     echo(f"{args.model} on {args.task} (n={s['n']}, {space}, {args.search}, K={args.k}): "
           f"D={s['D']:.3f}  O_{args.k}={s['O_K']:.3f}   -> {args.out}")
+    if "O_K_null" in s:
+        echo(f"  lucky-guess null: O_{args.k}^null={s['O_K_null']:.3f} (95th pct {s['O_K_null_p95']:.3f})  "
+             f"O_K - null={s['O_K_minus_null']:.3f}")
     if "O_K_trace" in s:
         echo(f"  verified: D^trace={s['D_trace']:.3f}  O_{args.k}^trace={s['O_K_trace']:.3f}")
     for name in result.selectors:

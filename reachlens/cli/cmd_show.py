@@ -87,21 +87,23 @@ def _model(model: dict) -> str:
 
 
 def reach_lines(s: dict) -> list[str]:
-    """An audit's reach beside its lucky-guess null and, when trace-graded, its verified reach (one line each)."""
+    """An audit's (a routing run's) reach beside its lucky-guess null and, when trace-graded, its verified reach (one
+    line each). A probe run's null is a column of its ``probes`` and ``unions`` tables (``O_null``, ...)."""
     def num(key: str) -> str:
         x = s.get(key)
         return "undefined" if not isinstance(x, (int, float)) or x != x else f"{x:.3f}"
 
     if "O_K" not in s or "O_K_null" not in s:
         return []
-    k = s.get("k", "K")
+    k = s.get("k", s.get("budget", "K"))  # a routing run's K is its budget
     ci = s.get("O_K_minus_null_ci") or [None, None]
     lines = [f"  reach:    O_{_value(k)}={num('O_K')}  lucky-guess null O_{_value(k)}^null={num('O_K_null')} (95th pct "
              f"{num('O_K_null_p95')})  O_K - null={num('O_K_minus_null')} [{_value(ci[0])}, {_value(ci[1])}]"]
     if isinstance(s.get("O_K_trace"), (int, float)) and s["O_K_trace"] == s["O_K_trace"]:
-        lines.append(f"  verified: D^trace={num('D_trace')}  O_{_value(k)}^trace={num('O_K_trace')}  maj^trace="
-                     f"{num('maj_K_trace')}  reached only through invalid solutions={num('O_K_minus_O_K_trace')}  "
-                     f"checkable samples={num('checkable_share')} ({_value(s.get('trace_grader'))})")
+        more = "" if "maj_K_trace" not in s else (  # an audit's; a routing run has D^trace and O_K^trace alone
+            f"  maj^trace={num('maj_K_trace')}  reached only through invalid solutions={num('O_K_minus_O_K_trace')}  "
+            f"checkable samples={num('checkable_share')} ({_value(s.get('trace_grader'))})")
+        lines.append(f"  verified: D^trace={num('D_trace')}  O_{_value(k)}^trace={num('O_K_trace')}{more}")
     else:
         lines.append("  verified: not trace-graded (`reachlens rescore DIR --trace` adds D^trace, O_K^trace)")
     return lines

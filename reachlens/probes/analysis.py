@@ -1,7 +1,9 @@
 """Cross-probe analysis of a candidate bank: pure functions, bank in, tables out.
 
 * :func:`reach_table`: realized, and reachable under each source (probe, arm, named union) with its 95 %
-  Wilson interval, its candidates and decoded tokens per question, and whether it is an intervention.
+  Wilson interval, its candidates and decoded tokens per question, and whether it is an intervention; given
+  the task's golds, each source's lucky-guess null (:func:`null_columns`: its candidates scored against the
+  gold of another question of the same kind, :mod:`reachlens.studies.lucky_null`).
 * :func:`fix_sets` / :func:`jaccard_table`: the *fix-set* of a source is the questions it reaches that the
   greedy deployment gets wrong; two fix-sets' Jaccard index |A & B| / |A | B| with a bootstrap interval
   (questions resampled, :data:`~reachlens.stats.N_BOOT` times; undefined when both are empty).
@@ -36,10 +38,11 @@ from reachlens.errors import ReachlensError
 from reachlens.probes.bank import GREEDY, question_ids, reach, realized, source_is_intervention, source_mask
 from reachlens.power import detectable
 from reachlens.stats import N_BOOT, mcnemar_exact_p, paired_bootstrap_ci, wilson_interval
+from reachlens.studies.lucky_null import lucky_null
 
 __all__ = [
-    "budget_matched", "fix_sets", "jaccard_table", "kind_of", "placebo_pairs", "placebo_table", "reach_table",
-    "recovery_table",
+    "NULL_COLUMNS", "budget_matched", "fix_sets", "jaccard_table", "kind_of", "null_columns", "placebo_pairs",
+    "placebo_table", "reach_table", "recovery_table",
 ]
 
 
@@ -56,10 +59,11 @@ def _rate(values: pd.Series) -> tuple[int, int, float, float, float]:
     return x, n, (x / n if n else math.nan), lo, hi
 
 
-def reach_table(bank: pd.DataFrame, sources: Sequence[str]) -> pd.DataFrame:
+def reach_table(bank: pd.DataFrame, sources: Sequence[str], golds: pd.Series | None = None) -> pd.DataFrame:
     """One row per source: ``source``, ``kind`` (decoding or intervention), ``candidates`` and
     ``n_tokens`` per question (means), ``n`` (questions defined), ``reached``, ``O`` and its interval.
-    ``greedy`` is the deployment: its ``O`` is ``D``."""
+    ``greedy`` is the deployment: its ``O`` is ``D``. With ``golds`` (the task's, by question id), each source's
+    lucky-guess null too (:func:`null_columns`)."""
     rows = []
     n_q = len(question_ids(bank))
     for source in sources:
@@ -67,9 +71,29 @@ def reach_table(bank: pd.DataFrame, sources: Sequence[str]) -> pd.DataFrame:
         x, n, rate, lo, hi = _rate(reach(bank, source))
         rows.append({"source": source, "kind": kind_of(bank, source), "candidates": len(sub) / n_q,
                      "n_tokens": sub["n_tokens"].sum() / n_q, "n": n, "reached": x, "O": rate,
-                     "O_lo": lo, "O_hi": hi})
+                     "O_lo": lo, "O_hi": hi, **({} if golds is None else null_columns(bank, source, golds))})
     return pd.DataFrame(rows, columns=["source", "kind", "candidates", "n_tokens", "n", "reached", "O", "O_lo",
-                                       "O_hi"])
+                                       "O_hi", *([] if golds is None else NULL_COLUMNS)])
+
+
+NULL_COLUMNS = ["O_null", "O_null_p95", "O_minus_null", "O_minus_null_lo", "O_minus_null_hi"]
+"""A reach row's lucky-guess null (:func:`null_columns`)."""
+
+
+def null_columns(bank: pd.DataFrame, source: str, golds: pd.Series) -> dict[str, float]:
+    """A source's lucky-guess null (:func:`~reachlens.studies.lucky_null.lucky_null` over its own candidates, each
+    question's scored against the gold of another question of the same kind): ``O_null``, its 95th percentile
+    ``O_null_p95``, and ``O_minus_null`` (O minus it) with its paired bootstrap interval; NaN when a question of the
+    bank has no gold in ``golds``."""
+    ids = question_ids(bank)
+    if not all(q in golds.index for q in ids):
+        return dict.fromkeys(NULL_COLUMNS, math.nan)
+    questions = pd.DataFrame({"question_id": ids, "gold": golds.loc[ids].to_numpy(),
+                              "reachable": reach(bank, source).to_numpy()})
+    null = lucky_null(questions, bank[source_mask(bank, source)])
+    lo, hi = null.O_K_minus_null_ci
+    return {"O_null": null.O_K_null, "O_null_p95": null.O_K_null_p95, "O_minus_null": null.O_K_minus_null,
+            "O_minus_null_lo": lo, "O_minus_null_hi": hi}
 
 
 def fix_sets(bank: pd.DataFrame, sources: Sequence[str]) -> dict[str, set[str]]:

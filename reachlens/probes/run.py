@@ -9,7 +9,8 @@
     DIR/candidates.parquet  the bank (:data:`~reachlens.records.BANK_COLUMNS`), written when it completes
     DIR/(the summary)      D and O per probe, per arm and per named union (intervals), selectors and the
                             selection gap, the fix-set overlap, recovery, the budget-matched comparison, the
-                            placebo comparison (:mod:`reachlens.probes.summary`)
+                            placebo comparison, each reach figure's lucky-guess null (the task's golds built
+                            again: the bank keeps none) (:mod:`reachlens.probes.summary`)
 
 It is decoded by the runner (:class:`~reachlens.probes.ProbeJob`, :func:`~reachlens.probes.probe`): resumable
 from its parts, on any executor. A complete run holds every question's greedy row and each probe's full budget of
@@ -32,6 +33,7 @@ from reachlens.errors import ReachlensError
 from reachlens.probes.decode import check_whole, expected_rows, plan_units
 from reachlens.probes.spec import parse_probe
 from reachlens.probes.summary import probe_summary, probe_tables
+from reachlens.studies.lucky_null import task_golds
 from reachlens.studies.trace_reach import solutions_valid
 from reachlens.store import PartsDir, RecordedProtocol, Run, RunDir, register_kind
 
@@ -72,10 +74,11 @@ class ProbeRun(RecordedProtocol, Run):
     @functools.cached_property
     def analysis(self) -> dict[str, pd.DataFrame]:
         """Every table of the run (:func:`~reachlens.probes.summary.probe_tables`), computed once from the bank; a
-        task with a trace grader (``arith*``, ``gsm8k``) adds the verified reach (``reach_trace``)."""
-        bank = self.candidates
-        valid = solutions_valid(bank["question_id"], bank["text"], self.protocol.task, self.protocol.split)
-        return probe_tables(bank, self.probes, self.unions, valid)
+        task with a trace grader (``arith*``, ``gsm8k``) adds the verified reach (``reach_trace``); a task that can
+        be built again here (:func:`~reachlens.studies.lucky_null.task_golds`) each reach figure's lucky-guess null."""
+        bank, p = self.candidates, self.protocol
+        valid = solutions_valid(bank["question_id"], bank["text"], p.task, p.split)
+        return probe_tables(bank, self.probes, self.unions, valid, task_golds(p.task, p.split, self.record.data))
 
     def summary(self) -> dict[str, Any]:
         return probe_summary(self.candidates, self.probes, self.unions, tables=self.analysis,

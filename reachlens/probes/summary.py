@@ -3,7 +3,9 @@
 :func:`probe_tables` names each table a report shows; :func:`probe_summary` is what the run's summary holds
 (the same numbers as plain values). Which comparisons a run gets follows from its probes:
 
-* reach: the deployment (``greedy``: D), each probe, each arm of a probe with several, each named union;
+* reach: the deployment (``greedy``: D), each probe, each arm of a probe with several, each named union; given
+  the task's golds, each beside its lucky-guess null (``O_null``, ``O_null_p95``, ``O_minus_null`` with its interval:
+  :func:`~reachlens.probes.analysis.null_columns`);
 * selectors: per probe, the answer-blind selectors of :mod:`reachlens.selectors` (``majority`` with ties
   averaged, ``logprob``) and the selection gap (O minus the best of them, with its interval);
 * overlap: the pairwise Jaccard of the probes' fix-sets (questions a probe reaches that greedy misses);
@@ -146,7 +148,7 @@ def with_trace(answers: pd.DataFrame, trace: pd.DataFrame, name: str) -> pd.Data
 
 
 def probe_tables(bank: pd.DataFrame, labels: Sequence[str], unions: Sequence[str],
-                 valid: Sequence[bool] | None = None) -> dict[str, pd.DataFrame]:
+                 valid: Sequence[bool] | None = None, golds: pd.Series | None = None) -> dict[str, pd.DataFrame]:
     """Every table of a probe run by name: ``reach``, ``selectors``, ``overlap``, ``recovery``,
     ``budget_matched``, ``placebo``, ``weight_noise`` (the last four empty when the run's probes do not call for
     them); with ``valid`` (each candidate's worked solution valid:
@@ -155,9 +157,10 @@ def probe_tables(bank: pd.DataFrame, labels: Sequence[str], unions: Sequence[str
     D^trace and O^trace per probe, arm and union; the recovery, budget-matched and placebo tables' ``*_trace``
     columns beside their own (the same table by verified solutions: the stratum the sampling probe never solves,
     the majority vote of the valid candidates); and (with weight noise) ``weight_noise_trace``: φ by verified
-    solutions (clean D^trace, each draw's share of questions solved)."""
+    solutions (clean D^trace, each draw's share of questions solved). With ``golds`` (the task's, by question id:
+    :func:`~reachlens.studies.lucky_null.task_golds`), the reach table's null columns."""
     sources = [GREEDY, *labels, *_arms(bank, labels), *unions]
-    tables = {"reach": reach_table(bank, sources),
+    tables = {"reach": reach_table(bank, sources, golds),
               "selectors": _selectors(bank, labels), "overlap": jaccard_table(bank, list(labels))}
     tables.update(_comparisons(bank, labels))
     tables["weight_noise"] = phi_table(bank, labels)
@@ -182,10 +185,21 @@ def _native(value: Any) -> Any:
     return None if isinstance(value, float) and math.isnan(value) else value
 
 
+def _null(row: pd.Series, name: str) -> dict[str, Any]:
+    """A reach row's lucky-guess null as summary entries named after ``name`` (``O_null``, ``O_null_p95``,
+    ``O_minus_null`` and ``O_minus_null_ci``; ``D_...`` for the deployment); none when the table has no null."""
+    if "O_null" not in row.index:
+        return {}
+    return {f"{name}_null": row["O_null"], f"{name}_null_p95": row["O_null_p95"],
+            f"{name}_minus_null": row["O_minus_null"],
+            f"{name}_minus_null_ci": [row["O_minus_null_lo"], row["O_minus_null_hi"]]}
+
+
 def probe_summary(bank: pd.DataFrame, labels: Sequence[str], unions: Sequence[str], *,
                   tables: dict[str, pd.DataFrame] | None = None, **about: Any) -> dict[str, Any]:
     """The summary of a probe run: D, and per probe, arm and union its O with its interval (and, when the tables
-    hold ``reach_trace``, D_trace and each O_trace: reach by verified solutions), then the
+    hold ``reach_trace``, D_trace and each O_trace: reach by verified solutions; when the reach table has the
+    lucky-guess null, ``D_null`` ... and each ``O_null``, ``O_null_p95``, ``O_minus_null`` with ``_ci``), then the
     other tables of :func:`probe_tables` (``tables`` when computed already) as lists of rows. ``about``: names
     to record beside (model, task)."""
     tables = tables if tables is not None else probe_tables(bank, labels, unions)
@@ -198,8 +212,8 @@ def probe_summary(bank: pd.DataFrame, labels: Sequence[str], unions: Sequence[st
         r = reach.loc[source]
         verified = {} if traced is None else {"O_trace": traced.loc[source, "O"],
                                               "O_trace_ci": [traced.loc[source, "O_lo"], traced.loc[source, "O_hi"]]}
-        return {"kind": r["kind"], "O": r["O"], "O_ci": [r["O_lo"], r["O_hi"]], **verified, "n": int(r["n"]),
-                "candidates": r["candidates"], "n_tokens": r["n_tokens"]}
+        return {"kind": r["kind"], "O": r["O"], "O_ci": [r["O_lo"], r["O_hi"]], **_null(r, "O"), **verified,
+                "n": int(r["n"]), "candidates": r["candidates"], "n_tokens": r["n_tokens"]}
 
     probes = {}
     for label in labels:
@@ -212,7 +226,7 @@ def probe_summary(bank: pd.DataFrame, labels: Sequence[str], unions: Sequence[st
     g = reach.loc[GREEDY]
     verified = {} if traced is None else {"D_trace": traced.loc[GREEDY, "O"],
                                           "D_trace_ci": [traced.loc[GREEDY, "O_lo"], traced.loc[GREEDY, "O_hi"]]}
-    return _native({**about, "n": int(g["n"]), "D": g["O"], "D_ci": [g["O_lo"], g["O_hi"]], **verified,
+    return _native({**about, "n": int(g["n"]), "D": g["O"], "D_ci": [g["O_lo"], g["O_hi"]], **_null(g, "D"), **verified,
                     "probes": probes,
                     "unions": {u: entry(u) for u in unions},
                     **{name: tables[name].to_dict("records") for name in ("overlap", "recovery", "budget_matched",

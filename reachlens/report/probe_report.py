@@ -19,6 +19,7 @@ from reachlens.escape import md_text
 from reachlens.power import mde_verdict
 from reachlens.report.page import html_table, write_report_files
 from reachlens.report.tables import DETECTABLE, md_table
+from reachlens.studies.lucky_null import N_NULL_DRAWS
 
 __all__ = ["CAPTIONS", "matched_figure", "overlap_figure", "reach_figure", "selection_figure", "write_probe_report"]
 
@@ -220,11 +221,19 @@ _TRACE_NOTE = ("On a task with a trace grader, each column c_trace beside c is c
                "sampling probe never solves, and a majority vote is over the valid candidates).")
 
 
+_NULL_NOTE = ("O_null: the lucky-guess null, the share of questions the source's candidates reach when each question's "
+              "candidates are scored against the gold of another question of the same kind (its gold's sign and digits), "
+              f"the mean over derangements within kinds, with O_null_p95 its 95th percentile over {N_NULL_DRAWS} random "
+              "derangements; O_minus_null = O - O_null with its paired bootstrap interval over questions "
+              "(reachlens.studies.lucky_null).")
+
+
 def _sections(tables: dict[str, pd.DataFrame]) -> tuple[list[str], list[str]]:
     body, md = [], []
     for name, df in tables.items():
         title = name.replace("_", "-").capitalize()
         note = _NOTES[name] + (" " + _TRACE_NOTE if any(c.endswith("_trace") for c in df.columns) else "")
+        note += " " + _NULL_NOTE if "O_null" in df.columns else ""
         shown = _display(name, df)
         body.append(f"<h2>{esc(title)}</h2><p class=note>{esc(note)}</p>"
                     f'<div class="scroll">{html_table(shown, breaks=_LABELS)}</div>')

@@ -11,7 +11,9 @@ result is a run of kind ``routing`` (:class:`RoutingResult`), saved as a run dir
     DIR/candidates.parquet one row per route evaluation (route, raw text, answer, grade, scores)
     DIR/questions.parquet  one row per question (realized, reachable, each selector)
     and its summary: D, O_K, each selector, gap recoveries, evaluations spent; on a task with a trace grader
-    (``arith*``, ``gsm8k``) D_trace and O_K_trace, reach by verified solutions
+    (``arith*``, ``gsm8k``) D_trace and O_K_trace, reach by verified solutions; on a task that can be built again
+    (:func:`~reachlens.studies.lucky_null.task_golds`) O_K's lucky-guess null: ``O_K_null``, ``O_K_null_p95``,
+    ``O_K_minus_null`` with its interval (each question's routes scored against another question's gold of its kind)
 
 Several cells over the same model and task can share one
 :class:`~reachlens.routing.evaluation.RouteEvaluator`, so a (question, route) pair is decoded once
@@ -29,6 +31,7 @@ import pandas as pd
 from reachlens.routing.scoring import cell_summary
 from reachlens.routing.search import RoutingConfig
 from reachlens.store import RecordedProtocol, Run, RunDir, register_kind
+from reachlens.studies.lucky_null import lucky_null, task_golds
 from reachlens.studies.trace_reach import solutions_valid
 
 __all__ = ["RoutingConfig", "RoutingResult"]
@@ -66,7 +69,8 @@ class RoutingResult(RecordedProtocol, Run):
         return tuple(self.record.options["config"]["selectors"])
 
     def summary(self) -> dict[str, Any]:
-        """D, O_K, selector accuracies, gap recoveries (NaN = undefined) and the evaluations spent."""
+        """D, O_K, selector accuracies, gap recoveries (NaN = undefined), the evaluations spent, O_K's lucky-guess
+        null and, on a task with a trace grader, the verified reach."""
         s = cell_summary(self.questions, self.selectors).iloc[0].to_dict()
         s["n"] = int(s["n"])
         s["budget"] = self.config.budget
@@ -74,8 +78,18 @@ class RoutingResult(RecordedProtocol, Run):
         s["unique_routes"] = int(self.candidates.groupby("question_id")["route"].nunique().sum())
         s.update(strategy=self.strategy, space_name=self.space_name, model_spec=self.record.model.get("spec"),
                  task=self.protocol.task)
+        s.update(self._null())
         s.update(self._verified())
         return s
+
+    def _null(self) -> dict[str, Any]:
+        """O_K's lucky-guess null (:func:`~reachlens.studies.lucky_null.lucky_null` over the route evaluations, the
+        golds those of the task built again); none when the task cannot be built again as it was."""
+        golds = task_golds(self.protocol.task, self.protocol.split, self.record.data)
+        ids = self.questions["question_id"]
+        if golds is None or not ids.isin(golds.index).all():
+            return {}
+        return lucky_null(self.questions.assign(gold=ids.map(golds).to_numpy()), self.candidates).summary()
 
     def _verified(self) -> dict[str, Any]:
         """On a task with a trace grader: ``O_K_trace``, the share of questions some route *solves* (a right answer

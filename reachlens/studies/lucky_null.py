@@ -15,21 +15,29 @@ by a random derangement within each kind (no question keeps its own gold), many 
 A question alone in its kind is pooled with the other lone questions (and those with the largest kind when only
 one is left). Answers compare as the numeric grader compares them (exact values), other answers as strings; it
 applies to every audit, checkable trace or not (GSM8K's final answers, multiple choice labels).
+
+A probe bank and a routing run keep no golds: :func:`task_golds` builds their task again from its name and split
+(as the verified reach does for the questions' expressions), and each reach figure there gets its null by
+:func:`lucky_null` over that figure's own candidates.
 """
 
 from __future__ import annotations
 
 import math
 from collections import defaultdict
+from collections.abc import Mapping
+from typing import Any
 from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
 
+from reachlens.errors import ReachlensError
 from reachlens.grading.extract import number_key
 from reachlens.stats import N_BOOT, paired_bootstrap_ci
+from reachlens.tasks import load_task
 
-__all__ = ["N_NULL_DRAWS", "LuckyNull", "answer_kind", "derangement", "lucky_null"]
+__all__ = ["N_NULL_DRAWS", "LuckyNull", "answer_kind", "derangement", "lucky_null", "task_golds"]
 
 N_NULL_DRAWS = 1000
 """Random derangements behind the null's 95th percentile."""
@@ -132,3 +140,20 @@ def lucky_null(questions: pd.DataFrame, samples: pd.DataFrame, *, n_draws: int =
     return LuckyNull(null, float(np.quantile(draws / n_in, 0.95)), float(np.nanmean(diff)),
                      paired_bootstrap_ci(diff, n_boot=n_boot, seed=seed),
                      pd.Series(expected, index=questions["question_id"].to_numpy(), name="null_hit"))
+
+
+def task_golds(task: str, split: str, data: Mapping[str, Any] | None) -> pd.Series | None:
+    """The golds of a run that keeps none (a probe bank, a routing run), by question id: its task built again from
+    ``task`` and ``split``; None when it was read from a data file (``data``, the run's data identity, names it), when
+    it cannot be built here (a data set out of reach), or when the questions built differ from those the run
+    recorded (their SHA-256)."""
+    data = dict(data or {})
+    if "file" in data:
+        return None
+    try:
+        built = load_task(task, split=split)
+    except ReachlensError:
+        return None
+    if data.get("questions_sha256") not in (None, (built.data_identity or {}).get("questions_sha256")):
+        return None
+    return pd.Series({q.question_id: q.gold for q in built.questions}, dtype=object, name="gold")

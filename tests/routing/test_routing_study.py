@@ -38,6 +38,25 @@ def test_run_routing_tables_and_summary(tiny_model, task, tmp_path):
     with pytest.raises(ProtocolMismatch, match="holds another run"):
         run_routing(tiny_model, task, "skip", "genetic", protocol=GREEDY, config=CONFIG, out=tmp_path / "cell")
     _verified_reach(r, task)
+    _lucky_null(r, task)
+
+
+def _lucky_null(r: RoutingResult, task) -> None:
+    """The cell's lucky-guess null (issue 56) with its golds built again, on hand-written answers: the first and third
+    questions' routes answer each other's gold (339, 315: three digits), the second's (-16, alone in its kind, so
+    pooled with them) nothing. Over the two derangements of the three, each question borrows either other's gold
+    with probability 1/2: expected hits 1/2, 0, 1/2, and every derangement hits exactly one question."""
+    from reachlens.cli.cmd_show import format_run
+
+    golds = [q.gold for q in task.questions]
+    assert golds == ["339", "-16", "315"]
+    answer = dict(zip([q.question_id for q in task.questions], ["315", "7", "339"]))
+    c = r.candidates.assign(answer=r.candidates["question_id"].map(answer), scored=True)
+    s = dataclasses.replace(r, candidates=c).summary()
+    assert s["O_K_null"] == pytest.approx(1 / 3) and s["O_K_null_p95"] == pytest.approx(1 / 3)
+    assert s["O_K_minus_null"] == pytest.approx(r.questions["reachable"].astype(float).mean() - 1 / 3)
+    assert s["O_K_minus_null_ci"][0] <= s["O_K_minus_null"] <= s["O_K_minus_null_ci"][1]
+    assert "lucky-guess null O_5^null=0.333 (95th pct 0.333)" in format_run(r.record, s)
 
 
 def _verified_reach(r: RoutingResult, task) -> None:
