@@ -105,6 +105,7 @@ def test_cli_route(tiny_dir, tmp_path, capsys):
     assert rc == 0
     printed = capsys.readouterr().out
     assert "O_4=" in printed and "majority" in printed and "gap recovery" in printed
+    assert "lucky-guess null: O_4^null=" in printed  # arith is built again for its golds
     assert (out / "candidates.parquet").is_file() and (out / "summary.json").is_file()
 
 
