@@ -107,8 +107,7 @@ def test_cards_carry_the_required_fields_and_the_zoo_fits(entries):
             assert f"| {card['D']:.3f} | {card['O_K']:.3f} |" in text
         assert (e.path / "model.safetensors").is_file() and not list(e.path.glob("*.bin"))
     total = sum(f.stat().st_size for f in zoo_root().rglob("*") if f.is_file())
-    # 60 MB, and 9.5 MB for issue 57's three float16 entries (zoo:locked's twin, a second organism, its twin)
-    assert total < 70 * 2**20, f"the zoo takes {total / 2**20:.1f} MB (limit 70 MB)"
+    assert total < 60 * 2**20, f"the zoo takes {total / 2**20:.1f} MB (limit 60 MB)"
 
 
 def test_the_base_has_room_both_ways_on_the_hard_tier(entries):
