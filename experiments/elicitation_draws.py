@@ -72,8 +72,7 @@ def figure(table: pd.DataFrame, control: str):
                                               arrayminus=t["difference"] - t["difference_lo"])), row=1, col=col)
         fig.add_vline(x=0, line_color="#888", row=1, col=col)
     n = int(table["n_draws"].max())
-    fig.update_layout(title=f"Training-based elicitation over {n} draws of demonstrations: the uplift on the model "
-                            f"minus the uplift on {control}", height=260 + 45 * table["cell"].nunique(), width=1150,
+    fig.update_layout(title=f"Elicitation over {n} draws of demonstrations: uplift minus {control}'s", height=260 + 45 * table["cell"].nunique(), width=1150,
                       legend=dict(orientation="h", yanchor="bottom", y=1.12, xanchor="right", x=1),
                       margin=dict(l=170, r=30, t=120, b=70))
     fig.update_xaxes(title_text="difference in uplift (share of questions)")
