@@ -39,7 +39,7 @@ from reachlens.protocol import Protocol
 from reachlens.tasks.base import Question, Task
 from reachlens.tasks.fewshot import demonstration_target
 
-__all__ = ["PLACEBOS", "Placebo", "answer_only_target", "control_role", "derangement", "make_placebo",
+__all__ = ["PLACEBOS", "Placebo", "answer_only_target", "control_role", "cyclic_derangement", "make_placebo",
            "wrong_values_target"]
 
 PLACEBOS = {
@@ -56,8 +56,9 @@ def _rng(*parts: object) -> random.Random:
     return random.Random(int.from_bytes(digest[:8], "little"))
 
 
-def derangement(n: int, seed: int) -> list[int]:
-    """A seeded permutation of ``range(n)`` with no fixed point (Sattolo's algorithm: one cycle through all)."""
+def cyclic_derangement(n: int, seed: int) -> list[int]:
+    """A seeded permutation of ``range(n)`` with no fixed point, one cycle through all (Sattolo's algorithm; not
+    uniform over derangements, unlike :func:`reachlens.studies.lucky_null.derangement`, which the null needs)."""
     if n < 2:
         raise ReachlensError(f"placebo 'shuffled' needs at least 2 demonstrations to shuffle, got {n}; use demos >= 2")
     perm, rng = list(range(n)), _rng("shuffled", seed, n)
@@ -116,7 +117,7 @@ class Placebo:
     def demonstrations(self, demos: Sequence[Question]) -> tuple[Question, ...]:
         """``demos`` with the placebo's targets as their solutions (the fine-tune trains on those)."""
         if self.kind == "shuffled":
-            perm = derangement(len(demos), self.seed)
+            perm = cyclic_derangement(len(demos), self.seed)
             targets = [demonstration_target(demos[j]) for j in perm]
         elif self.kind == "wrong_values":
             targets = [wrong_values_target(q, self.seed) for q in demos]

@@ -23,7 +23,7 @@ from reachlens.grading import get_grader
 from reachlens.models.loading import resolve_spec
 from reachlens.report import report_run
 from reachlens.studies import elicit
-from reachlens.studies.placebo import Placebo, control_role, derangement, make_placebo
+from reachlens.studies.placebo import Placebo, control_role, cyclic_derangement, make_placebo
 from reachlens.tasks.fewshot import demonstration_target, train_pool
 
 TASK = load_task("arith_hard", n=3)
@@ -42,7 +42,7 @@ def test_shuffled_is_a_permutation_of_the_golds_with_no_fixed_point():
         perm = [golds.index(demonstration_target(d)) for d in shown]
         assert sorted(perm) == list(range(len(QS))) and all(p != i for i, p in enumerate(perm))
         assert [d.question_id for d in shown] == [q.question_id for q in QS]
-    assert derangement(2, 0) == [1, 0]
+    assert cyclic_derangement(2, 0) == [1, 0]
     with pytest.raises(ReachlensError, match="at least 2 demonstrations"):
         Placebo("shuffled").demonstrations(QS[:1])
 
